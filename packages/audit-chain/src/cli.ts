@@ -1,0 +1,182 @@
+#!/usr/bin/env node
+import { writeFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { loadKey } from './checkpoint.js';
+import { AuditError } from './errors.js';
+import type { AuditEntry } from './format.js';
+import type { JsonValue } from './ijson.js';
+import { generateSigningKeys, openAuditLog, tailLog, verifyLog } from './index.js';
+
+const USAGE = `usage: forge-audit <command> …
+
+  append <log> <type> [<json-data>]         append one entry; prints its seq and hash
+  verify <log> [--key-pub <file>] [--json]  check the chain and checkpoints (exit 0 intact, 1 violation)
+  tail <log> [-n N] [-f] [--json]           print the last N entries (default 10); -f follows
+  checkpoint <log> [--key <file>]           record (entries, head) beside the log, signed with --key
+  rotate <log>                              seal the active segment and start the next
+  keygen <prefix>                           write <prefix>.key (private, 0600) and <prefix>.pub
+
+Exit codes: 0 ok, 1 verification found a violation, 2 usage or I/O error.`;
+
+class UsageError extends Error {}
+
+function out(s: string): void {
+  process.stdout.write(`${s}\n`);
+}
+
+function short(hash: string): string {
+  return `${hash.slice(0, 12)}…`;
+}
+
+function need(args: string[], n: number, what: string): void {
+  if (args.length < n) throw new UsageError(`missing ${what}`);
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      json: { type: 'boolean', default: false },
+      'key-pub': { type: 'string' },
+      key: { type: 'string' },
+      n: { type: 'string', short: 'n' },
+      follow: { type: 'boolean', short: 'f', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  const [command, ...args] = positionals;
+  if (values.help || !command) {
+    out(USAGE);
+    return values.help ? 0 : 2;
+  }
+  switch (command) {
+    case 'append': {
+      need(args, 2, '<log> <type>');
+      let data: JsonValue = null;
+      if (args[2] !== undefined) {
+        try {
+          data = JSON.parse(args[2]) as JsonValue;
+        } catch (err) {
+          throw new UsageError(`<json-data> is not JSON: ${(err as Error).message}`);
+        }
+      }
+      const log = await openAuditLog(args[0] as string);
+      try {
+        const r = await log.append(args[1] as string, data);
+        out(values.json ? JSON.stringify(r) : `seq ${r.seq} hash ${r.hash}`);
+      } finally {
+        await log.close();
+      }
+      return 0;
+    }
+    case 'verify': {
+      need(args, 1, '<log>');
+      const publicKey = values['key-pub'] ? await loadKey(values['key-pub'], 'public') : undefined;
+      const r = await verifyLog(args[0] as string, publicKey ? { publicKey } : {});
+      if (values.json) {
+        const { ok, entries, head, first_bad } = r;
+        out(
+          JSON.stringify(
+            first_bad
+              ? { ok, entries, head, first_bad }
+              : { ok, entries, head, checkpoint: r.checkpoint ?? null, uncheckpointed: r.uncheckpointed },
+          ),
+        );
+      } else if (r.ok) {
+        const cp = r.checkpoint
+          ? `; checkpoint at entry ${r.checkpoint.entries} (${r.checkpoint.signed ? `signed by ${r.checkpoint.key_id}` : 'unsigned'}), ${r.uncheckpointed} entries not yet checkpointed`
+          : '; no checkpoint yet';
+        out(`ok: ${r.entries} entries in ${r.segments} segment(s), head ${short(r.head)}${cp}`);
+      } else {
+        const b = r.first_bad as NonNullable<typeof r.first_bad>;
+        const where = b.line === 0 ? b.file : b.file === args[0]?.split('/').pop() ? `line ${b.line}` : `${b.file} line ${b.line}`;
+        out(`entry ${b.seq} (${where}): ${b.message}`);
+        out(`verified ${r.entries} entries before it; reason: ${b.reason}`);
+      }
+      return r.ok ? 0 : 1;
+    }
+    case 'tail': {
+      need(args, 1, '<log>');
+      const last = values.n === undefined ? 10 : Number(values.n);
+      if (!Number.isSafeInteger(last) || last < 0) throw new UsageError(`-n must be a non-negative integer (got ${values.n})`);
+      const ac = new AbortController();
+      const stop = () => ac.abort();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      try {
+        for await (const e of tailLog(args[0] as string, { last, follow: values.follow, signal: ac.signal })) {
+          out(values.json ? JSON.stringify(e) : formatEntry(e));
+        }
+      } finally {
+        process.off('SIGINT', stop);
+        process.off('SIGTERM', stop);
+      }
+      return 0;
+    }
+    case 'checkpoint': {
+      need(args, 1, '<log>');
+      const signingKey = values.key ? await loadKey(values.key, 'private') : undefined;
+      const log = await openAuditLog(args[0] as string, signingKey ? { signingKey } : {});
+      try {
+        const cp = await log.checkpoint();
+        out(
+          values.json
+            ? JSON.stringify(cp)
+            : `checkpoint: ${cp.entries} entries, head ${short(cp.head)}${cp.sig ? `, signed by ${cp.key_id}` : ', unsigned'}`,
+        );
+      } finally {
+        await log.close();
+      }
+      return 0;
+    }
+    case 'rotate': {
+      need(args, 1, '<log>');
+      const log = await openAuditLog(args[0] as string);
+      try {
+        const r = await log.rotate();
+        out(values.json ? JSON.stringify(r) : `sealed segment ${r.sealed} as ${r.path}`);
+      } finally {
+        await log.close();
+      }
+      return 0;
+    }
+    case 'keygen': {
+      need(args, 1, '<prefix>');
+      const keys = generateSigningKeys();
+      const prefix = args[0] as string;
+      await writeFile(`${prefix}.key`, keys.privateKey, { mode: 0o600, flag: 'wx' });
+      await writeFile(`${prefix}.pub`, keys.publicKey, { mode: 0o644, flag: 'wx' });
+      out(
+        values.json
+          ? JSON.stringify({ key: `${prefix}.key`, pub: `${prefix}.pub` })
+          : `wrote ${prefix}.key (keep it away from the log's writers) and ${prefix}.pub`,
+      );
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown command "${command}"`);
+  }
+}
+
+function formatEntry(e: AuditEntry): string {
+  return `#${e.seq} ${e.ts} ${e.type} ${JSON.stringify(e.data)}`;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    if (err instanceof UsageError || (err as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
+      process.stderr.write(`forge-audit: ${(err as Error).message}\n\n${USAGE}\n`);
+    } else if (err instanceof AuditError) {
+      process.stderr.write(`forge-audit: ${err.message}\n`);
+    } else if ((err as NodeJS.ErrnoException).code === 'EEXIST') {
+      process.stderr.write(`forge-audit: ${(err as Error).message}: refusing to overwrite an existing key\n`);
+    } else {
+      process.stderr.write(`forge-audit: ${(err as Error).stack ?? String(err)}\n`);
+    }
+    process.exitCode = 2;
+  },
+);

@@ -1,0 +1,21 @@
+/**
+ * @forge/audit-chain — an append-only, hash-chained, tamper-evident log.
+ *
+ * Public API. Everything exported here is a deliberate, documented decision; internals are not
+ * reachable from outside the package.
+ */
+
+export { type Checkpoint, generateSigningKeys, type KeyInput } from './checkpoint.js';
+export { AUDIT_ERROR_CODES, AuditError, type AuditErrorCode } from './errors.js';
+export { type AuditEntry, GENESIS_HASH, VERIFY_REASONS, type VerifyReason } from './format.js';
+export type { JsonValue } from './ijson.js';
+export {
+  type AppendResult,
+  type AuditLog,
+  type OpenAuditLogOptions,
+  openAuditLog,
+  type RotateResult,
+  type WriterIo,
+} from './log.js';
+export { type TailOptions, tailLog } from './tail.js';
+export { type FirstBad, type VerifyOptions, type VerifyResult, verifyLog } from './verify.js';

@@ -1,0 +1,224 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync, readlinkSync } from 'node:fs';
+import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { basename, dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { AuditError } from './errors.js';
+
+/**
+ * A cross-process lock on one path, held as a directory `<path>` that holds an `owner` file.
+ *
+ * Why not proper-lockfile: it knows a holder only by the lock's mtime, so a crashed holder blocks
+ * everyone for the stale period (2 s at the least, 10 s by default). Here the owner record says
+ * which process holds the lock (host, pid namespace, boot, pid, process start time), so a waiter
+ * on the same host can prove the holder dead and take over at once; mtime staleness remains the
+ * fallback for holders it cannot inspect (another host on a shared filesystem).
+ *
+ * Acquiring renames a prepared directory (owner file already inside) onto `<path>`: rename onto
+ * a non-empty directory fails, so the lock never exists without its owner record.
+ */
+export interface LockOptions {
+  /** A lock whose mtime is older than this, and whose holder cannot be inspected, is broken. */
+  staleMs?: number;
+  /** Give up (`lock_timeout`) after waiting this long. */
+  timeoutMs?: number;
+}
+
+interface Owner {
+  host: string;
+  pidns: string;
+  boot: string;
+  pid: number;
+  start: string;
+  token: string;
+  time: string;
+}
+
+const BREAK_MARKER_TTL_MS = 10 * 60_000;
+
+let selfIdentity: Omit<Owner, 'token' | 'time'> | undefined;
+
+function readOr(fn: () => string, fallback: string): string {
+  try {
+    return fn();
+  } catch {
+    return fallback;
+  }
+}
+
+/** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or ''. */
+function processStart(pid: number | 'self'): string {
+  return readOr(() => {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return fields[19] ?? '';
+  }, '');
+}
+
+function identity(): Omit<Owner, 'token' | 'time'> {
+  selfIdentity ??= {
+    host: hostname(),
+    pidns: readOr(() => readlinkSync('/proc/self/ns/pid'), ''),
+    boot: readOr(() => readFileSync('/proc/sys/kernel/random/boot_id', 'latin1').trim(), ''),
+    pid: process.pid,
+    start: processStart('self'),
+  };
+  return selfIdentity;
+}
+
+/** True only when the owner is provably gone: same host and pid namespace, and its process is not. */
+function ownerIsDead(owner: Owner): boolean {
+  const me = identity();
+  if (owner.host !== me.host || owner.pidns !== me.pidns) return false;
+  if (owner.boot && me.boot && owner.boot !== me.boot) return true;
+  try {
+    process.kill(owner.pid, 0);
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+  // The pid exists; it is the holder only if it started when the holder did.
+  if (owner.start) {
+    const now = processStart(owner.pid);
+    if (now && now !== owner.start) return true;
+  }
+  return false;
+}
+
+function isBusy(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'EISDIR' || code === 'ENOTDIR';
+}
+
+export class DirLock {
+  readonly path: string;
+  private readonly staleMs: number;
+  private readonly timeoutMs: number;
+  private token: string | undefined;
+  private refresh: NodeJS.Timeout | undefined;
+
+  constructor(path: string, options: LockOptions = {}) {
+    this.path = path;
+    this.staleMs = options.staleMs ?? 10_000;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+  }
+
+  get held(): boolean {
+    return this.token !== undefined;
+  }
+
+  async acquire(): Promise<void> {
+    if (this.token) throw new Error('DirLock.acquire: already held');
+    const token = randomBytes(12).toString('hex');
+    const owner: Owner = { ...identity(), token, time: new Date().toISOString() };
+    const staging = `${this.path}.${token}.tmp`;
+    await mkdir(staging, { mode: 0o700 });
+    try {
+      await writeFile(join(staging, 'owner'), `${JSON.stringify(owner)}\n`, { mode: 0o600 });
+      const deadline = Date.now() + this.timeoutMs;
+      let delay = 1;
+      for (;;) {
+        try {
+          await rename(staging, this.path);
+          this.token = token;
+          this.refresh = setInterval(
+            () => {
+              const now = new Date();
+              utimes(this.path, now, now).catch(() => {});
+            },
+            Math.max(50, Math.floor(this.staleMs / 3)),
+          );
+          this.refresh.unref();
+          return;
+        } catch (err) {
+          if (!isBusy(err)) throw err;
+        }
+        if (await this.tryBreak()) continue;
+        if (Date.now() > deadline) {
+          const holder = await this.readOwner();
+          throw new AuditError(
+            'lock_timeout',
+            `could not lock ${this.path} within ${this.timeoutMs} ms: held by ${holder ? `pid ${holder.pid} on ${holder.host} since ${holder.time}` : 'an unknown holder'}; if that process is stuck, stop it (a dead holder's lock is broken automatically)`,
+          );
+        }
+        await sleep(delay + Math.random() * delay);
+        delay = Math.min(delay * 2, 20);
+      }
+    } finally {
+      if (this.token !== token) await rm(staging, { recursive: true, force: true });
+    }
+  }
+
+  async release(): Promise<void> {
+    const token = this.token;
+    if (!token) return;
+    this.token = undefined;
+    clearInterval(this.refresh);
+    const owner = await this.readOwner();
+    // Only remove the lock if it is still ours (it is, unless it was judged stale and broken).
+    if (owner?.token !== token) return;
+    const gone = `${this.path}.${token}.released`;
+    await rename(this.path, gone);
+    await rm(gone, { recursive: true, force: true });
+  }
+
+  private async readOwner(): Promise<Owner | undefined> {
+    try {
+      const owner = JSON.parse(await readFile(join(this.path, 'owner'), 'utf8')) as Owner;
+      return typeof owner?.token === 'string' && typeof owner.pid === 'number' ? owner : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Breaks the current lock if its holder is provably dead or its mtime is stale. Returns true
+   * when the caller should retry at once. Exactly one waiter breaks a given holder: it must first
+   * create that holder's break marker, and markers outlive any plausible race.
+   */
+  private async tryBreak(): Promise<boolean> {
+    const owner = await this.readOwner();
+    let mtimeMs: number;
+    try {
+      mtimeMs = (await stat(this.path)).mtimeMs;
+    } catch {
+      return true; // released meanwhile
+    }
+    const stale = Date.now() - mtimeMs > this.staleMs;
+    if (owner ? !ownerIsDead(owner) && !stale : !stale) return false;
+    const victim = owner?.token ?? `unknown-${Math.floor(mtimeMs)}`;
+    const marker = `${this.path}.break-${victim}`;
+    try {
+      await mkdir(marker);
+    } catch {
+      return false; // another waiter is breaking (or broke) this holder
+    }
+    const again = await this.readOwner();
+    if ((again?.token ?? `unknown-${Math.floor(mtimeMs)}`) === victim) {
+      const dead = `${this.path}.${victim}.dead`;
+      try {
+        await rename(this.path, dead);
+        await rm(dead, { recursive: true, force: true });
+      } catch {
+        // Vanished meanwhile: nothing to break.
+      }
+    }
+    await this.sweepMarkers();
+    return true;
+  }
+
+  private async sweepMarkers(): Promise<void> {
+    const dir = dirname(this.path);
+    const base = basename(this.path);
+    const leftover = /\.(?:break-.+|[0-9a-f]{24}\.(?:tmp|dead|released))$/;
+    const now = Date.now();
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      // Break markers, and staging or removal dirs of processes that died mid-operation.
+      if (!name.startsWith(`${base}.`) || !leftover.test(name.slice(base.length))) continue;
+      const p = join(dir, name);
+      const st = await stat(p).catch(() => undefined);
+      if (st && now - st.mtimeMs > BREAK_MARKER_TTL_MS) await rm(p, { recursive: true, force: true }).catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,531 @@
+import type { KeyObject } from 'node:crypto';
+import { constants as fsc } from 'node:fs';
+import { type FileHandle, open, readFile, rename, stat } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import { type Checkpoint, checkpointLine, type KeyInput, parseCheckpoint, signCheckpoint, toKey } from './checkpoint.js';
+import { AuditError, describeCause } from './errors.js';
+import { assertEventType, buildLine, checkLine, encodeData, GENESIS_HASH, SUFFIX_BYTES, sha256Hex } from './format.js';
+import type { JsonValue } from './ijson.js';
+import { DirLock, type LockOptions } from './lock.js';
+import { type LogFiles, listSealedSegments, logFiles, segmentName } from './segments.js';
+
+/** Low-level file operations the writer uses for a batch; replaceable to inject faults in tests. */
+export interface WriterIo {
+  write(handle: FileHandle, data: Buffer): Promise<void>;
+  datasync(handle: FileHandle): Promise<void>;
+}
+
+const defaultIo: WriterIo = {
+  async write(handle, data) {
+    let off = 0;
+    while (off < data.length) {
+      const { bytesWritten } = await handle.write(data, off, data.length - off);
+      off += bytesWritten;
+    }
+  },
+  datasync: (handle) => handle.datasync(),
+};
+
+export interface OpenAuditLogOptions {
+  /** Ed25519 private key (PEM or KeyObject) used to sign checkpoints. */
+  signingKey?: KeyInput;
+  /** Largest entry line accepted, in bytes (default 1 MiB). Larger appends fail `entry_too_large`. */
+  maxEntryBytes?: number;
+  /** Largest single write of a group commit, in bytes (default 4 MiB). */
+  maxBatchBytes?: number;
+  /** Rotate automatically once the active segment passes this size (default: never). */
+  maxSegmentBytes?: number;
+  /** Cross-process lock timing. */
+  lock?: LockOptions;
+  /** Mode of files the log creates (default 0o600). */
+  fileMode?: number;
+  /** Clock for entry and checkpoint times (default `() => new Date()`). */
+  clock?: () => Date;
+  /**
+   * Refuse to open a log that is behind its latest checkpoint (default true). Turning this off
+   * lets a writer extend a truncated or rolled-back history.
+   */
+  checkCheckpoint?: boolean;
+  /** Replaces the batch write and data sync (fault injection in tests). */
+  io?: Partial<WriterIo>;
+}
+
+/** What an acknowledged append returns: the entry is durable on disk. */
+export interface AppendResult {
+  seq: number;
+  hash: string;
+  ts: string;
+}
+
+export interface RotateResult {
+  /** Number of the segment that was sealed. */
+  sealed: number;
+  /** Path of the sealed segment file. */
+  path: string;
+  /** Entries in the whole log after rotation (including the seal and the new segment's header). */
+  entries: number;
+}
+
+/** An open, appendable log. Close it (or `await using`) to flush and release the file. */
+export interface AuditLog {
+  readonly path: string;
+  /**
+   * Appends one entry. Resolves once it is durable (written and data-synced as part of a group
+   * commit); rejects with `invalid_type`, `invalid_data`, `entry_too_large`, `write_failed`,
+   * `log_corrupt`, `lock_timeout` or `closed`, and then nothing of it is in the log.
+   */
+  append(type: string, data?: JsonValue): Promise<AppendResult>;
+  /** Commits everything appended so far, then records a checkpoint (signed when a key is set). */
+  checkpoint(): Promise<Checkpoint>;
+  /** Commits everything appended so far, then seals the active segment and starts the next one. */
+  rotate(): Promise<RotateResult>;
+  /** Resolves when everything appended before the call is durable. */
+  flush(): Promise<void>;
+  /** Flushes, then closes the file. Later appends reject with `closed`. */
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+interface Pending {
+  type: string;
+  dataJson: string;
+  bytes: number;
+  resolve(r: AppendResult): void;
+  reject(e: unknown): void;
+}
+
+/** What the writer knows of the active segment, valid while (dev, ino, size) are unchanged. */
+interface Tail {
+  dev: number;
+  ino: number;
+  size: number;
+  seq: number;
+  hash: string;
+  segment: number;
+}
+
+/**
+ * Opens (creating when missing) the log at `path` for appending. The directory must exist.
+ * Repairs a torn tail left by a crash (SPEC.md section 6) and refuses a log whose last entry is
+ * damaged (`log_corrupt`) or that is behind its latest checkpoint (`log_behind_checkpoint`).
+ */
+export async function openAuditLog(path: string, options: OpenAuditLogOptions = {}): Promise<AuditLog> {
+  const writer = new Writer(path, options);
+  await writer.open();
+  return writer;
+}
+
+class Writer implements AuditLog {
+  readonly path: string;
+  private readonly files: LogFiles;
+  private readonly lock: DirLock;
+  private readonly io: WriterIo;
+  private readonly clock: () => Date;
+  private readonly maxEntryBytes: number;
+  private readonly maxBatchBytes: number;
+  private readonly maxSegmentBytes: number;
+  private readonly fileMode: number;
+  private readonly key: KeyObject | undefined;
+  private readonly checkCheckpoint: boolean;
+  private handle: FileHandle | undefined;
+  private tail: Tail | undefined;
+  private queue: Pending[] = [];
+  private scheduled = false;
+  private chain: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(path: string, o: OpenAuditLogOptions) {
+    this.path = path;
+    this.files = logFiles(path);
+    this.lock = new DirLock(this.files.lock, o.lock);
+    this.io = { ...defaultIo, ...o.io };
+    this.clock = o.clock ?? (() => new Date());
+    this.maxEntryBytes = o.maxEntryBytes ?? 1 << 20;
+    this.maxBatchBytes = Math.max(o.maxBatchBytes ?? 4 << 20, this.maxEntryBytes);
+    this.maxSegmentBytes = o.maxSegmentBytes ?? Number.POSITIVE_INFINITY;
+    this.fileMode = o.fileMode ?? 0o600;
+    this.key = o.signingKey === undefined ? undefined : toKey(o.signingKey, 'private', 'signingKey');
+    this.checkCheckpoint = o.checkCheckpoint ?? true;
+  }
+
+  async open(): Promise<void> {
+    try {
+      await stat(this.files.dir);
+    } catch (err) {
+      throw new AuditError(
+        'io_error',
+        `cannot open log ${this.path}: directory ${this.files.dir} is not accessible (${describeCause(err)}); create it first`,
+        { cause: err },
+      );
+    }
+    await this.serial(() =>
+      this.withLock(async () => {
+        if (this.checkCheckpoint) await this.assertNotBehindCheckpoint();
+      }),
+    );
+  }
+
+  append(type: string, data: JsonValue = null): Promise<AppendResult> {
+    try {
+      if (this.closed) throw new AuditError('closed', `log ${this.path} is closed; open it again to append`);
+      assertEventType(type);
+      const dataJson = encodeData(data);
+      // Fixed parts: {"seq":,"ts":"","type":"","data":,"prev":""} + suffix, seq ≤ 16 digits, ts 24.
+      const bytes = 46 + 16 + 24 + type.length + Buffer.byteLength(dataJson) + 64 + SUFFIX_BYTES;
+      if (bytes > this.maxEntryBytes) {
+        throw new AuditError(
+          'entry_too_large',
+          `entry of type "${type}" would be ${bytes} bytes, over the ${this.maxEntryBytes}-byte limit; log a digest or a reference instead of the body`,
+        );
+      }
+      return new Promise<AppendResult>((resolve, reject) => {
+        this.queue.push({ type, dataJson, bytes, resolve, reject });
+        if (!this.scheduled) {
+          this.scheduled = true;
+          void this.serial(() => {
+            this.scheduled = false;
+            return this.commitQueued();
+          }).catch(() => {});
+        }
+      });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  flush(): Promise<void> {
+    return this.serial(() => this.commitQueued());
+  }
+
+  checkpoint(): Promise<Checkpoint> {
+    return this.serial(async () => {
+      this.assertOpen();
+      await this.commitQueued();
+      return this.withLock(async () => {
+        const t = await this.refresh();
+        let cp: Checkpoint = {
+          entries: t.seq,
+          head: t.hash,
+          segment: t.segment,
+          offset: t.size,
+          time: this.clock().toISOString(),
+        };
+        if (this.key) cp = signCheckpoint(cp, this.key);
+        const fh = await open(this.files.checkpoints, fsc.O_WRONLY | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
+        try {
+          await this.io.write(fh, Buffer.from(checkpointLine(cp)));
+          await this.io.datasync(fh);
+        } catch (err) {
+          throw new AuditError('write_failed', `cannot write checkpoint to ${this.files.checkpoints}: ${describeCause(err)}`, {
+            cause: err,
+          });
+        } finally {
+          await fh.close();
+        }
+        return cp;
+      });
+    });
+  }
+
+  rotate(): Promise<RotateResult> {
+    return this.serial(async () => {
+      this.assertOpen();
+      await this.commitQueued();
+      return this.withLock(async () => {
+        await this.refresh();
+        return this.rotateLocked();
+      });
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return this.chain.then(() => {});
+    this.closed = true;
+    await this.serial(async () => {
+      await this.commitQueued();
+      await this.handle?.close();
+      this.handle = undefined;
+      this.tail = undefined;
+    });
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  // ---- internals -------------------------------------------------------------------------
+
+  private assertOpen(): void {
+    if (this.closed) throw new AuditError('closed', `log ${this.path} is closed; open it again`);
+  }
+
+  /** Runs operations of this writer one at a time, in call order. */
+  private serial<T>(op: () => Promise<T>): Promise<T> {
+    const p = this.chain.then(op);
+    this.chain = p.catch(() => {});
+    return p;
+  }
+
+  private async withLock<T>(fn: () => Promise<T>): Promise<T> {
+    await this.lock.acquire();
+    try {
+      return await fn();
+    } finally {
+      await this.lock.release();
+    }
+  }
+
+  /** Commits every queued append, one locked batch (one write, one data sync) at a time. */
+  private async commitQueued(): Promise<void> {
+    while (this.queue.length > 0) {
+      let n = 0;
+      let bytes = 0;
+      while (n < this.queue.length && (n === 0 || bytes + (this.queue[n] as Pending).bytes <= this.maxBatchBytes)) {
+        bytes += (this.queue[n] as Pending).bytes;
+        n++;
+      }
+      const batch = this.queue.splice(0, n);
+      try {
+        const results = await this.withLock(async () => {
+          await this.refresh();
+          const r = await this.writeEntries(batch.map((p) => ({ type: p.type, dataJson: p.dataJson })));
+          if ((this.tail as Tail).size > this.maxSegmentBytes) await this.rotateLocked();
+          return r;
+        });
+        for (const [i, p] of batch.entries()) p.resolve(results[i] as AppendResult);
+      } catch (err) {
+        for (const p of batch) p.reject(err);
+      }
+    }
+  }
+
+  /**
+   * Brings `this.tail` up to date with the file under the lock: reopens after a rotation by
+   * another writer, re-reads only the last line after another writer's append, repairs a torn
+   * tail, and creates the active segment when a crash left none.
+   */
+  private async refresh(): Promise<Tail> {
+    const st = await stat(this.path).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return undefined;
+      throw new AuditError('io_error', `cannot stat ${this.path}: ${describeCause(err)}`, { cause: err });
+    });
+    if (st && this.handle && this.tail && st.ino === this.tail.ino && st.dev === this.tail.dev) {
+      return st.size === this.tail.size ? this.tail : this.readTail(this.tail.segment);
+    }
+    await this.handle?.close();
+    this.handle = undefined;
+    this.tail = undefined;
+    try {
+      this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
+    } catch (err) {
+      throw new AuditError('io_error', `cannot open ${this.path} for appending: ${describeCause(err)}`, { cause: err });
+    }
+    const sealed = await listSealedSegments(this.files);
+    return this.readTail((sealed.at(-1)?.n ?? 0) + 1);
+  }
+
+  /** Reads the active segment's last entry into `this.tail`, repairing a torn tail first. */
+  private async readTail(segment: number): Promise<Tail> {
+    const fh = this.handle as FileHandle;
+    const { dev, ino, size: fileSize } = await fh.stat();
+    let size = fileSize;
+    let last = await lastLine(fh, size);
+    let repairNote: string | undefined;
+    if (last?.torn) {
+      repairNote = await this.repairTornTail(last.start, size);
+      size = last.start;
+      last = await lastLine(fh, size);
+    }
+    if (!last) {
+      const prev = await this.sealedTail(segment - 1);
+      this.tail = { dev, ino, size: 0, seq: prev.seq, hash: prev.hash, segment };
+      if (segment > 1) {
+        // A rotation crashed after sealing: start the segment with its header now.
+        const header = { segment, previous: segmentName(this.files.base, segment - 1) };
+        await this.writeEntries([{ type: 'audit.segment', dataJson: encodeData(header) }]);
+      }
+    } else {
+      const c = checkLine(last.line);
+      if (!c.ok) {
+        this.tail = undefined;
+        throw new AuditError(
+          'log_corrupt',
+          `the last entry of ${this.path} (at byte ${last.start}) is damaged: ${c.message}; refusing to append to a damaged log — run "forge-audit verify ${this.path}"`,
+        );
+      }
+      this.tail = { dev, ino, size, seq: c.entry.seq, hash: c.entry.hash, segment };
+    }
+    if (repairNote) await this.writeEntries([{ type: 'audit.repaired', dataJson: repairNote }]);
+    return this.tail as unknown as Tail;
+  }
+
+  /** The last entry of sealed segment `n` (seq 0 and genesis when `n` is 0). */
+  private async sealedTail(n: number): Promise<{ seq: number; hash: string }> {
+    if (n === 0) return { seq: 0, hash: GENESIS_HASH };
+    const path = join(this.files.dir, segmentName(this.files.base, n));
+    const fh = await open(path, 'r');
+    try {
+      const t = await lastLine(fh, (await fh.stat()).size);
+      const c = t && !t.torn ? checkLine(t.line) : undefined;
+      if (!c?.ok) {
+        throw new AuditError(
+          'log_corrupt',
+          `sealed segment ${path} does not end with a valid entry; run "forge-audit verify ${this.path}"`,
+        );
+      }
+      return { seq: c.entry.seq, hash: c.entry.hash };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  /** Moves torn bytes [start, size) aside and truncates the active segment (SPEC.md section 6). */
+  private async repairTornTail(start: number, size: number): Promise<string> {
+    const fh = this.handle as FileHandle;
+    const torn = Buffer.alloc(size - start);
+    await fh.read(torn, 0, torn.length, start);
+    const stamp = this.clock().toISOString().replace(/[:.]/g, '-');
+    let name = '';
+    for (let i = 0; ; i++) {
+      name = `${this.files.base}.recovered-${stamp}-${i}`;
+      try {
+        const out = await open(join(this.files.dir, name), 'wx', this.fileMode);
+        try {
+          await out.write(torn);
+          await out.datasync();
+        } finally {
+          await out.close();
+        }
+        break;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+    }
+    await syncDir(this.files.dir);
+    await fh.truncate(start);
+    await fh.datasync();
+    return encodeData({ reason: 'torn_tail', bytes: torn.length, offset: start, recovered: name, sha256: sha256Hex(torn) });
+  }
+
+  /** Writes entries after the current tail as one write and one data sync; rolls back on failure. */
+  private async writeEntries(items: { type: string; dataJson: string }[]): Promise<AppendResult[]> {
+    const t = this.tail as Tail;
+    const fh = this.handle as FileHandle;
+    const ts = this.clock().toISOString();
+    const lines: Buffer[] = [];
+    const results: AppendResult[] = [];
+    let seq = t.seq;
+    let prev = t.hash;
+    for (const it of items) {
+      seq++;
+      const { line, hash } = buildLine(seq, ts, it.type, it.dataJson, prev);
+      lines.push(line);
+      results.push({ seq, hash, ts });
+      prev = hash;
+    }
+    const buf = lines.length === 1 ? (lines[0] as Buffer) : Buffer.concat(lines);
+    try {
+      await this.io.write(fh, buf);
+      await this.io.datasync(fh);
+    } catch (err) {
+      // Take the file back to where the batch started, so no unacknowledged entry survives.
+      try {
+        await fh.truncate(t.size);
+        await fh.datasync();
+      } catch {
+        this.tail = undefined; // unknown state: the next batch re-reads (and repairs) the tail
+        await fh.close().catch(() => {});
+        this.handle = undefined;
+      }
+      throw new AuditError('write_failed', `append to ${this.path} failed and was rolled back: ${describeCause(err)}`, { cause: err });
+    }
+    this.tail = { ...t, size: t.size + buf.length, seq, hash: prev };
+    return results;
+  }
+
+  /** Seals the active segment and starts the next (SPEC.md section 8). Lock held, tail fresh. */
+  private async rotateLocked(): Promise<RotateResult> {
+    const t = this.tail as Tail;
+    await this.writeEntries([{ type: 'audit.sealed', dataJson: encodeData({ segment: t.segment }) }]);
+    const sealedPath = join(this.files.dir, segmentName(this.files.base, t.segment));
+    await this.handle?.close();
+    this.handle = undefined;
+    await rename(this.path, sealedPath);
+    await syncDir(this.files.dir);
+    this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT | fsc.O_EXCL, this.fileMode);
+    const st = await this.handle.stat();
+    const sealedTail = this.tail as Tail;
+    this.tail = { dev: st.dev, ino: st.ino, size: 0, seq: sealedTail.seq, hash: sealedTail.hash, segment: t.segment + 1 };
+    await this.writeEntries([{ type: 'audit.segment', dataJson: encodeData({ segment: t.segment + 1, previous: basename(sealedPath) }) }]);
+    await syncDir(this.files.dir);
+    return { sealed: t.segment, path: sealedPath, entries: (this.tail as Tail).seq };
+  }
+
+  /** Refuses a log that is shorter than, or disagrees with, its latest checkpoint. */
+  private async assertNotBehindCheckpoint(): Promise<void> {
+    const cp = await latestCheckpoint(this.files.checkpoints);
+    if (!cp || cp.entries === 0) return;
+    const t = await this.refresh();
+    const behind = (why: string) =>
+      new AuditError(
+        'log_behind_checkpoint',
+        `${this.path} ${why} (checkpoint of ${cp.time}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or rolled back — run "forge-audit verify ${this.path}" and restore the log before appending`,
+      );
+    if (cp.segment > t.segment) throw behind(`is in segment ${t.segment}, but a checkpoint covers segment ${cp.segment}`);
+    if (cp.segment < t.segment) return; // the checkpoint is in a sealed segment: verify covers it
+    if (t.size < cp.offset) throw behind(`is ${t.size} bytes, shorter than its checkpoint (${cp.offset} bytes)`);
+    const at = await lastLine(this.handle as FileHandle, cp.offset);
+    const c = at && !at.torn ? checkLine(at.line) : undefined;
+    if (!c?.ok || c.entry.seq !== cp.entries || c.entry.hash !== cp.head) {
+      throw behind('does not hold the checkpointed entry at the checkpointed offset');
+    }
+  }
+}
+
+/** The last line ending at or before `size`: its bytes, start offset, and whether it lacks '\n'. */
+async function lastLine(fh: FileHandle, size: number): Promise<{ line: Buffer; start: number; torn: boolean } | undefined> {
+  if (size === 0) return undefined;
+  const chunk = 64 * 1024;
+  let buf = Buffer.alloc(0);
+  let pos = size;
+  let torn: boolean | undefined;
+  for (;;) {
+    const len = Math.min(chunk, pos);
+    pos -= len;
+    const part = Buffer.alloc(len);
+    await fh.read(part, 0, len, pos);
+    buf = buf.length === 0 ? part : Buffer.concat([part, buf]);
+    torn ??= buf[buf.length - 1] !== 0x0a;
+    // Search for the newline that ends the previous line (skip the final byte if it is ours).
+    const searchEnd = torn ? buf.length - 1 : buf.length - 2;
+    const nl = searchEnd >= 0 ? buf.lastIndexOf(0x0a, searchEnd) : -1;
+    if (nl >= 0) return { line: buf.subarray(nl + 1), start: pos + nl + 1, torn };
+    if (pos === 0) return { line: buf, start: 0, torn };
+  }
+}
+
+async function latestCheckpoint(path: string): Promise<Checkpoint | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new AuditError('io_error', `cannot read checkpoints ${path}: ${describeCause(err)}`, { cause: err });
+  }
+  const lines = text.split('\n');
+  lines.pop(); // the part after the last '\n': empty, or an interrupted write
+  for (let i = lines.length - 1; i >= 0; i--) {
+    const cp = parseCheckpoint(lines[i] as string);
+    if (typeof cp !== 'string') return cp;
+  }
+  return undefined;
+}
+
+async function syncDir(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}

@@ -1,0 +1,314 @@
+import type { KeyObject } from 'node:crypto';
+import { type FileHandle, open, stat } from 'node:fs/promises';
+import { basename } from 'node:path';
+import { type Checkpoint, type KeyInput, keyId, parseCheckpoint, toKey, verifyCheckpointSignature } from './checkpoint.js';
+import { AuditError, describeCause } from './errors.js';
+import { GENESIS_HASH, isHex64, type VerifyReason } from './format.js';
+import { MAX_LINE_BYTES, scanLines } from './lines.js';
+import { listSealedSegments, logFiles, segmentName } from './segments.js';
+import { brokenLinkMessage, type ChunkResult, type EntryFacts, PREV_NOT_HEX, seqGapMessage, verifyChunk } from './verify-chunk.js';
+
+export interface VerifyOptions {
+  /**
+   * Ed25519 public key (PEM or KeyObject). When given, only checkpoints signed by this key are
+   * trusted, each must verify, and at least one must exist.
+   */
+  publicKey?: KeyInput;
+}
+
+/** Where verification first failed. */
+export interface FirstBad {
+  /** The entry (sequence number) that is bad or missing. */
+  seq: number;
+  /** 1-based line in `file` (one past the end when an entry is missing; 0 for a missing file). */
+  line: number;
+  reason: VerifyReason;
+  /** Base name of the file the line is in. */
+  file: string;
+  /** What was found, for people: `hash mismatch — stored 9f2c…, computed 41aa…`. */
+  message: string;
+}
+
+export interface VerifyResult {
+  ok: boolean;
+  /** Entries that verified (all of them when `ok`). */
+  entries: number;
+  /** Hash of the last entry that verified (genesis for none). */
+  head: string;
+  /** Present only when `ok` is false. */
+  first_bad?: FirstBad;
+  /** Segment files walked (sealed ones plus the active one). */
+  segments: number;
+  /** The latest checkpoint used, when there is one. */
+  checkpoint?: { entries: number; head: string; time: string; signed: boolean; key_id?: string };
+  /** Entries after the latest checkpoint: not yet vouched for by any checkpoint. */
+  uncheckpointed: number;
+  /** Checkpoints set aside because they are not signed by the given public key. */
+  checkpoints_ignored: number;
+}
+
+interface UsedCheckpoint extends Checkpoint {
+  line: number;
+}
+
+/**
+ * Verifies the log at `path` against SPEC.md sections 4 and 5: streams every segment in bounded
+ * memory, hashing the bytes as written, and compares the chain with the checkpoints. Never throws
+ * for a damaged log (that is a result with `ok: false` and the first bad entry); throws
+ * `io_error` when the files cannot be read and `invalid_key` for a bad public key.
+ */
+export async function verifyLog(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
+  const files = logFiles(path);
+  const pub = options.publicKey === undefined ? undefined : toKey(options.publicKey, 'public', 'publicKey');
+  try {
+    await stat(files.dir);
+  } catch (err) {
+    throw new AuditError('io_error', `cannot verify ${path}: directory ${files.dir} is not accessible (${describeCause(err)})`, {
+      cause: err,
+    });
+  }
+
+  const result: VerifyResult = { ok: true, entries: 0, head: GENESIS_HASH, segments: 0, uncheckpointed: 0, checkpoints_ignored: 0 };
+  const fail = (bad: FirstBad): VerifyResult => {
+    result.ok = false;
+    result.first_bad = bad;
+    return result;
+  };
+
+  const cps = await readCheckpoints(files.checkpoints, pub, result);
+  if ('reason' in cps) return fail(cps);
+  const used = cps.used.filter((c) => c.entries > 0).sort((a, b) => a.entries - b.entries || a.line - b.line);
+  const latest = cps.used.reduce<UsedCheckpoint | undefined>((a, c) => (!a || c.entries >= a.entries ? c : a), undefined);
+  const maxCovered = used.at(-1)?.entries ?? 0;
+
+  const bad = await walk(files, path, used, maxCovered, result);
+  if (bad) return fail(bad);
+
+  if (latest) {
+    result.checkpoint = { entries: latest.entries, head: latest.head, time: latest.time, signed: latest.sig !== undefined };
+    if (latest.key_id) result.checkpoint.key_id = latest.key_id;
+    result.uncheckpointed = result.entries - latest.entries;
+  } else {
+    result.uncheckpointed = result.entries;
+  }
+  return result;
+}
+
+/** Reads and checks the checkpoint file (SPEC.md 5.4, before the walk). */
+async function readCheckpoints(
+  path: string,
+  pub: KeyObject | undefined,
+  result: VerifyResult,
+): Promise<{ used: UsedCheckpoint[] } | FirstBad> {
+  const file = basename(path);
+  const used: UsedCheckpoint[] = [];
+  let fh: Awaited<ReturnType<typeof open>>;
+  try {
+    fh = await open(path, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+      throw new AuditError('io_error', `cannot read ${path}: ${describeCause(err)}`, { cause: err });
+    }
+    return pub ? noSigned(file, pub) : { used };
+  }
+  const wantId = pub ? keyId(pub) : undefined;
+  let lineNo = 0;
+  let bad: FirstBad | undefined;
+  try {
+    await scanLines(fh, 0, (await fh.stat()).size, (raw) => {
+      lineNo++;
+      if (raw.torn) return false; // an interrupted checkpoint write: ignored
+      const cp = raw.oversized ? 'longer than 16 MiB' : parseCheckpoint(raw.bytes.toString('utf8', 0, raw.bytes.length - 1));
+      if (typeof cp === 'string') {
+        bad = { seq: 0, line: lineNo, reason: 'bad_checkpoint', file, message: `checkpoint line ${lineNo} is malformed: ${cp}` };
+        return false;
+      }
+      if (pub) {
+        if (cp.key_id !== wantId) {
+          result.checkpoints_ignored++;
+          return true;
+        }
+        if (!pub || !verifyCheckpointSignature(cp, pub)) {
+          bad = {
+            seq: cp.entries,
+            line: lineNo,
+            reason: 'signature_invalid',
+            file,
+            message: `checkpoint line ${lineNo} (entries ${cp.entries}) has a signature that does not verify with key ${wantId}: the checkpoint was altered`,
+          };
+          return false;
+        }
+      }
+      used.push({ ...cp, line: lineNo });
+      return true;
+    });
+  } finally {
+    await fh.close();
+  }
+  if (bad) return bad;
+  if (pub && used.length === 0) return noSigned(file, pub);
+  return { used };
+}
+
+function noSigned(file: string, pub: KeyObject): FirstBad {
+  return {
+    seq: 0,
+    line: 0,
+    reason: 'signature_invalid',
+    file,
+    message: `no checkpoint signed by key ${keyId(pub)}: nothing vouches for this log (run "forge-audit checkpoint --key …")`,
+  };
+}
+
+const CHUNK_BYTES = 1 << 20;
+
+/** Walks every segment in order (SPEC.md section 4), stitching chunk results; returns the first bad. */
+async function walk(
+  files: ReturnType<typeof logFiles>,
+  path: string,
+  used: UsedCheckpoint[],
+  maxCovered: number,
+  result: VerifyResult,
+): Promise<FirstBad | undefined> {
+  let seq = 1;
+  let prev = GENESIS_HASH;
+  let next = 0; // index into `used` of the next checkpoint to compare
+  const marks = new Set(used.map((c) => c.entries));
+  let buf = Buffer.allocUnsafe(CHUNK_BYTES);
+  const sealed = await listSealedSegments(files);
+  const segs = [...sealed.map((x) => ({ ...x, active: false })), { n: (sealed.at(-1)?.n ?? 0) + 1, path, active: true }];
+  for (let idx = 0; idx < segs.length; idx++) {
+    const seg = segs[idx] as (typeof segs)[number];
+    const file = basename(seg.path);
+    if (seg.n !== idx + 1) {
+      const missing = segmentName(files.base, idx + 1);
+      return { seq, line: 0, reason: 'segment_missing', file: missing, message: `sealed segment ${missing} is missing` };
+    }
+    let fh: FileHandle;
+    try {
+      fh = await open(seg.path, 'r');
+    } catch (err) {
+      if (seg.active && (err as NodeJS.ErrnoException).code === 'ENOENT') break;
+      throw new AuditError('io_error', `cannot read ${seg.path}: ${describeCause(err)}`, { cause: err });
+    }
+    result.segments++;
+    let lineBase = 0;
+    let last: EntryFacts | undefined;
+    const at = (line: number, reason: VerifyReason, message: string, s = seq): FirstBad => ({ seq: s, line, reason, file, message });
+
+    // Applies one chunk's result in file order; returns the first bad thing it shows.
+    const stitch = (r: ChunkResult, chunkStart: number): FirstBad | undefined => {
+      if (r.lines === 0) return undefined;
+      if (r.fail?.index === 0) return at(lineBase + 1, r.fail.reason, r.fail.message);
+      const first = r.first as EntryFacts;
+      if ((first.seq !== seq || first.prev !== prev) && !isHex64(first.prev)) return at(lineBase + 1, 'bad_json', PREV_NOT_HEX);
+      if (first.seq !== seq) return at(lineBase + 1, 'seq_gap', seqGapMessage(seq, first.seq));
+      if (first.prev !== prev) return at(lineBase + 1, 'broken_link', brokenLinkMessage(first.prev, prev));
+      if (lineBase === 0 && seg.n > 1) {
+        const d = first.data as { segment?: unknown } | null | undefined;
+        if (first.type !== 'audit.segment' || typeof d !== 'object' || d === null || d.segment !== seg.n) {
+          return at(
+            1,
+            'segment_missing',
+            `segment ${seg.n} does not start with its audit.segment header (segments were renamed, or one is missing)`,
+          );
+        }
+      }
+      const failSeq = r.fail ? first.seq + r.fail.index : Number.POSITIVE_INFINITY;
+      for (const m of r.marks) {
+        if (m.seq >= failSeq) break;
+        for (; next < used.length && (used[next] as UsedCheckpoint).entries < m.seq; next++);
+        for (; next < used.length && (used[next] as UsedCheckpoint).entries === m.seq; next++) {
+          const cp = used[next] as UsedCheckpoint;
+          const end = chunkStart + m.end;
+          if (cp.head !== m.hash || cp.segment !== seg.n || cp.offset !== end) {
+            return at(
+              lineBase + (m.seq - first.seq) + 1,
+              'rollback',
+              `entry ${m.seq} differs from the checkpoint of ${cp.time} (checkpoint line ${cp.line}: head ${cp.head.slice(0, 4)}… in segment ${cp.segment} at byte ${cp.offset}; log: ${m.hash.slice(0, 4)}… in segment ${seg.n} at byte ${end}): the history was rewritten or rolled back`,
+              m.seq,
+            );
+          }
+        }
+      }
+      if (r.fail) {
+        // Every line before the failing one verified: account for them first.
+        result.entries = failSeq - 1;
+        result.head = (r.last as EntryFacts).hash;
+        return at(lineBase + r.fail.index + 1, r.fail.reason, r.fail.message, failSeq);
+      }
+      last = r.last as EntryFacts;
+      seq = last.seq + 1;
+      prev = last.hash;
+      result.entries = last.seq;
+      result.head = last.hash;
+      lineBase += r.lines;
+      return undefined;
+    };
+
+    let carry = 0; // bytes of an incomplete line kept at the start of `buf`
+    try {
+      const size = (await fh.stat()).size;
+      let pos = 0;
+      let chunkStart = 0; // file offset of buf[0]
+      while (pos < size) {
+        if (buf.length - carry < CHUNK_BYTES / 2) {
+          if (carry >= MAX_LINE_BYTES) break;
+          const bigger = Buffer.allocUnsafe(buf.length * 2);
+          buf.copy(bigger, 0, 0, carry);
+          buf = bigger;
+        }
+        const { bytesRead } = await fh.read(buf, carry, Math.min(buf.length - carry, size - pos), pos);
+        if (bytesRead === 0) break;
+        pos += bytesRead;
+        const filled = carry + bytesRead;
+        const nl = buf.lastIndexOf(0x0a, filled - 1);
+        if (nl < 0) {
+          carry = filled;
+          continue;
+        }
+        const b = stitch(verifyChunk(buf.subarray(0, nl + 1), marks), chunkStart);
+        if (b) return b;
+        carry = filled - (nl + 1);
+        buf.copy(buf, 0, nl + 1, filled);
+        chunkStart += nl + 1;
+      }
+      if (carry >= MAX_LINE_BYTES) return at(lineBase + 1, 'bad_json', 'line is longer than 16 MiB');
+      if (carry > 0) {
+        if (!seg.active) return at(lineBase + 1, 'bad_json', 'sealed segment ends with an incomplete line');
+        return maxCovered >= seq
+          ? at(lineBase + 1, 'truncated', `log ends inside entry ${seq}, but a checkpoint records ${maxCovered} entries: it was truncated`)
+          : at(
+              lineBase + 1,
+              'torn_tail',
+              `incomplete last line (${carry} bytes, no line feed): a write was interrupted; the next writer moves it aside`,
+            );
+      }
+    } finally {
+      await fh.close();
+    }
+    if (!seg.active) {
+      const d = last?.data as { segment?: unknown } | null | undefined;
+      if (last?.type !== 'audit.sealed' || typeof d !== 'object' || d === null || d.segment !== seg.n) {
+        return at(lineBase + 1, 'truncated', `sealed segment ${file} does not end with its audit.sealed entry: it lost its tail`);
+      }
+    } else if (maxCovered >= seq) {
+      return at(
+        lineBase + 1,
+        'truncated',
+        `log ends at entry ${seq - 1}, but a checkpoint records ${maxCovered} entries: it was truncated or replaced by an older copy`,
+      );
+    }
+  }
+  if (maxCovered >= seq) {
+    // The active segment is missing altogether.
+    return {
+      seq,
+      line: 1,
+      reason: 'truncated',
+      file: files.base,
+      message: `log ends at entry ${seq - 1}, but a checkpoint records ${maxCovered} entries: it was truncated or replaced by an older copy`,
+    };
+  }
+  return undefined;
+}

@@ -1,0 +1,11 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 60_000,
+    // Tests spawn real writer processes; keep files in parallel but bounded for a 2-core machine.
+    maxWorkers: 2,
+  },
+});
