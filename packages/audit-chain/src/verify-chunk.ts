@@ -46,7 +46,7 @@ export function verifyChunk(buf: Uint8Array, markSeqs: ReadonlySet<number>): Chu
     }
     const e = c.entry;
     if (prev && (e.seq !== prev.seq + 1 || e.prev !== prev.hash)) {
-      if (!isHex64(e.prev)) {
+      if (e.prev !== prev.hash && !isHex64(e.prev)) {
         result.fail = { index, reason: 'bad_json', message: PREV_NOT_HEX };
         break;
       }

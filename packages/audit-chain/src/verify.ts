@@ -201,19 +201,23 @@ async function walk(
       if (r.lines === 0) return undefined;
       if (r.fail?.index === 0) return at(lineBase + 1, r.fail.reason, r.fail.message);
       const first = r.first as EntryFacts;
-      if ((first.seq !== seq || first.prev !== prev) && !isHex64(first.prev)) return at(lineBase + 1, 'bad_json', PREV_NOT_HEX);
-      if (first.seq !== seq) return at(lineBase + 1, 'seq_gap', seqGapMessage(seq, first.seq));
-      if (first.prev !== prev) return at(lineBase + 1, 'broken_link', brokenLinkMessage(first.prev, prev));
-      if (lineBase === 0 && seg.n > 1) {
+      if (first.prev !== prev && !isHex64(first.prev)) return at(lineBase + 1, 'bad_json', PREV_NOT_HEX);
+      if (lineBase === 0) {
         const d = first.data as { segment?: unknown } | null | undefined;
-        if (first.type !== 'audit.segment' || typeof d !== 'object' || d === null || d.segment !== seg.n) {
+        const isHeader = first.type === 'audit.segment';
+        if (seg.n > 1 && (!isHeader || typeof d !== 'object' || d === null || d.segment !== seg.n)) {
           return at(
             1,
             'segment_missing',
-            `segment ${seg.n} does not start with its audit.segment header (segments were renamed, or one is missing)`,
+            `segment ${seg.n} does not start with its audit.segment header: a segment was removed or renamed`,
           );
         }
+        if (seg.n === 1 && isHeader) {
+          return at(1, 'segment_missing', 'the first segment starts with an audit.segment header: the segments before it were removed');
+        }
       }
+      if (first.seq !== seq) return at(lineBase + 1, 'seq_gap', seqGapMessage(seq, first.seq));
+      if (first.prev !== prev) return at(lineBase + 1, 'broken_link', brokenLinkMessage(first.prev, prev));
       const failSeq = r.fail ? first.seq + r.fail.index : Number.POSITIVE_INFINITY;
       for (const m of r.marks) {
         if (m.seq >= failSeq) break;
@@ -222,6 +226,8 @@ async function walk(
           const cp = used[next] as UsedCheckpoint;
           const end = chunkStart + m.end;
           if (cp.head !== m.hash || cp.segment !== seg.n || cp.offset !== end) {
+            result.entries = m.seq - 1;
+            result.head = m.prev;
             return at(
               lineBase + (m.seq - first.seq) + 1,
               'rollback',

@@ -390,16 +390,18 @@ def walk(path, used):
                     reason, e, digest = check_entry(raw)
                     if reason:
                         raise fault(reason, name, lineno)
+                    # SPEC 4 step 5: the first entry of a segment is a header exactly when n > 1.
+                    if lineno == 1 and n > 1 and not (
+                            e["type"] == "audit.segment" and data_segment_is(e, n)):
+                        raise fault("segment_missing", name, lineno)
+                    if lineno == 1 and n == 1 and e["type"] == "audit.segment":
+                        raise fault("segment_missing", name, lineno)
                     if e["seq"] != state["seq"]:
                         raise fault("seq_gap", name, lineno)
                     if e["prev"] != state["prev"]:
                         raise fault("broken_link", name, lineno)
-                    # SPEC 4: the segment rule is applied after steps 1-6 of the segment's first line.
-                    if n > 1 and lineno == 1 and not (
-                            e["type"] == "audit.segment" and data_segment_is(e, n)):
-                        raise fault("segment_missing", name, lineno)
                     offset += len(raw)
-                    # SPEC ambiguity: the segment rule and steps 1-6 come before the checkpoint's rollback check on the same entry.
+                    # SPEC 5.4: the checkpoint checks run once steps 1-7 have passed for the entry.
                     for cp in by_entry.get(e["seq"], ()):
                         if (cp["head"], cp["segment"], cp["offset"]) != (digest, n, offset):
                             raise fault("rollback", name, lineno)
