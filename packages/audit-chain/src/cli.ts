@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { writeFile } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadKey } from './checkpoint.js';
 import { AuditError } from './errors.js';
@@ -22,6 +23,10 @@ class UsageError extends Error {}
 
 function out(s: string): void {
   process.stdout.write(`${s}\n`);
+}
+
+function count(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`;
 }
 
 function short(hash: string): string {
@@ -85,13 +90,15 @@ async function main(argv: string[]): Promise<number> {
         );
       } else if (r.ok) {
         const cp = r.checkpoint
-          ? `; checkpoint at entry ${r.checkpoint.entries} (${r.checkpoint.signed ? `signed by ${r.checkpoint.key_id}` : 'unsigned'}), ${r.uncheckpointed} entries not yet checkpointed`
+          ? `; checkpoint at entry ${r.checkpoint.entries} (${r.checkpoint.signed ? `signed by ${r.checkpoint.key_id}` : 'unsigned'}), ${count(r.uncheckpointed, 'entry', 'entries')} not yet checkpointed`
           : '; no checkpoint yet';
-        out(`ok: ${r.entries} entries in ${r.segments} segment(s), head ${short(r.head)}${cp}`);
+        out(`ok: ${count(r.entries, 'entry', 'entries')} in ${count(r.segments, 'segment', 'segments')}, head ${short(r.head)}${cp}`);
       } else {
         const b = r.first_bad as NonNullable<typeof r.first_bad>;
-        const where = b.line === 0 ? b.file : b.file === args[0]?.split('/').pop() ? `line ${b.line}` : `${b.file} line ${b.line}`;
-        out(`entry ${b.seq} (${where}): ${b.message}`);
+        const inLog = b.file === basename(args[0] as string);
+        const at = b.line === 0 ? '' : inLog ? `line ${b.line}` : `${b.file} line ${b.line}`;
+        if (b.seq === 0) out(`${b.file}${b.line ? ` line ${b.line}` : ''}: ${b.message}`);
+        else out(`entry ${b.seq}${at ? ` (${at})` : ''}: ${b.message}`);
         out(`verified ${r.entries} entries before it; reason: ${b.reason}`);
       }
       return r.ok ? 0 : 1;

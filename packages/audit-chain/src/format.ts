@@ -83,82 +83,166 @@ export function buildLine(seq: number, ts: string, type: string, dataJson: strin
 export type LineCheck = { ok: true; entry: AuditEntry } | { ok: false; reason: 'bad_json' | 'hash_mismatch'; message: string };
 
 /**
- * Checks steps 2–4 of SPEC.md section 4 on one complete line: suffix shape, hash of the body,
- * and the body's shape. Sequence and link checks need context and are the caller's.
- *
- * With `parseData` false (verify mode), `data` is only checked to be JSON, not built, and the
- * returned entry's `data` is `undefined` except for the log's own `audit.*` entries; and `prev`
- * is not checked to be hex: the caller must, before reporting a sequence or link fault for an
- * entry whose `prev` differs from the expected hash (verification needs no more, and this is
- * most of its cost).
+ * Where the parts of a checked line are, filled in by {@link inspectLine}. One object is reused
+ * line after line, so that verification allocates almost nothing per entry.
  */
-export function checkLine(line: Uint8Array, parseData = true): LineCheck {
+export interface LineFacts {
+  seq: number;
+  /** The entry's hash (equal to the stored one once the line passed). */
+  hash: string;
+  typeStart: number;
+  typeEnd: number;
+  dataStart: number;
+  dataEnd: number;
+  /** Offset of the 64 hex digits of `prev`. */
+  prevStart: number;
+  /** Why the line failed, when it did. */
+  reason: 'bad_json' | 'hash_mismatch' | undefined;
+  message: string;
+}
+
+export function newLineFacts(): LineFacts {
+  return { seq: 0, hash: '', typeStart: 0, typeEnd: 0, dataStart: 0, dataEnd: 0, prevStart: 0, reason: undefined, message: '' };
+}
+
+const SEQ_HEAD = Buffer.from('{"seq":');
+const TS_HEAD = Buffer.from(',"ts":"');
+const TYPE_HEAD = Buffer.from('","type":"');
+const DATA_HEAD = Buffer.from('","data":');
+const PREV_HEAD = Buffer.from(',"prev":"');
+const HASH_HEAD = Buffer.from(',"hash":"');
+/** `,"prev":"` + 64 hex + `"`. */
+const PREV_TAIL = 74;
+/** Positions of digits in `DDDD-DD-DDTDD:DD:DD.DDDZ`; the other characters are fixed. */
+const TS_SHAPE = '0000-00-00T00:00:00.000Z';
+
+const HEX_TABLE = new Uint8Array(256);
+for (const c of '0123456789abcdef') HEX_TABLE[c.charCodeAt(0)] = 1;
+/** 1 for bytes allowed in an event type after its first character. */
+const TYPE_TABLE = new Uint8Array(256);
+for (const c of 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:/-') TYPE_TABLE[c.charCodeAt(0)] = 1;
+
+function bytesAt(line: Uint8Array, at: number, lit: Uint8Array): boolean {
+  if (at + lit.length > line.length) return false;
+  for (let i = 0; i < lit.length; i++) if (line[at + i] !== lit[i]) return false;
+  return true;
+}
+
+/** Whether `line[at .. at+64)` are exactly the characters of the hex string `hex`. */
+export function hexAt(line: Uint8Array, at: number, hex: string): boolean {
+  for (let i = 0; i < 64; i++) if (line[at + i] !== hex.charCodeAt(i)) return false;
+  return true;
+}
+
+function hexRunAt(line: Uint8Array, at: number): boolean {
+  for (let i = at; i < at + 64; i++) if (HEX_TABLE[line[i] as number] !== 1) return false;
+  return true;
+}
+
+function badShape(f: LineFacts, message: string): false {
+  f.reason = 'bad_json';
+  f.message = message;
+  return false;
+}
+
+/**
+ * Checks steps 2–4 of SPEC.md section 4 on one complete line, on its bytes: suffix shape, hash of
+ * the body, UTF-8, the body's exact shape, and that `data` is one JSON value (scanned, not built).
+ * Fills `f` and returns true when the line passes. Does not check that the `prev` digits are hex:
+ * a caller that finds `prev` unequal to the expected hash must check {@link isHex64} first and
+ * report `bad_json` (step 4) rather than a sequence or link fault.
+ */
+export function inspectLine(line: Buffer, f: LineFacts): boolean {
+  f.reason = undefined;
   const n = line.length;
-  if (n < SUFFIX_BYTES + 1 || line[n - 1] !== NL) {
-    return { ok: false, reason: 'bad_json', message: 'line is too short to hold an entry' };
-  }
+  if (n < SUFFIX_BYTES + 1 || line[n - 1] !== NL) return badShape(f, 'line is too short to hold an entry');
   const s = n - SUFFIX_BYTES;
-  const buf = Buffer.from(line.buffer, line.byteOffset, n);
-  const suffix = buf.toString('latin1', s, n);
-  const stored = suffix.slice(9, 73);
-  // Comparing with the computed hash (always lowercase hex) validates the digits on the fast path.
-  const computed = sha256Hex(buf.subarray(0, s));
-  if (!suffix.startsWith(',"hash":"') || !suffix.endsWith('"}\n') || (stored !== computed && !isHex64(stored))) {
-    return { ok: false, reason: 'bad_json', message: 'line does not end with ,"hash":"<64 lowercase hex>"}' };
+  if (!bytesAt(line, s, HASH_HEAD) || line[n - 3] !== 0x22 || line[n - 2] !== 0x7d) {
+    return badShape(f, 'line does not end with ,"hash":"<64 lowercase hex>"}');
   }
-  if (stored !== computed) {
-    return {
-      ok: false,
-      reason: 'hash_mismatch',
-      message: `hash mismatch — stored ${stored.slice(0, 4)}…, computed ${computed.slice(0, 4)}…`,
-    };
+  const computed = sha256Hex(line.subarray(0, s));
+  // Equality with the computed hash (always lowercase hex) also proves the stored digits valid.
+  if (!hexAt(line, s + 9, computed)) {
+    if (!hexRunAt(line, s + 9)) return badShape(f, 'line does not end with ,"hash":"<64 lowercase hex>"}');
+    const stored = line.toString('latin1', s + 9, s + 13);
+    f.reason = 'hash_mismatch';
+    f.message = `hash mismatch — stored ${stored}…, computed ${computed.slice(0, 4)}…`;
+    return false;
   }
-  if (!isUtf8(buf)) return { ok: false, reason: 'bad_json', message: 'line is not valid UTF-8' };
-  // The body's shape is checked on its bytes, not on a parsed object (SPEC.md section 4, step 4).
-  // The head is ASCII by grammar, so decoding its bytes as latin1 keeps offsets equal to lengths.
-  const head = HEAD_RE.exec(buf.toString('latin1', 0, Math.min(s, HEAD_MAX)));
-  if (!head)
-    return { ok: false, reason: 'bad_json', message: 'entry does not start with {"seq":…,"ts":"…","type":"…","data": in that form' };
-  const seq = Number(head[1]);
-  if (!Number.isSafeInteger(seq)) return { ok: false, reason: 'bad_json', message: '"seq" is beyond 2^53 − 1' };
-  const dataStart = head[0].length;
-  const dataEnd = s - PREV_TAIL;
-  const prevText = dataEnd < dataStart ? '' : buf.toString('latin1', dataEnd, s);
-  const prev = prevText.slice(9, 73);
-  // In verify mode the caller compares `prev` with the expected hash, which validates the digits.
-  if (!prevText.startsWith(',"prev":"') || prevText.charCodeAt(73) !== 0x22 || (parseData && !isHex64(prev))) {
-    return { ok: false, reason: 'bad_json', message: 'entry does not end with "prev":"<64 lowercase hex>"' };
+  f.hash = computed;
+  if (!isUtf8(line)) return badShape(f, 'line is not valid UTF-8');
+
+  // {"seq":<digits>,"ts":"<time>","type":"<type>","data":
+  const headError = 'entry does not start with {"seq":…,"ts":"…","type":"…","data": in that form';
+  if (!bytesAt(line, 0, SEQ_HEAD)) return badShape(f, headError);
+  let i = SEQ_HEAD.length;
+  if (!((line[i] as number) >= 0x31 && (line[i] as number) <= 0x39)) return badShape(f, headError);
+  let seq = 0;
+  const digitsStart = i;
+  while (i < s && (line[i] as number) >= 0x30 && (line[i] as number) <= 0x39) {
+    seq = seq * 10 + ((line[i] as number) - 0x30);
+    i++;
   }
-  const type = head[3] as string;
-  let data: JsonValue | undefined;
-  if (parseData || type.startsWith('audit.')) {
-    try {
-      data = JSON.parse(buf.toString('utf8', dataStart, dataEnd));
-    } catch (err) {
-      return { ok: false, reason: 'bad_json', message: `"data" is not one JSON value (${(err as Error).message})` };
-    }
-  } else if (!isJsonValue(buf, dataStart, dataEnd)) {
-    return { ok: false, reason: 'bad_json', message: '"data" is not one JSON value' };
+  if (i - digitsStart > 16 || !Number.isSafeInteger(seq)) return badShape(f, '"seq" is beyond 2^53 − 1');
+  if (!bytesAt(line, i, TS_HEAD)) return badShape(f, headError);
+  i += TS_HEAD.length;
+  for (let k = 0; k < TS_SHAPE.length; k++) {
+    const c = line[i + k] as number;
+    const want = TS_SHAPE.charCodeAt(k);
+    if (want === 0x30 ? c < 0x30 || c > 0x39 : c !== want) return badShape(f, headError);
   }
+  i += TS_SHAPE.length;
+  if (!bytesAt(line, i, TYPE_HEAD)) return badShape(f, headError);
+  i += TYPE_HEAD.length;
+  const typeStart = i;
+  const first = line[i] as number;
+  if (!((first >= 0x30 && first <= 0x39) || (first >= 0x41 && first <= 0x5a) || (first >= 0x61 && first <= 0x7a))) {
+    return badShape(f, headError);
+  }
+  while (i < s && TYPE_TABLE[line[i] as number] === 1) i++;
+  if (i - typeStart > 128 || !bytesAt(line, i, DATA_HEAD)) return badShape(f, headError);
+  f.typeStart = typeStart;
+  f.typeEnd = i;
+  f.dataStart = i + DATA_HEAD.length;
+
+  // ,"prev":"<64 hex>"   (digits checked by the caller, see above)
+  const at = s - PREV_TAIL;
+  if (at < f.dataStart || !bytesAt(line, at, PREV_HEAD) || line[s - 1] !== 0x22) {
+    return badShape(f, 'entry does not end with "prev":"<64 lowercase hex>"');
+  }
+  f.prevStart = at + PREV_HEAD.length;
+  f.dataEnd = at;
+  if (!isJsonValue(line, f.dataStart, f.dataEnd)) return badShape(f, '"data" is not one JSON value');
+  f.seq = seq;
+  return true;
+}
+
+/** Whether the checked line's type starts with `audit.` (the log's own entries). */
+export function isAuditType(line: Buffer, f: LineFacts): boolean {
+  return f.typeEnd - f.typeStart > 6 && bytesAt(line, f.typeStart, AUDIT_PREFIX);
+}
+const AUDIT_PREFIX = Buffer.from('audit.');
+
+/**
+ * Checks one complete line (SPEC.md section 4, steps 2–4, including that `prev` is hex) and
+ * returns the entry with its data parsed. Sequence and link checks need context: the caller's.
+ */
+export function checkLine(line: Uint8Array): LineCheck {
+  const buf = Buffer.isBuffer(line) ? line : Buffer.from(line.buffer, line.byteOffset, line.byteLength);
+  const f = newLineFacts();
+  if (!inspectLine(buf, f)) return { ok: false, reason: f.reason ?? 'bad_json', message: f.message };
+  const prev = buf.toString('latin1', f.prevStart, f.prevStart + 64);
+  if (!isHex64(prev)) return { ok: false, reason: 'bad_json', message: 'entry does not end with "prev":"<64 lowercase hex>"' };
   const entry: AuditEntry = {
-    seq,
-    ts: head[2] as string,
-    type,
-    data: data as JsonValue,
+    seq: f.seq,
+    ts: buf.toString('latin1', f.typeStart - TYPE_HEAD.length - TS_SHAPE.length, f.typeStart - TYPE_HEAD.length),
+    type: buf.toString('latin1', f.typeStart, f.typeEnd),
+    data: JSON.parse(buf.toString('utf8', f.dataStart, f.dataEnd)) as JsonValue,
     prev,
-    hash: stored,
+    hash: f.hash,
   };
   return { ok: true, entry };
 }
-
-/** Longest possible head: {"seq": + 16 digits + ,"ts":" + 24 + ","type":" + 128 + ","data": */
-const HEAD_MAX = 7 + 16 + 7 + 24 + 10 + 128 + 9;
-const HEAD_RE =
-  /^\{"seq":([1-9][0-9]{0,15}),"ts":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z)","type":"([A-Za-z0-9][A-Za-z0-9_.:/-]{0,127})","data":/;
-/** `,"prev":"` + 64 hex + `"`. */
-const PREV_TAIL = 74;
-const HEX_TABLE = new Uint8Array(256);
-for (const c of '0123456789abcdef') HEX_TABLE[c.charCodeAt(0)] = 1;
 
 /** Whether `s` is 64 lowercase hex digits. */
 export function isHex64(s: unknown): s is string {

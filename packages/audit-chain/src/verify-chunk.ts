@@ -1,4 +1,4 @@
-import { checkLine, isHex64, type VerifyReason } from './format.js';
+import { hexAt, inspectLine, isAuditType, isHex64, newLineFacts, type VerifyReason } from './format.js';
 
 /** Facts about one entry that the stitching step needs. */
 export interface EntryFacts {
@@ -12,7 +12,7 @@ export interface EntryFacts {
   end: number;
 }
 
-/** What verifying a run of complete lines found. Plain data: it crosses thread boundaries. */
+/** What verifying a run of complete lines found. */
 export interface ChunkResult {
   /** Lines examined: all of them, or up to and including the failing one. */
   lines: number;
@@ -25,48 +25,68 @@ export interface ChunkResult {
   fail?: { index: number; reason: VerifyReason; message: string };
 }
 
+export const PREV_NOT_HEX = 'entry does not end with "prev":"<64 lowercase hex>"';
+
 /**
  * Verifies a buffer of complete lines (each ending in '\n') on its own: every line's suffix, hash
  * and shape, and the sequence and links between lines of the chunk. The first line's sequence and
- * link to the previous chunk are the caller's to check. Pure and synchronous, so it runs the same
- * on the main thread or in a worker.
+ * link to what came before are the caller's to check. Allocates only for the first and last
+ * entries, checkpointed ones, and the log's own `audit.*` entries.
  */
-export function verifyChunk(buf: Uint8Array, markSeqs: ReadonlySet<number>): ChunkResult {
+export function verifyChunk(buf: Buffer, markSeqs: ReadonlySet<number>): ChunkResult {
   const result: ChunkResult = { lines: 0, marks: [] };
+  const f = newLineFacts();
   let i = 0;
-  let prev: EntryFacts | undefined;
+  let prevSeq = 0;
+  let prevHash = '';
+  let prevStart = 0;
+  let prevEnd = 0;
+  let lastAudit: EntryFacts | undefined;
+  const facts = (line: Buffer, start: number, end: number): EntryFacts => {
+    const e: EntryFacts = {
+      seq: f.seq,
+      prev: line.toString('latin1', f.prevStart, f.prevStart + 64),
+      hash: f.hash,
+      type: line.toString('latin1', f.typeStart, f.typeEnd),
+      end,
+    };
+    if (isAuditType(line, f)) e.data = JSON.parse(buf.toString('utf8', start + f.dataStart, start + f.dataEnd));
+    return e;
+  };
   while (i < buf.length) {
     const nl = buf.indexOf(0x0a, i);
     const end = nl < 0 ? buf.length : nl + 1;
+    const line = buf.subarray(i, end);
     const index = result.lines++;
-    const c = checkLine(buf.subarray(i, end), false);
-    if (!c.ok) {
-      result.fail = { index, reason: c.reason, message: c.message };
+    if (!inspectLine(line, f)) {
+      result.fail = { index, reason: f.reason ?? 'bad_json', message: f.message };
       break;
     }
-    const e = c.entry;
-    if (prev && (e.seq !== prev.seq + 1 || e.prev !== prev.hash)) {
-      if (e.prev !== prev.hash && !isHex64(e.prev)) {
-        result.fail = { index, reason: 'bad_json', message: PREV_NOT_HEX };
-        break;
-      }
-      if (e.seq !== prev.seq + 1) {
-        result.fail = { index, reason: 'seq_gap', message: seqGapMessage(prev.seq + 1, e.seq) };
-        break;
-      }
-      if (e.prev !== prev.hash) {
-        result.fail = { index, reason: 'broken_link', message: brokenLinkMessage(e.prev, prev.hash) };
-        break;
-      }
+    if (index > 0 && (f.seq !== prevSeq + 1 || !hexAt(line, f.prevStart, prevHash))) {
+      const prev = line.toString('latin1', f.prevStart, f.prevStart + 64);
+      if (!isHex64(prev)) result.fail = { index, reason: 'bad_json', message: PREV_NOT_HEX };
+      else if (f.seq !== prevSeq + 1) result.fail = { index, reason: 'seq_gap', message: seqGapMessage(prevSeq + 1, f.seq) };
+      else result.fail = { index, reason: 'broken_link', message: brokenLinkMessage(prev, prevHash) };
+      break;
     }
-    const facts: EntryFacts = { seq: e.seq, prev: e.prev, hash: e.hash, type: e.type, end };
-    if (e.type.startsWith('audit.')) facts.data = e.data;
-    if (!prev) result.first = facts;
-    if (markSeqs.has(e.seq)) result.marks.push(facts);
-    prev = facts;
+    if (index === 0) result.first = facts(line, i, end);
+    else if (isAuditType(line, f)) lastAudit = facts(line, i, end);
+    if (markSeqs.has(f.seq)) result.marks.push(index === 0 ? (result.first as EntryFacts) : facts(line, i, end));
+    prevSeq = f.seq;
+    prevHash = f.hash;
+    prevStart = i;
+    prevEnd = end;
     i = end;
   }
-  result.last = prev;
+  if (result.lines > 0 && (result.fail === undefined || result.fail.index > 0)) {
+    // The last entry that verified: re-read its facts (types and data matter for seals).
+    if (prevStart === 0) result.last = result.first;
+    else if (lastAudit?.seq === prevSeq) result.last = lastAudit;
+    else {
+      inspectLine(buf.subarray(prevStart, prevEnd), f);
+      result.last = facts(buf.subarray(prevStart, prevEnd), prevStart, prevEnd);
+    }
+  }
   return result;
 }
 
@@ -77,5 +97,3 @@ export function seqGapMessage(expected: number, found: number): string {
 export function brokenLinkMessage(found: string, expected: string): string {
   return `broken link — prev is ${found.slice(0, 4)}…, but the previous entry's hash is ${expected.slice(0, 4)}… (an entry was replaced or spliced in)`;
 }
-
-export const PREV_NOT_HEX = 'entry does not end with "prev":"<64 lowercase hex>"';

@@ -1,0 +1,69 @@
+// One benchmark child process. Modes:
+//   append <log> <count> <start-file>   durable appends through the library, many in flight
+//   plain  <file> <count> <start-file>  fs.appendFile of the same lines (no hash, no lock)
+//   verify <log>                        verifyLog, then report peak memory
+// Waits until <start-file> exists so that all children start together, then prints one JSON line.
+import { existsSync, readFileSync } from 'node:fs';
+import { appendFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openAuditLog, verifyLog } from '../dist/index.js';
+import { entryData, plainLine } from './data.mjs';
+
+const [mode, path, countArg, startFile] = process.argv.slice(2);
+const count = Number(countArg);
+
+function peakMiB() {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+async function waitStart() {
+  while (startFile && !existsSync(startFile)) await sleep(1);
+}
+
+if (mode === 'append') {
+  const log = await openAuditLog(path);
+  await waitStart();
+  const t0 = performance.now();
+  const window = [];
+  for (let i = 0; i < count; i++) {
+    window.push(log.append('forge.called', entryData(i)));
+    if (window.length >= 2000) {
+      await Promise.all(window);
+      window.length = 0;
+    }
+  }
+  await Promise.all(window);
+  const ms = performance.now() - t0;
+  await log.close();
+  console.log(JSON.stringify({ ms, count }));
+} else if (mode === 'plain') {
+  await waitStart();
+  const t0 = performance.now();
+  for (let i = 0; i < count; i++) await appendFile(path, plainLine(i));
+  console.log(JSON.stringify({ ms: performance.now() - t0, count }));
+} else if (mode === 'verify') {
+  const t0 = performance.now();
+  const r = await verifyLog(path);
+  const ms = performance.now() - t0;
+  if (!r.ok) throw new Error(`benchmark log does not verify: ${JSON.stringify(r.first_bad)}`);
+  console.log(JSON.stringify({ ms, count: r.entries, peakMiB: peakMiB() }));
+} else if (mode === 'read') {
+  // Baseline for verify: read the file and find every line, nothing else.
+  const { open } = await import('node:fs/promises');
+  const fh = await open(path, 'r');
+  const buf = Buffer.allocUnsafe(1 << 20);
+  let pos = 0;
+  let lines = 0;
+  const t0 = performance.now();
+  for (;;) {
+    const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
+    if (bytesRead === 0) break;
+    for (let i = buf.indexOf(10, 0); i >= 0 && i < bytesRead; i = buf.indexOf(10, i + 1)) lines++;
+    pos += bytesRead;
+  }
+  await fh.close();
+  console.log(JSON.stringify({ ms: performance.now() - t0, count: lines, peakMiB: peakMiB() }));
+} else {
+  throw new Error(`unknown mode ${mode}`);
+}

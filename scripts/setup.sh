@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what forge needs on a fresh Debian/Ubuntu machine with Node >= 20: pnpm (exact
+# version from package.json), bubblewrap, python3 (interop tests), then the workspace packages.
+# Safe to run again: it only installs what is missing. Used by the README quick start and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PNPM_VERSION=$(node -p "require('./package.json').packageManager.split('@')[1]")
+need_root() {
+  echo "forge setup: $1 is missing and this is not root." >&2
+  echo "  install it with: sudo $2" >&2
+  exit 2
+}
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  echo "forge setup: Node >= 20.19 is required (found $(node --version 2>/dev/null || echo none))." >&2
+  exit 2
+fi
+
+if ! command -v pnpm >/dev/null 2>&1 || [ "$(pnpm --version 2>/dev/null)" != "$PNPM_VERSION" ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    npm install -g "pnpm@$PNPM_VERSION" >/dev/null
+  else
+    need_root "pnpm $PNPM_VERSION" "npm install -g pnpm@$PNPM_VERSION"
+  fi
+fi
+
+apt_missing=()
+command -v bwrap >/dev/null 2>&1 || apt_missing+=(bubblewrap)
+command -v python3 >/dev/null 2>&1 || apt_missing+=(python3)
+if [ "${#apt_missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_missing[@]}" >/dev/null
+  else
+    need_root "${apt_missing[*]}" "apt-get install -y ${apt_missing[*]}"
+  fi
+fi
+
+if [ "${CI:-}" = "true" ]; then
+  pnpm install --frozen-lockfile
+else
+  pnpm install --frozen-lockfile --reporter=silent
+fi
