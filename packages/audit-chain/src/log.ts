@@ -1,6 +1,6 @@
 import type { KeyObject } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
-import { type FileHandle, open, readFile, rename, stat } from 'node:fs/promises';
+import { type FileHandle, open, rename, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { type Checkpoint, checkpointLine, type KeyInput, parseCheckpoint, signCheckpoint, toKey } from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
@@ -289,7 +289,13 @@ class Writer implements AuditLog {
         const results = await this.withLock(async () => {
           await this.refresh();
           const r = await this.writeEntries(batch.map((p) => ({ type: p.type, dataJson: p.dataJson })));
-          if ((this.tail as Tail).size > this.maxSegmentBytes) await this.rotateLocked();
+          if ((this.tail as Tail).size > this.maxSegmentBytes) {
+            // The batch is durable whatever happens here: a failed rotation must not reject it.
+            // The next batch re-reads the tail and tries again.
+            await this.rotateLocked().catch(() => {
+              this.tail = undefined;
+            });
+          }
           return r;
         });
         for (const [i, p] of batch.entries()) p.resolve(results[i] as AppendResult);
@@ -504,21 +510,28 @@ async function lastLine(fh: FileHandle, size: number): Promise<{ line: Buffer; s
   }
 }
 
+/** The last well-formed checkpoint of the file, read from its end (never the whole file). */
 async function latestCheckpoint(path: string): Promise<Checkpoint | undefined> {
-  let text: string;
+  let fh: FileHandle;
   try {
-    text = await readFile(path, 'utf8');
+    fh = await open(path, 'r');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new AuditError('io_error', `cannot read checkpoints ${path}: ${describeCause(err)}`, { cause: err });
   }
-  const lines = text.split('\n');
-  lines.pop(); // the part after the last '\n': empty, or an interrupted write
-  for (let i = lines.length - 1; i >= 0; i--) {
-    const cp = parseCheckpoint(lines[i] as string);
-    if (typeof cp !== 'string') return cp;
+  try {
+    let end = (await fh.stat()).size;
+    for (;;) {
+      const l = await lastLine(fh, end);
+      if (!l) return undefined;
+      end = l.start;
+      if (l.torn) continue; // an interrupted checkpoint write
+      const cp = parseCheckpoint(l.line.toString('utf8', 0, l.line.length - 1));
+      if (typeof cp !== 'string') return cp;
+    }
+  } finally {
+    await fh.close();
   }
-  return undefined;
 }
 
 async function syncDir(dir: string): Promise<void> {
