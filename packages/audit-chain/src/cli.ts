@@ -155,7 +155,10 @@ async function main(argv: string[]): Promise<number> {
       const prefix = args[0] as string;
       const taken = [`${prefix}.key`, `${prefix}.pub`].filter((f) => existsSync(f));
       if (taken.length > 0) {
-        throw new AuditError('io_error', `${taken.join(' and ')} already exist${taken.length === 1 ? 's' : ''}: refusing to overwrite an existing key; pick another prefix`);
+        throw new AuditError(
+          'io_error',
+          `${taken.join(' and ')} already exist${taken.length === 1 ? 's' : ''}: refusing to overwrite an existing key; pick another prefix`,
+        );
       }
       await writeFile(`${prefix}.key`, keys.privateKey, { mode: 0o600, flag: 'wx' });
       await writeFile(`${prefix}.pub`, keys.publicKey, { mode: 0o644, flag: 'wx' });

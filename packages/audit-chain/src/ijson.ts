@@ -5,13 +5,14 @@ export type JsonValue = null | boolean | number | string | JsonValue[] | { [key:
 
 const MAX_DEPTH = 100;
 
+/** RFC 6901 JSON pointer of `path` ('' is the whole value). */
 function pointer(path: readonly (string | number)[]): string {
-  if (path.length === 0) return '/';
   return path.map((p) => `/${String(p).replaceAll('~', '~0').replaceAll('/', '~1')}`).join('');
 }
 
 function fail(path: readonly (string | number)[], what: string, hint: string): never {
-  throw new AuditError('invalid_data', `data at ${pointer(path)}: ${what}; ${hint}`);
+  const where = path.length === 0 ? 'data' : `data at ${pointer(path)}`;
+  throw new AuditError('invalid_data', `${where}: ${what}; ${hint}`);
 }
 
 /**

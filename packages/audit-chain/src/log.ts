@@ -160,6 +160,8 @@ class Writer implements AuditLog {
     }
     await this.serial(() =>
       this.withLock(async () => {
+        // Reading the tail now repairs a torn last line and refuses a damaged one at open time.
+        await this.refresh();
         if (this.checkCheckpoint) await this.assertNotBehindCheckpoint();
       }),
     );

@@ -1,9 +1,10 @@
 import { type FSWatcher, watch } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { AuditError } from './errors.js';
 import { type AuditEntry, checkLine, GENESIS_HASH } from './format.js';
 import { scanLines } from './lines.js';
-import { listSealedSegments, logFiles } from './segments.js';
+import { listSealedSegments, logFiles, segmentName } from './segments.js';
 
 export interface TailOptions {
   /** Start with the last `last` entries instead of the first entry (like `tail -n`). */
@@ -96,17 +97,31 @@ export async function* tailLog(path: string, options: TailOptions = {}): AsyncGe
     }
   }
 
-  for (let i = startIdx; i < paths.length - 1; i++) {
-    if (signal?.aborted) return;
-    const fh = await open(paths[i] as string, 'r');
-    try {
-      yield* drain(fh, i === startIdx ? startOffset : 0);
-    } finally {
-      await fh.close();
-    }
-  }
+  // Segment numbers: sealed ones as listed, the active one after the last sealed.
+  let curN = startIdx < sealed.length ? (sealed[startIdx] as { n: number }).n : (sealed.at(-1)?.n ?? 0) + 1;
+  let pos = startOffset;
 
-  // The active segment: read what is there, then (with follow) keep watching it.
+  /** Opens segment `n`: sealed as `L.<n>` if it is, else the active `L` (checked not to be a later one). */
+  const openSegment = async (n: number): Promise<FileHandle | undefined> => {
+    const sealedPath = join(files.dir, segmentName(files.base, n));
+    const fh = (await tryOpen(sealedPath)) ?? (await tryOpen(path));
+    if (!fh) return undefined;
+    // A rotation between the two opens makes `L` a later segment: then read `L.<n>` instead.
+    const sealedNow = await stat(sealedPath).catch(() => undefined);
+    const mine = await fh.stat();
+    if (sealedNow && (sealedNow.ino !== mine.ino || sealedNow.dev !== mine.dev)) {
+      await fh.close();
+      return tryOpen(sealedPath);
+    }
+    return fh;
+  };
+  /** Whether the file behind `fh` is no longer the active segment (it was sealed by a rotation). */
+  const isSealed = async (fh: FileHandle): Promise<boolean> => {
+    const now = await stat(path).catch(() => undefined);
+    const mine = await fh.stat();
+    return !now || now.ino !== mine.ino || now.dev !== mine.dev;
+  };
+
   let watcher: FSWatcher | undefined;
   let wake: (() => void) | undefined;
   const poke = () => {
@@ -121,31 +136,24 @@ export async function* tailLog(path: string, options: TailOptions = {}): AsyncGe
     }
     signal?.addEventListener('abort', poke);
   }
-  let fh: FileHandle | undefined;
-  let pos = startIdx === paths.length - 1 ? startOffset : 0;
+  let fh = await openSegment(curN);
   try {
     for (;;) {
       if (signal?.aborted) return;
-      if (!fh) {
-        fh = await open(path, 'r').catch((err: NodeJS.ErrnoException) => {
-          if (err.code === 'ENOENT') return undefined;
-          throw new AuditError('io_error', `cannot read ${path}: ${err.message}`, { cause: err });
-        });
-      }
-      if (fh) pos = yield* drain(fh, pos);
-      if (!options.follow) return;
-      // Rotated? Finish the old file (now sealed), then continue with the new active segment.
+      fh ??= await openSegment(curN);
       if (fh) {
-        const now = await stat(path).catch(() => undefined);
-        const mine = await fh.stat();
-        if (now && (now.ino !== mine.ino || now.dev !== mine.dev)) {
+        pos = yield* drain(fh, pos);
+        if (await isSealed(fh)) {
+          // Sealed files no longer grow: finish this one, then go straight on to the next.
           pos = yield* drain(fh, pos);
           await fh.close();
           fh = undefined;
+          curN++;
           pos = 0;
           continue;
         }
       }
+      if (!options.follow) return;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, pollMs);
         wake = () => {
@@ -159,6 +167,15 @@ export async function* tailLog(path: string, options: TailOptions = {}): AsyncGe
     watcher?.close();
     signal?.removeEventListener('abort', poke);
     await fh?.close();
+  }
+}
+
+async function tryOpen(file: string): Promise<FileHandle | undefined> {
+  try {
+    return await open(file, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new AuditError('io_error', `cannot read ${file}: ${(err as Error).message}`, { cause: err });
   }
 }
 

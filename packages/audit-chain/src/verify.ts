@@ -5,7 +5,8 @@ import { type Checkpoint, type KeyInput, keyId, parseCheckpoint, toKey, verifyCh
 import { AuditError, describeCause } from './errors.js';
 import { GENESIS_HASH, isHex64, type VerifyReason } from './format.js';
 import { MAX_LINE_BYTES, scanLines } from './lines.js';
-import { listSealedSegments, logFiles, segmentName } from './segments.js';
+import { DirLock } from './lock.js';
+import { type LogFiles, listSealedSegments, logFiles, type SealedSegment, segmentName } from './segments.js';
 import { brokenLinkMessage, type ChunkResult, type EntryFacts, PREV_NOT_HEX, seqGapMessage, verifyChunk } from './verify-chunk.js';
 
 export interface VerifyOptions {
@@ -175,146 +176,205 @@ async function walk(
   let next = 0; // index into `used` of the next checkpoint to compare
   const marks = new Set(used.map((c) => c.entries));
   let buf = Buffer.allocUnsafe(CHUNK_BYTES);
-  const sealed = await listSealedSegments(files);
+  const snap = await snapshot(files);
+  const sealed = snap.sealed;
   const segs = [...sealed.map((x) => ({ ...x, active: false })), { n: (sealed.at(-1)?.n ?? 0) + 1, path, active: true }];
-  for (let idx = 0; idx < segs.length; idx++) {
-    const seg = segs[idx] as (typeof segs)[number];
-    const file = basename(seg.path);
-    if (seg.n !== idx + 1) {
-      const missing = segmentName(files.base, idx + 1);
-      return { seq, line: 0, reason: 'segment_missing', file: missing, message: `sealed segment ${missing} is missing` };
-    }
-    let fh: FileHandle;
-    try {
-      fh = await open(seg.path, 'r');
-    } catch (err) {
-      if (seg.active && (err as NodeJS.ErrnoException).code === 'ENOENT') break;
-      throw new AuditError('io_error', `cannot read ${seg.path}: ${describeCause(err)}`, { cause: err });
-    }
-    result.segments++;
-    let lineBase = 0;
-    let last: EntryFacts | undefined;
-    const at = (line: number, reason: VerifyReason, message: string, s = seq): FirstBad => ({ seq: s, line, reason, file, message });
+  try {
+    return await walkSegments();
+  } finally {
+    await snap.active?.close();
+  }
 
-    // Applies one chunk's result in file order; returns the first bad thing it shows.
-    const stitch = (r: ChunkResult, chunkStart: number): FirstBad | undefined => {
-      if (r.lines === 0) return undefined;
-      if (r.fail?.index === 0) return at(lineBase + 1, r.fail.reason, r.fail.message);
-      const first = r.first as EntryFacts;
-      if (first.prev !== prev && !isHex64(first.prev)) return at(lineBase + 1, 'bad_json', PREV_NOT_HEX);
-      if (lineBase === 0) {
-        const d = first.data as { segment?: unknown } | null | undefined;
-        const isHeader = first.type === 'audit.segment';
-        if (seg.n > 1 && (!isHeader || typeof d !== 'object' || d === null || d.segment !== seg.n)) {
-          return at(
-            1,
-            'segment_missing',
-            `segment ${seg.n} does not start with its audit.segment header: a segment was removed or renamed`,
-          );
-        }
-        if (seg.n === 1 && isHeader) {
-          return at(1, 'segment_missing', 'the first segment starts with an audit.segment header: the segments before it were removed');
+  async function walkSegments(): Promise<FirstBad | undefined> {
+    for (let idx = 0; idx < segs.length; idx++) {
+      const seg = segs[idx] as (typeof segs)[number];
+      const file = basename(seg.path);
+      if (seg.n !== idx + 1) {
+        const missing = segmentName(files.base, idx + 1);
+        return { seq, line: 0, reason: 'segment_missing', file: missing, message: `sealed segment ${missing} is missing` };
+      }
+      let fh: FileHandle;
+      if (seg.active) {
+        if (!snap.active) break;
+        fh = snap.active;
+      } else {
+        try {
+          fh = await open(seg.path, 'r');
+        } catch (err) {
+          throw new AuditError('io_error', `cannot read ${seg.path}: ${describeCause(err)}`, { cause: err });
         }
       }
-      if (first.seq !== seq) return at(lineBase + 1, 'seq_gap', seqGapMessage(seq, first.seq));
-      if (first.prev !== prev) return at(lineBase + 1, 'broken_link', brokenLinkMessage(first.prev, prev));
-      const failSeq = r.fail ? first.seq + r.fail.index : Number.POSITIVE_INFINITY;
-      for (const m of r.marks) {
-        if (m.seq >= failSeq) break;
-        for (; next < used.length && (used[next] as UsedCheckpoint).entries < m.seq; next++);
-        for (; next < used.length && (used[next] as UsedCheckpoint).entries === m.seq; next++) {
-          const cp = used[next] as UsedCheckpoint;
-          const end = chunkStart + m.end;
-          if (cp.head !== m.hash || cp.segment !== seg.n || cp.offset !== end) {
-            result.entries = m.seq - 1;
-            result.head = m.prev;
+      result.segments++;
+      let lineBase = 0;
+      let last: EntryFacts | undefined;
+      const at = (line: number, reason: VerifyReason, message: string, s = seq): FirstBad => ({ seq: s, line, reason, file, message });
+
+      // Applies one chunk's result in file order; returns the first bad thing it shows.
+      const stitch = (r: ChunkResult, chunkStart: number): FirstBad | undefined => {
+        if (r.lines === 0) return undefined;
+        if (r.fail?.index === 0) return at(lineBase + 1, r.fail.reason, r.fail.message);
+        const first = r.first as EntryFacts;
+        if (first.prev !== prev && !isHex64(first.prev)) return at(lineBase + 1, 'bad_json', PREV_NOT_HEX);
+        if (lineBase === 0) {
+          const d = first.data as { segment?: unknown } | null | undefined;
+          const isHeader = first.type === 'audit.segment';
+          if (seg.n > 1 && (!isHeader || typeof d !== 'object' || d === null || d.segment !== seg.n)) {
             return at(
-              lineBase + (m.seq - first.seq) + 1,
-              'rollback',
-              `entry ${m.seq} differs from the checkpoint of ${cp.time} (checkpoint line ${cp.line}: head ${cp.head.slice(0, 4)}… in segment ${cp.segment} at byte ${cp.offset}; log: ${m.hash.slice(0, 4)}… in segment ${seg.n} at byte ${end}): the history was rewritten or rolled back`,
-              m.seq,
+              1,
+              'segment_missing',
+              `segment ${seg.n} does not start with its audit.segment header: a segment was removed or renamed`,
             );
           }
+          if (seg.n === 1 && isHeader) {
+            return at(1, 'segment_missing', 'the first segment starts with an audit.segment header: the segments before it were removed');
+          }
         }
-      }
-      if (r.fail) {
-        // Every line before the failing one verified: account for them first.
-        result.entries = failSeq - 1;
-        result.head = (r.last as EntryFacts).hash;
-        return at(lineBase + r.fail.index + 1, r.fail.reason, r.fail.message, failSeq);
-      }
-      last = r.last as EntryFacts;
-      seq = last.seq + 1;
-      prev = last.hash;
-      result.entries = last.seq;
-      result.head = last.hash;
-      lineBase += r.lines;
-      return undefined;
-    };
+        if (first.seq !== seq) return at(lineBase + 1, 'seq_gap', seqGapMessage(seq, first.seq));
+        if (first.prev !== prev) return at(lineBase + 1, 'broken_link', brokenLinkMessage(first.prev, prev));
+        const failSeq = r.fail ? first.seq + r.fail.index : Number.POSITIVE_INFINITY;
+        for (const m of r.marks) {
+          if (m.seq >= failSeq) break;
+          for (; next < used.length && (used[next] as UsedCheckpoint).entries < m.seq; next++);
+          for (; next < used.length && (used[next] as UsedCheckpoint).entries === m.seq; next++) {
+            const cp = used[next] as UsedCheckpoint;
+            const end = chunkStart + m.end;
+            if (cp.head !== m.hash || cp.segment !== seg.n || cp.offset !== end) {
+              result.entries = m.seq - 1;
+              result.head = m.prev;
+              return at(
+                lineBase + (m.seq - first.seq) + 1,
+                'rollback',
+                `entry ${m.seq} differs from the checkpoint of ${cp.time} (checkpoint line ${cp.line}: head ${cp.head.slice(0, 4)}… in segment ${cp.segment} at byte ${cp.offset}; log: ${m.hash.slice(0, 4)}… in segment ${seg.n} at byte ${end}): the history was rewritten or rolled back`,
+                m.seq,
+              );
+            }
+          }
+        }
+        if (r.fail) {
+          // Every line before the failing one verified: account for them first.
+          result.entries = failSeq - 1;
+          result.head = (r.last as EntryFacts).hash;
+          return at(lineBase + r.fail.index + 1, r.fail.reason, r.fail.message, failSeq);
+        }
+        last = r.last as EntryFacts;
+        seq = last.seq + 1;
+        prev = last.hash;
+        result.entries = last.seq;
+        result.head = last.hash;
+        lineBase += r.lines;
+        return undefined;
+      };
 
-    let carry = 0; // bytes of an incomplete line kept at the start of `buf`
-    try {
-      const size = (await fh.stat()).size;
-      let pos = 0;
-      let chunkStart = 0; // file offset of buf[0]
-      while (pos < size) {
-        if (buf.length - carry < CHUNK_BYTES / 2) {
-          if (carry >= MAX_LINE_BYTES) break;
-          const bigger = Buffer.allocUnsafe(buf.length * 2);
-          buf.copy(bigger, 0, 0, carry);
-          buf = bigger;
+      let carry = 0; // bytes of an incomplete line kept at the start of `buf`
+      try {
+        const size = seg.active ? snap.activeSize : (await fh.stat()).size;
+        let pos = 0;
+        let chunkStart = 0; // file offset of buf[0]
+        while (pos < size) {
+          if (buf.length - carry < CHUNK_BYTES / 2) {
+            if (carry >= MAX_LINE_BYTES) break;
+            const bigger = Buffer.allocUnsafe(buf.length * 2);
+            buf.copy(bigger, 0, 0, carry);
+            buf = bigger;
+          }
+          const { bytesRead } = await fh.read(buf, carry, Math.min(buf.length - carry, size - pos), pos);
+          if (bytesRead === 0) break;
+          pos += bytesRead;
+          const filled = carry + bytesRead;
+          const nl = buf.lastIndexOf(0x0a, filled - 1);
+          if (nl < 0) {
+            carry = filled;
+            continue;
+          }
+          const b = stitch(verifyChunk(buf.subarray(0, nl + 1), marks), chunkStart);
+          if (b) return b;
+          carry = filled - (nl + 1);
+          buf.copy(buf, 0, nl + 1, filled);
+          chunkStart += nl + 1;
         }
-        const { bytesRead } = await fh.read(buf, carry, Math.min(buf.length - carry, size - pos), pos);
-        if (bytesRead === 0) break;
-        pos += bytesRead;
-        const filled = carry + bytesRead;
-        const nl = buf.lastIndexOf(0x0a, filled - 1);
-        if (nl < 0) {
-          carry = filled;
-          continue;
+        if (carry >= MAX_LINE_BYTES) return at(lineBase + 1, 'bad_json', 'line is longer than 16 MiB');
+        if (carry > 0) {
+          if (!seg.active) return at(lineBase + 1, 'bad_json', 'sealed segment ends with an incomplete line');
+          return maxCovered >= seq
+            ? at(
+                lineBase + 1,
+                'truncated',
+                `log ends inside entry ${seq}, but a checkpoint records ${maxCovered} entries: it was truncated`,
+              )
+            : at(
+                lineBase + 1,
+                'torn_tail',
+                `incomplete last line (${carry} bytes, no line feed): a write was interrupted; the next writer moves it aside`,
+              );
         }
-        const b = stitch(verifyChunk(buf.subarray(0, nl + 1), marks), chunkStart);
-        if (b) return b;
-        carry = filled - (nl + 1);
-        buf.copy(buf, 0, nl + 1, filled);
-        chunkStart += nl + 1;
+      } finally {
+        if (!seg.active) await fh.close();
       }
-      if (carry >= MAX_LINE_BYTES) return at(lineBase + 1, 'bad_json', 'line is longer than 16 MiB');
-      if (carry > 0) {
-        if (!seg.active) return at(lineBase + 1, 'bad_json', 'sealed segment ends with an incomplete line');
-        return maxCovered >= seq
-          ? at(lineBase + 1, 'truncated', `log ends inside entry ${seq}, but a checkpoint records ${maxCovered} entries: it was truncated`)
-          : at(
-              lineBase + 1,
-              'torn_tail',
-              `incomplete last line (${carry} bytes, no line feed): a write was interrupted; the next writer moves it aside`,
-            );
+      if (!seg.active) {
+        const d = last?.data as { segment?: unknown } | null | undefined;
+        if (last?.type !== 'audit.sealed' || typeof d !== 'object' || d === null || d.segment !== seg.n) {
+          return at(lineBase + 1, 'truncated', `sealed segment ${file} does not end with its audit.sealed entry: it lost its tail`);
+        }
+      } else if (maxCovered >= seq) {
+        return at(
+          lineBase + 1,
+          'truncated',
+          `log ends at entry ${seq - 1}, but a checkpoint records ${maxCovered} entries: it was truncated or replaced by an older copy`,
+        );
       }
-    } finally {
-      await fh.close();
     }
-    if (!seg.active) {
-      const d = last?.data as { segment?: unknown } | null | undefined;
-      if (last?.type !== 'audit.sealed' || typeof d !== 'object' || d === null || d.segment !== seg.n) {
-        return at(lineBase + 1, 'truncated', `sealed segment ${file} does not end with its audit.sealed entry: it lost its tail`);
-      }
-    } else if (maxCovered >= seq) {
-      return at(
-        lineBase + 1,
-        'truncated',
-        `log ends at entry ${seq - 1}, but a checkpoint records ${maxCovered} entries: it was truncated or replaced by an older copy`,
-      );
+    if (maxCovered >= seq) {
+      // The active segment is missing altogether.
+      return {
+        seq,
+        line: 1,
+        reason: 'truncated',
+        file: files.base,
+        message: `log ends at entry ${seq - 1}, but a checkpoint records ${maxCovered} entries: it was truncated or replaced by an older copy`,
+      };
     }
+    return undefined;
   }
-  if (maxCovered >= seq) {
-    // The active segment is missing altogether.
-    return {
-      seq,
-      line: 1,
-      reason: 'truncated',
-      file: files.base,
-      message: `log ends at entry ${seq - 1}, but a checkpoint records ${maxCovered} entries: it was truncated or replaced by an older copy`,
-    };
-  }
-  return undefined;
 }
+
+/** A consistent view of the files to verify: the sealed segments and the active one, opened. */
+interface Snapshot {
+  sealed: SealedSegment[];
+  /** The active segment, opened (undefined when it does not exist). */
+  active: FileHandle | undefined;
+  /** Bytes of the active segment to verify: its size when no write was in flight. */
+  activeSize: number;
+}
+
+/**
+ * Takes the writers' lock for an instant, when it can, to see the active segment between two
+ * batches: a live log then never shows a write in progress as a torn tail, and a rotation after
+ * this point cannot swap the file under the walk (the handle stays on the file seen here).
+ * Without write access to the directory, or when the lock is busy for long, it goes on without.
+ */
+async function snapshot(files: LogFiles): Promise<Snapshot> {
+  const lock = new DirLock(files.lock, { timeoutMs: SNAPSHOT_LOCK_MS });
+  let locked = false;
+  try {
+    await lock.acquire();
+    locked = true;
+  } catch {
+    // Read-only directory, or a writer holding the lock for long: verify what is there.
+  }
+  try {
+    const sealed = await listSealedSegments(files);
+    let active: FileHandle | undefined;
+    try {
+      active = await open(files.active, 'r');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        throw new AuditError('io_error', `cannot read ${files.active}: ${describeCause(err)}`, { cause: err });
+      }
+    }
+    return { sealed, active, activeSize: active ? (await active.stat()).size : 0 };
+  } finally {
+    if (locked) await lock.release();
+  }
+}
+
+const SNAPSHOT_LOCK_MS = 2_000;
