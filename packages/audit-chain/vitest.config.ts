@@ -7,5 +7,7 @@ export default defineConfig({
     hookTimeout: 60_000,
     // Tests spawn real writer processes; keep files in parallel but bounded for a 2-core machine.
     maxWorkers: 2,
+    // In CI, also write counts for the closing summary line (scripts/test-summary.mjs).
+    reporters: process.env.CI ? ['default', ['json', { outputFile: 'test-results.json' }]] : ['default'],
   },
 });

@@ -1,7 +1,8 @@
 // One benchmark child process. Modes:
 //   append <log> <count> <start-file>   durable appends through the library, many in flight
 //   plain  <file> <count> <start-file>  fs.appendFile of the same lines (no hash, no lock)
-//   verify <log>                        verifyLog, then report peak memory
+//   verify <log>                        verifyLog on one thread, then report peak memory
+//   verify2 <log>                       the same with threads: 2
 // Waits until <start-file> exists so that all children start together, then prints one JSON line.
 import { existsSync, readFileSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
@@ -42,9 +43,9 @@ if (mode === 'append') {
   const t0 = performance.now();
   for (let i = 0; i < count; i++) await appendFile(path, plainLine(i));
   console.log(JSON.stringify({ ms: performance.now() - t0, count }));
-} else if (mode === 'verify') {
+} else if (mode === 'verify' || mode === 'verify2') {
   const t0 = performance.now();
-  const r = await verifyLog(path);
+  const r = await verifyLog(path, { threads: mode === 'verify2' ? 2 : 1 });
   const ms = performance.now() - t0;
   if (!r.ok) throw new Error(`benchmark log does not verify: ${JSON.stringify(r.first_bad)}`);
   console.log(JSON.stringify({ ms, count: r.entries, peakMiB: peakMiB() }));

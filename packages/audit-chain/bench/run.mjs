@@ -100,10 +100,19 @@ try {
   console.log(
     `\n  verify runs on ${VERIFY_N.toLocaleString('en-US')} entries (${(size / 2 ** 20).toFixed(0)} MiB, ${(size / VERIFY_N).toFixed(0)} bytes/entry):`,
   );
-  row('verify (hash, shape, chain)', median(verifies), 'entries/s', { min: 300_000 }, 'read+split only', median(reads));
+  row('verify, one thread (hash, shape, chain)', median(verifies), 'entries/s', { min: 300_000 }, 'read+split only', median(reads));
+  const two = [];
+  let peak2 = 0;
+  for (let k = 0; k < 3; k++) {
+    const r = await child(['verify2', big]);
+    two.push(r.count / (r.ms / 1000));
+    peak2 = Math.max(peak2, r.peakMiB);
+  }
+  row('verify, threads: 2', median(two), 'entries/s', undefined, 'one thread', median(verifies));
+  row('verify, threads: 2, peak memory', peak2, 'MiB', undefined, 'one thread', peak);
   const small = join(dir, 'single-0.log');
   const smallPeak = (await child(['verify', small])).peakMiB;
-  row(`verify peak memory, ${fmt(VERIFY_N)} entries`, peak, 'MiB', { max: 64 }, `${fmt(N)} entries`, smallPeak);
+  row(`verify, one thread, peak memory, ${fmt(VERIFY_N)} entries`, peak, 'MiB', { max: 64 }, `${fmt(N)} entries`, smallPeak);
   console.log(`\n  append line size: ${lineBytes.toFixed(0)} bytes; appendFile baselines are not durable (no fsync).`);
 } finally {
   await rm(dir, { recursive: true, force: true });

@@ -12,7 +12,8 @@ import { generateSigningKeys, openAuditLog, tailLog, verifyLog } from './index.j
 const USAGE = `usage: forge-audit <command> …
 
   append <log> <type> [<json-data>]         append one entry; prints its seq and hash
-  verify <log> [--key-pub <file>] [--json]  check the chain and checkpoints (exit 0 intact, 1 violation)
+  verify <log> [--key-pub <file>] [--threads 2] [--json]
+                                            check the chain and checkpoints (exit 0 intact, 1 violation)
   tail <log> [-n N] [-f] [--json]           print the last N entries (default 10); -f follows
   checkpoint <log> [--key <file>]           record (entries, head) beside the log, signed with --key
   rotate <log>                              seal the active segment and start the next
@@ -46,6 +47,7 @@ async function main(argv: string[]): Promise<number> {
       json: { type: 'boolean', default: false },
       'key-pub': { type: 'string' },
       key: { type: 'string' },
+      threads: { type: 'string' },
       n: { type: 'string', short: 'n' },
       follow: { type: 'boolean', short: 'f', default: false },
       help: { type: 'boolean', short: 'h', default: false },
@@ -79,7 +81,9 @@ async function main(argv: string[]): Promise<number> {
     case 'verify': {
       need(args, 1, '<log>');
       const publicKey = values['key-pub'] ? await loadKey(values['key-pub'], 'public') : undefined;
-      const r = await verifyLog(args[0] as string, publicKey ? { publicKey } : {});
+      const threads = values.threads === undefined ? 1 : Number(values.threads);
+      if (threads !== 1 && threads !== 2) throw new UsageError(`--threads must be 1 or 2 (got ${values.threads})`);
+      const r = await verifyLog(args[0] as string, { threads, ...(publicKey ? { publicKey } : {}) });
       if (values.json) {
         const { ok, entries, head, first_bad } = r;
         out(

@@ -128,17 +128,6 @@ function bytesAt(line: Uint8Array, at: number, lit: Uint8Array): boolean {
   return true;
 }
 
-/** Whether `line[at .. at+64)` are exactly the characters of the hex string `hex`. */
-export function hexAt(line: Uint8Array, at: number, hex: string): boolean {
-  for (let i = 0; i < 64; i++) if (line[at + i] !== hex.charCodeAt(i)) return false;
-  return true;
-}
-
-function hexRunAt(line: Uint8Array, at: number): boolean {
-  for (let i = at; i < at + 64; i++) if (HEX_TABLE[line[i] as number] !== 1) return false;
-  return true;
-}
-
 function badShape(f: LineFacts, message: string): false {
   f.reason = 'bad_json';
   f.message = message;
@@ -146,73 +135,75 @@ function badShape(f: LineFacts, message: string): false {
 }
 
 /**
- * Checks steps 2–4 of SPEC.md section 4 on one complete line, on its bytes: suffix shape, hash of
- * the body, UTF-8, the body's exact shape, and that `data` is one JSON value (scanned, not built).
- * Fills `f` and returns true when the line passes. Does not check that the `prev` digits are hex:
- * a caller that finds `prev` unequal to the expected hash must check {@link isHex64} first and
- * report `bad_json` (step 4) rather than a sequence or link fault.
+ * Checks steps 2–4 of SPEC.md section 4 on one complete line, `buf[start, end)` (with its final
+ * line feed), on its bytes: suffix shape, hash of the body, UTF-8, the body's exact shape, and
+ * that `data` is one JSON value (scanned, not built). Fills `f` (offsets are into `buf`) and
+ * returns true when the line passes. Does not check that the `prev` digits are hex: a caller that
+ * finds `prev` unequal to the expected hash must check {@link isHex64} first and report
+ * `bad_json` (step 4) rather than a sequence or link fault.
  */
-export function inspectLine(line: Buffer, f: LineFacts): boolean {
+export function inspectLine(buf: Buffer, start: number, end: number, f: LineFacts): boolean {
   f.reason = undefined;
-  const n = line.length;
-  if (n < SUFFIX_BYTES + 1 || line[n - 1] !== NL) return badShape(f, 'line is too short to hold an entry');
-  const s = n - SUFFIX_BYTES;
-  if (!bytesAt(line, s, HASH_HEAD) || line[n - 3] !== 0x22 || line[n - 2] !== 0x7d) {
+  if (end - start < SUFFIX_BYTES + 1 || buf[end - 1] !== NL) return badShape(f, 'line is too short to hold an entry');
+  const s = end - SUFFIX_BYTES;
+  if (!bytesAt(buf, s, HASH_HEAD) || buf[end - 3] !== 0x22 || buf[end - 2] !== 0x7d) {
     return badShape(f, 'line does not end with ,"hash":"<64 lowercase hex>"}');
   }
-  const computed = sha256Hex(line.subarray(0, s));
+  const body = buf.subarray(start, s);
+  const computed = sha256Hex(body);
+  const stored = buf.toString('latin1', s + 9, s + 73);
   // Equality with the computed hash (always lowercase hex) also proves the stored digits valid.
-  if (!hexAt(line, s + 9, computed)) {
-    if (!hexRunAt(line, s + 9)) return badShape(f, 'line does not end with ,"hash":"<64 lowercase hex>"}');
-    const stored = line.toString('latin1', s + 9, s + 13);
+  if (stored !== computed) {
+    if (!isHex64(stored)) return badShape(f, 'line does not end with ,"hash":"<64 lowercase hex>"}');
     f.reason = 'hash_mismatch';
-    f.message = `hash mismatch — stored ${stored}…, computed ${computed.slice(0, 4)}…`;
+    f.message = `hash mismatch — stored ${stored.slice(0, 4)}…, computed ${computed.slice(0, 4)}…`;
     return false;
   }
   f.hash = computed;
-  if (!isUtf8(line)) return badShape(f, 'line is not valid UTF-8');
+  // The suffix is ASCII (checked above), so the body decides whether the line is UTF-8.
+  if (!isUtf8(body)) return badShape(f, 'line is not valid UTF-8');
 
   // {"seq":<digits>,"ts":"<time>","type":"<type>","data":
   const headError = 'entry does not start with {"seq":…,"ts":"…","type":"…","data": in that form';
-  if (!bytesAt(line, 0, SEQ_HEAD)) return badShape(f, headError);
-  let i = SEQ_HEAD.length;
-  if (!((line[i] as number) >= 0x31 && (line[i] as number) <= 0x39)) return badShape(f, headError);
+  if (!bytesAt(buf, start, SEQ_HEAD)) return badShape(f, headError);
+  let i = start + SEQ_HEAD.length;
+  if (!((buf[i] as number) >= 0x31 && (buf[i] as number) <= 0x39)) return badShape(f, headError);
   let seq = 0;
   const digitsStart = i;
-  while (i < s && (line[i] as number) >= 0x30 && (line[i] as number) <= 0x39) {
-    seq = seq * 10 + ((line[i] as number) - 0x30);
+  while (i < s && (buf[i] as number) >= 0x30 && (buf[i] as number) <= 0x39) {
+    seq = seq * 10 + ((buf[i] as number) - 0x30);
     i++;
   }
   if (i - digitsStart > 16 || !Number.isSafeInteger(seq)) return badShape(f, '"seq" is beyond 2^53 − 1');
-  if (!bytesAt(line, i, TS_HEAD)) return badShape(f, headError);
+  if (!bytesAt(buf, i, TS_HEAD)) return badShape(f, headError);
   i += TS_HEAD.length;
   for (let k = 0; k < TS_SHAPE.length; k++) {
-    const c = line[i + k] as number;
+    const c = buf[i + k] as number;
     const want = TS_SHAPE.charCodeAt(k);
     if (want === 0x30 ? c < 0x30 || c > 0x39 : c !== want) return badShape(f, headError);
   }
   i += TS_SHAPE.length;
-  if (!bytesAt(line, i, TYPE_HEAD)) return badShape(f, headError);
+  if (!bytesAt(buf, i, TYPE_HEAD)) return badShape(f, headError);
   i += TYPE_HEAD.length;
   const typeStart = i;
-  const first = line[i] as number;
+  const first = buf[i] as number;
   if (!((first >= 0x30 && first <= 0x39) || (first >= 0x41 && first <= 0x5a) || (first >= 0x61 && first <= 0x7a))) {
     return badShape(f, headError);
   }
-  while (i < s && TYPE_TABLE[line[i] as number] === 1) i++;
-  if (i - typeStart > 128 || !bytesAt(line, i, DATA_HEAD)) return badShape(f, headError);
+  while (i < s && TYPE_TABLE[buf[i] as number] === 1) i++;
+  if (i - typeStart > 128 || !bytesAt(buf, i, DATA_HEAD)) return badShape(f, headError);
   f.typeStart = typeStart;
   f.typeEnd = i;
   f.dataStart = i + DATA_HEAD.length;
 
   // ,"prev":"<64 hex>"   (digits checked by the caller, see above)
   const at = s - PREV_TAIL;
-  if (at < f.dataStart || !bytesAt(line, at, PREV_HEAD) || line[s - 1] !== 0x22) {
+  if (at < f.dataStart || !bytesAt(buf, at, PREV_HEAD) || buf[s - 1] !== 0x22) {
     return badShape(f, 'entry does not end with "prev":"<64 lowercase hex>"');
   }
   f.prevStart = at + PREV_HEAD.length;
   f.dataEnd = at;
-  if (!isJsonValue(line, f.dataStart, f.dataEnd)) return badShape(f, '"data" is not one JSON value');
+  if (!isJsonValue(buf, f.dataStart, f.dataEnd)) return badShape(f, '"data" is not one JSON value');
   f.seq = seq;
   return true;
 }
@@ -230,7 +221,7 @@ const AUDIT_PREFIX = Buffer.from('audit.');
 export function checkLine(line: Uint8Array): LineCheck {
   const buf = Buffer.isBuffer(line) ? line : Buffer.from(line.buffer, line.byteOffset, line.byteLength);
   const f = newLineFacts();
-  if (!inspectLine(buf, f)) return { ok: false, reason: f.reason ?? 'bad_json', message: f.message };
+  if (!inspectLine(buf, 0, buf.length, f)) return { ok: false, reason: f.reason ?? 'bad_json', message: f.message };
   const prev = buf.toString('latin1', f.prevStart, f.prevStart + 64);
   if (!isHex64(prev)) return { ok: false, reason: 'bad_json', message: 'entry does not end with "prev":"<64 lowercase hex>"' };
   const entry: AuditEntry = {

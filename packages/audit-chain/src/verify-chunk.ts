@@ -1,4 +1,4 @@
-import { hexAt, inspectLine, isAuditType, isHex64, newLineFacts, type VerifyReason } from './format.js';
+import { inspectLine, isAuditType, isHex64, newLineFacts, SUFFIX_BYTES, type VerifyReason } from './format.js';
 
 /** Facts about one entry that the stitching step needs. */
 export interface EntryFacts {
@@ -38,42 +38,42 @@ export function verifyChunk(buf: Buffer, markSeqs: ReadonlySet<number>): ChunkRe
   const f = newLineFacts();
   let i = 0;
   let prevSeq = 0;
-  let prevHash = '';
+  let prevHashAt = 0; // offset in `buf` of the previous line's stored hash digits
   let prevStart = 0;
   let prevEnd = 0;
   let lastAudit: EntryFacts | undefined;
-  const facts = (line: Buffer, start: number, end: number): EntryFacts => {
+  const facts = (end: number): EntryFacts => {
     const e: EntryFacts = {
       seq: f.seq,
-      prev: line.toString('latin1', f.prevStart, f.prevStart + 64),
+      prev: buf.toString('latin1', f.prevStart, f.prevStart + 64),
       hash: f.hash,
-      type: line.toString('latin1', f.typeStart, f.typeEnd),
+      type: buf.toString('latin1', f.typeStart, f.typeEnd),
       end,
     };
-    if (isAuditType(line, f)) e.data = JSON.parse(buf.toString('utf8', start + f.dataStart, start + f.dataEnd));
+    if (isAuditType(buf, f)) e.data = JSON.parse(buf.toString('utf8', f.dataStart, f.dataEnd));
     return e;
   };
   while (i < buf.length) {
     const nl = buf.indexOf(0x0a, i);
     const end = nl < 0 ? buf.length : nl + 1;
-    const line = buf.subarray(i, end);
     const index = result.lines++;
-    if (!inspectLine(line, f)) {
+    if (!inspectLine(buf, i, end, f)) {
       result.fail = { index, reason: f.reason ?? 'bad_json', message: f.message };
       break;
     }
-    if (index > 0 && (f.seq !== prevSeq + 1 || !hexAt(line, f.prevStart, prevHash))) {
-      const prev = line.toString('latin1', f.prevStart, f.prevStart + 64);
+    if (index > 0 && (f.seq !== prevSeq + 1 || !sameBytes(buf, f.prevStart, prevHashAt))) {
+      const prev = buf.toString('latin1', f.prevStart, f.prevStart + 64);
+      const prevHash = buf.toString('latin1', prevHashAt, prevHashAt + 64);
       if (!isHex64(prev)) result.fail = { index, reason: 'bad_json', message: PREV_NOT_HEX };
       else if (f.seq !== prevSeq + 1) result.fail = { index, reason: 'seq_gap', message: seqGapMessage(prevSeq + 1, f.seq) };
       else result.fail = { index, reason: 'broken_link', message: brokenLinkMessage(prev, prevHash) };
       break;
     }
-    if (index === 0) result.first = facts(line, i, end);
-    else if (isAuditType(line, f)) lastAudit = facts(line, i, end);
-    if (markSeqs.has(f.seq)) result.marks.push(index === 0 ? (result.first as EntryFacts) : facts(line, i, end));
+    if (index === 0) result.first = facts(end);
+    else if (isAuditType(buf, f)) lastAudit = facts(end);
+    if (markSeqs.has(f.seq)) result.marks.push(index === 0 ? (result.first as EntryFacts) : facts(end));
     prevSeq = f.seq;
-    prevHash = f.hash;
+    prevHashAt = end - SUFFIX_BYTES + 9;
     prevStart = i;
     prevEnd = end;
     i = end;
@@ -83,11 +83,17 @@ export function verifyChunk(buf: Buffer, markSeqs: ReadonlySet<number>): ChunkRe
     if (prevStart === 0) result.last = result.first;
     else if (lastAudit?.seq === prevSeq) result.last = lastAudit;
     else {
-      inspectLine(buf.subarray(prevStart, prevEnd), f);
-      result.last = facts(buf.subarray(prevStart, prevEnd), prevStart, prevEnd);
+      inspectLine(buf, prevStart, prevEnd, f);
+      result.last = facts(prevEnd);
     }
   }
   return result;
+}
+
+/** Whether the 64 bytes at `a` equal the 64 bytes at `b` (a stored hash and a `prev`). */
+function sameBytes(buf: Buffer, a: number, b: number): boolean {
+  for (let k = 0; k < 64; k++) if (buf[a + k] !== buf[b + k]) return false;
+  return true;
 }
 
 export function seqGapMessage(expected: number, found: number): string {

@@ -1,0 +1,72 @@
+/**
+ * Verification on two threads (the built worker file only exists in dist/, so this test uses the
+ * built library) must reach exactly the verdicts of one thread, wherever the fault lands relative
+ * to the chunks each thread takes.
+ */
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type * as Lib from '../src/index.js';
+import { DIST } from './helpers.js';
+
+const lib = (await import(DIST)) as typeof Lib;
+
+describe('verifyLog with threads: 2', () => {
+  let dir: string;
+  let path: string;
+  let original: Buffer;
+  let lineStarts: number[];
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'audit-chain-threads-'));
+    path = join(dir, 'audit.log');
+    // Over the 32 MiB threshold, with checkpoints spread over many 1 MiB chunks.
+    const log = await lib.openAuditLog(path);
+    const pad = 'p'.repeat(400);
+    for (let i = 0; i < 80_000; i += 1000) {
+      await Promise.all(Array.from({ length: 1000 }, (_, k) => log.append('bench.entry', { i: i + k, pad })));
+      if (i % 20_000 === 0) await log.checkpoint();
+    }
+    await log.checkpoint();
+    await log.close();
+    original = await readFile(path);
+    lineStarts = [0];
+    for (let at = original.indexOf(10); at >= 0 && at < original.length - 1; at = original.indexOf(10, at + 1)) lineStarts.push(at + 1);
+  }, 120_000);
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  const both = async () => {
+    const one = await lib.verifyLog(path, { threads: 1 });
+    const two = await lib.verifyLog(path, { threads: 2 });
+    expect(one.threads).toBe(1);
+    expect(two.threads).toBe(2);
+    expect({ ...two, threads: 1 }).toEqual(one);
+    return one;
+  };
+
+  it('agrees with one thread on an intact log', async () => {
+    await writeFile(path, original);
+    const r = await both();
+    expect(r).toMatchObject({ ok: true, entries: 80_000, uncheckpointed: 0 });
+    expect(original.length).toBeGreaterThan(32 << 20);
+  });
+
+  it.each([1, 2, 1999, 2000, 2001, 41_234, 79_999, 80_000])('agrees with one thread on a flipped byte in entry %i', async (entry) => {
+    const b = Buffer.from(original);
+    const at = (lineStarts[entry - 1] as number) + 30;
+    b[at] = (b[at] as number) ^ 0x04;
+    await writeFile(path, b);
+    const r = await both();
+    expect(r.first_bad).toMatchObject({ seq: entry, line: entry });
+  });
+
+  it('agrees with one thread on a deleted entry and on a truncated log', async () => {
+    const cut = lineStarts[50_000] as number;
+    const next = lineStarts[50_001] as number;
+    await writeFile(path, Buffer.concat([original.subarray(0, cut), original.subarray(next)]));
+    expect((await both()).first_bad).toMatchObject({ seq: 50_001, reason: 'seq_gap' });
+    await writeFile(path, original.subarray(0, lineStarts[70_000]));
+    expect((await both()).first_bad).toMatchObject({ seq: 70_001, reason: 'truncated' });
+  });
+});

@@ -1,0 +1,31 @@
+#!/usr/bin/env node
+// Prints one closing line with the test counts of every package (from the JSON reports vitest
+// writes in CI): "tests: N passed, N failed". Exits 1 when a report is missing or counts a failure.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const root = new URL('..', import.meta.url).pathname;
+let passed = 0;
+let failed = 0;
+let missing = 0;
+for (const group of ['packages', 'apps']) {
+  const dir = join(root, group);
+  if (!existsSync(dir)) continue;
+  for (const name of readdirSync(dir)) {
+    const pkg = join(dir, name);
+    if (!existsSync(join(pkg, 'package.json'))) continue;
+    const scripts = JSON.parse(readFileSync(join(pkg, 'package.json'), 'utf8')).scripts ?? {};
+    if (!scripts.test) continue;
+    const report = join(pkg, 'test-results.json');
+    if (!existsSync(report)) {
+      console.error(`no test report from ${group}/${name} (expected ${report})`);
+      missing++;
+      continue;
+    }
+    const r = JSON.parse(readFileSync(report, 'utf8'));
+    passed += r.numPassedTests;
+    failed += r.numFailedTests;
+  }
+}
+console.log(`tests: ${passed} passed, ${failed} failed`);
+process.exit(failed > 0 || missing > 0 || passed === 0 ? 1 : 0);
