@@ -111,7 +111,12 @@ interface Tail {
  */
 export async function openAuditLog(path: string, options: OpenAuditLogOptions = {}): Promise<AuditLog> {
   const writer = new Writer(path, options);
-  await writer.open();
+  try {
+    await writer.open();
+  } catch (err) {
+    await writer.close().catch(() => {});
+    throw err;
+  }
   return writer;
 }
 
@@ -213,11 +218,21 @@ class Writer implements AuditLog {
           time: this.clock().toISOString(),
         };
         if (this.key) cp = signCheckpoint(cp, this.key);
-        const fh = await open(this.files.checkpoints, fsc.O_WRONLY | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
+        const fh = await open(this.files.checkpoints, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
+        let size = 0;
         try {
+          size = (await fh.stat()).size;
+          // An interrupted checkpoint write left a torn last line: drop it (it was never
+          // acknowledged, and the next checkpoint restates everything it held).
+          const last = await lastLine(fh, size);
+          if (last?.torn) {
+            size = last.start;
+            await fh.truncate(size);
+          }
           await this.io.write(fh, Buffer.from(checkpointLine(cp)));
           await this.io.datasync(fh);
         } catch (err) {
+          await fh.truncate(size).catch(() => {});
           throw new AuditError('write_failed', `cannot write checkpoint to ${this.files.checkpoints}: ${describeCause(err)}`, {
             cause: err,
           });

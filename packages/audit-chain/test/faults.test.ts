@@ -1,5 +1,5 @@
 import { readFileSync, statSync } from 'node:fs';
-import type { FileHandle } from 'node:fs/promises';
+import { appendFile, type FileHandle, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AuditLog, type JsonValue, type OpenAuditLogOptions, openAuditLog, verifyLog } from '../src/index.js';
@@ -304,5 +304,50 @@ describe('types, sizes and closed logs', () => {
     await log.close(); // closing twice is harmless
     expect(statSync(path).size).toBe(size);
     expect(await verifyLog(path)).toMatchObject({ ok: true, entries: 1 });
+  });
+});
+
+describe('checkpoint writes', () => {
+  it('a failed checkpoint write leaves the checkpoint file as it was, and the next one is well-formed', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const good = await openAuditLog(path);
+    await good.append('a.b', { i: 1 });
+    await good.checkpoint();
+    await good.close();
+    const before = await readFile(`${path}.checkpoints`);
+    const failing = await openAuditLog(path, {
+      io: {
+        async write(handle, data) {
+          await handle.write(data, 0, 10); // part of the line reaches the file
+          throw Object.assign(new Error('no space left on device'), { code: 'ENOSPC' });
+        },
+      },
+    });
+    await failing.append('a.b', { i: 2 }).catch(() => {});
+    await expect(failing.checkpoint()).rejects.toMatchObject({ code: 'write_failed' });
+    await failing.close();
+    expect(await readFile(`${path}.checkpoints`)).toEqual(before);
+    const again = await openAuditLog(path);
+    await again.append('a.b', { i: 3 });
+    await again.checkpoint();
+    await again.close();
+    expect(await verifyLog(path)).toMatchObject({ ok: true, entries: 2, uncheckpointed: 0 });
+  });
+
+  it('a torn checkpoint line left by a crash is dropped before the next checkpoint', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const log = await openAuditLog(path);
+    await log.append('a.b', { i: 1 });
+    await log.checkpoint();
+    await appendFile(`${path}.checkpoints`, '{"entries":1,"head":"00');
+    await log.append('a.b', { i: 2 });
+    await log.checkpoint();
+    await log.close();
+    const lines = (await readFile(`${path}.checkpoints`, 'utf8')).split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[2]).toBe('');
+    expect(await verifyLog(path)).toMatchObject({ ok: true, entries: 2, uncheckpointed: 0 });
   });
 });
