@@ -44,15 +44,15 @@ export function sha256Hex(data: Uint8Array | string): string {
   return hash('sha256', data, 'hex');
 }
 
-/** Throws `invalid_type` unless `type` fits the grammar; `audit.*` is reserved unless `internal`. */
-export function assertEventType(type: unknown, internal = false): asserts type is string {
+/** Throws `invalid_type` unless `type` fits the grammar and is not reserved (`audit.*`). */
+export function assertEventType(type: unknown): asserts type is string {
   if (typeof type !== 'string' || !TYPE_RE.test(type)) {
     throw new AuditError(
       'invalid_type',
       `event type ${JSON.stringify(type)} is invalid: use 1–128 characters from A–Z a–z 0–9 _ . : / -, starting with a letter or digit (for example "user.login")`,
     );
   }
-  if (!internal && type.startsWith('audit.')) {
+  if (type.startsWith('audit.')) {
     throw new AuditError(
       'invalid_type',
       `event type "${type}" is reserved: types starting with "audit." are written by the log itself; pick another prefix`,
