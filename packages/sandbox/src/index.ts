@@ -1,0 +1,23 @@
+/**
+ * @forge/sandbox — run a command in a minimal bubblewrap jail, failing closed.
+ *
+ * Public API. Everything exported here is a deliberate, documented decision.
+ */
+export { type BindCheck, type BindRequest, type BindRules, type CheckedBind, checkBind, closeBinds, defaultDenyList } from './binds.js';
+export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
+export { type HostInfo, type HostProblem, type ProbeOptions, probe, type RootEntry } from './probe.js';
+export {
+  buildBwrapArgs,
+  DEFAULT_LIMITS,
+  ETC_SHARED,
+  type FdPlan,
+  type HostLayout,
+  type Limits,
+  type Mount,
+  resolveLimits,
+  SANDBOX_UID,
+  type SandboxProfile,
+} from './profile.js';
+export { type EndReason, type RunOptions, type RunResult, runSandboxed } from './run.js';
+export { type Runtime, type RuntimeTable, resolveRuntimes } from './runtimes.js';
+export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';

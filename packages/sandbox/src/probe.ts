@@ -1,0 +1,190 @@
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { lstat, readlink } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { hostSeccompArch, type SeccompArch } from './seccomp.js';
+import { which } from './which.js';
+
+const run = promisify(execFile);
+
+/** Why the host cannot sandbox, with the exact fix. */
+export interface HostProblem {
+  code:
+    | 'bwrap_missing'
+    | 'bwrap_too_old'
+    | 'prlimit_missing'
+    | 'userns_blocked'
+    | 'proc_unmountable'
+    | 'arch_unsupported'
+    | 'sandbox_failed';
+  /** What is wrong, in one sentence. */
+  message: string;
+  /** What to run or change to fix it. */
+  fix: string;
+}
+
+/** How a top-level directory of the host appears in the sandbox. */
+export interface RootEntry {
+  /** `/bin`, `/lib64`, … */
+  path: string;
+  /** A merged-/usr symlink (`usr/bin`), recreated as a symlink; undefined: a real directory, bound read-only. */
+  symlink?: string;
+}
+
+/** What `probe()` found. `ok` is false when any problem was found: then nothing may run. */
+export interface HostInfo {
+  ok: boolean;
+  problems: HostProblem[];
+  bwrap?: { path: string; version: string };
+  prlimit?: string;
+  /** The seccomp table for this CPU, when there is one. */
+  arch?: SeccompArch;
+  /** Top-level directories besides /usr that programs need (merged-/usr symlinks or real dirs). */
+  roots: RootEntry[];
+}
+
+export interface ProbeOptions {
+  /** bwrap to use (default: `bwrap` on PATH). */
+  bwrapPath?: string;
+  /** Probe again instead of returning the result cached for this process. */
+  refresh?: boolean;
+}
+
+const MIN_BWRAP = [0, 8, 0] as const; // --disable-userns, --bind-fd with O_PATH
+const cache = new Map<string, Promise<HostInfo>>();
+
+/**
+ * Checks that this host can run sandboxes: bwrap present and at least 0.8, prlimit present, a
+ * supported CPU for the seccomp filter, and a real trial sandbox with the flags every run uses
+ * (user, pid, network namespaces; a fresh /proc). Each failure is classified with its fix. The
+ * result is cached per process (per bwrap path); pass `refresh` to probe again.
+ */
+export function probe(options: ProbeOptions = {}): Promise<HostInfo> {
+  const key = options.bwrapPath ?? '';
+  let p = cache.get(key);
+  if (!p || options.refresh) {
+    p = probeNow(options.bwrapPath);
+    cache.set(key, p);
+  }
+  return p;
+}
+
+async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
+  const problems: HostProblem[] = [];
+  const info: HostInfo = { ok: false, problems, roots: await hostRoots() };
+
+  const arch = hostSeccompArch();
+  if (arch) info.arch = arch;
+  else {
+    problems.push({
+      code: 'arch_unsupported',
+      message: `no seccomp table for this CPU (${process.arch}): only x86_64 and aarch64 are supported`,
+      fix: 'run forge on an x86_64 or aarch64 Linux host',
+    });
+  }
+
+  const prlimit = which('prlimit', ['/usr/bin', '/bin']);
+  if (prlimit) info.prlimit = prlimit;
+  else problems.push({ code: 'prlimit_missing', message: 'prlimit (util-linux) is not installed', fix: 'apt-get install -y util-linux' });
+
+  const bwrap = bwrapPath ?? which('bwrap', ['/usr/bin', '/bin']);
+  if (!bwrap) {
+    problems.push({ code: 'bwrap_missing', message: 'bubblewrap (bwrap) is not installed', fix: 'apt-get install -y bubblewrap' });
+    return info;
+  }
+  let version: string;
+  try {
+    const { stdout } = await run(bwrap, ['--version']);
+    version = /(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? '0.0.0';
+  } catch (err) {
+    problems.push({
+      code: 'bwrap_missing',
+      message: `${bwrap} does not run: ${(err as Error).message}`,
+      fix: 'apt-get install --reinstall -y bubblewrap',
+    });
+    return info;
+  }
+  info.bwrap = { path: bwrap, version };
+  if (compareVersions(version, MIN_BWRAP) < 0) {
+    problems.push({
+      code: 'bwrap_too_old',
+      message: `bwrap ${version} is too old: ${MIN_BWRAP.join('.')} or newer is needed (--disable-userns, --bind-fd)`,
+      fix: 'install bubblewrap 0.8 or newer (Debian 12 and Ubuntu 24.04 ship it: apt-get install -y bubblewrap)',
+    });
+    return info;
+  }
+
+  // A trial run with the namespaces and mounts every sandbox uses.
+  const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL'];
+  args.push('--ro-bind', '/usr', '/usr');
+  for (const r of info.roots) args.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/usr/bin/test', '-d', '/proc/self');
+  try {
+    await run(bwrap, args, { timeout: 10_000 });
+  } catch (err) {
+    problems.push(classifyFailure(String((err as { stderr?: string }).stderr ?? (err as Error).message)));
+  }
+  info.ok = problems.length === 0;
+  return info;
+}
+
+/** Turns bwrap's complaint about the trial run into a problem with its fix. */
+function classifyFailure(stderr: string): HostProblem {
+  const text = stderr.trim();
+  if (/proc/i.test(text) && /mount/i.test(text)) {
+    return {
+      code: 'proc_unmountable',
+      message: `a fresh /proc cannot be mounted (${text}): the host or container masks /proc`,
+      fix: 'in a container, run it with an unmasked /proc (podman: --security-opt unmask=/proc/*; docker: --security-opt systempaths=unconfined)',
+    };
+  }
+  if (/namespace|uid map|setting up uid|clone|unshare|Operation not permitted|Permission denied/i.test(text)) {
+    const sysctl = (path: string) => {
+      try {
+        return readFileSync(path, 'utf8').trim();
+      } catch {
+        return undefined;
+      }
+    };
+    let fix = 'allow unprivileged user namespaces for bwrap';
+    if (sysctl('/proc/sys/kernel/apparmor_restrict_unprivileged_userns') === '1') {
+      fix =
+        'AppArmor blocks user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (or install an AppArmor profile that allows userns for /usr/bin/bwrap)';
+    } else if (sysctl('/proc/sys/kernel/unprivileged_userns_clone') === '0') {
+      fix = 'sysctl -w kernel.unprivileged_userns_clone=1';
+    } else if (sysctl('/proc/sys/user/max_user_namespaces') === '0') {
+      fix = 'sysctl -w user.max_user_namespaces=15000';
+    } else {
+      fix =
+        "a container's seccomp profile blocks user namespaces: run it with a profile that allows clone/unshare of user namespaces (docker: --security-opt seccomp=unconfined)";
+    }
+    return { code: 'userns_blocked', message: `bwrap cannot create the sandbox's namespaces: ${text}`, fix };
+  }
+  return {
+    code: 'sandbox_failed',
+    message: `a trial sandbox failed: ${text || 'no message'}`,
+    fix: 'run the trial by hand to see why: bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev -- /usr/bin/true',
+  };
+}
+
+/** /bin, /lib, … as the host has them: merged-/usr symlinks, or real directories. */
+async function hostRoots(): Promise<RootEntry[]> {
+  const out: RootEntry[] = [];
+  for (const name of ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32']) {
+    const path = `/${name}`;
+    const st = await lstat(path).catch(() => undefined);
+    if (!st) continue;
+    if (st.isSymbolicLink()) out.push({ path, symlink: await readlink(path) });
+    else if (st.isDirectory()) out.push({ path });
+  }
+  return out;
+}
+
+function compareVersions(v: string, min: readonly number[]): number {
+  const parts = v.split('.').map(Number);
+  for (let i = 0; i < min.length; i++) {
+    const d = (parts[i] ?? 0) - (min[i] as number);
+    if (d !== 0) return d;
+  }
+  return 0;
+}

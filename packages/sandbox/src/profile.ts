@@ -1,0 +1,178 @@
+import { existsSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
+import type { CheckedBind } from './binds.js';
+import { SandboxError } from './errors.js';
+import type { RootEntry } from './probe.js';
+
+/** Resource limits of one run. Every field has a default; see {@link DEFAULT_LIMITS}. */
+export interface Limits {
+  /** Wall-clock time before the whole sandbox is killed (`timeout`). */
+  timeoutMs: number;
+  /** CPU seconds (RLIMIT_CPU); past it the tool gets SIGXCPU (`cpu`). */
+  cpuSeconds: number;
+  /** Largest file the tool may write (RLIMIT_FSIZE); past it, SIGXFSZ (`file_size`). */
+  fileSizeBytes: number;
+  /** Open file descriptors (RLIMIT_NOFILE). */
+  openFiles: number;
+  /** Processes and threads (RLIMIT_NPROC, counted per user). */
+  processes: number;
+  /** Address space (RLIMIT_AS), a runaway guard only: at least 4 GiB, since V8 reserves that much. */
+  addressSpaceBytes: number;
+  /** Size of the sandbox's private /tmp. */
+  tmpBytes: number;
+  /** Stdout kept in memory; the rest is spilled to `stdoutFile` when given. */
+  outputBytes: number;
+  /** Stdout accepted in all (memory plus spill) before the run is killed (`output_cap`). */
+  outputHardBytes: number;
+  /** Bytes of stderr kept (the tail). */
+  stderrTailBytes: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<Limits> = {
+  timeoutMs: 30_000,
+  cpuSeconds: 30,
+  fileSizeBytes: 64 << 20,
+  openFiles: 256,
+  processes: 64,
+  addressSpaceBytes: 8 * 2 ** 30,
+  tmpBytes: 64 << 20,
+  outputBytes: 1 << 20,
+  outputHardBytes: 64 << 20,
+  stderrTailBytes: 8 << 10,
+};
+
+const MIN_ADDRESS_SPACE = 4 * 2 ** 30;
+
+/** A trusted mount chosen by the program embedding the sandbox (not by the tool or agent). */
+export interface Mount {
+  source: string;
+  /** Where it appears inside (default: the same path). */
+  target?: string;
+  mode: 'ro' | 'rw';
+}
+
+/** What to run and what it may see. */
+export interface SandboxProfile {
+  /** argv inside the sandbox; `command[0]` is an absolute path. */
+  command: readonly string[];
+  /** Working directory inside (default `/tmp`). */
+  cwd?: string;
+  /** Extra environment (on top of PATH, HOME, TMPDIR, LANG); nothing else of the parent's is passed. */
+  env?: Readonly<Record<string, string>>;
+  /** Trusted mounts: the tool's files (read-only), a per-run artifacts directory (read-write), an interpreter's prefix. */
+  mounts?: readonly Mount[];
+  /** Checked hostile binds ({@link checkBind}), mounted by descriptor at their own path. */
+  binds?: readonly CheckedBind[];
+  limits?: Partial<Limits>;
+}
+
+/** Host facts the argv depends on (from `probe()` and the synthesized /etc files). */
+export interface HostLayout {
+  roots: readonly RootEntry[];
+  /** Host files bound at /etc/passwd, /etc/group and /etc/hosts. */
+  etc: { passwd: string; group: string; hosts: string };
+  /** /etc entries of the host to show read-only (only those that exist are used). */
+  etcShared: readonly string[];
+}
+
+/** The /etc subset a program needs to start, resolve users and verify TLS. */
+export const ETC_SHARED = [
+  '/etc/ld.so.cache',
+  '/etc/ld.so.conf',
+  '/etc/ld.so.conf.d',
+  '/etc/alternatives',
+  '/etc/ssl',
+  '/etc/ca-certificates',
+  '/etc/nsswitch.conf',
+  '/etc/localtime',
+];
+
+/** The uid and gid the tool runs as inside (a user namespace maps it to the caller's). */
+export const SANDBOX_UID = 1000;
+
+/** Descriptor numbers the argv refers to: the seccomp program, then one per bind, in order. */
+export interface FdPlan {
+  seccomp: number;
+  binds: number[];
+}
+
+/** Fills in and checks the limits of a profile; throws `invalid_profile` naming the bad field. */
+export function resolveLimits(partial: Partial<Limits> = {}): Limits {
+  const limits = { ...DEFAULT_LIMITS, ...partial };
+  for (const [k, v] of Object.entries(limits)) {
+    if (!Number.isSafeInteger(v) || v <= 0) {
+      throw new SandboxError('invalid_profile', `limits.${k} must be a positive integer (got ${JSON.stringify(v)})`);
+    }
+  }
+  if (limits.addressSpaceBytes < MIN_ADDRESS_SPACE) {
+    throw new SandboxError(
+      'invalid_profile',
+      `limits.addressSpaceBytes must be at least 4 GiB (V8 alone reserves that much); got ${limits.addressSpaceBytes}`,
+    );
+  }
+  return limits;
+}
+
+/**
+ * The bwrap arguments for a profile (a pure function of its inputs; no I/O but checking which
+ * shared /etc entries exist). The arguments go to bwrap through `--args FD`, never on its command
+ * line, so environment values (secrets) do not show in the host's process list.
+ */
+export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: FdPlan, limits: Limits): string[] {
+  const cmd = profile.command;
+  if (cmd.length === 0 || !isAbsolute(cmd[0] as string)) {
+    throw new SandboxError('invalid_profile', `command[0] must be an absolute path (got ${JSON.stringify(cmd[0])})`);
+  }
+  const a: string[] = [
+    '--unshare-all',
+    '--unshare-user',
+    '--disable-userns',
+    '--die-with-parent',
+    '--new-session',
+    '--cap-drop',
+    'ALL',
+    '--uid',
+    String(SANDBOX_UID),
+    '--gid',
+    String(SANDBOX_UID),
+    '--hostname',
+    'sandbox',
+    '--clearenv',
+  ];
+  const env: Record<string, string> = {
+    PATH: '/usr/local/bin:/usr/bin:/bin',
+    HOME: '/tmp',
+    TMPDIR: '/tmp',
+    LANG: 'C.UTF-8',
+    ...profile.env,
+  };
+  for (const [k, v] of Object.entries(env)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
+      throw new SandboxError('invalid_profile', `env name ${JSON.stringify(k)} is not a valid variable name`);
+    a.push('--setenv', k, v);
+  }
+  a.push('--ro-bind', '/usr', '/usr');
+  for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
+  for (const e of host.etcShared) a.push('--ro-bind', e, e);
+  a.push('--ro-bind', host.etc.passwd, '/etc/passwd', '--ro-bind', host.etc.group, '/etc/group', '--ro-bind', host.etc.hosts, '/etc/hosts');
+  a.push('--proc', '/proc', '--dev', '/dev');
+  a.push('--perms', '1777', '--size', String(limits.tmpBytes), '--tmpfs', '/tmp');
+  for (const m of profile.mounts ?? []) {
+    if (!isAbsolute(m.source) || (m.target !== undefined && !isAbsolute(m.target))) {
+      throw new SandboxError('invalid_profile', `mount paths must be absolute (got ${JSON.stringify(m)})`);
+    }
+    a.push(m.mode === 'rw' ? '--bind' : '--ro-bind', m.source, m.target ?? m.source);
+  }
+  (profile.binds ?? []).forEach((b, i) => {
+    a.push(b.mode === 'rw' ? '--bind-fd' : '--ro-bind-fd', String(fds.binds[i]), b.path);
+  });
+  a.push('--seccomp', String(fds.seccomp));
+  a.push('--chdir', profile.cwd ?? '/tmp');
+  a.push('--', ...cmd);
+  return a;
+}
+
+/** The shared /etc entries that exist on this host. */
+export function existingEtc(candidates: readonly string[] = ETC_SHARED): string[] {
+  return candidates.filter((p) => existsSync(p));
+}

@@ -1,0 +1,228 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { type FileHandle, open } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Writable } from 'node:stream';
+import { SandboxError } from './errors.js';
+import { type HostInfo, probe } from './probe.js';
+import { buildBwrapArgs, existingEtc, type HostLayout, type Limits, resolveLimits, SANDBOX_UID, type SandboxProfile } from './profile.js';
+import { buildSeccompFilter } from './seccomp.js';
+
+/** Why a run ended. */
+export type EndReason = 'exit' | 'signal' | 'timeout' | 'cpu' | 'memory' | 'file_size' | 'output_cap';
+
+export interface RunOptions {
+  /** Bytes written to the tool's stdin, which is then closed. */
+  stdin?: string | Uint8Array;
+  /** Where to write the whole stdout when it passes `limits.outputBytes` (created, mode 0600). */
+  stdoutFile?: string;
+  /** Kills the sandbox when aborted (the result then says `signal`, SIGKILL). */
+  signal?: AbortSignal;
+  /** Use this bwrap (default: the one `probe()` found on PATH). */
+  bwrapPath?: string;
+}
+
+export interface RunResult {
+  /** Why it ended: a normal `exit`, a `signal`, or the limit that stopped it. */
+  reason: EndReason;
+  /** The tool's exit code (null when it died of a signal). */
+  exitCode: number | null;
+  /** The signal that ended the tool, when one did (`SIGKILL`, `SIGXCPU`, …). */
+  signal: string | null;
+  /** Stdout, at most `limits.outputBytes`. */
+  stdout: Buffer;
+  /** All bytes the tool wrote to stdout. */
+  stdoutBytes: number;
+  /** True when `stdout` holds only the first `limits.outputBytes` bytes. */
+  stdoutTruncated: boolean;
+  /** The file holding the whole stdout, when it was truncated and `stdoutFile` was given. */
+  stdoutFile?: string;
+  /** The last `limits.stderrTailBytes` bytes of stderr, as UTF-8. */
+  stderrTail: string;
+  durationMs: number;
+  /** The limits that applied. */
+  limits: Limits;
+}
+
+let etcFiles: HostLayout['etc'] | undefined;
+
+/** Writes the synthesized /etc/passwd, group and hosts once per process (a private 0700 dir). */
+function syntheticEtc(): HostLayout['etc'] {
+  if (etcFiles) return etcFiles;
+  const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-etc-'));
+  const file = (name: string, text: string) => {
+    const p = join(dir, name);
+    writeFileSync(p, text, { mode: 0o644 });
+    return p;
+  };
+  const u = SANDBOX_UID;
+  etcFiles = {
+    passwd: file(
+      'passwd',
+      `root:x:0:0:root:/root:/bin/sh\nsandbox:x:${u}:${u}:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`,
+    ),
+    group: file('group', `root:x:0:\nsandbox:x:${u}:\nnogroup:x:65534:\n`),
+    hosts: file('hosts', '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n'),
+  };
+  return etcFiles;
+}
+
+/** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
+export function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'prlimit' | 'arch'>> {
+  if (host.ok && host.bwrap && host.prlimit && host.arch) return;
+  const lines = host.problems.map((p) => `${p.message} — fix: ${p.fix}`);
+  throw new SandboxError(
+    'sandbox_unavailable',
+    `this host cannot run sandboxes, so nothing was run: ${lines.join('; ') || 'probe failed'}`,
+  );
+}
+
+const SIGNALS: Record<number, string> = { 6: 'SIGABRT', 9: 'SIGKILL', 11: 'SIGSEGV', 15: 'SIGTERM', 24: 'SIGXCPU', 25: 'SIGXFSZ' };
+const SPILL_BACKLOG = 8 << 20;
+const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
+
+/**
+ * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
+ * namespaces, no capabilities, the seccomp filter, rlimits via prlimit, a wall-clock kill of the
+ * whole namespace, and only what the profile mounts. Never runs anything when the host cannot
+ * sandbox (`sandbox_unavailable`). Stdout past `outputBytes` keeps being drained (and spilled to
+ * `stdoutFile`), so a tool that prints forever cannot block; past `outputHardBytes` it is killed.
+ */
+export async function runSandboxed(profile: SandboxProfile, options: RunOptions = {}): Promise<RunResult> {
+  const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
+  assertHostReady(host);
+  const limits = resolveLimits(profile.limits);
+  const binds = profile.binds ?? [];
+  // fd 3: the argument list, fd 4: the seccomp program, then one descriptor per bind.
+  const fds = { seccomp: 4, binds: binds.map((_, i) => 5 + i) };
+  const layout: HostLayout = { roots: host.roots, etc: syntheticEtc(), etcShared: existingEtc() };
+  const args = buildBwrapArgs(profile, layout, fds, limits);
+  const seccomp = buildSeccompFilter(host.arch);
+
+  const prlimitArgs = [
+    `--cpu=${limits.cpuSeconds}:${limits.cpuSeconds + 1}`,
+    `--fsize=${limits.fileSizeBytes}`,
+    `--nofile=${limits.openFiles}`,
+    `--nproc=${limits.processes}`,
+    '--core=0',
+    `--as=${limits.addressSpaceBytes}`,
+    '--',
+    host.bwrap.path,
+    '--args',
+    '3',
+    // bwrap takes the command itself only from its real command line; the options (with the
+    // environment, which may hold secrets) go through the descriptor, out of the process list.
+    ...args.slice(args.length - profile.command.length - 1),
+  ];
+  const started = performance.now();
+  const child = spawn(host.prlimit, prlimitArgs, {
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...binds.map((b) => b.fd)],
+    detached: true, // its own process group: the wall-clock kill reaches everything
+    env: {},
+  });
+
+  const write = (stream: Writable | null | undefined, data: string | Uint8Array) => {
+    if (!stream) return;
+    stream.on('error', () => {}); // the tool may exit without reading: not an error of ours
+    stream.end(data);
+  };
+  write(child.stdio[3] as Writable, `${args.slice(0, args.length - profile.command.length - 1).join('\0')}\0`);
+  write(child.stdio[4] as Writable, seccomp);
+  write(child.stdin, options.stdin ?? '');
+
+  let ended: EndReason | undefined;
+  const kill = (why: EndReason) => {
+    ended ??= why;
+    try {
+      if (child.pid) process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  };
+  const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
+  const onAbort = () => kill('signal');
+  options.signal?.addEventListener('abort', onAbort);
+  if (options.signal?.aborted) onAbort();
+
+  // Stdout: keep the first outputBytes; spill everything once past it; kill past outputHardBytes.
+  const kept: Buffer[] = [];
+  let keptBytes = 0;
+  let total = 0;
+  let spill: Promise<FileHandle> | undefined;
+  let spillWrites: Promise<void> = Promise.resolve();
+  let pending = 0;
+  const stdout = child.stdout;
+  stdout?.on('data', (chunk: Buffer) => {
+    total += chunk.length;
+    if (options.stdoutFile && total > limits.outputBytes) {
+      // The first time: everything so far (all of it was kept); afterwards: each chunk.
+      const data = spill ? chunk : Buffer.concat([...kept, chunk]);
+      spill ??= open(options.stdoutFile, 'wx', 0o600);
+      const handle = spill;
+      pending += data.length;
+      if (pending > SPILL_BACKLOG) stdout.pause(); // let the disk catch up before reading more
+      spillWrites = spillWrites.then(async () => {
+        await (await handle).write(data);
+        pending -= data.length;
+        if (pending <= SPILL_BACKLOG) stdout.resume();
+      });
+    }
+    if (keptBytes < limits.outputBytes) {
+      const take = chunk.subarray(0, limits.outputBytes - keptBytes);
+      kept.push(take);
+      keptBytes += take.length;
+    }
+    if (total > limits.outputHardBytes) kill('output_cap');
+  });
+  let stderr = Buffer.alloc(0);
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr = Buffer.concat([stderr, chunk]);
+    if (stderr.length > limits.stderrTailBytes * 2) stderr = stderr.subarray(stderr.length - limits.stderrTailBytes);
+  });
+
+  const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (c, s) => resolve({ code: c, signal: s }));
+  }).finally(() => {
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', onAbort);
+  });
+  // The monitor bwrap reports a tool killed by signal N as exit code 128 + N.
+  let exitCode = code;
+  let sig: string | null = signal;
+  if (sig === null && code !== null && code > 128 && code < 128 + 65) {
+    sig = SIGNALS[code - 128] ?? `signal ${code - 128}`;
+    exitCode = null;
+  }
+  const stderrTail = stderr.subarray(Math.max(0, stderr.length - limits.stderrTailBytes)).toString('utf8');
+  let reason: EndReason = ended ?? (sig ? 'signal' : 'exit');
+  if (!ended) {
+    if (sig === 'SIGXCPU') reason = 'cpu';
+    else if (sig === 'SIGXFSZ') reason = 'file_size';
+    else if (exitCode !== 0 && OOM_RE.test(stderrTail)) reason = 'memory';
+  }
+  if (ended) {
+    exitCode = null;
+    sig = 'SIGKILL';
+  }
+  let stdoutFile: string | undefined;
+  if (spill) {
+    await spillWrites;
+    const h = await spill;
+    await h.close();
+    stdoutFile = options.stdoutFile;
+  }
+  return {
+    reason,
+    exitCode,
+    signal: sig,
+    stdout: Buffer.concat(kept),
+    stdoutBytes: total,
+    stdoutTruncated: total > keptBytes,
+    ...(stdoutFile ? { stdoutFile } : {}),
+    stderrTail,
+    durationMs: Math.round(performance.now() - started),
+    limits,
+  };
+}

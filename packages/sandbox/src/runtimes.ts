@@ -1,0 +1,101 @@
+import { execFile } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { realpath } from 'node:fs/promises';
+import { delimiter } from 'node:path';
+import { promisify } from 'node:util';
+import { SandboxError } from './errors.js';
+import { which } from './which.js';
+
+const run = promisify(execFile);
+
+/** An interpreter a tool can run under, as the sandbox will see it. */
+export interface Runtime {
+  /** The name tools ask for: `python3`, `python3.11`, `node`, `bash`, `sh`. */
+  name: string;
+  /** Absolute real path of the interpreter binary (every symlink resolved; shims looked through). */
+  interpreter: string;
+  /** Host paths outside /usr the interpreter needs, bound read-only at the same path. */
+  mounts: string[];
+  /** Version as the interpreter reports it (`3.11.7`, `v20.20.2`, `5.2.15`), '' when it has none. */
+  version: string;
+}
+
+/** The runtimes found on this host, by name. */
+export interface RuntimeTable {
+  /** Every runtime found, sorted by name. */
+  readonly list: readonly Runtime[];
+  /** The runtime called `name`; throws `unknown_runtime` listing the available names. */
+  get(name: string): Runtime;
+}
+
+const BASE_NAMES = ['python3', 'node', 'bash', 'sh'];
+let cached: Promise<RuntimeTable> | undefined;
+
+/**
+ * Finds `python3`, `node`, `bash`, `sh` and the versioned `python3.N` aliases on PATH, and works
+ * out for each the real binary and the least the sandbox must mount for it: nothing for an
+ * interpreter under /usr; its installation prefix (read-only) for one elsewhere, such as pyenv's
+ * or nvm's. Shims (pyenv's are shell scripts) are looked through by asking the interpreter itself
+ * where it lives. Cached per process; pass `refresh` to look again.
+ */
+export function resolveRuntimes(options: { refresh?: boolean } = {}): Promise<RuntimeTable> {
+  if (!cached || options.refresh) cached = findRuntimes();
+  return cached;
+}
+
+async function findRuntimes(): Promise<RuntimeTable> {
+  const names = new Set(BASE_NAMES);
+  for (const dir of (process.env.PATH ?? '').split(delimiter).filter(Boolean)) {
+    let entries: string[];
+    try {
+      entries = readdirSync(dir);
+    } catch {
+      continue;
+    }
+    for (const e of entries) if (/^python3\.\d+$/.test(e)) names.add(e);
+  }
+  const found = await Promise.all([...names].map((n) => findOne(n).catch(() => undefined)));
+  const list = found.filter((r): r is Runtime => r !== undefined).sort((a, b) => a.name.localeCompare(b.name));
+  const byName = new Map(list.map((r) => [r.name, r]));
+  return {
+    list,
+    get(name: string): Runtime {
+      const r = byName.get(name);
+      if (!r) {
+        throw new SandboxError(
+          'unknown_runtime',
+          `unknown runtime "${name}": this host has ${list.map((x) => x.name).join(', ') || 'none'}; install the interpreter or pick one of those`,
+        );
+      }
+      return r;
+    },
+  };
+}
+
+async function findOne(name: string): Promise<Runtime | undefined> {
+  const onPath = which(name);
+  if (!onPath) return undefined;
+  if (name.startsWith('python')) {
+    const code = 'import sys, json; print(json.dumps([sys.executable, sys.base_prefix, sys.version.split()[0]]))';
+    const { stdout } = await run(onPath, ['-I', '-c', code], { timeout: 10_000 });
+    const [exe, prefix, version] = JSON.parse(stdout) as [string, string, string];
+    const interpreter = await realpath(exe);
+    const mounts = interpreter.startsWith('/usr/') ? [] : [await realpath(prefix)];
+    if (mounts.length > 0 && !interpreter.startsWith(`${mounts[0]}/`)) mounts.push(interpreter);
+    return { name, interpreter, mounts, version };
+  }
+  if (name === 'node') {
+    const { stdout } = await run(onPath, ['-p', 'JSON.stringify([process.execPath, process.version])'], { timeout: 10_000 });
+    const [exe, version] = JSON.parse(stdout) as [string, string];
+    const interpreter = await realpath(exe);
+    // Node is one self-contained binary: outside /usr, that file is all it needs.
+    return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version };
+  }
+  const interpreter = await realpath(onPath);
+  let version = '';
+  if (name === 'bash') {
+    const { stdout } = await run(interpreter, ['-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 });
+    version = stdout.trim().replace(/\(.*$/, '');
+  }
+  return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version };
+}
