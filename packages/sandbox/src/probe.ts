@@ -1,7 +1,8 @@
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { promisify } from 'node:util';
+import { findPidsCgroups, type PidsCgroups } from './cgroup.js';
 import { hostSeccompArch, type SeccompArch } from './seccomp.js';
 import { which } from './which.js';
 
@@ -16,6 +17,7 @@ export interface HostProblem {
     | 'userns_blocked'
     | 'proc_unmountable'
     | 'arch_unsupported'
+    | 'pids_unlimited'
     | 'sandbox_failed';
   /** What is wrong, in one sentence. */
   message: string;
@@ -41,6 +43,11 @@ export interface HostInfo {
   arch?: SeccompArch;
   /** Top-level directories besides /usr that programs need (merged-/usr symlinks or real dirs). */
   roots: RootEntry[];
+  /**
+   * How the process limit is enforced: RLIMIT_NPROC, or (when running as root, where the kernel
+   * ignores that limit) a pids cgroup per run.
+   */
+  processLimit?: 'rlimit' | { cgroup: PidsCgroups };
 }
 
 export interface ProbeOptions {
@@ -83,13 +90,29 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
     });
   }
 
+  if (process.getuid?.() === 0) {
+    const cg = findPidsCgroups();
+    if (cg) info.processLimit = { cgroup: cg };
+    else {
+      problems.push({
+        code: 'pids_unlimited',
+        message:
+          'running as root, where the kernel ignores RLIMIT_NPROC, and no writable pids cgroup was found: a fork bomb could not be contained',
+        fix: 'run as a non-root user, or give this process a writable pids cgroup (a read-write /sys/fs/cgroup; in a container: --cgroupns=private)',
+      });
+    }
+  } else {
+    info.processLimit = 'rlimit';
+  }
+
   const prlimit = which('prlimit', ['/usr/bin', '/bin']);
   if (prlimit) info.prlimit = prlimit;
   else problems.push({ code: 'prlimit_missing', message: 'prlimit (util-linux) is not installed', fix: 'apt-get install -y util-linux' });
 
   const bwrap = bwrapPath ?? which('bwrap', ['/usr/bin', '/bin']);
-  if (!bwrap) {
-    problems.push({ code: 'bwrap_missing', message: 'bubblewrap (bwrap) is not installed', fix: 'apt-get install -y bubblewrap' });
+  if (!bwrap || !existsSync(bwrap)) {
+    const what = bwrap ? `${bwrap} does not exist` : 'bubblewrap (bwrap) is not installed';
+    problems.push({ code: 'bwrap_missing', message: what, fix: 'apt-get install -y bubblewrap' });
     return info;
   }
   let version: string;

@@ -4,6 +4,7 @@ import { type FileHandle, open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
+import { acquireRunCgroup, pidsLimitHit, type RunCgroup, releaseRunCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import { type HostInfo, probe } from './probe.js';
 import { buildBwrapArgs, existingEtc, type HostLayout, type Limits, resolveLimits, SANDBOX_UID, type SandboxProfile } from './profile.js';
@@ -41,11 +42,15 @@ export interface RunResult {
   /** The last `limits.stderrTailBytes` bytes of stderr, as UTF-8. */
   stderrTail: string;
   durationMs: number;
+  /** True when the tool tried to exceed `limits.processes` (known where a pids cgroup enforces it). */
+  processLimitHit: boolean;
   /** The limits that applied. */
   limits: Limits;
 }
 
 let etcFiles: HostLayout['etc'] | undefined;
+let etcShared: string[] | undefined;
+let seccomp: Buffer | undefined;
 
 /** Writes the synthesized /etc/passwd, group and hosts once per process (a private 0700 dir). */
 function syntheticEtc(): HostLayout['etc'] {
@@ -96,9 +101,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const binds = profile.binds ?? [];
   // fd 3: the argument list, fd 4: the seccomp program, then one descriptor per bind.
   const fds = { seccomp: 4, binds: binds.map((_, i) => 5 + i) };
-  const layout: HostLayout = { roots: host.roots, etc: syntheticEtc(), etcShared: existingEtc() };
+  etcShared ??= existingEtc();
+  const layout: HostLayout = { roots: host.roots, etc: syntheticEtc(), etcShared };
   const args = buildBwrapArgs(profile, layout, fds, limits);
-  const seccomp = buildSeccompFilter(host.arch);
+  seccomp ??= buildSeccompFilter(host.arch);
 
   const prlimitArgs = [
     `--cpu=${limits.cpuSeconds}:${limits.cpuSeconds + 1}`,
@@ -115,8 +121,22 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     // environment, which may hold secrets) go through the descriptor, out of the process list.
     ...args.slice(args.length - profile.command.length - 1),
   ];
+  // As root, the process limit is a pids cgroup that the run joins before anything forks.
+  let cgroup: RunCgroup | undefined;
+  let command = host.prlimit;
+  let commandArgs = prlimitArgs;
+  if (typeof host.processLimit === 'object') {
+    cgroup = acquireRunCgroup(host.processLimit.cgroup, limits.processes);
+    if (!cgroup)
+      throw new SandboxError(
+        'sandbox_unavailable',
+        `cannot create a pids cgroup under ${host.processLimit.cgroup.base}, so the process limit cannot be enforced; nothing was run`,
+      );
+    command = '/bin/sh';
+    commandArgs = ['-c', 'echo $$ > "$0" && exec "$@"', `${cgroup.dir}/cgroup.procs`, host.prlimit, ...prlimitArgs];
+  }
   const started = performance.now();
-  const child = spawn(host.prlimit, prlimitArgs, {
+  const child = spawn(command, commandArgs, {
     stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...binds.map((b) => b.fd)],
     detached: true, // its own process group: the wall-clock kill reaches everything
     env: {},
@@ -206,6 +226,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     exitCode = null;
     sig = 'SIGKILL';
   }
+  const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
+  if (cgroup) void releaseRunCgroup(cgroup);
   let stdoutFile: string | undefined;
   if (spill) {
     await spillWrites;
@@ -223,6 +245,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(stdoutFile ? { stdoutFile } : {}),
     stderrTail,
     durationMs: Math.round(performance.now() - started),
+    processLimitHit,
     limits,
   };
 }

@@ -18,6 +18,11 @@ export interface Runtime {
   mounts: string[];
   /** Version as the interpreter reports it (`3.11.7`, `v20.20.2`, `5.2.15`), '' when it has none. */
   version: string;
+  /**
+   * Environment the interpreter should get in the sandbox: for Python, no bytecode writing (its
+   * files are read-only there, and each failed write costs time at every import).
+   */
+  env: Readonly<Record<string, string>>;
 }
 
 /** The runtimes found on this host, by name. */
@@ -82,14 +87,14 @@ async function findOne(name: string): Promise<Runtime | undefined> {
     const interpreter = await realpath(exe);
     const mounts = interpreter.startsWith('/usr/') ? [] : [await realpath(prefix)];
     if (mounts.length > 0 && !interpreter.startsWith(`${mounts[0]}/`)) mounts.push(interpreter);
-    return { name, interpreter, mounts, version };
+    return { name, interpreter, mounts, version, env: { PYTHONDONTWRITEBYTECODE: '1' } };
   }
   if (name === 'node') {
     const { stdout } = await run(onPath, ['-p', 'JSON.stringify([process.execPath, process.version])'], { timeout: 10_000 });
     const [exe, version] = JSON.parse(stdout) as [string, string];
     const interpreter = await realpath(exe);
     // Node is one self-contained binary: outside /usr, that file is all it needs.
-    return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version };
+    return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: {} };
   }
   const interpreter = await realpath(onPath);
   let version = '';
@@ -97,5 +102,5 @@ async function findOne(name: string): Promise<Runtime | undefined> {
     const { stdout } = await run(interpreter, ['-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 });
     version = stdout.trim().replace(/\(.*$/, '');
   }
-  return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version };
+  return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: {} };
 }

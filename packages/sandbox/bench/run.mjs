@@ -1,0 +1,114 @@
+#!/usr/bin/env node
+// Benchmarks of @forge/sandbox against raw bwrap with a minimal argv running the same command,
+// measured in the same run. Prints p50/p95 and the ratios. Not a test: figures depend on the host.
+//
+//   pnpm bench     (BENCH_RUNS=200 for more samples)
+
+import { spawn } from 'node:child_process';
+import { availableParallelism } from 'node:os';
+import { probe, resolveRuntimes, runSandboxed } from '../dist/index.js';
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 100);
+const host = await probe();
+if (!host.ok) {
+  console.error(`cannot benchmark: ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`);
+  process.exit(2);
+}
+const python = (await resolveRuntimes()).get('python3');
+
+/** The least bwrap needs to run a program from /usr (plus extra read-only mounts). */
+function rawArgs(command, mounts = [], env = {}) {
+  // The same environment the sandbox gives, so both runs do the same work.
+  const a = ['--unshare-all', '--die-with-parent', '--clearenv'];
+  for (const [k, v] of Object.entries({ PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8', ...env }))
+    a.push('--setenv', k, v);
+  a.push('--ro-bind', '/usr', '/usr');
+  for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
+  for (const m of mounts) a.push('--ro-bind', m, m);
+  a.push('--proc', '/proc', '--dev', '/dev', '--', ...command);
+  return a;
+}
+
+function raw(command, mounts, env) {
+  return new Promise((resolve, reject) => {
+    const c = spawn(host.bwrap.path, rawArgs(command, mounts, env), { stdio: ['ignore', 'ignore', 'inherit'] });
+    c.on('error', reject);
+    c.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`raw bwrap exited ${code}`))));
+  });
+}
+
+async function sandboxed(command, mounts = [], env = {}) {
+  const r = await runSandboxed({ command, env, mounts: mounts.map((source) => ({ source, mode: 'ro' })) });
+  if (r.reason !== 'exit' || r.exitCode !== 0) throw new Error(`sandboxed run ended ${r.reason} ${r.exitCode}: ${r.stderrTail}`);
+}
+
+/** Runs `fn` RUNS times, alternating with `base` so both see the same machine state. */
+async function paired(fn, base) {
+  const a = [];
+  const b = [];
+  for (let i = 0; i < RUNS; i++) {
+    let t = performance.now();
+    await base();
+    b.push(performance.now() - t);
+    t = performance.now();
+    await fn();
+    a.push(performance.now() - t);
+  }
+  return { ours: stats(a), raw: stats(b) };
+}
+
+function stats(xs) {
+  const s = [...xs].sort((x, y) => x - y);
+  return { p50: s[Math.floor(s.length / 2)], p95: s[Math.floor(s.length * 0.95)] };
+}
+
+const ms = (x) => `${x.toFixed(2)} ms`;
+
+console.log(
+  `@forge/sandbox benchmark — node ${process.version}, ${availableParallelism()} cores, bwrap ${host.bwrap.version}, ${RUNS} runs each`,
+);
+console.log('  (! marks a figure that misses its target on this machine)\n');
+
+// Warm up both paths (page cache, probe and runtime caches).
+for (let i = 0; i < 5; i++) {
+  await raw(['/bin/true']);
+  await sandboxed(['/bin/true']);
+}
+
+const t = await paired(
+  () => sandboxed(['/bin/true']),
+  () => raw(['/bin/true']),
+);
+const over = t.ours.p50 - t.raw.p50;
+console.log(
+  `${over <= 3 ? ' ' : '!'} /bin/true           p50 ${ms(t.ours.p50)}  p95 ${ms(t.ours.p95)}   raw bwrap p50 ${ms(t.raw.p50)}  p95 ${ms(t.raw.p95)}`,
+);
+console.log(`${over <= 3 ? ' ' : '!'}   overhead at p50   ${ms(over)} (target ≤ 3 ms), ratio ${(t.ours.p50 / t.raw.p50).toFixed(2)}×`);
+
+const pyCmd = [python.interpreter, '-c', 'print(1)'];
+const p = await paired(
+  () => sandboxed(pyCmd, python.mounts, python.env),
+  () => raw(pyCmd, python.mounts, python.env),
+);
+const pyRatio = p.ours.p50 / p.raw.p50;
+console.log(
+  `${pyRatio <= 1.1 ? ' ' : '!'} python -c print(1)  p50 ${ms(p.ours.p50)}  p95 ${ms(p.ours.p95)}   raw bwrap p50 ${ms(p.raw.p50)}  p95 ${ms(p.raw.p95)}`,
+);
+console.log(`${pyRatio <= 1.1 ? ' ' : '!'}   ratio at p50      ${pyRatio.toFixed(3)}× (target ≤ 1.10×)`);
+
+// Throughput: /bin/true with 4 runs in flight, against raw bwrap the same way.
+async function throughput(fn, n = RUNS * 3, concurrency = 4) {
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next++ < n) await fn();
+    }),
+  );
+  return n / ((performance.now() - t0) / 1000);
+}
+const ours = await throughput(() => sandboxed(['/bin/true']));
+const rawRate = await throughput(() => raw(['/bin/true']));
+console.log(
+  `${ours >= 150 ? ' ' : '!'} /bin/true, 4 in flight  ${ours.toFixed(0)} runs/s (target ≥ 150)   raw bwrap ${rawRate.toFixed(0)} runs/s, ratio ${(ours / rawRate).toFixed(2)}×`,
+);

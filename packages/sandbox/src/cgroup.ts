@@ -1,0 +1,145 @@
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/**
+ * A pids cgroup per run, for hosts where RLIMIT_NPROC does not hold: the kernel never applies it
+ * to processes whose real user is root, and a sandbox started by root keeps root as its real user
+ * outside the namespace. The cgroup's `pids.max` caps every process and thread of the run.
+ */
+export interface PidsCgroups {
+  version: 1 | 2;
+  /** Directory under which one child cgroup per run is made. */
+  base: string;
+}
+
+const BASE_NAME = 'forge-sandbox';
+
+function tryWrite(path: string, text: string): boolean {
+  try {
+    writeFileSync(path, text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Finds (and prepares) a writable pids cgroup hierarchy, or returns undefined. */
+export function findPidsCgroups(): PidsCgroups | undefined {
+  const v2root = '/sys/fs/cgroup';
+  try {
+    if (existsSync(join(v2root, 'cgroup.controllers'))) {
+      const controllers = readFileSync(join(v2root, 'cgroup.controllers'), 'utf8').split(/\s+/);
+      if (!controllers.includes('pids')) return undefined;
+      const base = join(v2root, BASE_NAME);
+      mkdirSync(base, { recursive: true });
+      // Children of `base` get the pids controller only if both levels delegate it.
+      tryWrite(join(v2root, 'cgroup.subtree_control'), '+pids');
+      if (!tryWrite(join(base, 'cgroup.subtree_control'), '+pids')) return undefined;
+      return check({ version: 2, base });
+    }
+    const v1 = join(v2root, 'pids');
+    if (existsSync(join(v1, 'cgroup.procs'))) {
+      const base = join(v1, BASE_NAME);
+      mkdirSync(base, { recursive: true });
+      return check({ version: 1, base });
+    }
+  } catch {
+    // not writable (not root, or a read-only cgroupfs in a container)
+  }
+  return undefined;
+}
+
+function check(c: PidsCgroups): PidsCgroups | undefined {
+  const dir = createRunCgroup(c, 1, 'probe');
+  if (!dir) return undefined;
+  rmdirSync(dir); // empty: no process ever joined it
+  return c;
+}
+
+let counter = 0;
+const idle: string[] = [];
+
+/**
+ * A cgroup for one run with `pids.max = max`, reused from earlier runs when one is empty (making
+ * and removing a cgroup costs more than the rest of a short run). Returns undefined when none can
+ * be made. Give it back with {@link releaseRunCgroup}.
+ */
+export function acquireRunCgroup(c: PidsCgroups, max: number): RunCgroup | undefined {
+  let dir: string | undefined;
+  while (!dir && idle.length > 0) {
+    const d = idle.pop() as string;
+    if (readCount(join(d, 'pids.current')) === 0 && tryWrite(join(d, 'pids.max'), String(max))) dir = d;
+  }
+  dir ??= createRunCgroup(c, max);
+  if (!dir) return undefined;
+  return { dir, maxEventsBefore: maxEvents(dir) };
+}
+
+export interface RunCgroup {
+  dir: string;
+  maxEventsBefore: number;
+}
+
+/** Whether the run tried to pass its process limit (the cgroup's `max` event count grew). */
+export function pidsLimitHit(cg: RunCgroup): boolean {
+  return maxEvents(cg.dir) > cg.maxEventsBefore;
+}
+
+/** Returns a run's cgroup to the pool once its processes are gone. */
+export async function releaseRunCgroup(cg: RunCgroup): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if (readCount(join(cg.dir, 'pids.current')) === 0) {
+      if (idle.length < 8) idle.push(cg.dir);
+      else await removeRunCgroup(cg.dir);
+      return;
+    }
+    await sleep(5);
+  }
+  // Still busy after a second: leave it (and never reuse it); the kernel frees it with its processes.
+}
+
+function readCount(path: string): number {
+  try {
+    return Number(readFileSync(path, 'utf8').trim());
+  } catch {
+    return Number.NaN;
+  }
+}
+
+function maxEvents(dir: string): number {
+  try {
+    const m = /^max (\d+)/m.exec(readFileSync(join(dir, 'pids.events'), 'utf8'));
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Makes the cgroup of one run with `pids.max = max`; returns its directory, or undefined. */
+function createRunCgroup(c: PidsCgroups, max: number, tag = 'run'): string | undefined {
+  const dir = join(c.base, `${tag}-${process.pid}-${++counter}`);
+  try {
+    mkdirSync(dir);
+  } catch {
+    return undefined;
+  }
+  if (!tryWrite(join(dir, 'pids.max'), String(max))) {
+    rmdirSync(dir);
+    return undefined;
+  }
+  return dir;
+}
+
+/** Removes a cgroup once its processes are gone (retrying briefly while the kernel reaps them). */
+async function removeRunCgroup(dir: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    try {
+      rmdirSync(dir);
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      await sleep(5);
+    }
+  }
+}

@@ -1,0 +1,61 @@
+import { existsSync } from 'node:fs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { resolveRuntimes, runSandboxed } from '../src/index.js';
+import { requireSandbox } from './helpers.js';
+
+const PROGRAMS: Record<string, string[]> = {
+  python3: ['-c', 'import sys; print("py", sys.version_info[0])'],
+  node: ['-e', 'console.log("node", typeof process.version)'],
+  bash: ['-c', 'echo bash $((6*7))'],
+  sh: ['-c', 'echo sh ok'],
+};
+
+describe('runtimes', () => {
+  beforeAll(requireSandbox);
+
+  it('resolves python3, node, bash and sh to real interpreters', async () => {
+    const table = await resolveRuntimes();
+    for (const name of Object.keys(PROGRAMS)) {
+      const r = table.get(name);
+      expect(r.interpreter.startsWith('/')).toBe(true);
+      expect(existsSync(r.interpreter)).toBe(true);
+      // An interpreter under /usr needs no mount; one elsewhere brings the least it needs.
+      if (r.interpreter.startsWith('/usr/')) expect(r.mounts).toEqual([]);
+      for (const m of r.mounts) expect(existsSync(m)).toBe(true);
+    }
+  });
+
+  it('refuses an unknown runtime, listing the available ones', async () => {
+    const table = await resolveRuntimes();
+    expect(() => table.get('ruby')).toThrow(
+      /unknown runtime "ruby": this host has .*python3.*; install the interpreter or pick one of those/,
+    );
+    try {
+      table.get('ruby');
+    } catch (err) {
+      expect((err as { code?: string }).code).toBe('unknown_runtime');
+    }
+  });
+
+  it.each(Object.keys(PROGRAMS))('%s runs inside the sandbox with only what it needs mounted', async (name) => {
+    const r = (await resolveRuntimes()).get(name);
+    const result = await runSandboxed({
+      command: [r.interpreter, ...(PROGRAMS[name] as string[])],
+      mounts: r.mounts.map((source) => ({ source, mode: 'ro' as const })),
+      env: r.env,
+    });
+    expect({ reason: result.reason, exitCode: result.exitCode, stderr: result.stderrTail }).toEqual({
+      reason: 'exit',
+      exitCode: 0,
+      stderr: '',
+    });
+    expect(result.stdout.toString()).toMatch(/^(py 3|node string|bash 42|sh ok)\n$/);
+  });
+
+  it('runs versioned python aliases found on PATH', async () => {
+    const table = await resolveRuntimes();
+    const versioned = table.list.filter((r) => /^python3\.\d+$/.test(r.name));
+    expect(versioned.length).toBeGreaterThan(0);
+    for (const r of versioned) expect(r.version.startsWith(r.name.slice('python'.length))).toBe(true);
+  });
+});
