@@ -42,17 +42,25 @@ async function sandboxed(command, mounts = [], env = {}) {
   if (r.reason !== 'exit' || r.exitCode !== 0) throw new Error(`sandboxed run ended ${r.reason} ${r.exitCode}: ${r.stderrTail}`);
 }
 
-/** Runs `fn` RUNS times, alternating with `base` so both see the same machine state. */
+/**
+ * Runs `fn` and `base` RUNS times each, in interleaved blocks of 10, so both see the same
+ * machine state without one run's teardown (namespaces are freed asynchronously) landing in the
+ * other's timing.
+ */
 async function paired(fn, base) {
   const a = [];
   const b = [];
-  for (let i = 0; i < RUNS; i++) {
-    let t = performance.now();
-    await base();
-    b.push(performance.now() - t);
-    t = performance.now();
-    await fn();
-    a.push(performance.now() - t);
+  for (let i = 0; i < RUNS; i += 10) {
+    for (let k = 0; k < 10; k++) {
+      const t = performance.now();
+      await base();
+      b.push(performance.now() - t);
+    }
+    for (let k = 0; k < 10; k++) {
+      const t = performance.now();
+      await fn();
+      a.push(performance.now() - t);
+    }
   }
   return { ours: stats(a), raw: stats(b) };
 }

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -51,6 +51,7 @@ export function findPidsCgroups(): PidsCgroups | undefined {
 }
 
 function check(c: PidsCgroups): PidsCgroups | undefined {
+  sweepStale(c.base);
   const dir = createRunCgroup(c, 1, 'probe');
   if (!dir) return undefined;
   rmdirSync(dir); // empty: no process ever joined it
@@ -59,6 +60,8 @@ function check(c: PidsCgroups): PidsCgroups | undefined {
 
 let counter = 0;
 const idle: string[] = [];
+/** Released cgroups whose processes the kernel has not finished reaping yet. */
+const draining: string[] = [];
 
 /**
  * A cgroup for one run with `pids.max = max`, reused from earlier runs when one is empty (making
@@ -66,6 +69,13 @@ const idle: string[] = [];
  * be made. Give it back with {@link releaseRunCgroup}.
  */
 export function acquireRunCgroup(c: PidsCgroups, max: number): RunCgroup | undefined {
+  for (let i = draining.length - 1; i >= 0; i--) {
+    const d = draining[i] as string;
+    if (readCount(join(d, 'pids.current')) !== 0) continue;
+    draining.splice(i, 1);
+    if (idle.length < 8) idle.push(d);
+    else void removeRunCgroup(d);
+  }
   let dir: string | undefined;
   while (!dir && idle.length > 0) {
     const d = idle.pop() as string;
@@ -86,17 +96,42 @@ export function pidsLimitHit(cg: RunCgroup): boolean {
   return maxEvents(cg.dir) > cg.maxEventsBefore;
 }
 
-/** Returns a run's cgroup to the pool once its processes are gone. */
-export async function releaseRunCgroup(cg: RunCgroup): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    if (readCount(join(cg.dir, 'pids.current')) === 0) {
-      if (idle.length < 8) idle.push(cg.dir);
-      else await removeRunCgroup(cg.dir);
-      return;
-    }
-    await sleep(5);
+/**
+ * Returns a run's cgroup to the pool: at once when it is empty, else it waits in a draining list
+ * that later acquisitions check (exited processes can take a while to be reaped, by an init that
+ * is not ours).
+ */
+export function releaseRunCgroup(cg: RunCgroup): void {
+  if (readCount(join(cg.dir, 'pids.current')) === 0 && idle.length < 8) idle.push(cg.dir);
+  else draining.push(cg.dir);
+}
+
+/** Removes empty run cgroups left by processes that have exited (found at probe time). */
+function sweepStale(base: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(base);
+  } catch {
+    return;
   }
-  // Still busy after a second: leave it (and never reuse it); the kernel frees it with its processes.
+  for (const name of names) {
+    const pid = Number(/^(?:run|probe)-(\d+)-\d+$/.exec(name)?.[1]);
+    if (!pid || pid === process.pid || isAlive(pid)) continue;
+    try {
+      rmdirSync(join(base, name)); // fails, harmlessly, while it still holds a process
+    } catch {
+      // busy or gone
+    }
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function readCount(path: string): number {

@@ -13,7 +13,6 @@ export interface HostProblem {
   code:
     | 'bwrap_missing'
     | 'bwrap_too_old'
-    | 'prlimit_missing'
     | 'userns_blocked'
     | 'proc_unmountable'
     | 'arch_unsupported'
@@ -38,7 +37,6 @@ export interface HostInfo {
   ok: boolean;
   problems: HostProblem[];
   bwrap?: { path: string; version: string };
-  prlimit?: string;
   /** The seccomp table for this CPU, when there is one. */
   arch?: SeccompArch;
   /** Top-level directories besides /usr that programs need (merged-/usr symlinks or real dirs). */
@@ -61,7 +59,7 @@ const MIN_BWRAP = [0, 8, 0] as const; // --disable-userns, --bind-fd with O_PATH
 const cache = new Map<string, Promise<HostInfo>>();
 
 /**
- * Checks that this host can run sandboxes: bwrap present and at least 0.8, prlimit present, a
+ * Checks that this host can run sandboxes: bwrap present and at least 0.8, a
  * supported CPU for the seccomp filter, and a real trial sandbox with the flags every run uses
  * (user, pid, network namespaces; a fresh /proc). Each failure is classified with its fix. The
  * result is cached per process (per bwrap path); pass `refresh` to probe again.
@@ -104,10 +102,6 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
   } else {
     info.processLimit = 'rlimit';
   }
-
-  const prlimit = which('prlimit', ['/usr/bin', '/bin']);
-  if (prlimit) info.prlimit = prlimit;
-  else problems.push({ code: 'prlimit_missing', message: 'prlimit (util-linux) is not installed', fix: 'apt-get install -y util-linux' });
 
   const bwrap = bwrapPath ?? which('bwrap', ['/usr/bin', '/bin']);
   if (!bwrap || !existsSync(bwrap)) {

@@ -156,7 +156,10 @@ export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: F
   for (const e of host.etcShared) a.push('--ro-bind', e, e);
   a.push('--ro-bind', host.etc.passwd, '/etc/passwd', '--ro-bind', host.etc.group, '/etc/group', '--ro-bind', host.etc.hosts, '/etc/hosts');
   a.push('--proc', '/proc', '--dev', '/dev');
+  // The only writable scratch space: a capped /tmp, and a capped /dev/shm (POSIX semaphores and
+  // shared memory, as Python's multiprocessing uses). Both count against tmpBytes each.
   a.push('--perms', '1777', '--size', String(limits.tmpBytes), '--tmpfs', '/tmp');
+  a.push('--perms', '1777', '--size', String(limits.tmpBytes), '--tmpfs', '/dev/shm');
   for (const m of profile.mounts ?? []) {
     if (!isAbsolute(m.source) || (m.target !== undefined && !isAbsolute(m.target))) {
       throw new SandboxError('invalid_profile', `mount paths must be absolute (got ${JSON.stringify(m)})`);
@@ -166,6 +169,9 @@ export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: F
   (profile.binds ?? []).forEach((b, i) => {
     a.push(b.mode === 'rw' ? '--bind-fd' : '--ro-bind-fd', String(fds.binds[i]), b.path);
   });
+  // The sandbox root and /dev are bwrap's own tmpfs mounts, with no size cap: make them read-only
+  // once every mount point exists, so /tmp and /dev/shm stay the only places to write.
+  a.push('--remount-ro', '/', '--remount-ro', '/dev');
   a.push('--seccomp', String(fds.seccomp));
   a.push('--chdir', profile.cwd ?? '/tmp');
   a.push('--', ...cmd);

@@ -1,7 +1,7 @@
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { type StdioNull, type StdioPipe, spawn } from 'node:child_process';
+import { mkdtempSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { acquireRunCgroup, pidsLimitHit, type RunCgroup, releaseRunCgroup } from './cgroup.js';
@@ -73,9 +73,30 @@ function syntheticEtc(): HostLayout['etc'] {
   return etcFiles;
 }
 
+/**
+ * Descriptors of this process, from `first` up, that lack close-on-exec: a child would inherit
+ * them. Read from /proc/self/fdinfo (the `flags` field is octal; O_CLOEXEC is 02000000).
+ */
+function inheritedDescriptors(first: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync('/proc/self/fdinfo')) {
+    const fd = Number(name);
+    if (!(fd >= first)) continue;
+    try {
+      const flags = /^flags:\s+([0-7]+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))?.[1];
+      if (flags && (Number.parseInt(flags, 8) & 0o2000000) === 0) out.push(fd);
+    } catch {
+      // closed meanwhile (the readdir's own descriptor, for one)
+    }
+  }
+  return out;
+}
+
+let devNull: number | undefined;
+
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
-export function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'prlimit' | 'arch'>> {
-  if (host.ok && host.bwrap && host.prlimit && host.arch) return;
+export function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
+  if (host.ok && host.bwrap && host.arch) return;
   const lines = host.problems.map((p) => `${p.message} — fix: ${p.fix}`);
   throw new SandboxError(
     'sandbox_unavailable',
@@ -83,13 +104,14 @@ export function assertHostReady(host: HostInfo): asserts host is HostInfo & Requ
   );
 }
 
-const SIGNALS: Record<number, string> = { 6: 'SIGABRT', 9: 'SIGKILL', 11: 'SIGSEGV', 15: 'SIGTERM', 24: 'SIGXCPU', 25: 'SIGXFSZ' };
+/** Signal names by number, from the host's own table. */
+const SIGNALS = new Map(Object.entries(constants.signals).map(([name, n]) => [n as number, name]));
 const SPILL_BACKLOG = 8 << 20;
 const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
 
 /**
  * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
- * namespaces, no capabilities, the seccomp filter, rlimits via prlimit, a wall-clock kill of the
+ * namespaces, no capabilities, the seccomp filter, rlimits, a wall-clock kill of the
  * whole namespace, and only what the profile mounts. Never runs anything when the host cannot
  * sandbox (`sandbox_unavailable`). Stdout past `outputBytes` keeps being drained (and spilled to
  * `stdoutFile`), so a tool that prints forever cannot block; past `outputHardBytes` it is killed.
@@ -106,38 +128,59 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const args = buildBwrapArgs(profile, layout, fds, limits);
   seccomp ??= buildSeccompFilter(host.arch);
 
-  const prlimitArgs = [
-    `--cpu=${limits.cpuSeconds}:${limits.cpuSeconds + 1}`,
-    `--fsize=${limits.fileSizeBytes}`,
-    `--nofile=${limits.openFiles}`,
-    `--nproc=${limits.processes}`,
-    '--core=0',
-    `--as=${limits.addressSpaceBytes}`,
-    '--',
-    host.bwrap.path,
-    '--args',
-    '3',
-    // bwrap takes the command itself only from its real command line; the options (with the
-    // environment, which may hold secrets) go through the descriptor, out of the process list.
-    ...args.slice(args.length - profile.command.length - 1),
-  ];
-  // As root, the process limit is a pids cgroup that the run joins before anything forks.
+  // The launcher: /bin/sh sets the rlimits (setrlimit through its ulimit builtin, as prlimit
+  // would, without an extra program), joins the run's pids cgroup first when running as root (the
+  // kernel ignores RLIMIT_NPROC for root), then becomes bwrap. bwrap takes the command only from
+  // its real command line; its options, with the environment (which may hold secrets), go
+  // through fd 3, out of the host's process list.
   let cgroup: RunCgroup | undefined;
-  let command = host.prlimit;
-  let commandArgs = prlimitArgs;
+  const steps: string[] = [];
   if (typeof host.processLimit === 'object') {
     cgroup = acquireRunCgroup(host.processLimit.cgroup, limits.processes);
-    if (!cgroup)
+    if (!cgroup) {
       throw new SandboxError(
         'sandbox_unavailable',
         `cannot create a pids cgroup under ${host.processLimit.cgroup.base}, so the process limit cannot be enforced; nothing was run`,
       );
-    command = '/bin/sh';
-    commandArgs = ['-c', 'echo $$ > "$0" && exec "$@"', `${cgroup.dir}/cgroup.procs`, host.prlimit, ...prlimitArgs];
+    }
+    steps.push(`echo $$ > '${cgroup.dir}/cgroup.procs'`);
+  }
+  steps.push(
+    // Soft CPU limit first (SIGXCPU, reported as cpu), then the hard one a second later.
+    `ulimit -S -t ${limits.cpuSeconds}`,
+    `ulimit -H -t ${limits.cpuSeconds + 1}`,
+    `ulimit -f ${Math.ceil(limits.fileSizeBytes / 512)}`, // 512-byte blocks
+    `ulimit -n ${limits.openFiles}`,
+    `ulimit -p ${limits.processes}`,
+    'ulimit -c 0',
+    `ulimit -v ${Math.ceil(limits.addressSpaceBytes / 1024)}`, // KiB
+    'exec "$@"',
+  );
+  const command = '/bin/sh';
+  const commandArgs = [
+    '-c',
+    steps.join(' && '),
+    'sandbox-launcher',
+    host.bwrap.path,
+    '--args',
+    '3',
+    ...args.slice(args.length - profile.command.length - 1),
+  ];
+  // fd 3: the argument list, fd 4: the seccomp program, then one descriptor per bind. Descriptors
+  // this process inherited without close-on-exec (Node marks its own, but not those of whoever
+  // started it) would reach the tool: /dev/null is put over each of them in the child.
+  const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...binds.map((b) => b.fd)];
+  const leaked = inheritedDescriptors(stdio.length);
+  if (leaked.length > 0) {
+    devNull ??= openSync('/dev/null', 'r');
+    for (const fd of leaked) {
+      while (stdio.length < fd) stdio.push('ignore');
+      stdio[fd] = devNull;
+    }
   }
   const started = performance.now();
   const child = spawn(command, commandArgs, {
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...binds.map((b) => b.fd)],
+    stdio,
     detached: true, // its own process group: the wall-clock kill reaches everything
     env: {},
   });
@@ -212,7 +255,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   let exitCode = code;
   let sig: string | null = signal;
   if (sig === null && code !== null && code > 128 && code < 128 + 65) {
-    sig = SIGNALS[code - 128] ?? `signal ${code - 128}`;
+    sig = SIGNALS.get(code - 128) ?? `signal ${code - 128}`;
     exitCode = null;
   }
   const stderrTail = stderr.subarray(Math.max(0, stderr.length - limits.stderrTailBytes)).toString('utf8');
@@ -227,7 +270,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     sig = 'SIGKILL';
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
-  if (cgroup) void releaseRunCgroup(cgroup);
+  if (cgroup) releaseRunCgroup(cgroup);
   let stdoutFile: string | undefined;
   if (spill) {
     await spillWrites;
