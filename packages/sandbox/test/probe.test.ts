@@ -31,9 +31,7 @@ describe('probe', () => {
   it('classifies a missing bwrap with the install command, and then refuses to run anything', async () => {
     const host = await probe({ bwrapPath: '/nonexistent/bwrap', refresh: true });
     expect(host.ok).toBe(false);
-    expect(host.problems).toContainEqual(
-      expect.objectContaining({ code: 'bwrap_missing', fix: 'apt-get install -y bubblewrap' }),
-    );
+    expect(host.problems).toContainEqual(expect.objectContaining({ code: 'bwrap_missing', fix: 'apt-get install -y bubblewrap' }));
     await expect(runSandboxed({ command: ['/bin/true'] }, { bwrapPath: '/nonexistent/bwrap' })).rejects.toMatchObject({
       code: 'sandbox_unavailable',
     });
