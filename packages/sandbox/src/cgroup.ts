@@ -69,10 +69,12 @@ const draining: string[] = [];
  * be made. Give it back with {@link releaseRunCgroup}.
  */
 export function acquireRunCgroup(c: PidsCgroups, max: number): RunCgroup | undefined {
-  for (let i = draining.length - 1; i >= 0; i--) {
-    const d = draining[i] as string;
-    if (readCount(join(d, 'pids.current')) !== 0) continue;
-    draining.splice(i, 1);
+  // Look at the oldest few draining cgroups only: checking each costs a read, and the list can
+  // hold many while an init that is not ours takes its time reaping exited processes.
+  for (let i = 0; i < 4 && draining.length > 0; i++) {
+    const d = draining[0] as string;
+    if (readCount(join(d, 'pids.current')) !== 0) break;
+    draining.shift();
     if (idle.length < 8) idle.push(d);
     else void removeRunCgroup(d);
   }
@@ -103,7 +105,8 @@ export function pidsLimitHit(cg: RunCgroup): boolean {
  */
 export function releaseRunCgroup(cg: RunCgroup): void {
   if (readCount(join(cg.dir, 'pids.current')) === 0 && idle.length < 8) idle.push(cg.dir);
-  else draining.push(cg.dir);
+  else if (draining.length < 1024) draining.push(cg.dir);
+  // Past that many, stop tracking: the directory stays until the next process's probe sweeps it.
 }
 
 /** Removes empty run cgroups left by processes that have exited (found at probe time). */

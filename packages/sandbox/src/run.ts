@@ -76,6 +76,10 @@ function syntheticEtc(): HostLayout['etc'] {
 /**
  * Descriptors of this process, from `first` up, that lack close-on-exec: a child would inherit
  * them. Read from /proc/self/fdinfo (the `flags` field is octal; O_CLOEXEC is 02000000).
+ *
+ * Found once per process: Node opens every descriptor of its own with close-on-exec, so the
+ * ones without it are those inherited at start. Covering one that was closed since (or whose
+ * number now holds a close-on-exec descriptor) with /dev/null in the child is harmless.
  */
 function inheritedDescriptors(first: number): number[] {
   const out: number[] = [];
@@ -93,6 +97,7 @@ function inheritedDescriptors(first: number): number[] {
 }
 
 let devNull: number | undefined;
+let leakedFds: number[] | undefined;
 
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
 export function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
@@ -170,7 +175,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   // this process inherited without close-on-exec (Node marks its own, but not those of whoever
   // started it) would reach the tool: /dev/null is put over each of them in the child.
   const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...binds.map((b) => b.fd)];
-  const leaked = inheritedDescriptors(stdio.length);
+  leakedFds ??= inheritedDescriptors(3);
+  const leaked = leakedFds.filter((fd) => fd >= stdio.length);
   if (leaked.length > 0) {
     devNull ??= openSync('/dev/null', 'r');
     for (const fd of leaked) {
