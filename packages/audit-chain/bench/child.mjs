@@ -49,6 +49,32 @@ if (mode === 'append') {
   const ms = performance.now() - t0;
   if (!r.ok) throw new Error(`benchmark log does not verify: ${JSON.stringify(r.first_bad)}`);
   console.log(JSON.stringify({ ms, count: r.entries, peakMiB: peakMiB() }));
+} else if (mode === 'hash') {
+  // Baseline for verify that scales with the CPU: read, split and SHA-256 every line, nothing else.
+  const { hash } = await import('node:crypto');
+  const { open } = await import('node:fs/promises');
+  const fh = await open(path, 'r');
+  const buf = Buffer.allocUnsafe(2 << 20);
+  let pos = 0;
+  let lines = 0;
+  let carry = 0;
+  const t0 = performance.now();
+  for (;;) {
+    const { bytesRead } = await fh.read(buf, carry, buf.length - carry, pos);
+    if (bytesRead === 0) break;
+    pos += bytesRead;
+    const end = carry + bytesRead;
+    let start = 0;
+    for (let nl = buf.indexOf(10, 0); nl >= 0 && nl < end; nl = buf.indexOf(10, start)) {
+      hash('sha256', buf.subarray(start, nl - 75), 'hex');
+      lines++;
+      start = nl + 1;
+    }
+    buf.copy(buf, 0, start, end);
+    carry = end - start;
+  }
+  await fh.close();
+  console.log(JSON.stringify({ ms: performance.now() - t0, count: lines, peakMiB: peakMiB() }));
 } else if (mode === 'read') {
   // Baseline for verify: read the file and find every line, nothing else.
   const { open } = await import('node:fs/promises');

@@ -100,7 +100,13 @@ try {
   console.log(
     `\n  verify runs on ${VERIFY_N.toLocaleString('en-US')} entries (${(size / 2 ** 20).toFixed(0)} MiB, ${(size / VERIFY_N).toFixed(0)} bytes/entry):`,
   );
+  const hashes = [];
+  for (let k = 0; k < 3; k++) {
+    const r = await child(['hash', big]);
+    hashes.push(r.count / (r.ms / 1000));
+  }
   row('verify, one thread (hash, shape, chain)', median(verifies), 'entries/s', { min: 300_000 }, 'read+split only', median(reads));
+  row('  the same against SHA-256 of each line alone', median(verifies), 'entries/s', undefined, 'sha256 only', median(hashes));
   const two = [];
   let peak2 = 0;
   for (let k = 0; k < 3; k++) {

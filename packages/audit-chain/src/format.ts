@@ -115,6 +115,7 @@ const HASH_HEAD = Buffer.from(',"hash":"');
 const PREV_TAIL = 74;
 /** Positions of digits in `DDDD-DD-DDTDD:DD:DD.DDDZ`; the other characters are fixed. */
 const TS_SHAPE = '0000-00-00T00:00:00.000Z';
+const TS_BYTES = Buffer.from(TS_SHAPE);
 
 const HEX_TABLE = new Uint8Array(256);
 for (const c of '0123456789abcdef') HEX_TABLE[c.charCodeAt(0)] = 1;
@@ -177,12 +178,12 @@ export function inspectLine(buf: Buffer, start: number, end: number, f: LineFact
   if (i - digitsStart > 16 || !Number.isSafeInteger(seq)) return badShape(f, '"seq" is beyond 2^53 − 1');
   if (!bytesAt(buf, i, TS_HEAD)) return badShape(f, headError);
   i += TS_HEAD.length;
-  for (let k = 0; k < TS_SHAPE.length; k++) {
+  for (let k = 0; k < TS_BYTES.length; k++) {
     const c = buf[i + k] as number;
-    const want = TS_SHAPE.charCodeAt(k);
+    const want = TS_BYTES[k] as number;
     if (want === 0x30 ? c < 0x30 || c > 0x39 : c !== want) return badShape(f, headError);
   }
-  i += TS_SHAPE.length;
+  i += TS_BYTES.length;
   if (!bytesAt(buf, i, TYPE_HEAD)) return badShape(f, headError);
   i += TYPE_HEAD.length;
   const typeStart = i;

@@ -301,24 +301,39 @@ async function walk(
           }
           return undefined;
         };
-        while (pos < size && carry.length < MAX_LINE_BYTES) {
-          const buf = pool.take(carry.length + CHUNK_BYTES);
-          carry.copy(buf, 0);
-          const { bytesRead } = await fh.read(buf, carry.length, Math.min(buf.length - carry.length, size - pos), pos);
-          if (bytesRead === 0) break;
+        // Reads the next chunk, after the carried partial line, into a buffer of its own.
+        const readNext = async (from: Buffer, at: number) => {
+          const buf = pool.take(from.length + CHUNK_BYTES);
+          from.copy(buf, 0);
+          const { bytesRead } = await fh.read(buf, from.length, Math.min(buf.length - from.length, size - at), at);
+          return { buf, bytesRead, filled: from.length + bytesRead };
+        };
+        let next = pos < size ? readNext(carry, pos) : undefined;
+        while (next) {
+          const { buf, bytesRead, filled } = await next;
+          next = undefined;
+          if (bytesRead === 0) {
+            pool.give(buf);
+            break;
+          }
           pos += bytesRead;
-          const filled = carry.length + bytesRead;
           const nl = buf.lastIndexOf(0x0a, filled - 1);
           if (nl < 0) {
             carry = Buffer.from(buf.subarray(0, filled));
             pool.give(buf);
+            if (pos < size && carry.length < MAX_LINE_BYTES) next = readNext(carry, pos);
             continue;
           }
           carry = Buffer.from(buf.subarray(nl + 1, filled));
+          // Read ahead: the next chunk arrives (on libuv's threads) while this one is verified.
+          if (pos < size) next = readNext(carry, pos);
           queue.push({ start: chunkStart, result: pool.verify(buf, nl + 1, marks) });
           chunkStart += nl + 1;
           const b = await drainQueue(pool.depth);
-          if (b) return b;
+          if (b) {
+            await next?.catch(() => undefined); // never close the file under a read in flight
+            return b;
+          }
         }
         const b = await drainQueue(0);
         if (b) return b;
@@ -480,7 +495,8 @@ class ChunkPool {
   take(min: number): Buffer {
     const b = this.free.pop();
     if (b && b.length >= min) return b;
-    return Buffer.from(new ArrayBuffer(Math.max(min, CHUNK_BYTES)));
+    // Room for a carried partial line plus a whole chunk, so one buffer serves chunk after chunk.
+    return Buffer.from(new ArrayBuffer(Math.max(min, 2 * CHUNK_BYTES)));
   }
 
   give(b: Buffer): void {
