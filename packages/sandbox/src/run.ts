@@ -97,6 +97,21 @@ function inheritedDescriptors(first: number): number[] {
 }
 
 let devNull: number | undefined;
+let hardLimits: Map<string, number> | undefined;
+
+/** This process's hard rlimits by their /proc/self/limits name (unlimited ones are left out). */
+function readHardLimits(): Map<string, number> {
+  const out = new Map<string, number>();
+  try {
+    for (const line of readFileSync('/proc/self/limits', 'utf8').split('\n').slice(1)) {
+      const m = /^(.+?)\s{2,}(\S+)\s+(\S+)/.exec(line);
+      if (m && /^\d+$/.test(m[3] as string)) out.set(m[1] as string, Number(m[3]));
+    }
+  } catch {
+    // no /proc: ask for the limits as given
+  }
+  return out;
+}
 let leakedFds: number[] | undefined;
 
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
@@ -150,15 +165,20 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     }
     steps.push(`echo $$ > '${cgroup.dir}/cgroup.procs'`);
   }
+  // Never ask for more than this process's own hard limits: an unprivileged process cannot raise
+  // them (the launcher would fail), and the tool gets no more than its parent has anyway.
+  hardLimits ??= readHardLimits();
+  const cap = (name: string, v: number) => Math.min(v, hardLimits?.get(name) ?? v);
+  const cpu = cap('Max cpu time', limits.cpuSeconds + 1);
   steps.push(
     // Soft CPU limit first (SIGXCPU, reported as cpu), then the hard one a second later.
-    `ulimit -S -t ${limits.cpuSeconds}`,
-    `ulimit -H -t ${limits.cpuSeconds + 1}`,
-    `ulimit -f ${Math.ceil(limits.fileSizeBytes / 512)}`, // 512-byte blocks
-    `ulimit -n ${limits.openFiles}`,
-    `ulimit -p ${limits.processes}`,
+    `ulimit -S -t ${Math.min(limits.cpuSeconds, cpu)}`,
+    `ulimit -H -t ${cpu}`,
+    `ulimit -f ${Math.max(1, Math.floor(cap('Max file size', limits.fileSizeBytes) / 512))}`, // 512-byte blocks
+    `ulimit -n ${cap('Max open files', limits.openFiles)}`,
+    `ulimit -p ${cap('Max processes', limits.processes)}`,
     'ulimit -c 0',
-    `ulimit -v ${Math.ceil(limits.addressSpaceBytes / 1024)}`, // KiB
+    `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
     'exec "$@"',
   );
   const command = '/bin/sh';
