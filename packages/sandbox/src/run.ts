@@ -1,5 +1,5 @@
 import { type StdioNull, type StdioPipe, spawn } from 'node:child_process';
-import { mkdtempSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -56,6 +56,8 @@ let seccomp: Buffer | undefined;
 function syntheticEtc(): HostLayout['etc'] {
   if (etcFiles) return etcFiles;
   const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-etc-'));
+  // Removed when the process exits (a sandbox still running then is killed with its parent).
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   const file = (name: string, text: string) => {
     const p = join(dir, name);
     writeFileSync(p, text, { mode: 0o644 });
