@@ -9,7 +9,8 @@ export { type HostInfo, type HostProblem, type ProbeOptions, probe, type RootEnt
 export {
   buildBwrapArgs,
   DEFAULT_LIMITS,
-  ETC_SHARED,
+  ETC_DIRS,
+  ETC_FILES,
   type FdPlan,
   type HostLayout,
   type Limits,

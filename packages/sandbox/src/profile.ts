@@ -1,4 +1,3 @@
-import { existsSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
 import type { CheckedBind } from './binds.js';
 import { SandboxError } from './errors.js';
@@ -66,26 +65,23 @@ export interface SandboxProfile {
   limits?: Partial<Limits>;
 }
 
-/** Host facts the argv depends on (from `probe()` and the synthesized /etc files). */
+/** Host facts the argv depends on (from `probe()` and the prepared /etc directory). */
 export interface HostLayout {
   roots: readonly RootEntry[];
-  /** Host files bound at /etc/passwd, /etc/group and /etc/hosts. */
-  etc: { passwd: string; group: string; hosts: string };
-  /** /etc entries of the host to show read-only (only those that exist are used). */
-  etcShared: readonly string[];
+  /**
+   * A host directory shown read-only as /etc: synthesized passwd, group and hosts, current copies
+   * of the host's {@link ETC_FILES}, and empty mount points for {@link ETC_DIRS}. One mount
+   * instead of one per file keeps a run's setup short.
+   */
+  etcDir: string;
+  /** The host's {@link ETC_DIRS} that exist, bound read-only at the same path. */
+  etcDirs: readonly string[];
 }
 
-/** The /etc subset a program needs to start, resolve users and verify TLS. */
-export const ETC_SHARED = [
-  '/etc/ld.so.cache',
-  '/etc/ld.so.conf',
-  '/etc/ld.so.conf.d',
-  '/etc/alternatives',
-  '/etc/ssl',
-  '/etc/ca-certificates',
-  '/etc/nsswitch.conf',
-  '/etc/localtime',
-];
+/** Small /etc files a program needs to start and resolve users (copied into the /etc shown). */
+export const ETC_FILES = ['/etc/ld.so.cache', '/etc/ld.so.conf', '/etc/nsswitch.conf', '/etc/localtime'];
+/** /etc directories a program needs (dynamic linker, alternatives, TLS roots), bound as they are. */
+export const ETC_DIRS = ['/etc/ld.so.conf.d', '/etc/alternatives', '/etc/ssl', '/etc/ca-certificates'];
 
 /** The uid and gid the tool runs as inside (a user namespace maps it to the caller's). */
 export const SANDBOX_UID = 1000;
@@ -114,8 +110,7 @@ export function resolveLimits(partial: Partial<Limits> = {}): Limits {
 }
 
 /**
- * The bwrap arguments for a profile (a pure function of its inputs; no I/O but checking which
- * shared /etc entries exist). The arguments go to bwrap through `--args FD`, never on its command
+ * The bwrap arguments for a profile (a pure function of its inputs). The arguments go to bwrap through `--args FD`, never on its command
  * line, so environment values (secrets) do not show in the host's process list.
  */
 export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: FdPlan, limits: Limits): string[] {
@@ -153,8 +148,8 @@ export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: F
   }
   a.push('--ro-bind', '/usr', '/usr');
   for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  for (const e of host.etcShared) a.push('--ro-bind', e, e);
-  a.push('--ro-bind', host.etc.passwd, '/etc/passwd', '--ro-bind', host.etc.group, '/etc/group', '--ro-bind', host.etc.hosts, '/etc/hosts');
+  a.push('--ro-bind', host.etcDir, '/etc');
+  for (const d of host.etcDirs) a.push('--ro-bind', d, d);
   a.push('--proc', '/proc', '--dev', '/dev');
   // The only writable scratch space: a capped /tmp, and a capped /dev/shm (POSIX semaphores and
   // shared memory, as Python's multiprocessing uses). Both count against tmpBytes each.
@@ -176,9 +171,4 @@ export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: F
   a.push('--chdir', profile.cwd ?? '/tmp');
   a.push('--', ...cmd);
   return a;
-}
-
-/** The shared /etc entries that exist on this host. */
-export function existingEtc(candidates: readonly string[] = ETC_SHARED): string[] {
-  return candidates.filter((p) => existsSync(p));
 }

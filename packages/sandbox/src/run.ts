@@ -1,13 +1,33 @@
 import { type StdioNull, type StdioPipe, spawn } from 'node:child_process';
-import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import { constants, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { acquireRunCgroup, pidsLimitHit, type RunCgroup, releaseRunCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import { type HostInfo, probe } from './probe.js';
-import { buildBwrapArgs, existingEtc, type HostLayout, type Limits, resolveLimits, SANDBOX_UID, type SandboxProfile } from './profile.js';
+import {
+  buildBwrapArgs,
+  ETC_DIRS,
+  ETC_FILES,
+  type HostLayout,
+  type Limits,
+  resolveLimits,
+  SANDBOX_UID,
+  type SandboxProfile,
+} from './profile.js';
 import { buildSeccompFilter } from './seccomp.js';
 
 /** Why a run ended. */
@@ -48,32 +68,49 @@ export interface RunResult {
   limits: Limits;
 }
 
-let etcFiles: HostLayout['etc'] | undefined;
-let etcShared: string[] | undefined;
+let etcDir: string | undefined;
+const etcCopies = new Map<string, string>(); // host file → identity of the copy made
 let seccomp: Buffer | undefined;
 
-/** Writes the synthesized /etc/passwd, group and hosts once per process (a private 0700 dir). */
-function syntheticEtc(): HostLayout['etc'] {
-  if (etcFiles) return etcFiles;
-  const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-etc-'));
-  // Removed when the process exits (a sandbox still running then is killed with its parent).
-  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  const file = (name: string, text: string) => {
-    const p = join(dir, name);
-    writeFileSync(p, text, { mode: 0o644 });
-    return p;
-  };
-  const u = SANDBOX_UID;
-  etcFiles = {
-    passwd: file(
-      'passwd',
+/**
+ * The directory shown as /etc: made once per process (0700, removed at exit) with synthesized
+ * passwd, group and hosts and mount points for ETC_DIRS; the copies of ETC_FILES are refreshed
+ * whenever the host file changes (one stat each per run), written by rename so a running
+ * sandbox never sees half a file.
+ */
+function prepareEtc(): string {
+  if (!etcDir) {
+    const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-etc-'));
+    // Removed when the process exits (a sandbox still running then is killed with its parent).
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const u = SANDBOX_UID;
+    writeFileSync(
+      join(dir, 'passwd'),
       `root:x:0:0:root:/root:/bin/sh\nsandbox:x:${u}:${u}:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`,
-    ),
-    group: file('group', `root:x:0:\nsandbox:x:${u}:\nnogroup:x:65534:\n`),
-    hosts: file('hosts', '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n'),
-  };
-  return etcFiles;
+      { mode: 0o644 },
+    );
+    writeFileSync(join(dir, 'group'), `root:x:0:\nsandbox:x:${u}:\nnogroup:x:65534:\n`, { mode: 0o644 });
+    writeFileSync(join(dir, 'hosts'), '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n', { mode: 0o644 });
+    for (const d of ETC_DIRS) mkdirSync(join(dir, basename(d)), { mode: 0o755 });
+    etcDir = dir;
+  }
+  for (const f of ETC_FILES) {
+    const st = statSync(f, { throwIfNoEntry: false }); // follows /etc/localtime's symlink
+    const id = st?.isFile() ? `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}` : '';
+    if (etcCopies.get(f) === id) continue;
+    const target = join(etcDir, basename(f));
+    if (id) {
+      writeFileSync(`${target}.tmp`, readFileSync(f), { mode: 0o644 });
+      renameSync(`${target}.tmp`, target);
+    } else {
+      rmSync(target, { force: true });
+    }
+    etcCopies.set(f, id);
+  }
+  return etcDir;
 }
+
+let etcDirs: string[] | undefined;
 
 /**
  * Descriptors of this process, from `first` up, that lack close-on-exec: a child would inherit
@@ -145,8 +182,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const binds = profile.binds ?? [];
   // fd 3: the argument list, fd 4: the seccomp program, then one descriptor per bind.
   const fds = { seccomp: 4, binds: binds.map((_, i) => 5 + i) };
-  etcShared ??= existingEtc();
-  const layout: HostLayout = { roots: host.roots, etc: syntheticEtc(), etcShared };
+  etcDirs ??= ETC_DIRS.filter((d) => existsSync(d));
+  const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(), etcDirs };
   const args = buildBwrapArgs(profile, layout, fds, limits);
   seccomp ??= buildSeccompFilter(host.arch);
 
