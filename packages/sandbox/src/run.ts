@@ -154,7 +154,7 @@ function readHardLimits(): Map<string, number> {
 let leakedFds: number[] | undefined;
 
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
-export function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
+function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
   if (host.ok && host.bwrap && host.arch) return;
   const lines = host.problems.map((p) => `${p.message} — fix: ${p.fix}`);
   throw new SandboxError(
