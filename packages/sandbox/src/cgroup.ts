@@ -93,6 +93,16 @@ export interface RunCgroup {
   maxEventsBefore: number;
 }
 
+/**
+ * Sets a cgroup's process limit for the run about to use it (and starts counting limit hits from
+ * now). False when the limit cannot be written.
+ */
+export function setPidsMax(cg: RunCgroup, max: number): boolean {
+  if (!tryWrite(join(cg.dir, 'pids.max'), String(max))) return false;
+  cg.maxEventsBefore = maxEvents(cg.dir);
+  return true;
+}
+
 /** Whether the run tried to pass its process limit (the cgroup's `max` event count grew). */
 export function pidsLimitHit(cg: RunCgroup): boolean {
   return maxEvents(cg.dir) > cg.maxEventsBefore;

@@ -1,4 +1,3 @@
-import { type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -15,8 +14,9 @@ import { type FileHandle, open } from 'node:fs/promises';
 import { constants, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import type { Writable } from 'node:stream';
-import { acquireRunCgroup, pidsLimitHit, type RunCgroup, releaseRunCgroup } from './cgroup.js';
+import { pidsLimitHit } from './cgroup.js';
 import { SandboxError } from './errors.js';
+import { BIND_FD, finished, launch } from './launcher.js';
 import { type HostInfo, probe } from './probe.js';
 import {
   buildBwrapArgs,
@@ -153,6 +153,23 @@ function readHardLimits(): Map<string, number> {
 }
 let leakedFds: number[] | undefined;
 
+/**
+ * Stdio entries from position `from` on that put /dev/null over every descriptor this process
+ * inherited without close-on-exec (Node marks its own, but not those of whoever started it):
+ * otherwise they would reach the tool.
+ */
+function coverInherited(from: number): (number | 'ignore')[] {
+  leakedFds ??= inheritedDescriptors(3).sort((a, b) => a - b);
+  const out: (number | 'ignore')[] = [];
+  for (const fd of leakedFds) {
+    if (fd < from) continue;
+    devNull ??= openSync('/dev/null', 'r');
+    while (from + out.length < fd) out.push('ignore');
+    out[fd - from] = devNull;
+  }
+  return out;
+}
+
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
 function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
   if (host.ok && host.bwrap && host.arch) return;
@@ -180,36 +197,22 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   assertHostReady(host);
   const limits = resolveLimits(profile.limits);
   const binds = profile.binds ?? [];
-  // fd 3: the argument list, fd 4: the seccomp program, then one descriptor per bind.
-  const fds = { seccomp: 4, binds: binds.map((_, i) => 5 + i) };
+  // fd 3: the argument list, fd 4: the seccomp program, binds from BIND_FD (see launcher.ts).
+  const fds = { seccomp: 4, binds: binds.map((_, i) => BIND_FD + i) };
   etcDirs ??= ETC_DIRS.filter((d) => existsSync(d));
   const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(), etcDirs };
   const args = buildBwrapArgs(profile, layout, fds, limits);
   seccomp ??= buildSeccompFilter(host.arch);
 
-  // The launcher: /bin/sh sets the rlimits (setrlimit through its ulimit builtin, as prlimit
-  // would, without an extra program), joins the run's pids cgroup first when running as root (the
-  // kernel ignores RLIMIT_NPROC for root), then becomes bwrap. bwrap takes the command only from
-  // its real command line; its options, with the environment (which may hold secrets), go
-  // through fd 3, out of the host's process list.
-  let cgroup: RunCgroup | undefined;
-  const steps: string[] = [];
-  if (typeof host.processLimit === 'object') {
-    cgroup = acquireRunCgroup(host.processLimit.cgroup, limits.processes);
-    if (!cgroup) {
-      throw new SandboxError(
-        'sandbox_unavailable',
-        `cannot create a pids cgroup under ${host.processLimit.cgroup.base}, so the process limit cannot be enforced; nothing was run`,
-      );
-    }
-    steps.push(`echo $$ > '${cgroup.dir}/cgroup.procs'`);
-  }
+  // bwrap takes the command only from its real command line; its options, with the environment
+  // (which may hold secrets), go through fd 3, out of the host's process list.
+  //
   // Never ask for more than this process's own hard limits: an unprivileged process cannot raise
   // them (the launcher would fail), and the tool gets no more than its parent has anyway.
   hardLimits ??= readHardLimits();
   const cap = (name: string, v: number) => Math.min(v, hardLimits?.get(name) ?? v);
   const cpu = cap('Max cpu time', limits.cpuSeconds + 1);
-  steps.push(
+  const steps = [
     // Soft CPU limit first (SIGXCPU, reported as cpu), then the hard one a second later.
     `ulimit -S -t ${Math.min(limits.cpuSeconds, cpu)}`,
     `ulimit -H -t ${cpu}`,
@@ -218,45 +221,32 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     `ulimit -p ${cap('Max processes', limits.processes)}`,
     'ulimit -c 0',
     `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
-    'exec "$@"',
-  );
-  const command = '/bin/sh';
-  const commandArgs = [
-    '-c',
-    steps.join(' && '),
-    'sandbox-launcher',
-    host.bwrap.path,
-    '--args',
-    '3',
-    ...args.slice(args.length - profile.command.length - 1),
   ];
-  // fd 3: the argument list, fd 4: the seccomp program, then one descriptor per bind. Descriptors
-  // this process inherited without close-on-exec (Node marks its own, but not those of whoever
-  // started it) would reach the tool: /dev/null is put over each of them in the child.
-  const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...binds.map((b) => b.fd)];
-  leakedFds ??= inheritedDescriptors(3);
-  const leaked = leakedFds.filter((fd) => fd >= stdio.length);
-  if (leaked.length > 0) {
-    devNull ??= openSync('/dev/null', 'r');
-    for (const fd of leaked) {
-      while (stdio.length < fd) stdio.push('ignore');
-      stdio[fd] = devNull;
-    }
-  }
+  const optionCount = args.length - profile.command.length - 1;
   const started = performance.now();
-  const child = spawn(command, commandArgs, {
-    stdio,
-    detached: true, // its own process group: the wall-clock kill reaches everything
-    env: {},
+  const launched = launch({
+    steps,
+    argv: [host.bwrap.path, '--args', '3', ...args.slice(optionCount)],
+    bindFds: binds.map((b) => b.fd),
+    ...(typeof host.processLimit === 'object' ? { cgroups: { base: host.processLimit.cgroup, max: limits.processes } } : {}),
+    seccomp,
+    cover: coverInherited,
   });
+  if (!launched) {
+    const base = typeof host.processLimit === 'object' ? host.processLimit.cgroup.base : 'the pids hierarchy';
+    throw new SandboxError(
+      'sandbox_unavailable',
+      `cannot create a pids cgroup under ${base}, so the process limit cannot be enforced; nothing was run`,
+    );
+  }
+  const { child, cgroup } = launched;
 
   const write = (stream: Writable | null | undefined, data: string | Uint8Array) => {
     if (!stream) return;
     stream.on('error', () => {}); // the tool may exit without reading: not an error of ours
     stream.end(data);
   };
-  write(child.stdio[3] as Writable, `${args.slice(0, args.length - profile.command.length - 1).join('\0')}\0`);
-  write(child.stdio[4] as Writable, seccomp);
+  write(child.stdio[3] as Writable, `${args.slice(0, optionCount).join('\0')}\0`);
   write(child.stdin, options.stdin ?? '');
 
   let ended: EndReason | undefined;
@@ -335,7 +325,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     sig = 'SIGKILL';
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
-  if (cgroup) releaseRunCgroup(cgroup);
+  finished(launched);
   let stdoutFile: string | undefined;
   if (spill) {
     await spillWrites;

@@ -856,9 +856,13 @@ print('CONTROL:ran')`,
     const child = `
       const { runnerImport } = await import(${JSON.stringify(vite)});
       const { module } = await runnerImport(${JSON.stringify(src)});
-      const r = await module.runSandboxed({ command: ['/bin/sh', '-c',
-        'ls /proc/self/fd/240/ 2>/dev/null; cat /proc/self/fd/240/canary.txt 2>/dev/null && echo ESCAPE:read-through-fd; echo CONTROL:ran'] });
-      process.stdout.write(r.stdout);`;
+      // Twice: the second run takes a launcher started ahead of need (where runs use cgroups).
+      for (let i = 0; i < 2; i++) {
+        const r = await module.runSandboxed({ command: ['/bin/sh', '-c',
+          'ls /proc/self/fd/240/ 2>/dev/null; cat /proc/self/fd/240/canary.txt 2>/dev/null && echo ESCAPE:read-through-fd; echo CONTROL:ran'] });
+        process.stdout.write(r.stdout);
+        await new Promise((r) => setTimeout(r, 50));
+      }`;
     const stdio: ('pipe' | 'ignore' | number)[] = ['ignore', 'pipe', 'pipe'];
     while (stdio.length < 240) stdio.push('ignore');
     stdio.push(dirFd);
@@ -872,7 +876,10 @@ print('CONTROL:ran')`,
     p.stderr?.on('data', (c: Buffer) => (err += c.toString()));
     const code = await new Promise<number | null>((r) => p.on('close', r));
     expect(code, err).toBe(0);
-    expect(out, err).toContain('CONTROL:ran');
+    expect(
+      out.split('\n').filter((l) => l === 'CONTROL:ran'),
+      err,
+    ).toHaveLength(2);
     expect(out).not.toContain('ESCAPE:');
     expect(out).not.toContain(secret);
     expect(out).not.toContain('canary.txt');

@@ -1,0 +1,182 @@
+import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
+import { acquireRunCgroup, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
+
+/**
+ * The launcher is a /bin/sh that sets the run's rlimits (its `ulimit` builtin is setrlimit, as
+ * prlimit would do, without another program), joins the run's pids cgroup first when there is one
+ * (root only: the kernel ignores RLIMIT_NPROC for root), then becomes bwrap.
+ *
+ * Joining a cgroup v1 hierarchy makes the kernel wait for an RCU grace period, about 10 ms on a
+ * busy machine, which is most of the sandbox's cost on a short run. So when runs use cgroups a
+ * few launchers are started ahead of need: each joins a cgroup of its own and then waits on
+ * descriptor 5 for one line, the shell steps of the run that takes it. A run that finds one
+ * ready pays only for that line and the exec.
+ *
+ * Descriptors, in both kinds: 3 carries bwrap's arguments, 4 the seccomp program, 5 the control
+ * line (ready launchers only), and binds start at {@link BIND_FD}.
+ */
+export const BIND_FD = 6;
+
+/** Quotes `s` for /bin/sh on one line: newlines become "$NL", which the launcher defines. */
+export function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`).replaceAll('\n', `'"$NL"'`)}'`;
+}
+
+const PRELUDE = "NL='\n'";
+
+/** What a run's launcher does, as one line of shell: its steps, then `exec` of argv. */
+export function controlLine(steps: readonly string[], argv: readonly string[]): string {
+  return [...steps, `exec ${argv.map(shellQuote).join(' ')}`].join(' && ');
+}
+
+export interface Launched {
+  child: ChildProcess;
+  cgroup?: RunCgroup;
+  /** True when a ready launcher was used. */
+  warm: boolean;
+}
+
+interface Ready {
+  child: ChildProcess;
+  cgroup: RunCgroup;
+}
+
+const ready: Ready[] = [];
+let inFlight = 0;
+let wanted = 0;
+const MAX_READY = 4;
+const stats = { warm: 0, cold: 0 };
+
+/** How many launchers wait ready, and how runs started so far (for tests and diagnostics). */
+export function launcherStats(): { ready: number; warmStarts: number; coldStarts: number } {
+  return { ready: ready.length, warmStarts: stats.warm, coldStarts: stats.cold };
+}
+
+/** Stdio streams of a launcher, to hold (ref) or let go (unref) of the event loop. */
+function streams(child: ChildProcess): (Readable | Writable)[] {
+  return child.stdio.filter((s): s is Readable | Writable => s !== null && s !== undefined);
+}
+
+function setHeld(child: ChildProcess, held: boolean): void {
+  for (const s of streams(child)) {
+    const h = s as unknown as { ref?: () => void; unref?: () => void };
+    held ? h.ref?.() : h.unref?.();
+  }
+  held ? child.ref() : child.unref();
+}
+
+/** Starts one ready launcher in a cgroup of its own; false when none could be made. */
+function prepare(cg: PidsCgroups, seccomp: Buffer, extra: (number | StdioNull)[]): boolean {
+  const cgroup = acquireRunCgroup(cg, 1);
+  if (!cgroup) return false;
+  const script = `${PRELUDE}; echo $$ > '${cgroup.dir}/cgroup.procs' && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
+  const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra];
+  const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
+  const entry: Ready = { child, cgroup };
+  child.on('error', () => {}); // a launcher that cannot start is dropped below
+  for (const s of streams(child)) s.on('error', () => {});
+  child.once('exit', () => {
+    // Died while waiting (killed from outside): forget it.
+    const i = ready.indexOf(entry);
+    if (i >= 0) {
+      ready.splice(i, 1);
+      releaseRunCgroup(cgroup);
+    }
+  });
+  (child.stdio[4] as Writable).end(seccomp);
+  setHeld(child, false); // a waiting launcher never keeps this process alive; it exits with it
+  ready.push(entry);
+  return true;
+}
+
+/** Descriptors after 5 to cover with /dev/null in every launcher (inherited ones, see run.ts). */
+export interface LaunchSpec {
+  /** The run's rlimit steps (shell). */
+  steps: string[];
+  /** bwrap and its command line. */
+  argv: string[];
+  /** Checked bind descriptors, in order (they become BIND_FD, BIND_FD + 1, …). */
+  bindFds: number[];
+  /** pids cgroups to use, with the run's process limit; undefined when rlimits suffice. */
+  cgroups?: { base: PidsCgroups; max: number };
+  seccomp: Buffer;
+  /** What each launcher gets past the fixed descriptors: /dev/null over inherited descriptors. */
+  cover: (fd: number) => (number | StdioNull)[];
+}
+
+/**
+ * Starts the launcher of one run: a ready one when the run uses cgroups and one is waiting, else
+ * a new one. Returns undefined when a needed cgroup cannot be made. Call {@link finished} when
+ * the run is over.
+ */
+export function launch(spec: LaunchSpec): Launched | undefined {
+  if (spec.cgroups) {
+    inFlight++;
+    wanted = Math.min(MAX_READY, Math.max(wanted, inFlight));
+    const warm = takeReady(spec);
+    setImmediate(() => refill(spec));
+    if (warm) {
+      stats.warm++;
+      return warm;
+    }
+  }
+  stats.cold++;
+  let cgroup: RunCgroup | undefined;
+  const steps = [...spec.steps];
+  if (spec.cgroups) {
+    cgroup = acquireRunCgroup(spec.cgroups.base, spec.cgroups.max);
+    if (!cgroup) {
+      inFlight--;
+      return undefined;
+    }
+    steps.unshift(`echo $$ > '${cgroup.dir}/cgroup.procs'`);
+  }
+  const script = `${PRELUDE}; ${controlLine(steps, spec.argv)}`;
+  const fixed: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'ignore', ...spec.bindFds];
+  const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
+    stdio: [...fixed, ...spec.cover(fixed.length)],
+    detached: true, // its own process group: the wall-clock kill reaches everything
+    env: {},
+  });
+  (child.stdio[4] as Writable).on('error', () => {});
+  (child.stdio[4] as Writable).end(spec.seccomp);
+  return { child, ...(cgroup ? { cgroup } : {}), warm: false };
+}
+
+function takeReady(spec: LaunchSpec): Launched | undefined {
+  const cg = spec.cgroups;
+  if (!cg) return undefined;
+  while (ready.length > 0) {
+    const r = ready.shift() as Ready;
+    const { child, cgroup } = r;
+    if (child.exitCode !== null || child.signalCode !== null || !child.pid || !setPidsMax(cgroup, cg.max)) {
+      releaseRunCgroup(cgroup);
+      continue;
+    }
+    // The checked bind descriptors are reopened through this process's /proc entry: the same
+    // open file, so the inode checked is still the one mounted.
+    const reopen = spec.bindFds.map((fd, i) => `exec ${BIND_FD + i}<'/proc/${process.pid}/fd/${fd}'`);
+    setHeld(child, true);
+    const control = (child.stdio as unknown as Writable[])[5] as Writable;
+    control.end(`${controlLine([...spec.steps, ...reopen], spec.argv)}\n`);
+    return { child, cgroup, warm: true };
+  }
+  return undefined;
+}
+
+function refill(spec: LaunchSpec): void {
+  const cg = spec.cgroups;
+  if (!cg) return;
+  while (ready.length < wanted) {
+    if (!prepare(cg.base, spec.seccomp, spec.cover(6))) return;
+  }
+}
+
+/** Ends a run's hold on the launcher pool (call once per {@link launch} that returned one). */
+export function finished(launched: Launched): void {
+  if (launched.cgroup) {
+    inFlight--;
+    releaseRunCgroup(launched.cgroup);
+  }
+}
