@@ -1,0 +1,66 @@
+/**
+ * @forge/registry — tool specs validated with JSON Schema, an atomic on-disk store with scopes
+ * and shadowing, a static check, promote and watch.
+ *
+ * Public API. Everything exported here is a deliberate, documented decision.
+ */
+export { digestSpec, STAMP_FIELDS, type TamperedFailure, verifyToolDigest } from './digest.js';
+export { REGISTRY_ERROR_CODES, RegistryError, type RegistryErrorCode } from './errors.js';
+export {
+  type CompiledToolSchema,
+  type CompileToolSchemaOptions,
+  compileToolSchema,
+  type SchemaDialect,
+  TOOL_SCHEMA_AJV_OPTIONS,
+  type ToolDataValidator,
+  type ToolValidators,
+  toolValidators,
+} from './json-schema.js';
+export { isValidToolName, MAX_NAME_BYTES, toolNameProblem } from './name.js';
+export {
+  type CreateOptions,
+  type CreateResult,
+  createRegistry,
+  type ListedTool,
+  type LoadReport,
+  type PromoteOptions,
+  type PromoteOutcome,
+  type PromoteResult,
+  type RecoverResult,
+  type Registry,
+  type RegistryOptions,
+  type RemoveResult,
+  type ResolvedTool,
+  type WriteOk,
+} from './registry.js';
+export { type ScopeRoots, type ScopeRootsInput, scopeIdProblem, scopeRoots } from './scopes.js';
+export { DEFAULT_RUNTIMES, type SpecOk, TOOL_SPEC_SCHEMA, type ValidateSpecOptions, validateSpec } from './spec.js';
+export {
+  type RuntimeFamily,
+  runtimeFamily,
+  STATIC_RULES,
+  type StaticCheckOptions,
+  type StaticFinding,
+  type StaticRule,
+  staticCheck,
+} from './static-check.js';
+export type { FileFailure, ToolVersion } from './store.js';
+export {
+  type CreatedBy,
+  type Failure,
+  type JsonSchema,
+  type LoadFailedEvent,
+  type RegistryEvent,
+  type RegistryFailureKind,
+  SCOPES,
+  type Scope,
+  type SpecProblem,
+  type StoredTool,
+  type ToolExample,
+  type ToolMeta,
+  type ToolOrigin,
+  type ToolSpec,
+  type ToolState,
+  type ValidationFailure,
+} from './types.js';
+export type { ScopeChange, WatchOptions } from './watch.js';

@@ -1,0 +1,279 @@
+import { Ajv, type ErrorObject, type Options, type ValidateFunction } from 'ajv';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import formatsModule from 'ajv-formats';
+import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
+
+// ajv-formats is CommonJS with `exports.default = plugin`; under NodeNext its default import is
+// the module object, whose `default` is the plugin.
+const addFormats = formatsModule.default;
+
+/** The JSON Schema dialects a tool schema may use. */
+export type SchemaDialect = '2020-12' | 'draft-07';
+
+/** `$schema` values accepted for each dialect (with or without the trailing `#`, http or https). */
+const DIALECTS: ReadonlyArray<{ dialect: SchemaDialect; ids: string[]; canonical: string }> = [
+  {
+    dialect: '2020-12',
+    ids: ['https://json-schema.org/draft/2020-12/schema', 'http://json-schema.org/draft/2020-12/schema'],
+    canonical: 'https://json-schema.org/draft/2020-12/schema',
+  },
+  {
+    dialect: 'draft-07',
+    ids: ['http://json-schema.org/draft-07/schema', 'https://json-schema.org/draft-07/schema'],
+    canonical: 'http://json-schema.org/draft-07/schema',
+  },
+];
+
+/**
+ * The ajv settings every tool schema is compiled with, here and in the runner:
+ * - `strict: false`: unknown keywords and unknown `format`s are ignored, as the JSON Schema
+ *   specification says, so a schema written for another validator still compiles. Formats that
+ *   ajv-formats knows (`date-time`, `email`, `uri`, `ipv4`, …) are checked.
+ * - `allErrors: true`: a failed input reports every problem, not only the first.
+ * - forge's annotations are known keywords: `x-bind` (`"ro"` | `"rw"`) and `x-redact` (boolean).
+ * - `$ref` resolves only inside the schema; nothing is fetched.
+ */
+export const TOOL_SCHEMA_AJV_OPTIONS: Readonly<Options> = Object.freeze({ allErrors: true, strict: false, logger: false });
+
+const ajvs = new Map<SchemaDialect, Ajv>();
+
+/** The shared ajv instance of a dialect, created on first use (never at import). */
+function ajvFor(dialect: SchemaDialect): Ajv {
+  let ajv = ajvs.get(dialect);
+  if (!ajv) {
+    ajv = dialect === '2020-12' ? new Ajv2020({ ...TOOL_SCHEMA_AJV_OPTIONS }) : new Ajv({ ...TOOL_SCHEMA_AJV_OPTIONS });
+    addFormats(ajv);
+    ajv.addKeyword({ keyword: 'x-bind', metaSchema: { enum: ['ro', 'rw'] } });
+    ajv.addKeyword({ keyword: 'x-redact', metaSchema: { type: 'boolean' } });
+    ajvs.set(dialect, ajv);
+  }
+  return ajv;
+}
+
+/** The dialect `schema.$schema` names (2020-12 when absent), or a problem naming the accepted ones. */
+export function schemaDialect(schema: JsonSchema, path: string): { dialect: SchemaDialect; canonical: string } | SpecProblem {
+  const declared = schema.$schema;
+  if (declared === undefined) return { dialect: '2020-12', canonical: DIALECTS[0]?.canonical ?? '' };
+  if (typeof declared === 'string') {
+    const bare = declared.endsWith('#') ? declared.slice(0, -1) : declared;
+    for (const d of DIALECTS) if (d.ids.includes(bare)) return { dialect: d.dialect, canonical: d.canonical };
+  }
+  return {
+    path: `${path}/$schema`,
+    message: `${JSON.stringify(declared)} is not a supported JSON Schema dialect; use "https://json-schema.org/draft/2020-12/schema" (the default when $schema is absent) or "http://json-schema.org/draft-07/schema#"`,
+  };
+}
+
+/** Appends an ajv instance path (`/a/b`, already a JSON pointer) to a spec path. */
+function joinPath(prefix: string, instancePath: string): string {
+  if (!instancePath) return prefix;
+  return prefix ? `${prefix}${instancePath}` : instancePath.slice(1);
+}
+
+function describe(e: ErrorObject): string {
+  const p = e.params as Record<string, unknown>;
+  switch (e.keyword) {
+    case 'enum':
+      return `${e.message} (${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')})`;
+    case 'const':
+      return `must be ${JSON.stringify(p.allowedValue)}`;
+    case 'additionalProperties':
+      return `must NOT have the property ${JSON.stringify(p.additionalProperty)}; remove it or check its spelling`;
+    case 'unevaluatedProperties':
+      return `must NOT have the property ${JSON.stringify(p.unevaluatedProperty)}`;
+    default:
+      return e.message ?? `fails "${e.keyword}"`;
+  }
+}
+
+/**
+ * ajv errors as problems under `prefix`. ajv reports a failed `anyOf`/`oneOf` once per branch
+ * plus once for itself, all at the same place; there only the first error is kept.
+ */
+export function ajvProblems(errors: readonly ErrorObject[] | null | undefined, prefix: string): SpecProblem[] {
+  const list = errors ?? [];
+  const branched = new Set(list.filter((e) => e.keyword === 'anyOf' || e.keyword === 'oneOf').map((e) => e.instancePath));
+  const out: SpecProblem[] = [];
+  const seen = new Set<string>();
+  for (const e of list) {
+    const key = branched.has(e.instancePath) ? e.instancePath : `${e.instancePath}\0${e.schemaPath}\0${JSON.stringify(e.params)}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push({ path: joinPath(prefix, e.instancePath), message: describe(e) });
+  }
+  return out;
+}
+
+/** How many problems a failure's `message` spells out (all are in `problems`). */
+const MESSAGE_PROBLEMS = 5;
+
+/** A `validation_failed` failure from problems; the message lists them as `path: message; …`. */
+export function validationFailure(problems: SpecProblem[], subject = 'spec'): ValidationFailure {
+  const shown = problems.slice(0, MESSAGE_PROBLEMS).map((p) => `${p.path || subject}: ${p.message}`);
+  if (problems.length > MESSAGE_PROBLEMS) shown.push(`and ${problems.length - MESSAGE_PROBLEMS} more`);
+  return { ok: false, kind: 'validation_failed', message: shown.join('; '), problems };
+}
+
+/** Keywords whose value is a map of name → subschema. */
+const SCHEMA_MAPS = ['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas'];
+/** Keywords whose value is a subschema. */
+const SCHEMA_VALUES = [
+  'items',
+  'additionalItems',
+  'additionalProperties',
+  'unevaluatedItems',
+  'unevaluatedProperties',
+  'contains',
+  'propertyNames',
+  'not',
+  'if',
+  'then',
+  'else',
+];
+/** Keywords whose value is an array of subschemas. */
+const SCHEMA_ARRAYS = ['allOf', 'anyOf', 'oneOf', 'prefixItems', 'items'];
+
+/**
+ * Checks forge's annotations wherever they appear in a schema: `x-bind` must be `"ro"` or `"rw"`
+ * on a string schema (its value is a host path), `x-redact` must be a boolean.
+ */
+function annotationProblems(node: unknown, path: string, out: SpecProblem[]): void {
+  if (typeof node !== 'object' || node === null || Array.isArray(node)) return;
+  const s = node as JsonSchema;
+  if ('x-bind' in s) {
+    if (s['x-bind'] !== 'ro' && s['x-bind'] !== 'rw') {
+      out.push({ path: `${path}/x-bind`, message: `must be "ro" or "rw" (got ${JSON.stringify(s['x-bind'])})` });
+    } else if (!(s.type === 'string' || (Array.isArray(s.type) && s.type.includes('string')))) {
+      out.push({ path: `${path}/x-bind`, message: 'may only mark a string property (its value is a host path); add "type": "string"' });
+    }
+  }
+  if ('x-redact' in s && typeof s['x-redact'] !== 'boolean') {
+    out.push({ path: `${path}/x-redact`, message: `must be true or false (got ${JSON.stringify(s['x-redact'])})` });
+  }
+  for (const k of SCHEMA_MAPS) {
+    const m = s[k];
+    if (typeof m === 'object' && m !== null && !Array.isArray(m)) {
+      for (const [name, sub] of Object.entries(m)) annotationProblems(sub, `${path}/${k}/${escapePointer(name)}`, out);
+    }
+  }
+  for (const k of SCHEMA_VALUES) if (!Array.isArray(s[k])) annotationProblems(s[k], `${path}/${k}`, out);
+  for (const k of SCHEMA_ARRAYS) {
+    const a = s[k];
+    if (Array.isArray(a)) {
+      a.forEach((sub, i) => {
+        annotationProblems(sub, `${path}/${k}/${i}`, out);
+      });
+    }
+  }
+}
+
+function escapePointer(token: string): string {
+  return token.replaceAll('~', '~0').replaceAll('/', '~1');
+}
+
+/** Checks a tool's data against a compiled schema. */
+export type ToolDataValidator = (data: unknown) => { ok: true } | ValidationFailure;
+
+/** The result of compiling a tool schema. */
+export type CompiledToolSchema = { ok: true; dialect: SchemaDialect; validate: ToolDataValidator } | ValidationFailure;
+
+export interface CompileToolSchemaOptions {
+  /**
+   * Where the schema sits, for problem paths (`input_schema`, the default, or `output_schema`).
+   * `input_schema` must describe an object.
+   */
+  path?: 'input_schema' | 'output_schema';
+  /** The prefix of data problem paths when validating (default `input` or `output`). */
+  dataLabel?: string;
+}
+
+/**
+ * Compiles a tool's `input_schema` or `output_schema` with the settings described at
+ * `TOOL_SCHEMA_AJV_OPTIONS` and returns a validator whose failures name JSON pointers
+ * (`input/n: must be integer`). A schema that does not compile is a `validation_failed` result:
+ * an unsupported `$schema`, a meta-schema violation (`input_schema/properties/n/type: must be
+ * equal to one of the allowed values (…)`), a misplaced `x-bind`, an unresolvable `$ref`, a bad
+ * `pattern`. Never throws for a bad schema. Does not cache; see `toolValidators`.
+ */
+export function compileToolSchema(schema: unknown, options: CompileToolSchemaOptions = {}): CompiledToolSchema {
+  const path = options.path ?? 'input_schema';
+  const label = options.dataLabel ?? (path === 'input_schema' ? 'input' : 'output');
+  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
+    return validationFailure([{ path, message: 'must be a JSON Schema object' }]);
+  }
+  const s = schema as JsonSchema;
+  const d = schemaDialect(s, path);
+  if ('path' in d) return validationFailure([d]);
+  const problems: SpecProblem[] = [];
+  if (path === 'input_schema' && s.type !== 'object') {
+    problems.push({
+      path: `${path}/type`,
+      message: `must be "object": a tool's input is a JSON object of named arguments (got ${s.type === undefined ? 'no type' : JSON.stringify(s.type)})`,
+    });
+  }
+  annotationProblems(s, path, problems);
+  const ajv = ajvFor(d.dialect);
+  // Compile a copy whose $schema is the id ajv knows (the spellings accepted above differ).
+  const copy = s.$schema === undefined ? s : { ...s, $schema: d.canonical };
+  if (!ajv.validateSchema(copy)) problems.push(...ajvProblems(ajv.errors, path));
+  if (problems.length > 0) return validationFailure(problems);
+  let fn: ValidateFunction;
+  try {
+    fn = ajv.compile(copy);
+  } catch (err) {
+    const why = err instanceof Error ? err.message : String(err);
+    return validationFailure([{ path, message: `does not compile: ${why}; $ref may only point inside the schema` }]);
+  } finally {
+    // Forget the schema by identity and $id: two tools may use the same $id, and the cache
+    // would otherwise grow with every compile. The compiled function stays valid.
+    try {
+      ajv.removeSchema(copy);
+    } catch {
+      // Nothing was registered.
+    }
+  }
+  const validate: ToolDataValidator = (data) => {
+    if (fn(data)) return { ok: true };
+    return validationFailure(ajvProblems(fn.errors, label), label);
+  };
+  return { ok: true, dialect: d.dialect, validate };
+}
+
+/** Compiled validators of one tool. */
+export interface ToolValidators {
+  input: ToolDataValidator;
+  /** Absent when the tool declares no `output_schema`. */
+  output?: ToolDataValidator;
+}
+
+const CACHE_LIMIT = 1000;
+const cache = new Map<string, ToolValidators | ValidationFailure>();
+
+/**
+ * The validators of a stored tool, compiled on first use and cached by its digest (at most
+ * 1000 tools; the oldest is dropped first). Loading a registry compiles nothing; this is what
+ * the caller uses to validate a call's input and output. A schema that no longer compiles (a
+ * hand-edited file) is a `validation_failed` result.
+ */
+export function toolValidators(tool: {
+  digest: string;
+  input_schema: unknown;
+  output_schema?: unknown;
+}): ToolValidators | ValidationFailure {
+  const hit = cache.get(tool.digest);
+  if (hit) return hit;
+  let result: ToolValidators | ValidationFailure;
+  const input = compileToolSchema(tool.input_schema, { path: 'input_schema' });
+  if (!input.ok) result = input;
+  else if (tool.output_schema === undefined) result = { input: input.validate };
+  else {
+    const output = compileToolSchema(tool.output_schema, { path: 'output_schema' });
+    result = output.ok ? { input: input.validate, output: output.validate } : output;
+  }
+  if (cache.size >= CACHE_LIMIT) {
+    const oldest = cache.keys().next();
+    if (!oldest.done) cache.delete(oldest.value);
+  }
+  cache.set(tool.digest, result);
+  return result;
+}

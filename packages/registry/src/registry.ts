@@ -1,0 +1,447 @@
+import { basename, dirname } from 'node:path';
+import { RegistryError } from './errors.js';
+import { configuredScopes, type ScopeRoots } from './scopes.js';
+import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
+import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVersion } from './store.js';
+import type { CreatedBy, Failure, RegistryEvent, Scope, StoredTool, ValidationFailure } from './types.js';
+import { type ScopeChange, startWatcher, type Watcher, type WatchOptions } from './watch.js';
+
+export interface RegistryOptions {
+  /** The scope directories (see `scopeRoots`). Only configured scopes are read and written. */
+  roots: ScopeRoots;
+  /**
+   * The project directory stamped as a promoted tool's `origin.project`. Default: derived from
+   * `roots.project` (`<project>/.forge/tools` → `<project>`).
+   */
+  projectDir?: string;
+  /** Built-in tool names (`forge_tool`, `forge_call`, …): never forged, never loaded from disk. */
+  builtins?: Iterable<string>;
+  /** Runtime names a spec may use (default `python3`, `node`, `bash`, `sh`). */
+  runtimes?: readonly string[];
+  /** Receives `registry.load_failed` events (plain data for an audit log). */
+  onEvent?: (event: RegistryEvent) => void;
+  /** The clock for `created_at` (default `() => new Date()`). */
+  now?: () => Date;
+}
+
+/** What `load()` found. */
+export interface LoadReport {
+  /** Tools loaded per configured scope. */
+  loaded: Partial<Record<Scope, number>>;
+  /** Files skipped (each also sent as a `registry.load_failed` event). */
+  failed: Array<FileFailure & { scope: Scope }>;
+}
+
+/** A tool as lookup sees it: the winning scope and the scopes it hides. */
+export interface ResolvedTool {
+  tool: StoredTool;
+  scope: Scope;
+  /** Less specific scopes that hold the same name, most specific first. */
+  shadows: Scope[];
+}
+
+/** One row of `list()`. */
+export interface ListedTool extends ResolvedTool {
+  /** In a per-scope listing: the more specific scope that hides this tool, if any. */
+  shadowedBy?: Scope;
+}
+
+export interface CreateOptions {
+  scope: Scope;
+  createdBy: CreatedBy;
+  /** Replace an existing tool of that name in that scope (its version is kept, see `versions`). */
+  overwrite?: boolean;
+}
+
+/** A written tool and, for a replace, what it replaced. */
+export interface WriteOk {
+  ok: true;
+  tool: StoredTool;
+  previous?: { version: number; digest: string };
+}
+
+export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 'name_forbidden'>;
+export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'>;
+export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden'>;
+
+/** What a promote did. */
+export type PromoteOutcome =
+  /** No user tool of that name existed. */
+  | 'created'
+  /** The user tool came from this project: it was updated (the old version is kept). */
+  | 'updated'
+  /** The user tool has the same digest: nothing was written. */
+  | 'unchanged'
+  /** `force` replaced a user tool from elsewhere (the old version is kept). */
+  | 'replaced';
+
+export type PromoteResult = (WriteOk & { outcome: PromoteOutcome }) | Failure<'unknown_tool' | 'promote_conflict'>;
+
+export interface PromoteOptions {
+  /** Replace a user tool of the same name with a different digest from elsewhere. */
+  force?: boolean;
+  /** The scope to promote from (default `project`). */
+  from?: Exclude<Scope, 'user'>;
+  /** Stamped as `created_by` of the user version (default: the source tool's). */
+  createdBy?: CreatedBy;
+}
+
+/**
+ * A layered tool registry over one directory per scope. Lookups are in memory (call `load()`
+ * first); writes go to disk atomically under a per-name cross-process lock and update memory.
+ * Expected outcomes are results (`{ ok: false, kind, message }`); a `RegistryError` is thrown
+ * only for an unusable directory, a lock held too long, or a scope that is not configured.
+ */
+export interface Registry {
+  /** The configured scope directories. */
+  readonly roots: Readonly<ScopeRoots>;
+  /**
+   * Reads every configured scope from disk, replacing what is in memory. A file that is not
+   * valid JSON, not a valid stored spec, named unlike its spec, a built-in name, or not a
+   * regular file is skipped with a `registry.load_failed` event; the others load. Compiles no
+   * schema and computes no digest.
+   */
+  load(): Promise<LoadReport>;
+  /** `validateSpec` with this registry's runtimes, plus `name_forbidden` for a built-in name. */
+  validate(spec: unknown): SpecOk | ValidationFailure | Failure<'name_forbidden'>;
+  /**
+   * Validates and writes a tool into `scope`, stamped with `version` (1, or one more than any
+   * version of that name ever kept in the scope), `digest`, `created_at`, `created_by`,
+   * `scope` and `state: "active"`. Stamps in `spec` are ignored. Without `overwrite`, an
+   * existing name is `name_taken` (a create can never clobber, even across processes); with it,
+   * the previous version stays recoverable.
+   */
+  create(spec: unknown, options: CreateOptions): Promise<CreateResult>;
+  /** Removes `name` from `scope`; the removed version stays recoverable (`versions`, `recover`). */
+  remove(name: string, options: { scope: Scope }): Promise<RemoveResult>;
+  /**
+   * The tool `name` resolves to, most specific scope first, or undefined (also for a built-in
+   * name: the caller serves those). O(1).
+   */
+  resolve(name: string): ResolvedTool | undefined;
+  /**
+   * Tools sorted by name: the effective ones (what `resolve` returns for each name), or with
+   * `scope` every tool of that scope, hidden ones marked `shadowedBy`. The array is shared and
+   * frozen until the next change.
+   */
+  list(options?: { scope?: Scope }): readonly ListedTool[];
+  /** True for a built-in name. */
+  isBuiltin(name: string): boolean;
+  /**
+   * Copies a project tool (or `from` another scope) to the user scope, stamped with
+   * `origin: {project, digest}`. Same digest as the user tool: `unchanged`, nothing written. A
+   * user tool promoted earlier from this same project: `updated`. A different tool from
+   * elsewhere: `promote_conflict` unless `force` (the old one stays recoverable).
+   */
+  promote(name: string, options?: PromoteOptions): Promise<PromoteResult>;
+  /** Every kept version of `name` in `scope` (replaced and removed ones, then the live one). */
+  versions(name: string, options: { scope: Scope }): Promise<ToolVersion[]>;
+  /**
+   * Makes a kept version of `name` live again in `scope`, as a new version (the current one, if
+   * any, is kept in turn). `unknown_tool` when that version was never kept.
+   */
+  recover(name: string, version: number, options: { scope: Scope; createdBy?: CreatedBy }): Promise<RecoverResult>;
+  /**
+   * Watches the scope directories (creating missing ones, mode 0700) and refreshes memory when
+   * another process writes a tool; `onChange` gets the names whose effective content changed,
+   * per scope, debounced. Writes made through this registry update memory at once and are not
+   * reported again. Resolves when the watcher is ready. One watcher per registry.
+   */
+  watch(onChange: (changes: ScopeChange[]) => void, options?: WatchOptions): Promise<void>;
+  /** Stops watching; pending changes are dropped. Idempotent. Lookups keep working. */
+  close(): Promise<void>;
+}
+
+const EMPTY: readonly ListedTool[] = Object.freeze([]);
+
+/** Creates a registry over `options.roots`. Touches no file until `load`, a write or `watch`. */
+export function createRegistry(options: RegistryOptions): Registry {
+  const builtins = new Set(options.builtins ?? []);
+  const runtimes = options.runtimes ?? DEFAULT_RUNTIMES;
+  const now = options.now ?? (() => new Date());
+  const onEvent = options.onEvent ?? (() => {});
+  const roots = Object.freeze({ ...options.roots });
+  const scopes = configuredScopes(roots);
+  const projectDir =
+    options.projectDir ??
+    (roots.project && basename(roots.project) === 'tools' && basename(dirname(roots.project)) === '.forge'
+      ? dirname(dirname(roots.project))
+      : roots.project);
+
+  const dirs = new Map<Scope, ScopeDir>();
+  const tables = new Map<Scope, Map<string, StoredTool>>();
+  for (const s of scopes) {
+    const root = roots[s];
+    if (root) dirs.set(s, new ScopeDir(s, root, builtins));
+    tables.set(s, new Map());
+  }
+  const index = new Map<string, ResolvedTool>();
+  let listCache = new Map<Scope | 'all', readonly ListedTool[]>();
+  let watcher: Watcher | undefined;
+
+  function dirOf(scope: Scope): ScopeDir {
+    const d = dirs.get(scope);
+    if (!d) {
+      throw new RegistryError('invalid_option', `scope "${scope}" has no directory in this registry; configured: ${scopes.join(', ')}`);
+    }
+    return d;
+  }
+
+  /** Recomputes the index entry of one name from the tables. */
+  function reindex(name: string): void {
+    let winner: ResolvedTool | undefined;
+    for (const s of scopes) {
+      const t = tables.get(s)?.get(name);
+      if (!t) continue;
+      if (winner) winner.shadows.push(s);
+      else winner = { tool: t, scope: s, shadows: [] };
+    }
+    if (winner) index.set(name, winner);
+    else index.delete(name);
+    listCache = new Map();
+  }
+
+  /** Puts (or deletes) a tool in memory; returns true when the effective content changed. */
+  function setTool(scope: Scope, name: string, tool: StoredTool | undefined): boolean {
+    const table = tables.get(scope);
+    if (!table) return false;
+    const before = table.get(name);
+    if (tool) table.set(name, tool);
+    else table.delete(name);
+    reindex(name);
+    if (!before || !tool) return before !== tool;
+    return before.version !== tool.version || before.digest !== tool.digest || before.created_at !== tool.created_at;
+  }
+
+  function emitFailure(scope: Scope, f: FileFailure): void {
+    onEvent({ type: 'registry.load_failed', scope, path: f.path, reason: f.reason });
+  }
+
+  /** Re-reads one name of one scope from disk (for the watcher). */
+  function refresh(scope: Scope, name: string): boolean {
+    const r = dirOf(scope).read(name);
+    if (r.status === 'bad') emitFailure(scope, r.failure);
+    return setTool(scope, name, r.status === 'ok' ? r.tool : undefined);
+  }
+
+  function stamp(spec: object, digest: string, version: number, scope: Scope, createdBy: CreatedBy): StoredTool {
+    return {
+      ...(spec as StoredTool),
+      version,
+      digest,
+      created_at: now().toISOString(),
+      created_by: { persona: createdBy.persona, session: createdBy.session },
+      scope,
+      state: 'active',
+    };
+  }
+
+  function forbidden(name: string): Failure<'name_forbidden'> {
+    return { ok: false, kind: 'name_forbidden', message: `"${name}" is a built-in tool name and cannot be forged; choose another name` };
+  }
+
+  function unknownTool(name: string, where: string): Failure<'unknown_tool'> {
+    return { ok: false, kind: 'unknown_tool', message: `no tool "${name}" in ${where}; list the tools to see what exists` };
+  }
+
+  const registry: Registry = {
+    roots,
+
+    async load() {
+      const report: LoadReport = { loaded: {}, failed: [] };
+      for (const s of scopes) {
+        const fresh = new Map<string, StoredTool>();
+        await dirOf(s).loadAll(
+          (t) => fresh.set(t.name, t),
+          (f) => {
+            report.failed.push({ ...f, scope: s });
+            emitFailure(s, f);
+          },
+        );
+        tables.set(s, fresh);
+        report.loaded[s] = fresh.size;
+      }
+      index.clear();
+      const names = new Set<string>();
+      for (const t of tables.values()) for (const n of t.keys()) names.add(n);
+      for (const n of names) reindex(n);
+      listCache = new Map();
+      return report;
+    },
+
+    validate(spec) {
+      const r = validateSpec(spec, { runtimes });
+      if (r.ok && builtins.has(r.spec.name)) return forbidden(r.spec.name);
+      return r;
+    },
+
+    async create(spec, opts) {
+      const dir = dirOf(opts.scope);
+      const v = registry.validate(spec);
+      if (!v.ok) return v;
+      const name = v.spec.name;
+      const result = await dir.put<CreateResult>(name, (current, next): Decision<CreateResult> => {
+        if (current.status !== 'missing' && !opts.overwrite) {
+          const what = current.status === 'ok' ? `version ${current.tool.version}` : `an unreadable file (${current.failure.reason})`;
+          return {
+            value: {
+              ok: false,
+              kind: 'name_taken',
+              message: `tool "${name}" already exists in the ${opts.scope} scope (${what}); choose another name or pass overwrite to replace it`,
+            },
+          };
+        }
+        const tool = stamp(v.spec, v.digest, next, opts.scope, opts.createdBy);
+        const previous = current.status === 'ok' ? { version: current.tool.version, digest: current.tool.digest } : undefined;
+        return { write: tool, value: previous ? { ok: true, tool, previous } : { ok: true, tool } };
+      });
+      if (result.ok) setTool(opts.scope, name, result.tool);
+      return result;
+    },
+
+    async remove(name, opts) {
+      const r = await dirOf(opts.scope).remove(name);
+      setTool(opts.scope, name, undefined);
+      if (r.status === 'missing') return unknownTool(name, `the ${opts.scope} scope`);
+      if (r.status === 'bad') {
+        // The unreadable file was still removed (and kept); report what was there.
+        return unknownTool(
+          name,
+          `the ${opts.scope} scope (its file was unreadable: ${r.failure.reason}; it was moved to the version history)`,
+        );
+      }
+      return { ok: true, removed: r.tool };
+    },
+
+    resolve(name) {
+      return index.get(name);
+    },
+
+    list(opts = {}) {
+      const key = opts.scope ?? 'all';
+      const cached = listCache.get(key);
+      if (cached) return cached;
+      let rows: ListedTool[];
+      if (opts.scope === undefined) {
+        rows = [...index.values()];
+      } else {
+        const scope = opts.scope;
+        const table = tables.get(scope);
+        if (!table) return EMPTY;
+        rows = [];
+        for (const [name, tool] of table) {
+          const r = index.get(name);
+          const at = scopes.indexOf(scope);
+          const row: ListedTool = { tool, scope, shadows: scopes.slice(at + 1).filter((s) => tables.get(s)?.has(name)) };
+          if (r && r.scope !== scope) row.shadowedBy = r.scope;
+          rows.push(row);
+        }
+      }
+      rows.sort((a, b) => (a.tool.name < b.tool.name ? -1 : a.tool.name > b.tool.name ? 1 : 0));
+      const frozen = Object.freeze(rows);
+      listCache.set(key, frozen);
+      return frozen;
+    },
+
+    isBuiltin(name) {
+      return builtins.has(name);
+    },
+
+    async promote(name, opts = {}) {
+      const from = opts.from ?? 'project';
+      const source = dirOf(from).read(name);
+      const user = dirOf('user');
+      if (source.status === 'bad') emitFailure(from, source.failure);
+      if (source.status !== 'ok') {
+        const why = source.status === 'bad' ? ` (its file is unusable: ${source.failure.reason})` : '';
+        return unknownTool(name, `the ${from} scope${why}`);
+      }
+      const src = source.tool;
+      const project = projectDir ?? dirOf(from).root;
+      const result = await user.put<PromoteResult>(name, (current, next): Decision<PromoteResult> => {
+        let outcome: PromoteOutcome = 'created';
+        if (current.status === 'ok') {
+          const cur = current.tool;
+          if (cur.digest === src.digest) return { value: { ok: true, outcome: 'unchanged', tool: cur } };
+          if (cur.origin?.project === project) outcome = 'updated';
+          else if (opts.force) outcome = 'replaced';
+          else {
+            const whence = cur.origin ? `promoted from ${cur.origin.project}` : 'forged in the user scope';
+            return {
+              value: {
+                ok: false,
+                kind: 'promote_conflict',
+                message: `the user scope already has a different "${name}" (version ${cur.version}, ${cur.digest}, ${whence}); rename the tool or pass force to replace it (the old version stays recoverable)`,
+              },
+            };
+          }
+        } else if (current.status === 'bad') {
+          if (!opts.force) {
+            return {
+              value: {
+                ok: false,
+                kind: 'promote_conflict',
+                message: `the user scope holds an unreadable file for "${name}" (${current.failure.reason}); pass force to replace it (it is kept in the version history)`,
+              },
+            };
+          }
+          outcome = 'replaced';
+        }
+        const tool: StoredTool = {
+          ...stamp(src, src.digest, next, 'user', opts.createdBy ?? src.created_by),
+          origin: { project, digest: src.digest },
+        };
+        const value: PromoteResult = { ok: true, outcome, tool };
+        if (current.status === 'ok') value.previous = { version: current.tool.version, digest: current.tool.digest };
+        return { write: tool, value };
+      });
+      if (result.ok) setTool('user', name, result.tool);
+      return result;
+    },
+
+    versions(name, opts) {
+      return dirOf(opts.scope).versions(name);
+    },
+
+    async recover(name, version, opts) {
+      const dir = dirOf(opts.scope);
+      const kept = (await dir.versions(name)).find((v) => !v.current && v.version === version && v.tool);
+      if (!kept?.tool) return unknownTool(name, `the version history of the ${opts.scope} scope at version ${version}`);
+      const old = kept.tool;
+      if (builtins.has(name)) return forbidden(name);
+      const result = await dir.put<RecoverResult>(name, (current: ReadResult, next): Decision<RecoverResult> => {
+        // A recovered promoted tool keeps its origin: it still came from there.
+        const tool = stamp(old, old.digest, next, opts.scope, opts.createdBy ?? old.created_by);
+        const value: WriteOk = { ok: true, tool };
+        if (current.status === 'ok') value.previous = { version: current.tool.version, digest: current.tool.digest };
+        return { write: tool, value };
+      });
+      if (result.ok) setTool(opts.scope, name, result.tool);
+      return result;
+    },
+
+    async watch(onChange, watchOptions) {
+      if (watcher) throw new RegistryError('invalid_option', 'this registry is already watching; call close() first');
+      const targets = scopes.map((s) => ({ scope: s, root: dirOf(s).root }));
+      watcher = await startWatcher(
+        targets,
+        (pending) => {
+          const changes: ScopeChange[] = [];
+          for (const [scope, names] of pending) {
+            const changed = [...names].filter((n) => refresh(scope, n)).sort();
+            if (changed.length > 0) changes.push({ scope, names: changed });
+          }
+          if (changes.length > 0) onChange(changes);
+        },
+        watchOptions,
+      );
+    },
+
+    async close() {
+      const w = watcher;
+      watcher = undefined;
+      await w?.close();
+    },
+  };
+  return registry;
+}

@@ -1,0 +1,98 @@
+/** Scopes from the most specific to the least: a name in an earlier scope shadows later ones. */
+export const SCOPES = ['task', 'session', 'project', 'user'] as const;
+
+/** Where a tool lives. See `SCOPES` for the lookup order. */
+export type Scope = (typeof SCOPES)[number];
+
+/** Lifecycle state stamped on a tool. Forged tools are `active`; the others belong to the toolsmith. */
+export type ToolState = 'active' | 'pending' | 'validated' | 'retired';
+
+/** A JSON Schema object (the registry checks it compiles; it does not type its keywords). */
+export type JsonSchema = { [key: string]: unknown };
+
+/** Budget requests and hints; the policy clamps them. */
+export interface ToolMeta {
+  deterministic?: boolean;
+  secrets?: string[];
+  timeout_ms?: number;
+  cpu_s?: number;
+  output_cap?: number;
+}
+
+/** A sample call. `input` must match `input_schema`. */
+export interface ToolExample {
+  input: { [key: string]: unknown };
+  expect?: unknown;
+}
+
+/** A tool spec as an agent submits it (see `schema/tool-spec.schema.json`). */
+export interface ToolSpec {
+  name: string;
+  description: string;
+  input_schema: JsonSchema;
+  output_schema?: JsonSchema;
+  impl: string;
+  runtime: string;
+  meta?: ToolMeta;
+  examples?: ToolExample[];
+}
+
+/** Who forged a tool version. */
+export interface CreatedBy {
+  persona: string;
+  session: string;
+}
+
+/** Where a promoted tool came from: the project directory and the digest it had there. */
+export interface ToolOrigin {
+  project: string;
+  digest: string;
+}
+
+/** A stored tool: the spec plus the stamps the registry writes. Treat it as read-only. */
+export interface StoredTool extends ToolSpec {
+  version: number;
+  /** `sha256:<hex>` over the canonical spec without stamps (see `digestSpec`). */
+  digest: string;
+  /** ISO 8601 time this version was written. */
+  created_at: string;
+  created_by: CreatedBy;
+  scope: Scope;
+  state: ToolState;
+  origin?: ToolOrigin;
+}
+
+/** The kinds of expected failure this package returns (stable strings from forge's error kinds). */
+export type RegistryFailureKind = 'validation_failed' | 'name_taken' | 'name_forbidden' | 'unknown_tool' | 'promote_conflict' | 'internal';
+
+/** An expected failure: what happened, to what, and what to do, in `message`. */
+export interface Failure<K extends string = RegistryFailureKind> {
+  ok: false;
+  kind: K;
+  message: string;
+}
+
+/** One problem found in a spec: a JSON pointer (without the leading `/`) and what is wrong. */
+export interface SpecProblem {
+  /** e.g. `input_schema/properties/n/type`; `''` for the spec itself. */
+  path: string;
+  message: string;
+}
+
+/** A failed spec check: `message` joins the first problems as `path: message; …`. */
+export interface ValidationFailure extends Failure<'validation_failed'> {
+  problems: SpecProblem[];
+}
+
+/** Something the registry reports for the audit log (plain data). */
+export interface LoadFailedEvent {
+  type: 'registry.load_failed';
+  scope: Scope;
+  /** The file (or directory entry) that was skipped. */
+  path: string;
+  /** Why, e.g. `not valid JSON: Unexpected token …` or `file name "a.json" does not match the spec name "b"`. */
+  reason: string;
+}
+
+/** Every event `onEvent` receives. */
+export type RegistryEvent = LoadFailedEvent;

@@ -1,0 +1,95 @@
+import { basename, dirname } from 'node:path';
+import { type FSWatcher, watch } from 'chokidar';
+import { RegistryError } from './errors.js';
+import { ensureDir } from './fs-atomic.js';
+import type { Scope } from './types.js';
+
+/** Names that changed in one scope (added, replaced or removed), sorted. */
+export interface ScopeChange {
+  scope: Scope;
+  names: string[];
+}
+
+export interface WatchOptions {
+  /** Quiet time before a batch of file events is applied (default 50 ms). */
+  debounceMs?: number;
+  /** Longest a busy directory may delay a batch (default 500 ms). */
+  maxWaitMs?: number;
+}
+
+/** A running watcher. */
+export interface Watcher {
+  close(): Promise<void>;
+}
+
+/**
+ * Watches the tool files (`<root>/<name>.json`, depth 0; dot-files such as `.versions`, `.locks`
+ * and temp files are ignored) and calls `flush` with the names touched per scope, debounced.
+ */
+export async function startWatcher(
+  targets: Array<{ scope: Scope; root: string }>,
+  flush: (pending: Map<Scope, Set<string>>) => void,
+  options: WatchOptions = {},
+): Promise<Watcher> {
+  const debounceMs = options.debounceMs ?? 50;
+  const maxWaitMs = options.maxWaitMs ?? 500;
+  const byRoot = new Map<string, Scope>();
+  for (const t of targets) {
+    try {
+      // chokidar cannot watch a directory that does not exist yet; tools may appear there later.
+      await ensureDir(t.root);
+    } catch (err) {
+      throw new RegistryError('root_unusable', `cannot create tool directory ${t.root} to watch it: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    byRoot.set(t.root, t.scope);
+  }
+  let pending = new Map<Scope, Set<string>>();
+  let timer: NodeJS.Timeout | undefined;
+  let firstAt = 0;
+  let closed = false;
+
+  const run = () => {
+    timer = undefined;
+    const batch = pending;
+    pending = new Map();
+    if (!closed && batch.size > 0) flush(batch);
+  };
+
+  const onPath = (path: string) => {
+    const scope = byRoot.get(dirname(path));
+    const file = basename(path);
+    if (!scope || file.startsWith('.') || !file.endsWith('.json')) return;
+    let names = pending.get(scope);
+    if (!names) pending.set(scope, (names = new Set()));
+    names.add(file.slice(0, -'.json'.length));
+    const t = Date.now();
+    if (!timer) firstAt = t;
+    else clearTimeout(timer);
+    timer = setTimeout(run, Math.max(0, Math.min(debounceMs, firstAt + maxWaitMs - t)));
+  };
+
+  const fsw: FSWatcher = watch([...byRoot.keys()], {
+    ignoreInitial: true,
+    depth: 0,
+    // Skip bookkeeping entries (.versions, .locks, .tmp-*) but never the roots themselves.
+    ignored: (path: string) => !byRoot.has(path) && basename(path).startsWith('.'),
+  });
+  fsw.on('add', onPath).on('change', onPath).on('unlink', onPath);
+  await new Promise<void>((resolve, reject) => {
+    fsw.once('ready', () => resolve());
+    fsw.once('error', (err) => reject(err));
+  });
+
+  return {
+    async close() {
+      if (closed) return;
+      closed = true;
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      pending = new Map();
+      await fsw.close();
+    },
+  };
+}
