@@ -36,8 +36,8 @@ export interface LoadReport {
 export interface ResolvedTool {
   tool: StoredTool;
   scope: Scope;
-  /** Less specific scopes that hold the same name, most specific first. */
-  shadows: Scope[];
+  /** Less specific scopes that hold the same name, most specific first. Frozen when empty. */
+  shadows: readonly Scope[];
 }
 
 /** One row of `list()`. */
@@ -153,6 +153,8 @@ export interface Registry {
 }
 
 const EMPTY: readonly ListedTool[] = Object.freeze([]);
+/** The shared `shadows` of a tool that hides nothing (most of them): one array, not thousands. */
+const NO_SCOPES: readonly Scope[] = Object.freeze([]);
 
 /** Creates a registry over `options.roots`. Touches no file until `load`, a write or `watch`. */
 export function createRegistry(options: RegistryOptions): Registry {
@@ -193,12 +195,11 @@ export function createRegistry(options: RegistryOptions): Registry {
     for (const s of scopes) {
       const t = tables.get(s)?.get(name);
       if (!t) continue;
-      if (winner) winner.shadows.push(s);
-      else winner = { tool: t, scope: s, shadows: [] };
+      if (!winner) winner = { tool: t, scope: s, shadows: NO_SCOPES };
+      else winner.shadows = [...winner.shadows, s];
     }
     if (winner) index.set(name, winner);
     else index.delete(name);
-    listCache = new Map();
   }
 
   /** Puts (or deletes) a tool in memory; returns true when the effective content changed. */
@@ -209,6 +210,7 @@ export function createRegistry(options: RegistryOptions): Registry {
     if (tool) table.set(name, tool);
     else table.delete(name);
     reindex(name);
+    listCache = new Map();
     if (!before || !tool) return before !== tool;
     return before.version !== tool.version || before.digest !== tool.digest || before.created_at !== tool.created_at;
   }

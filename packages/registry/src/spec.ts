@@ -5,6 +5,7 @@ import toolSpecSchema from '../schema/tool-spec.schema.json' with { type: 'json'
 import { digestSpec, STAMP_FIELDS } from './digest.js';
 import { ajvProblems, compileToolSchema, validationFailure } from './json-schema.js';
 import { toolNameProblem } from './name.js';
+import { storedShapeProblem } from './stored-check.js';
 import type { SpecProblem, ToolSpec, ValidationFailure } from './types.js';
 
 const addFormats = formatsModule.default;
@@ -15,33 +16,19 @@ export const DEFAULT_RUNTIMES: readonly string[] = Object.freeze(['python3', 'no
 /** The published JSON Schema of a tool spec (also at `@forge/registry/schema/tool-spec.schema.json`). */
 export const TOOL_SPEC_SCHEMA: Readonly<Record<string, unknown>> = toolSpecSchema;
 
-interface ShapeValidators {
-  /** The submitted spec, all errors. */
-  spec: ValidateFunction;
-  /** A stored tool (stamps required), first error only: the load path. */
-  stored: ValidateFunction;
-}
+let specShape: ValidateFunction | undefined;
 
-let shapes: ShapeValidators | undefined;
-
-/** The spec shape validators, compiled on first use. */
-function shapeValidators(): ShapeValidators {
-  if (!shapes) {
-    const all = new Ajv2020({ allErrors: true, strict: true, logger: false });
-    addFormats(all);
-    const first = new Ajv2020({ allErrors: false, strict: true, logger: false });
-    addFormats(first);
-    first.addSchema(toolSpecSchema);
-    shapes = {
-      spec: all.compile(toolSpecSchema),
-      stored: first.compile({
-        type: 'object',
-        allOf: [{ $ref: toolSpecSchema.$id }],
-        required: [...STAMP_FIELDS.filter((f) => f !== 'origin')],
-      }),
-    };
+/**
+ * The submitted spec's shape, compiled on first use. The schema is ours and tested, so ajv does
+ * not meta-validate it (that would compile the whole 2020-12 meta-schema).
+ */
+function specValidator(): ValidateFunction {
+  if (!specShape) {
+    const ajv = new Ajv2020({ allErrors: true, strict: true, logger: false, validateSchema: false });
+    addFormats(ajv);
+    specShape = ajv.compile(toolSpecSchema);
   }
-  return shapes;
+  return specShape;
 }
 
 export interface ValidateSpecOptions {
@@ -72,7 +59,7 @@ export function validateSpec(spec: unknown, options: ValidateSpecOptions = {}): 
   const problems: SpecProblem[] = [];
   const nameProblem = 'name' in s ? toolNameProblem(s.name) : undefined;
   if (nameProblem) problems.push({ path: 'name', message: nameProblem });
-  const v = shapeValidators().spec;
+  const v = specValidator();
   if (!v(spec)) {
     // The name's own message above is clearer than the schema's pattern error.
     for (const p of ajvProblems(v.errors, '')) if (!(nameProblem && p.path === 'name')) problems.push(p);
@@ -105,14 +92,12 @@ export function validateSpec(spec: unknown, options: ValidateSpecOptions = {}): 
 }
 
 /**
- * The fast check a stored file gets when it is loaded: shape and stamps only. It compiles no
- * tool schema and recomputes no digest; see `toolValidators` and `verifyToolDigest` for those.
- * Returns why the value is not a stored tool, or `undefined`.
+ * The fast check a stored file gets when it is loaded: shape and stamps only (the published
+ * schema with the stamps required). It compiles no tool schema and recomputes no digest; see
+ * `toolValidators` and `verifyToolDigest` for those. Returns why the value is not a stored
+ * tool, or `undefined`.
  */
 export function storedToolProblem(value: unknown): string | undefined {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'not a JSON object';
-  const v = shapeValidators().stored;
-  if (v(value)) return undefined;
-  const p = ajvProblems(v.errors, '')[0];
-  return p ? `not a valid tool spec: ${p.path || 'spec'}: ${p.message}` : 'not a valid tool spec';
+  const p = storedShapeProblem(value);
+  return p && `not a valid tool spec: ${p}`;
 }

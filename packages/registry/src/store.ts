@@ -1,9 +1,9 @@
-import { type Dirent, readdirSync, readFileSync } from 'node:fs';
+import { type Dirent, readdirSync } from 'node:fs';
 import { link, readdir, readFile, stat, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, sep } from 'node:path';
 import lockfile from 'proper-lockfile';
 import { RegistryError } from './errors.js';
-import { ensureDir, linkNew, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
+import { ensureDir, linkNew, readTextSync, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
 import { storedToolProblem } from './spec.js';
 import type { Scope, StoredTool } from './types.js';
 
@@ -96,8 +96,8 @@ export class ScopeDir {
 
   /**
    * Reads every `*.json` file of the root synchronously (a cold load of 10 000 small files is
-   * several times faster with sync reads than through the thread pool), calling `yieldEvery`
-   * between batches so a server's event loop is not held for the whole load.
+   * several times faster with sync reads than through the thread pool), yielding to the event
+   * loop every 1000 files so a server is not held for the whole load.
    */
   async loadAll(onTool: (tool: StoredTool) => void, onFailure: (f: FileFailure) => void): Promise<void> {
     let entries: Dirent[];
@@ -110,7 +110,8 @@ export class ScopeDir {
     let n = 0;
     for (const e of entries) {
       if (e.name.startsWith('.') || !e.name.endsWith('.json')) continue;
-      const path = join(this.root, e.name);
+      // Plain concatenation: path.join normalizes every time, measurable over 10 000 files.
+      const path = `${this.root}${sep}${e.name}`;
       if (!e.isFile()) {
         onFailure({
           path,
@@ -128,7 +129,7 @@ export class ScopeDir {
   private readFile(path: string, fileName: string): ReadResult {
     let text: string;
     try {
-      text = readFileSync(path, 'utf8');
+      text = readTextSync(path);
     } catch (err) {
       if (errno(err) === 'ENOENT') return { status: 'missing' };
       if (errno(err) === 'EISDIR') return { status: 'bad', failure: { path, reason: 'not a regular file (a directory)' } };

@@ -1,0 +1,99 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { ScopeChange } from '../src/index.js';
+import { BY, fixture, requireBuilt, runChild, spec } from './helpers.js';
+
+/** Collects change batches; `next()` returns the next unread one, failing if none arrives within 10 s. */
+function changes() {
+  const batches: ScopeChange[][] = [];
+  let read = 0;
+  let wake: (() => void) | undefined;
+  return {
+    batches,
+    onChange(c: ScopeChange[]) {
+      batches.push(c);
+      wake?.();
+    },
+    async next(): Promise<ScopeChange[]> {
+      const deadline = Date.now() + 10_000;
+      while (batches.length <= read) {
+        if (Date.now() > deadline) throw new Error('no change event within 10 s');
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, 100);
+        });
+      }
+      return batches[read++] ?? [];
+    },
+  };
+}
+
+describe('watch', () => {
+  it('sees tools that another process forges, promotes and removes', async () => {
+    requireBuilt();
+    const f = await fixture();
+    await f.registry.load();
+    const c = changes();
+    await f.registry.watch(c.onChange);
+
+    await runChild({ roots: f.roots, op: 'create', scope: 'project', spec: spec() }).result;
+    expect(await c.next()).toEqual([{ scope: 'project', names: ['csv.count'] }]);
+    expect(f.registry.resolve('csv.count')).toMatchObject({ scope: 'project', tool: { created_by: { persona: 'child' } } });
+
+    await runChild({ roots: f.roots, op: 'promote', name: 'csv.count' }).result;
+    expect(await c.next()).toEqual([{ scope: 'user', names: ['csv.count'] }]);
+    expect(f.registry.resolve('csv.count')).toMatchObject({ scope: 'project', shadows: ['user'] });
+
+    await runChild({ roots: f.roots, op: 'remove', scope: 'project', name: 'csv.count' }).result;
+    expect(await c.next()).toEqual([{ scope: 'project', names: ['csv.count'] }]);
+    expect(f.registry.resolve('csv.count')).toMatchObject({ scope: 'user', shadows: [] });
+  });
+
+  it('debounces a burst into one batch and does not report its own writes', async () => {
+    requireBuilt();
+    const f = await fixture();
+    await f.registry.load();
+    const c = changes();
+    await f.registry.watch(c.onChange, { debounceMs: 1000, maxWaitMs: 5000 });
+
+    // Own writes update memory at once and are not reported again.
+    await f.registry.create(spec({ name: 'own' }), { scope: 'session', createdBy: BY });
+    const specs = ['t.a', 't.b', 't.c', 't.d'].map((name) => spec({ name }));
+    await runChild({ roots: f.roots, op: 'createMany', scope: 'session', specs }).result;
+    expect(await c.next()).toEqual([{ scope: 'session', names: ['t.a', 't.b', 't.c', 't.d'] }]);
+    expect(c.batches).toHaveLength(1);
+    expect(f.registry.list({ scope: 'session' }).map((t) => t.tool.name)).toEqual(['own', 't.a', 't.b', 't.c', 't.d']);
+  });
+
+  it('reports a file corrupted by hand: one event, the tool drops out, the others stay', async () => {
+    const f = await fixture();
+    await f.registry.create(spec({ name: 'keep' }), { scope: 'project', createdBy: BY });
+    await f.registry.create(spec({ name: 'spoil' }), { scope: 'project', createdBy: BY });
+    const c = changes();
+    await f.registry.watch(c.onChange);
+    const path = join(f.roots.project ?? '', 'spoil.json');
+    await writeFile(path, '{"half":');
+    expect(await c.next()).toEqual([{ scope: 'project', names: ['spoil'] }]);
+    expect(f.events).toEqual([{ type: 'registry.load_failed', scope: 'project', path, reason: expect.stringMatching(/^not valid JSON/) }]);
+    expect(f.registry.list().map((t) => t.tool.name)).toEqual(['keep']);
+  });
+
+  it('close() stops watching deterministically', async () => {
+    requireBuilt();
+    const f = await fixture();
+    const c = changes();
+    await f.registry.watch(c.onChange);
+    await expect(f.registry.watch(c.onChange)).rejects.toMatchObject({ code: 'invalid_option' });
+    await f.registry.close();
+    await f.registry.close();
+    await runChild({ roots: f.roots, op: 'create', scope: 'task', spec: spec() }).result;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(c.batches).toEqual([]);
+    expect(f.registry.resolve('csv.count')).toBeUndefined();
+    // It can watch again after close, and picks up what it missed only on load().
+    await f.registry.watch(c.onChange);
+    await f.registry.load();
+    expect(f.registry.resolve('csv.count')?.scope).toBe('task');
+  });
+});
