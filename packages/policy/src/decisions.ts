@@ -1,0 +1,287 @@
+import { createHash } from 'node:crypto';
+import { homedir } from 'node:os';
+import { resolve } from 'node:path';
+import { type Budget, type EffectivePolicy, PROJECT_TOKEN } from './document.js';
+import { compileGlobs, firstMatch } from './glob.js';
+import { type AllowRules, ruleAllows, subjectOf } from './rules.js';
+
+/** Error kinds a decision can refuse with (the strings of DESIGN's error kinds). */
+export type DenialKind = 'name_forbidden' | 'namespace_denied' | 'acl.persona_denied' | 'policy_denied' | 'secret_denied' | 'breaker_open';
+
+export interface Denial {
+  ok: false;
+  kind: DenialKind;
+  /** What was refused, by which rule, and what to do. */
+  message: string;
+}
+
+export type Decision = { ok: true } | Denial;
+
+const OK: Decision = Object.freeze({ ok: true });
+
+/** A persona's own entry of a per-persona map (never an inherited `constructor` or `toString`). */
+function entry<T>(map: Readonly<Record<string, T>>, persona: string): T | undefined {
+  return Object.hasOwn(map, persona) ? map[persona] : undefined;
+}
+
+/** Where one part of a snapshot came from. */
+export interface PolicySource {
+  file: string;
+  kind: 'policy' | 'rules';
+  /** `loaded`: in force; `absent`: no file; `kept`: the file is bad, its last good version is in force; `invalid`: bad and never good. */
+  status: 'loaded' | 'absent' | 'kept' | 'invalid';
+}
+
+/**
+ * An immutable view of the policy in force. A call takes one at its start and decides
+ * everything from it, so a reload in the middle of a call changes nothing for that call.
+ */
+export interface PolicySnapshot {
+  /** Grows by one at each change. */
+  readonly generation: number;
+  readonly policy: EffectivePolicy;
+  /** The allow-rules in force, or null when there is no rules file (then they add nothing). */
+  readonly rules: AllowRules | null;
+  /** `sha256:` over the canonical effective policy and rules: what was in force, for the audit log. */
+  readonly digest: string;
+  readonly sources: readonly PolicySource[];
+}
+
+interface Compiled {
+  forbidden: RegExp;
+  runtimes: RegExp;
+  namespaces: [persona: string, prefix: string][];
+}
+const compiled = new WeakMap<EffectivePolicy, Compiled>();
+
+function compile(p: EffectivePolicy): Compiled {
+  let c = compiled.get(p);
+  if (!c) {
+    c = {
+      forbidden: compileGlobs(p.forbidden_tool_names),
+      runtimes: compileGlobs(p.runtimes.allow),
+      namespaces: Object.entries(p.persona_namespaces).map(([persona, ns]) => [persona, `${ns}.`]),
+    };
+    compiled.set(p, c);
+  }
+  return c;
+}
+
+/** Builds a snapshot (the policy and rules are used as given; pass frozen values). */
+export function createSnapshot(
+  policy: EffectivePolicy,
+  rules: AllowRules | null,
+  sources: readonly PolicySource[] = [],
+  generation = 1,
+): PolicySnapshot {
+  const digest = `sha256:${createHash('sha256')
+    .update(canonical({ policy, rules: rules ? [...rules.keys].sort() : null }))
+    .digest('hex')}`;
+  compile(policy);
+  return Object.freeze({ generation, policy, rules, digest, sources: Object.freeze([...sources]) });
+}
+
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v);
+}
+
+/** Refuses names matching `forbidden_tool_names` (at forge time, and again at every call). */
+export function checkToolName(snap: PolicySnapshot, name: string): Decision {
+  if (!compile(snap.policy).forbidden.test(name)) return OK;
+  const pattern = firstMatch(snap.policy.forbidden_tool_names, name);
+  return {
+    ok: false,
+    kind: 'name_forbidden',
+    message: `tool name "${name}" matches the forbidden pattern "${pattern}" (policy forbidden_tool_names); choose another name`,
+  };
+}
+
+/**
+ * A persona with a namespace forges only under it (`coder` with `code` → `code.*`); a persona
+ * without one may not forge under another persona's namespace.
+ */
+export function checkNamespace(snap: PolicySnapshot, persona: string, name: string): Decision {
+  const c = compile(snap.policy);
+  const own = entry(snap.policy.persona_namespaces, persona);
+  if (own !== undefined) {
+    // Inside its own namespace, unless that part is another persona's (a longer prefix).
+    const deeper =
+      name.startsWith(`${own}.`) &&
+      c.namespaces.find(([other, prefix]) => other !== persona && prefix.length > own.length + 1 && name.startsWith(prefix));
+    if (deeper)
+      return {
+        ok: false,
+        kind: 'namespace_denied',
+        message: `"${name}" is in the namespace of persona "${deeper[0]}" (${deeper[1]}*), and persona "${persona}" may not forge there; choose a name outside it`,
+      };
+    if (name.startsWith(`${own}.`)) return OK;
+    return {
+      ok: false,
+      kind: 'namespace_denied',
+      message: `persona "${persona}" may only forge tools named ${own}.<name> (policy persona_namespaces); rename "${name}" to ${own}.${name.split('.').pop()}`,
+    };
+  }
+  for (const [other, prefix] of c.namespaces) {
+    if (name.startsWith(prefix))
+      return {
+        ok: false,
+        kind: 'namespace_denied',
+        message: `"${name}" is in the namespace of persona "${other}" (${prefix}*), and persona "${persona}" may not forge there; choose a name outside it`,
+      };
+  }
+  return OK;
+}
+
+/** Which tools a persona may call: every tool, or the names and globs of `FORGE_ALLOWED_TOOLS`. */
+export type ToolAcl = { readonly all: true } | { readonly all: false; readonly patterns: readonly string[]; readonly match: RegExp };
+
+/** Parses `FORGE_ALLOWED_TOOLS` (a comma list of names or globs; unset means every tool). */
+export function parseToolAcl(value: string | undefined): ToolAcl {
+  if (value === undefined) return { all: true };
+  const patterns = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  return { all: false, patterns, match: compileGlobs(patterns) };
+}
+
+/** Refuses a tool outside the persona's ACL. Meta-tools (`metaTools`) are always callable. */
+export function checkPersonaAcl(acl: ToolAcl, persona: string, name: string, metaTools: readonly string[] = []): Decision {
+  if (acl.all || acl.match.test(name) || metaTools.includes(name)) return OK;
+  return {
+    ok: false,
+    kind: 'acl.persona_denied',
+    message: `persona "${persona}" may not call "${name}": it is not in FORGE_ALLOWED_TOOLS (${acl.patterns.join(', ') || 'empty'}); ask the operator to add it`,
+  };
+}
+
+/**
+ * When a rules file is in force, requires `allow <persona>_t <cls>:<name> <permission>`;
+ * without one, allows (the other checks still apply).
+ */
+export function checkAllowRule(
+  snap: PolicySnapshot,
+  persona: string,
+  cls: 'tool' | 'network',
+  name: string,
+  permission: 'execute' | 'connect',
+): Decision {
+  if (!snap.rules || ruleAllows(snap.rules, subjectOf(persona), cls, name, permission)) return OK;
+  return {
+    ok: false,
+    kind: 'policy_denied',
+    message: `${snap.rules.file} has no rule "allow ${subjectOf(persona)} ${cls}:${name} ${permission}", and allow-rules deny what they do not allow; add that line to permit it`,
+  };
+}
+
+/** The network a persona's tools get, decided once per call. */
+export interface NetworkGrant {
+  network: 'allow' | 'deny';
+  loopback: 'allow' | 'deny';
+  private_networks: 'allow' | 'deny';
+  allow_domains: readonly string[];
+  deny_domains: readonly string[];
+  /** Empty: any port. */
+  allow_ports: readonly number[];
+  /** Why network is denied when the persona's override allows it (allow-rules), else undefined. */
+  denied_by?: string;
+}
+
+/** The network grant of `persona`: closed unless `persona_sandbox_overrides` opens it (and allow-rules, when present, agree). */
+export function networkFor(snap: PolicySnapshot, persona: string): NetworkGrant {
+  const o = entry(snap.policy.persona_sandbox_overrides, persona) ?? {};
+  const grant: NetworkGrant = {
+    network: o.network ?? 'deny',
+    loopback: o.loopback ?? 'deny',
+    private_networks: o.private_networks ?? 'deny',
+    allow_domains: o.allow_domains ?? [],
+    deny_domains: o.deny_domains ?? [],
+    allow_ports: o.allow_ports ?? [],
+  };
+  if (grant.network === 'allow') {
+    const rule = checkAllowRule(snap, persona, 'network', 'default', 'connect');
+    if (!rule.ok)
+      return {
+        network: 'deny',
+        loopback: 'deny',
+        private_networks: 'deny',
+        allow_domains: [],
+        deny_domains: [],
+        allow_ports: [],
+        denied_by: rule.message,
+      };
+  }
+  return grant;
+}
+
+/** Refuses secrets the persona is not allowed (fail-closed: a persona without an entry gets none). */
+export function checkSecrets(snap: PolicySnapshot, persona: string, names: readonly string[]): Decision {
+  if (names.length === 0) return OK;
+  const allowed = entry(snap.policy.persona_secret_allow, persona);
+  const missing = names.filter((n) => !allowed?.includes(n));
+  if (missing.length === 0) return OK;
+  return {
+    ok: false,
+    kind: 'secret_denied',
+    message: allowed
+      ? `persona "${persona}" may not use secret${missing.length > 1 ? 's' : ''} ${missing.map((n) => `"${n}"`).join(', ')} (policy persona_secret_allow.${persona} lists ${allowed.join(', ') || 'none'})`
+      : `persona "${persona}" may not use any secret: policy persona_secret_allow has no entry for it (an operator adds "${persona}": [${missing.map((n) => `"${n}"`).join(', ')}])`,
+  };
+}
+
+/** One budget field a tool asked for above the policy's ceiling. */
+export interface ClampedField {
+  field: keyof Budget;
+  requested: number;
+  applied: number;
+}
+
+/** The budget of a call: the tool's requests (or the defaults), each lowered to its ceiling, and what was lowered. */
+export function clampBudget(snap: PolicySnapshot, requested: Partial<Budget> = {}): { budget: Budget; clamped: ClampedField[] } {
+  const { defaults, ceilings } = snap.policy.budgets;
+  const budget = { ...defaults };
+  const clamped: ClampedField[] = [];
+  for (const field of ['timeout_ms', 'cpu_s', 'output_cap'] as const) {
+    const want = requested[field];
+    if (want === undefined || !Number.isSafeInteger(want) || want <= 0) continue;
+    budget[field] = Math.min(want, ceilings[field]);
+    if (want > ceilings[field]) clamped.push({ field, requested: want, applied: ceilings[field] });
+  }
+  return { budget, clamped };
+}
+
+/**
+ * Where `x-bind` paths may point, as absolute paths: `~` is `home`, `${project}` is `project`
+ * (entries using it are left out when there is no project).
+ */
+export function bindRoots(snap: PolicySnapshot, where: { project?: string; home?: string } = {}): string[] {
+  const home = where.home ?? homedir();
+  const out: string[] = [];
+  for (const r of snap.policy.bind_roots) {
+    let p: string;
+    if (r === '~' || r.startsWith('~/')) p = home + r.slice(1);
+    else if (r.startsWith(PROJECT_TOKEN)) {
+      if (!where.project) continue;
+      p = where.project + r.slice(PROJECT_TOKEN.length);
+    } else p = r;
+    const abs = resolve(p);
+    if (!out.includes(abs)) out.push(abs);
+  }
+  return out;
+}
+
+/** Refuses a runtime that `runtimes.allow` does not list. */
+export function checkRuntime(snap: PolicySnapshot, runtime: string): Decision {
+  if (compile(snap.policy).runtimes.test(runtime)) return OK;
+  return {
+    ok: false,
+    kind: 'policy_denied',
+    message: `runtime "${runtime}" is not allowed by policy runtimes.allow (${snap.policy.runtimes.allow.join(', ') || 'none'})`,
+  };
+}

@@ -1,0 +1,60 @@
+/**
+ * @forge/policy — the rules forge runs by: the policy document and its JSON Schema, hot reload,
+ * decisions as pure functions of a snapshot, breakers, and allow-rules.
+ *
+ * Public API. Everything exported here is a deliberate, documented decision.
+ */
+export {
+  type BreakerDecision,
+  type BreakerEvent,
+  type BreakerKind,
+  Breakers,
+  type BreakersOptions,
+  type ToolBreakerState,
+} from './breakers.js';
+export {
+  bindRoots,
+  type ClampedField,
+  checkAllowRule,
+  checkNamespace,
+  checkPersonaAcl,
+  checkRuntime,
+  checkSecrets,
+  checkToolName,
+  clampBudget,
+  createSnapshot,
+  type Decision,
+  type Denial,
+  type DenialKind,
+  type NetworkGrant,
+  networkFor,
+  type PolicySnapshot,
+  type PolicySource,
+  parseToolAcl,
+  type ToolAcl,
+} from './decisions.js';
+export {
+  type BreakerSettings,
+  type Budget,
+  DEFAULT_POLICY,
+  type EffectivePolicy,
+  mergePolicies,
+  type ParseResult,
+  POLICY_SCHEMA,
+  type PolicyDocument,
+  type PolicyProblem,
+  parsePolicyDocument,
+  type SandboxOverride,
+} from './document.js';
+export { POLICY_ERROR_CODES, PolicyError, type PolicyErrorCode } from './errors.js';
+export { createPolicy, type Policy, type PolicyEvent, type PolicyOptions, type PolicyState } from './policy.js';
+export {
+  type AllowRules,
+  parseRules,
+  RULE_CLASSES,
+  type RuleClass,
+  type RulesProblem,
+  type RulesResult,
+  ruleAllows,
+  subjectOf,
+} from './rules.js';

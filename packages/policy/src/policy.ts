@@ -1,0 +1,220 @@
+import { readFileSync, statSync } from 'node:fs';
+import { createSnapshot, type PolicySnapshot, type PolicySource } from './decisions.js';
+import { type EffectivePolicy, mergePolicies, type PolicyDocument, type PolicyProblem, parsePolicyDocument } from './document.js';
+import { type AllowRules, parseRules } from './rules.js';
+
+export interface PolicyOptions {
+  /** The user's policy (`$FORGE_HOME/policy.json`); optional file. */
+  userFile?: string;
+  /** The workspace's policy (`<project>/.forge/policy.json`), merged over the user's; optional file. */
+  workspaceFile?: string;
+  /** Allow-rules (`<project>/.forge/policy.rules`); when the file exists, calls need a rule. */
+  rulesFile?: string;
+  /** Receives `policy.reloaded` and `policy.reload_failed` (the runner audits them). */
+  onEvent?: (event: PolicyEvent) => void;
+}
+
+export type PolicyEvent =
+  | {
+      type: 'policy.reloaded';
+      generation: number;
+      digest: string;
+      /** The files read this time. */
+      files: string[];
+      /** Top-level policy keys whose effective value changed, and `rules` when the rules did. */
+      changed: string[];
+      /** True for the load at start. */
+      initial: boolean;
+    }
+  | {
+      type: 'policy.reload_failed';
+      file: string;
+      line?: number;
+      column?: number;
+      pointer?: string;
+      reason: string;
+      message: string;
+      /** What stays in force: the file's last good version, or nothing (calls are refused). */
+      kept: 'last_good' | 'nothing';
+    };
+
+/** The policy in force, or why there is none (a file that has never loaded: calls must be refused). */
+export type PolicyState = { ok: true; snapshot: PolicySnapshot } | { ok: false; kind: 'policy_denied'; message: string };
+
+/** Hot-reloaded policy: see {@link createPolicy}. */
+export interface Policy {
+  /**
+   * The policy in force now. Checks each file's identity (inode, size, mtime, ctime) and rereads
+   * only what changed; call it once at each call boundary and decide the whole call from the
+   * returned snapshot.
+   */
+  current(): PolicyState;
+}
+
+interface Source<T> {
+  file: string;
+  kind: 'policy' | 'rules';
+  stamp: string | undefined;
+  /** The text last read (to tell a real change from a rewrite with the same content). */
+  text?: string;
+  /** Last good content; undefined while the file is absent (or has never been good). */
+  good: T | undefined;
+  status: PolicySource['status'];
+  problem?: PolicyProblem;
+}
+
+/**
+ * Loads the policy (bundle defaults ← user ← workspace, plus allow-rules) and keeps it current.
+ * A file that becomes malformed or schema-invalid keeps its last good version in force and
+ * emits `policy.reload_failed` with the file, line, column and reason; a file that is bad from
+ * the start leaves no policy in force, and {@link Policy.current} says so (fail closed).
+ */
+export function createPolicy(options: PolicyOptions = {}): Policy {
+  const emit = options.onEvent ?? (() => {});
+  const docs: Source<PolicyDocument>[] = [];
+  if (options.userFile) docs.push({ file: options.userFile, kind: 'policy', stamp: undefined, good: undefined, status: 'absent' });
+  if (options.workspaceFile)
+    docs.push({ file: options.workspaceFile, kind: 'policy', stamp: undefined, good: undefined, status: 'absent' });
+  const rules: Source<AllowRules> | undefined = options.rulesFile
+    ? { file: options.rulesFile, kind: 'rules', stamp: undefined, good: undefined, status: 'absent' }
+    : undefined;
+  const all: Source<unknown>[] = [...docs, ...(rules ? [rules] : [])];
+
+  let snapshot: PolicySnapshot | undefined;
+  let generation = 0;
+  let state: PolicyState;
+
+  /** Rereads `s` if its file changed: `read` (new content in force, or the file went away), `failed`, or `same`. */
+  const refresh = (s: Source<unknown>): 'read' | 'failed' | 'same' => {
+    let stamp: string;
+    try {
+      const st = statSync(s.file, { bigint: true, throwIfNoEntry: false });
+      if (!st) {
+        if (s.stamp === 'absent') return 'same';
+        s.stamp = 'absent';
+        s.good = undefined;
+        s.status = 'absent';
+        delete s.problem;
+        return 'read';
+      }
+      stamp = `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.isFile()}`;
+      if (stamp === s.stamp) return 'same';
+      if (!st.isFile()) return fail(s, stamp, { reason: 'is not a regular file; remove it or put a policy file there' });
+      const text = readFileSync(s.file, 'utf8').replace(/^\uFEFF/, '');
+      const after = statSync(s.file, { bigint: true, throwIfNoEntry: false });
+      // A writer changed the file while it was read: the text may join two versions, so adopt
+      // nothing and look again at the next call.
+      if (!after || `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}:${after.isFile()}` !== stamp) return 'same';
+      // A stamp taken within a second of the file's last change can miss an edit that follows in
+      // the same clock tick with the same size ("racily clean"): keep comparing the text until
+      // the change is older than that.
+      const racy = BigInt(Date.now()) * 1_000_000n - st.ctimeNs < 1_000_000_000n; // ctime moves with every write
+      const trusted = racy ? undefined : stamp;
+      if (text === s.text && s.status !== 'invalid' && s.status !== 'kept') {
+        s.stamp = trusted;
+        return 'same';
+      }
+      s.text = text;
+      const parsed =
+        s.kind === 'policy'
+          ? (() => {
+              const r = parsePolicyDocument(text, s.file);
+              return r.ok ? { ok: true as const, value: r.value as unknown } : r;
+            })()
+          : (() => {
+              const r = parseRules(text, s.file);
+              return r.ok ? { ok: true as const, value: r.rules as unknown } : { ok: false as const, problem: r.problem };
+            })();
+      if (!parsed.ok) return fail(s, trusted, parsed.problem);
+      s.stamp = trusted;
+      s.good = parsed.value;
+      s.status = 'loaded';
+      delete s.problem;
+      return 'read';
+    } catch (err) {
+      return fail(s, undefined, { reason: `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}); fix its permissions` });
+    }
+  };
+
+  const fail = (s: Source<unknown>, stamp: string | undefined, p: Partial<PolicyProblem> & { reason: string }): 'failed' | 'same' => {
+    if (stamp !== undefined && stamp === s.stamp) return 'same';
+    s.stamp = stamp;
+    const problem: PolicyProblem = { ...p, file: s.file, message: p.message ?? `${s.file}: ${p.reason}` };
+    const reported = s.problem?.message === problem.message;
+    s.problem = problem;
+    s.status = s.good === undefined ? 'invalid' : 'kept';
+    if (reported) return 'same'; // the same problem, already reported and already in force
+    const { file, line, column, pointer, reason, message } = problem;
+    emit({
+      type: 'policy.reload_failed',
+      file,
+      ...(line !== undefined ? { line } : {}),
+      ...(column !== undefined ? { column } : {}),
+      ...(pointer !== undefined ? { pointer } : {}),
+      reason,
+      message,
+      kept: s.good === undefined ? 'nothing' : 'last_good',
+    });
+    return 'failed';
+  };
+
+  const rebuild = (initial: boolean, read: Source<unknown>[]) => {
+    const invalid = all.find((s) => s.status === 'invalid');
+    if (invalid) {
+      state = {
+        ok: false,
+        kind: 'policy_denied',
+        message: `no policy is in force, so nothing runs: ${invalid.problem?.message ?? invalid.file}. Fix the file; it is reread at the next call`,
+      };
+      return;
+    }
+    const policy = mergePolicies(...docs.map((d) => d.good).filter((d): d is PolicyDocument => d !== undefined));
+    const next = createSnapshot(
+      policy,
+      rules?.good ?? null,
+      all.map((s) => ({ file: s.file, kind: s.kind, status: s.status })),
+      ++generation,
+    );
+    const changed = snapshot ? changedKeys(snapshot, next) : Object.keys(policy);
+    const previous = snapshot;
+    snapshot = next;
+    state = { ok: true, snapshot: next };
+    if (initial || read.length > 0 || previous?.digest !== next.digest) {
+      emit({
+        type: 'policy.reloaded',
+        generation: next.generation,
+        digest: next.digest,
+        files: read.filter((s) => s.status === 'loaded').map((s) => s.file),
+        changed,
+        initial,
+      });
+    }
+  };
+
+  for (const s of all) refresh(s);
+  rebuild(true, all);
+
+  return {
+    current() {
+      let read: Source<unknown>[] | undefined;
+      let failed = false;
+      for (const s of all) {
+        const r = refresh(s);
+        if (r === 'read') (read ??= []).push(s);
+        else if (r === 'failed') failed = true;
+      }
+      if (read || failed) rebuild(false, read ?? []);
+      return state;
+    },
+  };
+}
+
+function changedKeys(a: PolicySnapshot, b: PolicySnapshot): string[] {
+  const out: string[] = [];
+  for (const k of Object.keys(b.policy) as (keyof EffectivePolicy)[]) {
+    if (JSON.stringify(a.policy[k]) !== JSON.stringify(b.policy[k])) out.push(k);
+  }
+  const keys = (r: AllowRules | null) => (r ? [...r.keys].sort().join('\n') : null);
+  if (keys(a.rules) !== keys(b.rules)) out.push('rules');
+  return out;
+}
