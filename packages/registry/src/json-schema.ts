@@ -1,11 +1,6 @@
-import { Ajv, type ErrorObject, type Options, type ValidateFunction } from 'ajv';
-import { Ajv2020 } from 'ajv/dist/2020.js';
-import formatsModule from 'ajv-formats';
+import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
+import { newAjv } from './ajv-lazy.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
-
-// ajv-formats is CommonJS with `exports.default = plugin`; under NodeNext its default import is
-// the module object, whose `default` is the plugin.
-const addFormats = formatsModule.default;
 
 /** The JSON Schema dialects a tool schema may use. */
 export type SchemaDialect = '2020-12' | 'draft-07';
@@ -41,8 +36,7 @@ const ajvs = new Map<SchemaDialect, Ajv>();
 function ajvFor(dialect: SchemaDialect): Ajv {
   let ajv = ajvs.get(dialect);
   if (!ajv) {
-    ajv = dialect === '2020-12' ? new Ajv2020({ ...TOOL_SCHEMA_AJV_OPTIONS }) : new Ajv({ ...TOOL_SCHEMA_AJV_OPTIONS });
-    addFormats(ajv);
+    ajv = newAjv(dialect, { ...TOOL_SCHEMA_AJV_OPTIONS });
     ajv.addKeyword({ keyword: 'x-bind', metaSchema: { enum: ['ro', 'rw'] } });
     ajv.addKeyword({ keyword: 'x-redact', metaSchema: { type: 'boolean' } });
     ajvs.set(dialect, ajv);

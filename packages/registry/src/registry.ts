@@ -1,5 +1,6 @@
 import { basename, dirname } from 'node:path';
 import { RegistryError } from './errors.js';
+import { validationFailure } from './json-schema.js';
 import { configuredScopes, type ScopeRoots } from './scopes.js';
 import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
 import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVersion } from './store.js';
@@ -279,7 +280,15 @@ export function createRegistry(options: RegistryOptions): Registry {
 
     async create(spec, opts) {
       const dir = dirOf(opts.scope);
-      const v = registry.validate(spec);
+      // Work on a JSON copy: what is validated, digested, kept in memory and written is the same
+      // data, and a caller that later mutates its object changes nothing here.
+      let copy: unknown;
+      try {
+        copy = JSON.parse(JSON.stringify(spec));
+      } catch (err) {
+        return validationFailure([{ path: '', message: `must be plain JSON data (${(err as Error).message})` }]);
+      }
+      const v = registry.validate(copy);
       if (!v.ok) return v;
       const name = v.spec.name;
       const result = await dir.put<CreateResult>(name, (current, next): Decision<CreateResult> => {

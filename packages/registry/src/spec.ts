@@ -1,14 +1,11 @@
 import type { ValidateFunction } from 'ajv';
-import { Ajv2020 } from 'ajv/dist/2020.js';
-import formatsModule from 'ajv-formats';
 import toolSpecSchema from '../schema/tool-spec.schema.json' with { type: 'json' };
+import { newAjv } from './ajv-lazy.js';
 import { digestSpec, STAMP_FIELDS } from './digest.js';
 import { ajvProblems, compileToolSchema, validationFailure } from './json-schema.js';
 import { toolNameProblem } from './name.js';
 import { storedShapeProblem } from './stored-check.js';
 import type { SpecProblem, ToolSpec, ValidationFailure } from './types.js';
-
-const addFormats = formatsModule.default;
 
 /** Runtime names accepted when the caller gives no list. */
 export const DEFAULT_RUNTIMES: readonly string[] = Object.freeze(['python3', 'node', 'bash', 'sh']);
@@ -24,8 +21,7 @@ let specShape: ValidateFunction | undefined;
  */
 function specValidator(): ValidateFunction {
   if (!specShape) {
-    const ajv = new Ajv2020({ allErrors: true, strict: true, logger: false, validateSchema: false });
-    addFormats(ajv);
+    const ajv = newAjv('2020-12', { allErrors: true, strict: true, logger: false, validateSchema: false });
     specShape = ajv.compile(toolSpecSchema);
   }
   return specShape;

@@ -9,15 +9,35 @@ import { fullFormats } from 'ajv-formats/dist/formats.js';
  */
 
 const dateTimeFormat = fullFormats['date-time'];
-const isDateTime: (s: string) => boolean =
+const fullDateTime: (s: string) => boolean =
   typeof dateTimeFormat === 'object' && 'validate' in dateTimeFormat && typeof dateTimeFormat.validate === 'function'
     ? (dateTimeFormat.validate as (s: string) => boolean)
     : () => false;
 
-const NAME = /^[A-Za-z](?:[A-Za-z0-9_-]|\.(?=[A-Za-z0-9_-]))*$/u;
-const RUNTIME = /^[A-Za-z][A-Za-z0-9_.+-]{0,63}$/u;
-const DIGEST = /^sha256:[0-9a-f]{64}$/u;
-const SECRET = /^[A-Za-z_][A-Za-z0-9_.-]{0,127}$/u;
+/** What `Date.prototype.toISOString` writes (the registry's own stamps). */
+const ISO_UTC = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.\d+)?Z$/;
+const DAYS = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/**
+ * RFC 3339 date-time exactly as ajv-formats' full `date-time` decides it, with a fast path for
+ * the registry's own `toISOString()` stamps; anything else (offsets, a leap second, lower-case
+ * letters) goes to ajv-formats itself.
+ */
+function isDateTime(s: string): boolean {
+  const m = ISO_UTC.exec(s);
+  if (!m || m[6] === '60') return fullDateTime(s);
+  const year = Number(m[1]);
+  const month = Number(m[2]);
+  const day = Number(m[3]);
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+  const days = month === 2 && leap ? 29 : (DAYS[month] ?? 0);
+  return month >= 1 && month <= 12 && day >= 1 && day <= days && Number(m[4]) <= 23 && Number(m[5]) <= 59 && Number(m[6]) <= 59;
+}
+
+const NAME = /^[A-Za-z](?:[A-Za-z0-9_-]|\.(?=[A-Za-z0-9_-]))*$/;
+const RUNTIME = /^[A-Za-z][A-Za-z0-9_.+-]{0,63}$/;
+const DIGEST = /^sha256:[0-9a-f]{64}$/;
+const SECRET = /^[A-Za-z_][A-Za-z0-9_.-]{0,127}$/;
 
 const TOP = new Set([
   'name',

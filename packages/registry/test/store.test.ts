@@ -254,3 +254,15 @@ describe('load', () => {
     expect(await readdir(f.project)).toEqual([]);
   });
 });
+
+describe('create keeps its own copy', () => {
+  it('is not affected by later changes to the submitted object, and refuses non-JSON data', async () => {
+    const f = await fixture();
+    const s = spec();
+    await f.registry.create(s, { scope: 'user', createdBy: BY });
+    (s.input_schema as { type: string }).type = 'array';
+    expect(f.registry.resolve('csv.count')?.tool.input_schema.type).toBe('object');
+    const bad = await f.registry.create({ ...spec({ name: 'big' }), meta: { timeout_ms: 10n } }, { scope: 'user', createdBy: BY });
+    expect(bad).toMatchObject({ ok: false, kind: 'validation_failed', message: expect.stringContaining('spec: must be plain JSON data') });
+  });
+});
