@@ -1,6 +1,8 @@
-import { basename, dirname } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { RegistryError } from './errors.js';
 import { validationFailure } from './json-schema.js';
+import { toolNameProblem } from './name.js';
 import { configuredScopes, type ScopeRoots } from './scopes.js';
 import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
 import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVersion } from './store.js';
@@ -222,7 +224,16 @@ export function createRegistry(options: RegistryOptions): Registry {
 
   /** Re-reads one name of one scope from disk (for the watcher). */
   function refresh(scope: Scope, name: string): boolean {
-    const r = dirOf(scope).read(name);
+    const dir = dirOf(scope);
+    const problem = toolNameProblem(name);
+    if (problem) {
+      // A file dropped in by hand (the watcher only reports names from the directory itself).
+      const path = join(dir.root, `${name}.json`);
+      if (existsSync(path))
+        emitFailure(scope, { path, reason: `file name ${JSON.stringify(`${name}.json`)} is not a tool name: it ${problem}` });
+      return false;
+    }
+    const r = dir.read(name);
     if (r.status === 'bad') emitFailure(scope, r.failure);
     return setTool(scope, name, r.status === 'ok' ? r.tool : undefined);
   }
@@ -245,6 +256,13 @@ export function createRegistry(options: RegistryOptions): Registry {
 
   function unknownTool(name: string, where: string): Failure<'unknown_tool'> {
     return { ok: false, kind: 'unknown_tool', message: `no tool "${name}" in ${where}; list the tools to see what exists` };
+  }
+
+  /** Names reach file paths: anything outside the grammar (`../x`, `a/b`) names no tool. */
+  function badName(name: string): Failure<'unknown_tool'> | undefined {
+    const problem = toolNameProblem(name);
+    if (!problem) return undefined;
+    return { ok: false, kind: 'unknown_tool', message: `${JSON.stringify(name)} is not a tool name: it ${problem}` };
   }
 
   const registry: Registry = {
@@ -311,7 +329,10 @@ export function createRegistry(options: RegistryOptions): Registry {
     },
 
     async remove(name, opts) {
-      const r = await dirOf(opts.scope).remove(name);
+      const dir = dirOf(opts.scope);
+      const invalid = badName(name);
+      if (invalid) return invalid;
+      const r = await dir.remove(name);
       setTool(opts.scope, name, undefined);
       if (r.status === 'missing') return unknownTool(name, `the ${opts.scope} scope`);
       if (r.status === 'bad') {
@@ -360,8 +381,10 @@ export function createRegistry(options: RegistryOptions): Registry {
 
     async promote(name, opts = {}) {
       const from = opts.from ?? 'project';
-      const source = dirOf(from).read(name);
       const user = dirOf('user');
+      const invalid = badName(name);
+      if (invalid) return invalid;
+      const source = dirOf(from).read(name);
       if (source.status === 'bad') emitFailure(from, source.failure);
       if (source.status !== 'ok') {
         const why = source.status === 'bad' ? ` (its file is unusable: ${source.failure.reason})` : '';
@@ -410,12 +433,15 @@ export function createRegistry(options: RegistryOptions): Registry {
       return result;
     },
 
-    versions(name, opts) {
-      return dirOf(opts.scope).versions(name);
+    async versions(name, opts) {
+      const dir = dirOf(opts.scope);
+      return toolNameProblem(name) ? [] : dir.versions(name);
     },
 
     async recover(name, version, opts) {
       const dir = dirOf(opts.scope);
+      const invalid = badName(name);
+      if (invalid) return invalid;
       const kept = (await dir.versions(name)).find((v) => !v.current && v.version === version && v.tool);
       if (!kept?.tool) return unknownTool(name, `the version history of the ${opts.scope} scope at version ${version}`);
       const old = kept.tool;

@@ -4,6 +4,7 @@ import { join, sep } from 'node:path';
 import lockfile from 'proper-lockfile';
 import { RegistryError } from './errors.js';
 import { ensureDir, linkNew, readTextSync, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
+import { toolNameProblem } from './name.js';
 import { storedToolProblem } from './spec.js';
 import type { Scope, StoredTool } from './types.js';
 
@@ -90,7 +91,10 @@ export class ScopeDir {
     private readonly builtins: ReadonlySet<string>,
   ) {}
 
+  /** The live file of `name`. Throws for a name outside the grammar: it would leave the root. */
   pathOf(name: string): string {
+    const problem = toolNameProblem(name);
+    if (problem) throw new RegistryError('invalid_option', `${JSON.stringify(name)} is not a tool name: it ${problem}`);
     return join(this.root, `${name}.json`);
   }
 

@@ -1,7 +1,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ScopeChange } from '../src/index.js';
+import { digestSpec, type ScopeChange } from '../src/index.js';
 import { BY, fixture, requireBuilt, runChild, spec } from './helpers.js';
 
 /** Collects change batches; `next()` returns the next unread one, failing if none arrives within 10 s. */
@@ -97,3 +97,47 @@ describe('watch', () => {
     expect(f.registry.resolve('csv.count')?.scope).toBe('task');
   });
 });
+
+describe('watch and hostile names', () => {
+  it('reports a hand-dropped file whose name is not a tool name, and keeps going', async () => {
+    const f = await fixture();
+    const c = changes();
+    await f.registry.watch(c.onChange);
+    const bad = join(f.roots.user, '1bad.json');
+    await writeFile(bad, '{}');
+    await f.registry.create(spec({ name: 'fine' }), { scope: 'project', createdBy: BY });
+    await writeByHand(f.roots.user);
+    expect(await c.next()).toEqual([{ scope: 'user', names: ['late'] }]);
+    expect(f.events).toContainEqual({
+      type: 'registry.load_failed',
+      scope: 'user',
+      path: bad,
+      reason: 'file name "1bad.json" is not a tool name: it must start with a letter (got "1bad")',
+    });
+  });
+
+  it('never lets a name leave its directory', async () => {
+    const f = await fixture();
+    for (const name of ['../tools', '../../x', 'a/b']) {
+      expect(await f.registry.remove(name, { scope: 'project' })).toMatchObject({ ok: false, kind: 'unknown_tool' });
+      expect(await f.registry.promote(name)).toMatchObject({ ok: false, kind: 'unknown_tool' });
+      expect(await f.registry.recover(name, 1, { scope: 'user' })).toMatchObject({ ok: false, kind: 'unknown_tool' });
+      expect(await f.registry.versions(name, { scope: 'user' })).toEqual([]);
+    }
+  });
+});
+
+/** Writes a valid stored tool `late` straight into `root`, as another program would. */
+async function writeByHand(root: string): Promise<void> {
+  const s = spec({ name: 'late' });
+  const tool = {
+    ...s,
+    version: 1,
+    digest: digestSpec(s),
+    created_at: '2030-01-01T00:00:00.000Z',
+    created_by: BY,
+    scope: 'user',
+    state: 'active',
+  };
+  await writeFile(join(root, 'late.json'), JSON.stringify(tool));
+}
