@@ -148,7 +148,8 @@ export interface Registry {
    * Watches the scope directories (creating missing ones, mode 0700) and refreshes memory when
    * another process writes a tool; `onChange` gets the names whose effective content changed,
    * per scope, debounced. Writes made through this registry update memory at once and are not
-   * reported again. Resolves when the watcher is ready. One watcher per registry.
+   * reported again. Resolves when the watcher is ready. One watcher per registry. What
+   * `onChange` throws goes to `options.onError`.
    */
   watch(onChange: (changes: ScopeChange[]) => void, options?: WatchOptions): Promise<void>;
   /** Stops watching; pending changes are dropped. Idempotent. Lookups keep working. */

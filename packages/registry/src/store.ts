@@ -182,6 +182,13 @@ export class ScopeDir {
     }
     try {
       return await fn();
+    } catch (err) {
+      if (err instanceof RegistryError) throw err;
+      throw new RegistryError(
+        'root_unusable',
+        `writing tool "${name}" in ${this.root} failed: ${(err as Error).message}; check the directory's permissions, free space, and that ${name}.json is a regular file`,
+        { cause: err },
+      );
     } finally {
       await release().catch(() => {});
     }
@@ -238,7 +245,8 @@ export class ScopeDir {
   async put<R>(name: string, decide: (current: ReadResult, nextVersion: number) => Decision<R>): Promise<R> {
     return this.withLock(name, async () => {
       const live = this.pathOf(name);
-      for (;;) {
+      for (let attempt = 1; ; attempt++) {
+        if (attempt > 5) throw new Error(`${name}.json keeps appearing while it is written: another program writes there without the lock`);
         const current = this.read(name);
         const maxHistory = await this.maxHistoryVersion(name);
         const next = Math.max(current.status === 'ok' ? current.tool.version : 0, maxHistory) + 1;

@@ -15,6 +15,11 @@ export interface WatchOptions {
   debounceMs?: number;
   /** Longest a busy directory may delay a batch (default 500 ms). */
   maxWaitMs?: number;
+  /**
+   * Receives watcher errors after start (inotify limits, a removed directory) and anything
+   * `onChange` throws. Default: ignored, so a watcher problem never crashes the process.
+   */
+  onError?: (error: unknown) => void;
 }
 
 /** A running watcher. */
@@ -33,6 +38,7 @@ export async function startWatcher(
 ): Promise<Watcher> {
   const debounceMs = options.debounceMs ?? 50;
   const maxWaitMs = options.maxWaitMs ?? 500;
+  const onError = options.onError ?? (() => {});
   const byRoot = new Map<string, Scope>();
   for (const t of targets) {
     try {
@@ -54,7 +60,12 @@ export async function startWatcher(
     timer = undefined;
     const batch = pending;
     pending = new Map();
-    if (!closed && batch.size > 0) flush(batch);
+    if (closed || batch.size === 0) return;
+    try {
+      flush(batch);
+    } catch (err) {
+      onError(err);
+    }
   };
 
   const onPath = (path: string) => {
@@ -77,10 +88,22 @@ export async function startWatcher(
     ignored: (path: string) => !byRoot.has(path) && basename(path).startsWith('.'),
   });
   fsw.on('add', onPath).on('change', onPath).on('unlink', onPath);
-  await new Promise<void>((resolve, reject) => {
-    fsw.once('ready', () => resolve());
-    fsw.once('error', (err) => reject(err));
-  });
+  let ready = false;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      fsw.once('ready', () => {
+        ready = true;
+        resolve();
+      });
+      fsw.on('error', (err) => {
+        if (ready) onError(err);
+        else reject(err);
+      });
+    });
+  } catch (err) {
+    await fsw.close();
+    throw new RegistryError('root_unusable', `cannot watch ${[...byRoot.keys()].join(', ')}: ${(err as Error).message}`, { cause: err });
+  }
 
   return {
     async close() {

@@ -266,3 +266,15 @@ describe('create keeps its own copy', () => {
     expect(bad).toMatchObject({ ok: false, kind: 'validation_failed', message: expect.stringContaining('spec: must be plain JSON data') });
   });
 });
+
+describe('environment problems', () => {
+  it('overwriting where a directory sits in place of the file throws root_unusable, and the others still work', async () => {
+    const f = await fixture();
+    await mkdir(join(f.roots.user, 'csv.count.json'), { recursive: true });
+    await expect(f.registry.create(spec(), { scope: 'user', createdBy: BY, overwrite: true })).rejects.toMatchObject({
+      code: 'root_unusable',
+    });
+    expect(await f.registry.create(spec(), { scope: 'user', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_taken' });
+    expect((await f.registry.create(spec({ name: 'other' }), { scope: 'user', createdBy: BY })).ok).toBe(true);
+  });
+});

@@ -141,3 +141,24 @@ async function writeByHand(root: string): Promise<void> {
   };
   await writeFile(join(root, 'late.json'), JSON.stringify(tool));
 }
+
+describe('watch errors', () => {
+  it('hands what onChange throws to onError instead of crashing', async () => {
+    const f = await fixture();
+    const errors: unknown[] = [];
+    let calls = 0;
+    await f.registry.watch(
+      () => {
+        calls++;
+        throw new Error('listener bug');
+      },
+      { onError: (e) => errors.push(e) },
+    );
+    await writeByHand(f.roots.user);
+    const deadline = Date.now() + 10_000;
+    while (errors.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(calls).toBe(1);
+    expect(errors).toEqual([new Error('listener bug')]);
+    expect(f.registry.resolve('late')?.scope).toBe('user');
+  });
+});
