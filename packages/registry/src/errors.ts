@@ -12,6 +12,7 @@ export const REGISTRY_ERROR_CODES = [
   'invalid_option',
 ] as const;
 
+/** One of `REGISTRY_ERROR_CODES`. */
 export type RegistryErrorCode = (typeof REGISTRY_ERROR_CODES)[number];
 
 /** The one error class of `@forge/registry`. `code` is stable; `message` says what to do. */

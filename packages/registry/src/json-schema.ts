@@ -171,6 +171,7 @@ export type ToolDataValidator = (data: unknown) => { ok: true } | ValidationFail
 /** The result of compiling a tool schema. */
 export type CompiledToolSchema = { ok: true; dialect: SchemaDialect; validate: ToolDataValidator } | ValidationFailure;
 
+/** Options of `compileToolSchema`. */
 export interface CompileToolSchemaOptions {
   /**
    * Where the schema sits, for problem paths (`input_schema`, the default, or `output_schema`).

@@ -9,6 +9,7 @@ import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVe
 import type { CreatedBy, Failure, RegistryEvent, Scope, StoredTool, ValidationFailure } from './types.js';
 import { type ScopeChange, startWatcher, type Watcher, type WatchOptions } from './watch.js';
 
+/** Options of `createRegistry`. */
 export interface RegistryOptions {
   /** The scope directories (see `scopeRoots`). Only configured scopes are read and written. */
   roots: ScopeRoots;
@@ -49,6 +50,7 @@ export interface ListedTool extends ResolvedTool {
   shadowedBy?: Scope;
 }
 
+/** Options of `Registry.create`. */
 export interface CreateOptions {
   scope: Scope;
   createdBy: CreatedBy;
@@ -63,8 +65,11 @@ export interface WriteOk {
   previous?: { version: number; digest: string };
 }
 
+/** What `Registry.create` returns. */
 export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 'name_forbidden'>;
+/** What `Registry.remove` returns: the removed version (still recoverable). */
 export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'>;
+/** What `Registry.recover` returns. */
 export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden'>;
 
 /** What a promote did. */
@@ -78,8 +83,10 @@ export type PromoteOutcome =
   /** `force` replaced a user tool from elsewhere (the old version is kept). */
   | 'replaced';
 
+/** What `Registry.promote` returns. */
 export type PromoteResult = (WriteOk & { outcome: PromoteOutcome }) | Failure<'unknown_tool' | 'promote_conflict'>;
 
+/** Options of `Registry.promote`. */
 export interface PromoteOptions {
   /** Replace a user tool of the same name with a different digest from elsewhere. */
   force?: boolean;

@@ -10,6 +10,7 @@ export interface ScopeRoots {
   task?: string;
 }
 
+/** What `scopeRoots` computes the directories from. */
 export interface ScopeRootsInput {
   /** `$FORGE_HOME`: the user scope is `<forgeHome>/tools`. */
   forgeHome: string;

@@ -27,6 +27,7 @@ function specValidator(): ValidateFunction {
   return specShape;
 }
 
+/** Options of `validateSpec`. */
 export interface ValidateSpecOptions {
   /** Runtime names the host can run (default `DEFAULT_RUNTIMES`). */
   runtimes?: readonly string[];

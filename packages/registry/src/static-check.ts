@@ -159,6 +159,7 @@ function isCommentLine(line: string, family: RuntimeFamily): boolean {
   return t.startsWith('#');
 }
 
+/** Options of `staticCheck`. */
 export interface StaticCheckOptions {
   /** The tool is granted network: network rules do not apply. Default false. */
   network?: boolean;

@@ -10,6 +10,7 @@ export interface ScopeChange {
   names: string[];
 }
 
+/** Options of `Registry.watch`. */
 export interface WatchOptions {
   /** Quiet time before a batch of file events is applied (default 50 ms). */
   debounceMs?: number;
