@@ -2,9 +2,13 @@ import { isAbsolute, join } from 'node:path';
 import { RegistryError } from './errors.js';
 import type { Scope } from './types.js';
 
-/** The directory of each scope that is in play. `user` is always there. */
+/**
+ * The directory of each scope that is in play. `scopeRoots` always fills in `user`; a registry
+ * over some scopes only (a session's, say) lets a host that serves many sessions compose one
+ * shared user-and-project registry with a small one per session.
+ */
 export interface ScopeRoots {
-  user: string;
+  user?: string;
   project?: string;
   session?: string;
   task?: string;
@@ -50,9 +54,9 @@ function checkAbsolute(what: string, path: string): void {
  * `invalid_option` for a relative path, a session without a project, a task without a session,
  * or an id that could leave its directory (`/`, `..`, control characters).
  */
-export function scopeRoots(input: ScopeRootsInput): ScopeRoots {
+export function scopeRoots(input: ScopeRootsInput): ScopeRoots & { user: string } {
   checkAbsolute('forgeHome', input.forgeHome);
-  const roots: ScopeRoots = { user: join(input.forgeHome, 'tools') };
+  const roots: ScopeRoots & { user: string } = { user: join(input.forgeHome, 'tools') };
   if (input.project === undefined) {
     if (input.session !== undefined || input.task !== undefined) {
       throw new RegistryError('invalid_option', 'a session or task scope needs a project: pass project as well');

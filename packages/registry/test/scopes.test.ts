@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createRegistry, SCOPES, scopeRoots } from '../src/index.js';
 import { BY, fixture, spec, tempDir } from './helpers.js';
@@ -113,5 +114,27 @@ describe('built-in names', () => {
     expect(f.registry.isBuiltin('forge_call')).toBe(true);
     expect(f.registry.isBuiltin('csv.count')).toBe(false);
     expect(f.registry.resolve('forge_call')).toBeUndefined();
+  });
+});
+
+describe('a registry over some scopes only', () => {
+  it('serves a session scope on its own (no user scope), and refuses to promote without one', async () => {
+    const dir = await tempDir();
+    const roots = scopeRoots({ forgeHome: join(dir, 'home'), project: join(dir, 'p'), session: 's1' });
+    const reg = createRegistry({ roots: { session: roots.session } });
+    await reg.load();
+    const made = await reg.create(
+      { name: 'only_here', description: 'd', runtime: 'sh', impl: 'echo {}', input_schema: { type: 'object' } },
+      { scope: 'session', createdBy: { persona: 'p', session: 's1' } },
+    );
+    expect(made.ok).toBe(true);
+    expect(reg.resolve('only_here')).toMatchObject({ scope: 'session', shadows: [] });
+    await expect(reg.promote('only_here', { from: 'session' })).rejects.toMatchObject({ code: 'invalid_option' });
+    await expect(
+      reg.create(
+        { name: 'x', description: 'd', runtime: 'sh', impl: 'echo {}', input_schema: { type: 'object' } },
+        { scope: 'user', createdBy: { persona: 'p', session: 's1' } },
+      ),
+    ).rejects.toMatchObject({ code: 'invalid_option' });
   });
 });
