@@ -97,13 +97,25 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
   if (roots.length === 0) return deny('no bind roots are configured, so nothing may be bound');
   const inRoots = (p: string) => roots.some((r) => within(p, r));
 
+  const denied = (p: string): BindCheck | undefined => {
+    for (const d of rules.deny ?? defaultDenyList()) {
+      const dr = tryRealpath(d) ?? d;
+      if (within(p, dr)) return deny(`${dr} is never bound (credentials or forge's own state)`);
+      if (within(dr, p)) return deny(`it contains ${dr}, which is never bound; bind a narrower path`);
+    }
+    return undefined;
+  };
+
   let real = tryRealpath(wanted);
   if (real === undefined) {
     if (!(mode === 'rw' && req.create)) return deny('it does not exist');
-    // Create the file first, inside an allowed root, never through a symlink.
+    // Create the file first, inside an allowed root, never through a symlink, and never where
+    // the deny list forbids (an empty file there can be harm enough: a policy file, say).
     const parent = tryRealpath(dirname(wanted));
     if (parent === undefined || parent !== dirname(wanted)) return deny('its directory does not exist or goes through a symbolic link');
     if (!inRoots(parent)) return deny(`it is outside the allowed roots (${roots.join(', ')})`);
+    const refused = denied(wanted);
+    if (refused) return refused;
     try {
       closeSync(openSync(wanted, fsc.O_CREAT | fsc.O_EXCL | fsc.O_WRONLY | fsc.O_NOFOLLOW, 0o600));
     } catch (err) {
@@ -113,11 +125,8 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
   }
   if (real !== wanted) return deny(`it goes through a symbolic link (it resolves to ${real}); bind the real path instead`);
   if (!inRoots(real)) return deny(`it is outside the allowed roots (${roots.join(', ')})`);
-  for (const d of rules.deny ?? defaultDenyList()) {
-    const dr = tryRealpath(d) ?? d;
-    if (within(real, dr)) return deny(`${dr} is never bound (credentials or forge's own state)`);
-    if (within(dr, real)) return deny(`it contains ${dr}, which is never bound; bind a narrower path`);
-  }
+  const refused = denied(real);
+  if (refused) return refused;
 
   let fd: number;
   try {

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -83,5 +83,16 @@ describe('checkBind', () => {
       'outside the allowed roots',
     );
     expect(denied(checkBind({ path: join(root, 'missing.txt') }, { roots: [root] }))).toContain('does not exist');
+  });
+
+  it('never creates a file where the deny list forbids binding, even inside a root', async () => {
+    const root = await tempDir();
+    mkdirSync(join(root, '.forge'));
+    const state = join(root, '.forge');
+    for (const name of ['policy.rules', 'policy.json']) {
+      const msg = denied(checkBind({ path: join(state, name), mode: 'rw', create: true }, { roots: [root], deny: [state] }));
+      expect(msg).toContain('is never bound');
+      expect(existsSync(join(state, name))).toBe(false);
+    }
   });
 });
