@@ -1,0 +1,986 @@
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type AuditLog, type JsonValue, openAuditLog } from '@forge/audit-chain';
+import {
+  Breakers,
+  bindRoots,
+  checkAllowRule,
+  checkNamespace,
+  checkPersonaAcl,
+  checkRuntime,
+  checkSecrets,
+  checkToolName,
+  clampBudget,
+  createPolicy,
+  type Decision,
+  networkFor,
+  type Policy,
+  type PolicySnapshot,
+  parseToolAcl,
+  type ToolAcl,
+} from '@forge/policy';
+import {
+  createRegistry,
+  type ListedTool,
+  type Registry,
+  type ResolvedTool,
+  type Scope,
+  type StoredTool,
+  scopeIdProblem,
+  scopeRoots,
+  staticCheck,
+  toolValidators,
+  verifyToolDigest,
+} from '@forge/registry';
+import {
+  type CheckedBind,
+  checkBind,
+  closeBinds,
+  defaultDenyList,
+  type Mount,
+  type RunResult,
+  type RuntimeTable,
+  resolveRuntimes,
+  runSandboxed,
+} from '@forge/sandbox';
+import { readAnnotations } from './annotations.js';
+import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
+import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
+import { HitLog, listArtifacts, newRunId, writeJsonAtomic } from './manifest.js';
+import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
+import { redactBytes, redactFileInPlace, redactTail, redactText, redactValue, type SecretList, secretList } from './redact.js';
+import { readSecrets } from './vault.js';
+
+/** The meta-tools an MCP server serves itself: never forged, always callable. */
+export const META_TOOLS = Object.freeze(['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'] as const);
+
+/** Who is asking: the persona and its ACL, and the session and task whose scopes apply. */
+export interface CallContext {
+  /** Default: `FORGE_PERSONA`, else `default`. */
+  persona?: string;
+  /** Default: `FORGE_SESSION_ID`, else one id per `createForge`. */
+  session?: string;
+  /** Default: `FORGE_TASK_ID`, else no task scope. */
+  task?: string;
+  /** `FORGE_ALLOWED_TOOLS` for this caller (comma list; unset: every tool). Default: the environment's. */
+  allowedTools?: string;
+  /** Aborting kills the call's sandbox. */
+  signal?: AbortSignal;
+}
+
+export interface ForgeOptions {
+  /** Default: `$FORGE_HOME`, `$XDG_CONFIG_HOME/forge`, `~/.config/forge`. */
+  home?: string;
+  /** Default: the nearest ancestor of the working directory holding `.forge/` or `.git`. */
+  project?: string;
+  /** The policy files (defaults from the layout); `false` for the bundle defaults only. */
+  policy?: { userFile?: string; workspaceFile?: string; rulesFile?: string } | false;
+  /** Default: `FORGE_SECRET_VAULT`, else `<home>/secrets.json`. */
+  vaultPath?: string;
+  /** An open audit log to append to (not closed by `close()`); default: `<home>/audit/forge.log`. */
+  audit?: AuditLog;
+  /** Default: `resolveRuntimes()` from @forge/sandbox. */
+  runtimes?: RuntimeTable;
+  /** Deterministic-result cache limits, or `false` to turn it off. */
+  cache?: Partial<CacheLimits> | false;
+  /** Called when a call names no known tool (the toolsmith listens here later). */
+  onUnknownTool?: (name: string, ctx: Required<Pick<CallContext, 'persona' | 'session'>>) => void;
+  /** The environment read for FORGE_PERSONA, FORGE_ALLOWED_TOOLS, FORGE_SESSION_ID, FORGE_TASK_ID. */
+  env?: NodeJS.ProcessEnv;
+  /** Clock (ms since the epoch) for breakers, the cache and stamps. */
+  now?: () => number;
+  /** The bwrap to use (default: the one on PATH). */
+  bwrapPath?: string;
+}
+
+export interface ForgeToolOptions extends CallContext {
+  /** Where the tool goes (default `project`). */
+  scope?: Scope;
+  /** Replace a tool of that name in that scope (its previous version stays recoverable). */
+  overwrite?: boolean;
+}
+
+/** An expected refusal: the error kind, and a message naming the field or rule. */
+export interface Refusal {
+  ok: false;
+  kind: string;
+  message: string;
+  [detail: string]: unknown;
+}
+
+export type ForgeResult = { ok: true; tool: StoredTool; previous?: { version: number; digest: string } } | Refusal;
+
+/** Something forge did, as written to the audit log. */
+export interface ForgeEvent {
+  type: string;
+  data: Record<string, unknown>;
+}
+
+/** The visible tools changed (a forge, promote or remove, here or in another process). */
+export interface ToolsChanged {
+  scopes: Scope[];
+  names: string[];
+}
+
+export interface Forge {
+  readonly paths: Readonly<ForgePaths>;
+  /** Runs the forge pipeline; the tool is callable at once. */
+  forgeTool(spec: unknown, options?: ForgeToolOptions): Promise<ForgeResult>;
+  /** Runs the call pipeline; every outcome, refusals included, is an envelope. */
+  callTool(name: string, input: unknown, ctx?: CallContext): Promise<Envelope>;
+  /** The forged tools visible to `ctx` (each name once, as it resolves), or every tool of one scope. */
+  listTools(options?: { scope?: Scope } & CallContext): Promise<readonly ListedTool[]>;
+  /** Copies a project tool to the user scope. */
+  promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
+  /** Removes a tool from a scope (default: the scope it resolves to). */
+  removeTool(name: string, options?: { scope?: Scope } & CallContext): Promise<ForgeResult>;
+  /** How many times each tool was called since start (for `forge_list`). */
+  callCount(name: string): number;
+  on(event: 'audit', listener: (e: ForgeEvent) => void): () => void;
+  on(event: 'toolsChanged', listener: (e: ToolsChanged) => void): () => void;
+  /** Waits for calls in flight (aborting them after `graceMs`, default 10 s), flushes and closes. */
+  close(options?: { graceMs?: number }): Promise<void>;
+}
+
+const EXTENSIONS: Record<string, string> = { python: 'py', node: 'js', bash: 'sh', sh: 'sh' };
+
+/**
+ * Creates the engine: the registry over forge's scopes, the hot-reloaded policy, the audit log,
+ * the result cache and the sandbox. Fails (throws) only when the home or the audit log cannot be
+ * opened; a host that cannot sandbox is reported per call (`sandbox_unavailable`).
+ */
+export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
+  const env = options.env ?? process.env;
+  const now = options.now ?? Date.now;
+  const paths = forgePaths(options.home ?? defaultForgeHome(env), options.project ?? findProject(), env);
+  if (options.vaultPath) paths.vault = options.vaultPath;
+  for (const d of [paths.home, paths.auditDir, paths.codeDir, paths.projectForge, paths.runsDir])
+    mkdirSync(d, { recursive: true, mode: 0o700 });
+
+  const defaults = {
+    persona: env.FORGE_PERSONA || 'default',
+    session: env.FORGE_SESSION_ID || `s-${randomBytes(4).toString('hex')}`,
+    task: env.FORGE_TASK_ID || undefined,
+    acl: parseToolAcl(env.FORGE_ALLOWED_TOOLS),
+  };
+
+  const audit = options.audit ?? (await openAuditLog(paths.auditLog));
+  const ownsAudit = !options.audit;
+  const auditListeners = new Set<(e: ForgeEvent) => void>();
+  const changeListeners = new Set<(e: ToolsChanged) => void>();
+  const pendingAudit = new Set<Promise<unknown>>();
+  let auditClosed = false;
+  /** Appends one entry; resolves once it is durable. Never throws into a pipeline. */
+  const record = (type: string, raw: Record<string, unknown>): Promise<void> => {
+    const data = auditSafe(raw) as Record<string, unknown>;
+    for (const l of auditListeners) l({ type, data });
+    if (auditClosed) return Promise.resolve();
+    const p = audit.append(type, data as JsonValue).then(
+      () => {},
+      (err) => {
+        // An entry that cannot be written is a host problem; the call's answer stands.
+        process.emitWarning(`forge: audit append of ${type} failed: ${(err as Error).message}`);
+      },
+    );
+    return track(p);
+  };
+  /** Keeps `p` until it settles, so close() can wait for it. */
+  function track(p: Promise<void>): Promise<void> {
+    const q = p.catch((err) => process.emitWarning(`forge: background write failed: ${(err as Error).message}`));
+    pendingAudit.add(q);
+    void q.finally(() => pendingAudit.delete(q));
+    return q;
+  }
+
+  const policy: Policy =
+    options.policy === false
+      ? createPolicy({ onEvent: (e) => void record(e.type, { ...e }) })
+      : createPolicy({
+          userFile: options.policy?.userFile ?? paths.userPolicy,
+          workspaceFile: options.policy?.workspaceFile ?? paths.workspacePolicy,
+          rulesFile: options.policy?.rulesFile ?? paths.rules,
+          onEvent: (e) => void record(e.type, { ...e }),
+        });
+
+  const runtimes = options.runtimes ?? (await resolveRuntimes());
+  const runtimeNames = runtimes.list.map((r) => r.name);
+  const registryEvent = (e: { type: string }) => void record(e.type, { ...e });
+  const base = createRegistry({
+    roots: scopeRoots({ forgeHome: paths.home, project: paths.project }),
+    builtins: META_TOOLS,
+    runtimes: runtimeNames,
+    onEvent: registryEvent,
+    now: () => new Date(now()),
+  });
+  await base.load();
+  const scoped = new Map<string, Promise<Registry>>(); // session and task scopes, by directory
+
+  /** The registry of one session or task scope (created and loaded on first use). */
+  const scopeRegistry = (scope: 'session' | 'task', session: string, task?: string): Promise<Registry> => {
+    const roots = scopeRoots({ forgeHome: paths.home, project: paths.project, session, ...(task ? { task } : {}) });
+    const dir = roots[scope] as string;
+    let r = scoped.get(dir);
+    if (!r) {
+      r = (async () => {
+        const reg = createRegistry({
+          roots: { [scope]: dir },
+          builtins: META_TOOLS,
+          runtimes: runtimeNames,
+          onEvent: registryEvent,
+          now: () => new Date(now()),
+        });
+        await reg.load();
+        return reg;
+      })();
+      scoped.set(dir, r);
+    }
+    return r;
+  };
+
+  interface Ctx {
+    persona: string;
+    session: string;
+    task: string | undefined;
+    acl: ToolAcl;
+    signal: AbortSignal | undefined;
+  }
+  const context = (c: CallContext = {}): Ctx => ({
+    persona: c.persona || defaults.persona,
+    session: c.session || defaults.session,
+    task: c.task || defaults.task,
+    acl: c.allowedTools !== undefined ? parseToolAcl(c.allowedTools) : defaults.acl,
+    signal: c.signal,
+  });
+  /** Why `ctx` cannot be served (ids that could leave their directory, a persona that is no name), or undefined. */
+  const contextProblem = (ctx: Ctx): string | undefined => {
+    const sp = scopeIdProblem(ctx.session);
+    if (sp) return `session id ${JSON.stringify(ctx.session)} ${sp}`;
+    const tp = ctx.task === undefined ? undefined : scopeIdProblem(ctx.task);
+    if (tp) return `task id ${JSON.stringify(ctx.task)} ${tp}`;
+    if (!/^[A-Za-z][A-Za-z0-9_-]{0,63}$/.test(ctx.persona))
+      return `persona ${JSON.stringify(ctx.persona)} must be a letter, then letters, digits, _ or - (at most 64)`;
+    return undefined;
+  };
+
+  /** The registries `ctx` sees, most specific first. */
+  const layers = async (ctx: Ctx): Promise<Registry[]> => {
+    const out: Registry[] = [];
+    if (ctx.task) out.push(await scopeRegistry('task', ctx.session, ctx.task));
+    out.push(await scopeRegistry('session', ctx.session));
+    out.push(base);
+    return out;
+  };
+  const resolveIn = (regs: Registry[], name: string): ResolvedTool | undefined => {
+    let found: ResolvedTool | undefined;
+    const shadows: Scope[] = [];
+    for (const r of regs) {
+      const hit = r.resolve(name);
+      if (!hit) continue;
+      if (!found) found = { ...hit, shadows: [] };
+      else shadows.push(hit.scope);
+      shadows.push(...hit.shadows.filter((s) => s !== found?.scope));
+    }
+    return found ? { ...found, shadows } : undefined;
+  };
+  const registryFor = async (scope: Scope, ctx: Ctx): Promise<Registry> => {
+    if (scope === 'session') return scopeRegistry('session', ctx.session);
+    if (scope === 'task') {
+      if (!ctx.task) throw new Error('no task');
+      return scopeRegistry('task', ctx.session, ctx.task);
+    }
+    return base;
+  };
+
+  /** Tool objects whose digest was checked (a registry reload brings new objects, checked again). */
+  const verified = new WeakSet<StoredTool>();
+  const breakersBySession = new Map<string, Breakers>();
+  const breakersOf = (session: string): Breakers => {
+    let b = breakersBySession.get(session);
+    if (!b) {
+      b = new Breakers({ now, onEvent: (e) => void record(e.type, { ...e, session }) });
+      breakersBySession.set(session, b);
+    }
+    return b;
+  };
+
+  const cache = options.cache === false ? undefined : new ResultCache(paths.cacheDir, options.cache ?? {}, now);
+  const hits = new HitLog(join(paths.runsDir, 'hits.jsonl'));
+  const calls = new Map<string, number>();
+  /** Sandboxes running now (aborted by close() after its grace period). */
+  const running = new Set<AbortController>();
+  /** Operations in flight, from their first step (close() waits for them). */
+  let active = 0;
+  let closing = false;
+
+  const policyNow = (): { ok: true; snap: PolicySnapshot } | Refusal => {
+    const s = policy.current();
+    return s.ok ? { ok: true, snap: s.snapshot } : { ok: false, kind: s.kind, message: s.message };
+  };
+  const notifyChanged = (scopes: Scope[], names: string[]) => {
+    for (const l of changeListeners) l({ scopes, names });
+  };
+
+  // ---------------------------------------------------------------- forge pipeline
+  const forgeTool = async (spec: unknown, o: ForgeToolOptions = {}): Promise<ForgeResult> => {
+    const ctx = context(o);
+    const scope = o.scope ?? 'project';
+    const who = { persona: ctx.persona, session: ctx.session };
+    const name = typeof (spec as { name?: unknown })?.name === 'string' ? (spec as { name: string }).name : undefined;
+    const refuse = async (r: Refusal, eventType = 'forge.created'): Promise<Refusal> => {
+      const { ok: _ok, ...detail } = r;
+      await record(eventType, { ok: false, ...who, scope, ...(name ? { name } : {}), ...detail });
+      return r;
+    };
+    if (closing) return refuse({ ok: false, kind: 'internal', message: 'forge is shutting down; try again after it restarts' });
+    const bad = contextProblem(ctx);
+    if (bad) return refuse({ ok: false, kind: 'validation_failed', message: bad });
+    if (scope === 'task' && !ctx.task)
+      return refuse({ ok: false, kind: 'validation_failed', message: 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)' });
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol);
+    const snap = pol.snap;
+    const checked = base.validate(spec);
+    if (!checked.ok) return refuse(checked as Refusal);
+    const tool = checked.spec;
+    const grant = networkFor(snap, ctx.persona);
+    const findings = staticCheck(tool, { network: grant.network === 'allow' });
+    if (findings.length > 0) {
+      return refuse({
+        ok: false,
+        kind: 'static_check_failed',
+        message: `impl: ${findings.map((f) => `line ${f.line}: ${f.message} (${f.rule})`).join('; ')}`,
+        findings,
+      });
+    }
+    const decisions: Decision[] = [checkToolName(snap, tool.name)];
+    for (const d of decisions) if (!d.ok) return refuse(d as Refusal);
+    const ns = checkNamespace(snap, ctx.persona, tool.name);
+    if (!ns.ok) return refuse(ns as Refusal, 'tool.namespace_denied');
+    const rt = checkRuntime(snap, tool.runtime);
+    if (!rt.ok) return refuse(rt as Refusal);
+    const secrets = checkSecrets(snap, ctx.persona, tool.meta?.secrets ?? []);
+    if (!secrets.ok) return refuse(secrets as Refusal, 'acl.persona_secret_denied');
+    const count = breakersOf(ctx.session).checkForge(ctx.session, snap.policy.breakers);
+    if (!count.ok) return refuse({ ok: false, kind: count.kind, message: count.message });
+    const reg = await registryFor(scope, ctx);
+    const written = await reg.create(tool, { scope, createdBy: who, overwrite: o.overwrite === true });
+    if (!written.ok) return refuse(written as Refusal);
+    await record('forge.created', {
+      ok: true,
+      ...who,
+      scope,
+      name: written.tool.name,
+      version: written.tool.version,
+      digest: written.tool.digest,
+      runtime: written.tool.runtime,
+      ...(written.previous ? { replaced: written.previous } : {}),
+      policy: snap.digest,
+    });
+    notifyChanged([scope], [written.tool.name]);
+    return { ok: true, tool: written.tool, ...(written.previous ? { previous: written.previous } : {}) };
+  };
+
+  // ---------------------------------------------------------------- call pipeline
+  const callTool = async (name: string, input: unknown, c: CallContext = {}): Promise<Envelope> => {
+    const ctx = context(c);
+    const started = now();
+    const who = { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}) };
+    const digestOfInput = inputDigest(input);
+    const refuse = async (
+      kind: string,
+      message: string,
+      eventType = 'forge.called',
+      extra: Record<string, unknown> = {},
+    ): Promise<Envelope> => {
+      await record(eventType, { ok: false, name, ...who, kind, message, input_digest: digestOfInput, ...extra });
+      return failure(kind, message, { duration_ms: now() - started, cache: 'off' }, extra);
+    };
+    if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    const bad = contextProblem(ctx);
+    if (bad) return refuse('validation_failed', bad);
+
+    const regs = await layers(ctx);
+    const resolved = resolveIn(regs, name);
+    if (!resolved) {
+      options.onUnknownTool?.(name, { persona: ctx.persona, session: ctx.session });
+      const hint = META_TOOLS.includes(name as never)
+        ? `"${name}" is a meta-tool served by the MCP server, not a forged tool`
+        : `no forged tool is named "${name}"; call forge_list to see the tools, or forge_tool to create it`;
+      return refuse('unknown_tool', hint);
+    }
+    const stored = resolved.tool;
+    const acl = checkPersonaAcl(ctx.acl, ctx.persona, name, META_TOOLS);
+    if (!acl.ok) return refuse(acl.kind, acl.message, 'acl.persona_denied');
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol.kind, pol.message);
+    const snap = pol.snap;
+    for (const d of [
+      checkToolName(snap, name),
+      checkAllowRule(snap, ctx.persona, 'tool', name, 'execute'),
+      checkRuntime(snap, stored.runtime),
+    ]) {
+      if (!d.ok) return refuse(d.kind, d.message);
+    }
+    const breakers = breakersOf(ctx.session);
+    const settings = snap.policy.breakers;
+    const gate = breakers.checkCall(name, settings);
+    if (!gate.ok) return refuse(gate.kind, gate.message, 'forge.called', { retry_after_ms: gate.retryAfterMs });
+    // From here the breaker expects an outcome.
+    let outcome: 'success' | 'failure' | 'none' = 'none';
+    try {
+      // Integrity before input validation: compiled validators are cached by the recorded
+      // digest, so a tampered schema must never be compiled under it.
+      const integrity = verified.has(stored) ? { ok: true as const } : verifyToolDigest(stored);
+      if (!integrity.ok) return await refuse(integrity.kind, integrity.message);
+      verified.add(stored);
+      const validators = toolValidators(stored);
+      if ('kind' in validators) return await refuse('internal', `tool "${name}" has a schema that does not compile: ${validators.message}`);
+      const valid = validators.input(input);
+      if (!valid.ok) return await refuse('validation_failed', valid.message, 'forge.called', { problems: valid.problems });
+
+      let runtime: ReturnType<RuntimeTable['get']>;
+      try {
+        runtime = runtimes.get(stored.runtime);
+      } catch (err) {
+        return await refuse('policy_denied', (err as Error).message);
+      }
+      const secretNames = stored.meta?.secrets ?? [];
+      const { redacted: redactedInput, binds: bindRequests } = readAnnotations(stored.input_schema, input);
+      // Cached: deterministic tools whose answer depends on the input alone. Not with secrets
+      // (their answer may depend on a secret's value) nor with bound paths (on the files' content).
+      const cacheable = stored.meta?.deterministic === true && secretNames.length === 0 && bindRequests.length === 0 && cache !== undefined;
+      const key = cacheable ? cacheKey(stored.digest, `${runtime.name}@${runtime.version}`, input) : undefined;
+
+      const execute = async (): Promise<RunOutcome> => {
+        // Network first: a refusal must not have touched the disk.
+        const grant = networkFor(snap, ctx.persona);
+        if (grant.network === 'allow') {
+          throw new RefusalError(
+            'policy_denied',
+            `persona "${ctx.persona}" is granted network, but network egress through forge's proxy is not available yet, and forge never shares the host network; the call was not run`,
+          );
+        }
+        // Secrets: the persona's allow-list first (fail closed), then the vault.
+        const allowed = checkSecrets(snap, ctx.persona, secretNames);
+        if (!allowed.ok) throw new RefusalError(allowed.kind, allowed.message, 'acl.persona_secret_denied');
+        let secrets: SecretList = [];
+        let secretEnv: Record<string, string> = {};
+        if (secretNames.length > 0) {
+          const read = readSecrets(paths.vault, secretNames);
+          if (!read.ok) throw new RefusalError(read.kind, read.message, read.event ?? 'forge.called');
+          secrets = secretList(read.values);
+          secretEnv = Object.fromEntries(read.values);
+        }
+        // Binds from x-bind: hostile paths, checked and held by descriptor.
+        const roots = bindRoots(snap, { project: paths.project });
+        const deny = [...defaultDenyList(), paths.home, paths.projectForge, paths.vault];
+        const binds: CheckedBind[] = [];
+        try {
+          for (const b of bindRequests) {
+            const c = checkBind({ path: b.path, mode: b.mode, create: b.mode === 'rw' }, { roots, deny });
+            if (!c.ok)
+              throw new RefusalError('bind_denied', `input${b.pointer}: ${c.message} (policy bind_roots: ${roots.join(', ') || 'none'})`);
+            binds.push(c.bind);
+          }
+          return await runOnce({ stored, runtime, input, redactedInput, binds, secrets, secretEnv, snap, ctx, key, secretNames });
+        } finally {
+          closeBinds(binds);
+        }
+      };
+
+      if (key && cache) {
+        const hit = cache.get(key);
+        if (hit) {
+          outcome = 'success';
+          return await cacheHit(hit.envelope, hit.seed_run, stored, redactedInput, snap, ctx, started, key);
+        }
+        const flight = cache.once(key, execute);
+        const r = await flight.result;
+        outcome = r.outcome;
+        if (!flight.shared) return r.envelope;
+        // Another caller ran it: its answer, recorded for this call too.
+        if (r.envelope.ok) return await cacheHit(r.envelope, r.runId, stored, redactedInput, snap, ctx, started, key, true);
+        await record('forge.called', {
+          ok: false,
+          name,
+          ...who,
+          kind: r.envelope.error.kind,
+          input_digest: digestOfInput,
+          cache: 'miss',
+          shared_flight: true,
+          seed_run: r.runId,
+          policy: snap.digest,
+        });
+        return r.envelope;
+      }
+      const r = await execute();
+      outcome = r.outcome;
+      return r.envelope;
+    } catch (err) {
+      if (err instanceof RefusalError) return await refuse(err.kind, err.message, err.eventType);
+      outcome = 'failure';
+      return await refuse('internal', `forge failed while calling "${name}": ${(err as Error).message}`);
+    } finally {
+      breakers.recordOutcome(name, outcome, settings, gate.trial);
+    }
+  };
+
+  /** What one run gave: the envelope, the run id, and the outcome for the tool's breaker. */
+  interface RunOutcome {
+    envelope: Envelope;
+    runId: string;
+    outcome: 'success' | 'failure' | 'none';
+  }
+
+  interface RunInput {
+    stored: StoredTool;
+    runtime: ReturnType<RuntimeTable['get']>;
+    input: unknown;
+    redactedInput: unknown;
+    binds: CheckedBind[];
+    secrets: SecretList;
+    secretEnv: Record<string, string>;
+    secretNames: string[];
+    snap: PolicySnapshot;
+    ctx: Ctx;
+    key: string | undefined;
+  }
+
+  /** One sandboxed run, its manifest, cache store and audit entry. */
+  const runOnce = async (r: RunInput): Promise<RunOutcome> => {
+    const { stored, runtime, snap, ctx } = r;
+    const t0 = now();
+    const { id: runId, dirName } = newRunId(new Date(t0));
+    const runDir = join(paths.runsDir, dirName);
+    const artifacts = join(runDir, 'artifacts');
+    mkdirSync(artifacts, { recursive: true, mode: 0o700 });
+    const family = runtime.name.startsWith('python') ? 'python' : runtime.name;
+    const ext = EXTENSIONS[family] ?? 'txt';
+    const code = codeFile(stored, ext);
+    const target = `/forge/tool/main.${ext}`;
+    const { budget, clamped } = clampBudget(snap, {
+      ...(stored.meta?.timeout_ms !== undefined ? { timeout_ms: stored.meta.timeout_ms } : {}),
+      ...(stored.meta?.cpu_s !== undefined ? { cpu_s: stored.meta.cpu_s } : {}),
+      ...(stored.meta?.output_cap !== undefined ? { output_cap: stored.meta.output_cap } : {}),
+    });
+    const command = family === 'python' ? [runtime.interpreter, '-I', '-B', target] : [runtime.interpreter, target];
+    const mounts: Mount[] = [
+      ...runtime.mounts.map((source) => ({ source, mode: 'ro' as const })),
+      { source: code, target, mode: 'ro' },
+      { source: artifacts, target: '/forge/artifacts', mode: 'rw' },
+    ];
+    const spill = join(runDir, 'stdout.partial');
+    const ac = new AbortController();
+    running.add(ac);
+    const onAbort = () => ac.abort();
+    ctx.signal?.addEventListener('abort', onAbort);
+    if (ctx.signal?.aborted) ac.abort();
+    let result: RunResult | undefined;
+    let sandboxError: Refusal | undefined;
+    try {
+      result = await runSandboxed(
+        {
+          command,
+          env: { ...runtime.env, FORGE_ARTIFACTS: '/forge/artifacts', FORGE_RUN_ID: runId, ...r.secretEnv },
+          mounts,
+          binds: r.binds,
+          limits: { timeoutMs: budget.timeout_ms, cpuSeconds: budget.cpu_s, outputBytes: budget.output_cap },
+          cwd: '/tmp',
+        },
+        {
+          stdin: JSON.stringify(r.input ?? {}),
+          stdoutFile: spill,
+          signal: ac.signal,
+          ...(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {}),
+        },
+      );
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      sandboxError = {
+        ok: false,
+        kind: code === 'sandbox_unavailable' ? 'sandbox_unavailable' : code === 'bind_denied' ? 'bind_denied' : 'internal',
+        message: (err as Error).message,
+      };
+      if (code === 'sandbox_unavailable') await record('sandbox.unavailable', { name: stored.name, message: (err as Error).message });
+    } finally {
+      running.delete(ac);
+      ctx.signal?.removeEventListener('abort', onAbort);
+    }
+
+    const meta: EnvelopeMeta = { run_id: runId, cache: r.key ? 'miss' : 'off', sandbox: 'bwrap' };
+    if (clamped.length > 0) meta.policy_clamped = clamped;
+    let envelope: Envelope;
+    // The outcome for the tool's breaker: a failure when forge found the tool broken (crash,
+    // limit, bad output). A tool's own ok:false is an answer; a host that cannot sandbox, or a
+    // call cancelled from outside, is not the tool's doing.
+    let outcome: RunOutcome['outcome'] = 'success';
+    const secrets = r.secrets;
+    const clean = (text: string) => redactText(text, secrets);
+    if (!result) {
+      envelope = failure(sandboxError?.kind ?? 'internal', sandboxError?.message ?? 'the sandbox did not run', meta);
+      outcome = sandboxError?.kind === 'internal' ? 'failure' : 'none';
+      rmSync(runDir, { recursive: true, force: true }); // nothing ran: no run to record
+    } else {
+      if (result.stdoutFile) {
+        // The whole stdout, moved among the artifacts only now (the tool cannot have placed
+        // anything there under that name), with secret values removed first.
+        const full = join(artifacts, 'full_stdout.bin');
+        if (secrets.length > 0) redactFileInPlace(result.stdoutFile, secrets);
+        rmSync(full, { recursive: true, force: true });
+        renameSync(result.stdoutFile, full);
+      }
+      const stderr = redactTail(result.stderrTail, secrets);
+      if (ac.signal.aborted && result.reason === 'signal') {
+        outcome = 'none';
+        envelope = failure(
+          'internal',
+          closing ? 'forge shut down while the tool ran; it was stopped' : 'the call was cancelled; the tool was stopped',
+          meta,
+        );
+      } else if (result.stdoutTruncated) {
+        outcome = 'failure';
+        meta.stdout_truncated = true;
+        meta.stdout_truncated_at_bytes = result.limits.outputBytes;
+        meta.stdout_total_bytes = result.stdoutBytes;
+        if (result.stdoutFile) meta.stdout_full_artifact = join(artifacts, 'full_stdout.bin');
+        envelope = failure(
+          'resource_limit',
+          `the tool printed ${result.stdoutBytes} bytes, over its output cap of ${result.limits.outputBytes}; the whole output is kept in ${meta.stdout_full_artifact ?? 'no file'} — print less, or raise meta.output_cap (policy ceiling ${snap.policy.budgets.ceilings.output_cap})`,
+          meta,
+        );
+      } else if (result.reason === 'timeout') {
+        outcome = 'failure';
+        envelope = failure(
+          'timeout',
+          `the tool ran past its ${result.limits.timeoutMs} ms wall-clock limit and was killed${tail(stderr)}`,
+          meta,
+        );
+      } else if (result.reason === 'cpu' || result.reason === 'memory' || result.reason === 'file_size' || result.reason === 'output_cap') {
+        outcome = 'failure';
+        envelope = failure('resource_limit', `the tool hit its ${result.reason} limit${tail(stderr)}`, meta, { limit: result.reason });
+      } else {
+        const parsed = parseToolOutput(result.stdout);
+        if (!parsed.ok) {
+          outcome = 'failure';
+          // Kept beside the artifacts, then renamed in (the tool could have left a symlink there).
+          const kept = join(artifacts, 'stdout.bin');
+          writeFileSync(join(runDir, 'stdout.bin'), secrets.length > 0 ? redactBytes(result.stdout, secrets) : result.stdout, {
+            mode: 0o600,
+            flag: 'wx',
+          });
+          rmSync(kept, { recursive: true, force: true });
+          renameSync(join(runDir, 'stdout.bin'), kept);
+          const exit = result.reason === 'signal' ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
+          envelope = failure(
+            'output_invalid',
+            clean(`${parsed.reason}; the tool ${exit}; its stdout is kept in ${kept}${tail(stderr)}`),
+            meta,
+          );
+        } else {
+          const e = parsed.envelope;
+          // The tool's own meta, without the fields only forge may set.
+          const toolMeta = redactValue(withoutKeys(e.meta, FORGE_META_KEYS), secrets) as EnvelopeMeta;
+          envelope = e.ok
+            ? { ok: true, data: redactValue(e.data, secrets), meta: { ...toolMeta, ...meta } }
+            : { ok: false, error: redactValue(e.error, secrets) as typeof e.error, meta: { ...toolMeta, ...meta } };
+          if (envelope.ok && stored.output_schema) {
+            const validators = toolValidators(stored);
+            const out = 'kind' in validators ? undefined : validators.output?.(envelope.data);
+            if (out && !out.ok) {
+              outcome = 'failure';
+              envelope = failure('output_schema_failed', out.message, meta, { problems: out.problems });
+            }
+          }
+        }
+      }
+      envelope.meta.duration_ms = result.durationMs;
+      writeJsonAtomic(join(runDir, 'run_manifest.json'), {
+        run_id: runId,
+        tool: {
+          name: stored.name,
+          version: stored.version,
+          digest: stored.digest,
+          scope: stored.scope,
+          runtime: `${runtime.name}@${runtime.version}`,
+        },
+        persona: ctx.persona,
+        session: ctx.session,
+        ...(ctx.task ? { task: ctx.task } : {}),
+        input: redactValue(r.redactedInput, secrets),
+        input_digest: inputDigest(r.input),
+        sandbox: {
+          label: 'bwrap',
+          argv: command,
+          mounts: mounts.map((m) => `${m.mode}:${m.target ?? m.source}`),
+          binds: r.binds.map((b) => `${b.mode}:${b.path}`),
+        },
+        limits: { ...budget, clamped },
+        secrets: r.secretNames,
+        policy: snap.digest,
+        started_at: new Date(t0).toISOString(),
+        duration_ms: result.durationMs,
+        exit: { reason: result.reason, code: result.exitCode, signal: result.signal },
+        cache: meta.cache,
+        ok: envelope.ok,
+        ...(envelope.ok ? {} : { error_kind: envelope.error.kind }),
+        stdout_bytes: result.stdoutBytes,
+        artifacts: listArtifacts(artifacts),
+        stderr_tail: stderr,
+      });
+    }
+    if (envelope.ok && r.key && cache) cache.set(r.key, envelope, runId);
+    calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
+    await record('forge.called', {
+      ok: envelope.ok,
+      name: stored.name,
+      version: stored.version,
+      digest: stored.digest,
+      scope: stored.scope,
+      persona: ctx.persona,
+      session: ctx.session,
+      ...(ctx.task ? { task: ctx.task } : {}),
+      run_id: result ? runId : null,
+      input_digest: inputDigest(r.input),
+      cache: meta.cache ?? 'off',
+      ...(envelope.ok ? {} : { kind: envelope.error.kind }),
+      ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
+      ...(r.secretNames.length > 0 ? { secrets: r.secretNames } : {}),
+      ...(clamped.length > 0 ? { policy_clamped: clamped } : {}),
+      policy: snap.digest,
+    });
+    if (r.secretNames.length > 0 && result)
+      await record('tool.secrets_injected', { name: stored.name, run_id: runId, secrets: r.secretNames, persona: ctx.persona });
+    return { envelope, runId, outcome };
+  };
+
+  /** A cache hit: the seed run's envelope with this call's meta, its own manifest and audit entry. */
+  const cacheHit = async (
+    seed: Envelope,
+    seedRun: string,
+    stored: StoredTool,
+    redactedInput: unknown,
+    snap: PolicySnapshot,
+    ctx: Ctx,
+    started: number,
+    key: string,
+    shared = false,
+  ): Promise<Envelope> => {
+    const { id: runId } = newRunId(new Date(now()));
+    const envelope: Envelope = {
+      ...seed,
+      meta: { ...seed.meta, run_id: runId, cache: 'hit', duration_ms: now() - started, seed_run: seedRun },
+    };
+    // A hit runs nothing: its record goes to runs/hits.jsonl, batched (close() waits for it).
+    track(
+      hits.append({
+        run_id: runId,
+        at: new Date(now()).toISOString(),
+        tool: { name: stored.name, version: stored.version, digest: stored.digest, scope: stored.scope },
+        persona: ctx.persona,
+        session: ctx.session,
+        ...(ctx.task ? { task: ctx.task } : {}),
+        input: redactedInput,
+        cache: 'hit',
+        cache_key: key,
+        seed_run: seedRun,
+        shared_flight: shared,
+        policy: snap.digest,
+        ok: true,
+      }),
+    );
+    calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
+    await record('forge.called', {
+      ok: true,
+      name: stored.name,
+      version: stored.version,
+      digest: stored.digest,
+      scope: stored.scope,
+      persona: ctx.persona,
+      session: ctx.session,
+      run_id: runId,
+      seed_run: seedRun,
+      cache: 'hit',
+      policy: snap.digest,
+    });
+    return envelope;
+  };
+
+  /** The tool's impl as a file named by its digest (rewritten if it was changed on disk). */
+  const codeFile = (tool: StoredTool, ext: string): string => {
+    const file = join(paths.codeDir, `${tool.digest.replace(/^sha256:/, '')}.${ext}`);
+    let current: string | undefined;
+    try {
+      current = readFileSync(file, 'utf8');
+    } catch {
+      current = undefined;
+    }
+    if (current !== tool.impl) {
+      const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+      writeFileSync(tmp, tool.impl, { mode: 0o400, flag: 'wx' });
+      renameSync(tmp, file);
+    }
+    return file;
+  };
+
+  /** Counts `op` as in flight until it settles, so close() waits for it. */
+  const guarded =
+    <A extends unknown[], R>(op: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      active++;
+      try {
+        return await op(...args);
+      } finally {
+        active--;
+      }
+    };
+
+  /** The registries `ctx` sees for `scope`, or all of them, loaded. */
+  const listTools = async (o: { scope?: Scope } & CallContext = {}): Promise<readonly ListedTool[]> => {
+    const ctx = context(o);
+    if (contextProblem(ctx)) return [];
+    if (o.scope) {
+      if (o.scope === 'task' && !ctx.task) return [];
+      return (await registryFor(o.scope, ctx)).list({ scope: o.scope });
+    }
+    const seen = new Map<string, ListedTool>();
+    for (const r of await layers(ctx)) for (const t of r.list()) if (!seen.has(t.tool.name)) seen.set(t.tool.name, t);
+    return [...seen.values()].sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
+  };
+
+  const promoteTool = async (name: string, o: { force?: boolean } & CallContext = {}): Promise<ForgeResult & { outcome?: string }> => {
+    const ctx = context(o);
+    const who = { persona: ctx.persona, session: ctx.session };
+    if (closing) return { ok: false, kind: 'internal', message: 'forge is shutting down; try again after it restarts' };
+    const r = await base.promote(name, { ...(o.force ? { force: true } : {}), createdBy: who });
+    if (!r.ok) {
+      await record('forge.promoted', { ok: false, name, ...who, kind: r.kind, message: r.message });
+      return r as Refusal;
+    }
+    await record('forge.promoted', { ok: true, name, ...who, outcome: r.outcome, version: r.tool.version, digest: r.tool.digest });
+    if (r.outcome !== 'unchanged') notifyChanged(['user'], [name]);
+    return { ok: true, tool: r.tool, outcome: r.outcome, ...(r.previous ? { previous: r.previous } : {}) };
+  };
+
+  const removeTool = async (name: string, o: { scope?: Scope } & CallContext = {}): Promise<ForgeResult> => {
+    const ctx = context(o);
+    const who = { persona: ctx.persona, session: ctx.session };
+    const refuse = async (kind: string, message: string, extra: Record<string, unknown> = {}): Promise<Refusal> => {
+      await record('forge.removed', { ok: false, name, ...who, ...extra, kind, message });
+      return { ok: false, kind, message };
+    };
+    if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    const bad = contextProblem(ctx);
+    if (bad) return refuse('validation_failed', bad);
+    if (o.scope === 'task' && !ctx.task) return refuse('validation_failed', 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)');
+    const scope = o.scope ?? resolveIn(await layers(ctx), name)?.scope;
+    if (!scope) return refuse('unknown_tool', `no forged tool is named "${name}"; call forge_list to see the tools`);
+    const r = await (await registryFor(scope, ctx)).remove(name, { scope });
+    if (!r.ok) return refuse(r.kind, r.message, { scope });
+    await record('forge.removed', { ok: true, name, ...who, scope, version: r.removed.version, digest: r.removed.digest });
+    notifyChanged([scope], [name]);
+    return { ok: true, tool: r.removed };
+  };
+
+  const forge: Forge = {
+    paths,
+    forgeTool: guarded(forgeTool),
+    callTool: guarded(callTool),
+    listTools,
+    promoteTool: guarded(promoteTool),
+    removeTool: guarded(removeTool),
+    callCount: (name) => calls.get(name) ?? 0,
+    on(event: 'audit' | 'toolsChanged', listener: (e: never) => void) {
+      const set = (event === 'audit' ? auditListeners : changeListeners) as Set<(e: never) => void>;
+      set.add(listener);
+      return () => set.delete(listener);
+    },
+    async close(o = {}) {
+      if (closing) return;
+      closing = true;
+      const deadline = Date.now() + (o.graceMs ?? 10_000);
+      const tick = () => new Promise((r) => setTimeout(r, 10));
+      while (active > 0 && Date.now() < deadline) await tick();
+      // Past the grace period: stop the sandboxes still running; their calls then finish.
+      for (const ac of running) ac.abort();
+      while (active > 0) {
+        for (const ac of running) ac.abort();
+        await tick();
+      }
+      await Promise.all([...pendingAudit]);
+      await base.close();
+      for (const r of scoped.values()) await (await r).close();
+      auditClosed = true;
+      if (ownsAudit) await audit.close();
+      else await audit.flush();
+    },
+  };
+  // The default session's scope is known now: load it so a first list sees it.
+  await scopeRegistry('session', defaults.session);
+  return forge;
+}
+
+class RefusalError extends Error {
+  constructor(
+    readonly kind: string,
+    message: string,
+    readonly eventType = 'forge.called',
+  ) {
+    super(message);
+  }
+}
+
+function tail(stderr: string): string {
+  const t = stderr.trim();
+  return t ? `; stderr ends: ${t.slice(-600)}` : '';
+}
+
+/** Fields of an envelope's meta that only forge sets: a tool's own values for them are dropped. */
+const FORGE_META_KEYS = [
+  'run_id',
+  'duration_ms',
+  'cache',
+  'sandbox',
+  'seed_run',
+  'stdout_truncated',
+  'stdout_truncated_at_bytes',
+  'stdout_total_bytes',
+  'stdout_full_artifact',
+  'policy_clamped',
+];
+
+function withoutKeys(o: Record<string, unknown>, keys: readonly string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) if (!keys.includes(k)) out[k] = v;
+  return out;
+}
+
+/** `sha256:` over the canonical JSON of a call's input (what the audit log and manifests record). */
+function inputDigest(input: unknown): string {
+  return `sha256:${cacheKey('input', '', input ?? null)}`;
+}
+
+const MAX_AUDIT_STRING = 2000;
+const MAX_AUDIT_ITEMS = 20;
+
+/**
+ * Audit data made safe to append whatever a caller sent: strings well-formed (a lone surrogate
+ * in a tool name must not cost the entry) and at most 2000 characters, arrays at most 20 items
+ * (plus a count of the rest), nesting at most 8 levels.
+ */
+function auditSafe(v: unknown, depth = 0): unknown {
+  if (typeof v === 'string') {
+    const w = v.toWellFormed();
+    return w.length > MAX_AUDIT_STRING ? `${w.slice(0, MAX_AUDIT_STRING)}… (${w.length - MAX_AUDIT_STRING} more characters)` : w;
+  }
+  if (v === null || typeof v !== 'object') return typeof v === 'number' && !Number.isFinite(v) ? null : v;
+  if (depth >= 8) return '…';
+  if (Array.isArray(v)) {
+    const items = v.slice(0, MAX_AUDIT_ITEMS).map((x) => auditSafe(x, depth + 1));
+    if (v.length > MAX_AUDIT_ITEMS) items.push(`… ${v.length - MAX_AUDIT_ITEMS} more`);
+    return items;
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) if (x !== undefined) out[auditSafe(k, depth + 1) as string] = auditSafe(x, depth + 1);
+  return out;
+}

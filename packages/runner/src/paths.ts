@@ -1,0 +1,65 @@
+import { existsSync, statSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+
+/** `$FORGE_HOME`, else `$XDG_CONFIG_HOME/forge`, else `~/.config/forge`. */
+export function defaultForgeHome(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.FORGE_HOME) return resolve(env.FORGE_HOME);
+  if (env.XDG_CONFIG_HOME) return join(resolve(env.XDG_CONFIG_HOME), 'forge');
+  return join(homedir(), '.config', 'forge');
+}
+
+/** The project of `cwd`: the nearest ancestor holding `.forge/` or `.git`, else `cwd` itself. */
+export function findProject(cwd: string = process.cwd()): string {
+  let dir = resolve(cwd);
+  for (;;) {
+    if (isDir(join(dir, '.forge')) || existsSync(join(dir, '.git'))) return dir;
+    const up = dirname(dir);
+    if (up === dir) return resolve(cwd);
+    dir = up;
+  }
+}
+
+function isDir(p: string): boolean {
+  try {
+    return statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+/** Every path forge uses, from its home and project (DESIGN "On-disk layout"). */
+export interface ForgePaths {
+  home: string;
+  project: string;
+  /** `<project>/.forge` */
+  projectForge: string;
+  userPolicy: string;
+  workspacePolicy: string;
+  rules: string;
+  vault: string;
+  auditDir: string;
+  auditLog: string;
+  cacheDir: string;
+  runsDir: string;
+  /** Content-addressed copies of tool implementations, mounted read-only into runs. */
+  codeDir: string;
+}
+
+export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv = process.env): ForgePaths {
+  const projectForge = join(project, '.forge');
+  return {
+    home,
+    project,
+    projectForge,
+    userPolicy: join(home, 'policy.json'),
+    workspacePolicy: join(projectForge, 'policy.json'),
+    rules: join(projectForge, 'policy.rules'),
+    vault: env.FORGE_SECRET_VAULT ? resolve(env.FORGE_SECRET_VAULT) : join(home, 'secrets.json'),
+    auditDir: join(home, 'audit'),
+    auditLog: join(home, 'audit', 'forge.log'),
+    cacheDir: join(home, 'cache'),
+    runsDir: join(projectForge, 'runs'),
+    codeDir: join(home, 'code'),
+  };
+}

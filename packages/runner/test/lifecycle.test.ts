@@ -1,0 +1,136 @@
+import { describe, expect, it } from 'vitest';
+import type { ForgeEvent } from '../src/index.js';
+import { example, failed, okData, py, runStarted, setup } from './helpers.js';
+
+const sleeper = (seconds: number, timeoutMs = 30_000) =>
+  py('sleeper', `import time\ntime.sleep(${seconds})\nprint(json.dumps({"ok": True, "data": "woke"}))`, {
+    meta: { timeout_ms: timeoutMs },
+  });
+
+describe('close()', () => {
+  it('waits for a call already running in the sandbox, then resolves; the call is audited', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(sleeper(0.5))).ok).toBe(true);
+    let settled = false;
+    const call = fx.forge.callTool('sleeper', {}).finally(() => {
+      settled = true;
+    });
+    await runStarted(fx.forge.paths.runsDir);
+    await fx.forge.close();
+    expect(settled).toBe(true);
+    const env = await call;
+    expect(okData(env)).toBe('woke');
+    expect(fx.entries('forge.called').map((e) => [e.data.run_id, e.data.ok])).toEqual([[env.meta.run_id, true]]);
+  });
+
+  it('a call started just before close() finishes (or is refused) before close resolves, and is audited', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    let settled = false;
+    const call = fx.forge.callTool('fib', { n: 12 }).finally(() => {
+      settled = true;
+    });
+    await fx.forge.close();
+    expect.soft(settled, 'close() resolved while a call was still in flight').toBe(true);
+    const env = await call;
+    const called = fx.entries('forge.called');
+    expect(called).toHaveLength(1);
+    expect(called[0]?.data).toMatchObject({ ok: env.ok });
+  });
+
+  it('kills calls still running after graceMs, then resolves; the killed call ends as a failure and is audited', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(sleeper(20))).ok).toBe(true);
+    const call = fx.forge.callTool('sleeper', {});
+    await runStarted(fx.forge.paths.runsDir);
+    const t0 = Date.now();
+    await fx.forge.close({ graceMs: 300 });
+    expect(Date.now() - t0).toBeLessThan(5000);
+    const env = await call;
+    expect(env.ok).toBe(false);
+    expect(fx.manifest(env.meta.run_id as string)).toMatchObject({ ok: false, exit: { reason: 'signal', signal: 'SIGKILL' } });
+    expect(fx.entries('forge.called').map((e) => [e.data.run_id, e.data.ok])).toEqual([[env.meta.run_id, false]]);
+  });
+
+  it('after close, forges and calls are refused, and close is idempotent', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    await fx.forge.close();
+    await fx.forge.close();
+    expect(failed(await fx.forge.callTool('fib', { n: 1 }), 'internal').message).toContain('shutting down');
+    expect(await fx.forge.forgeTool({ ...(await example('fib')), name: 'fib2' })).toMatchObject({ ok: false, kind: 'internal' });
+    expect(fx.sandboxRuns('fib')).toEqual([]);
+  });
+
+  it('an abort signal kills the call’s sandbox', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(sleeper(20))).ok).toBe(true);
+    const ac = new AbortController();
+    const call = fx.forge.callTool('sleeper', {}, { signal: ac.signal });
+    await runStarted(fx.forge.paths.runsDir);
+    const t0 = Date.now();
+    ac.abort();
+    const env = await call;
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(env.ok).toBe(false);
+    expect(fx.manifest(env.meta.run_id as string)).toMatchObject({ exit: { reason: 'signal', signal: 'SIGKILL' } });
+  });
+});
+
+describe('events and the audit trail', () => {
+  it('the audit listener sees every entry as it is recorded, and unsubscribes', async () => {
+    const fx = await setup();
+    const seen: ForgeEvent[] = [];
+    const off = fx.forge.on('audit', (e) => seen.push(e));
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    await fx.forge.callTool('fib', { n: 2 });
+    await fx.forge.callTool('nope', {});
+    off();
+    await fx.forge.callTool('fib', { n: 3 });
+    expect(seen.map((e) => [e.type, e.data.ok, e.data.name])).toEqual([
+      ['forge.created', true, 'fib'],
+      ['forge.called', true, 'fib'],
+      ['forge.called', false, 'nope'],
+    ]);
+    expect(fx.forge.callCount('fib')).toBe(2);
+    expect(fx.forge.callCount('nope')).toBe(0);
+  });
+
+  it('a refusal and a run of the same input record the same input_digest', async () => {
+    const fx = await setup({ workspacePolicy: { breakers: { per_tool_rpm: 1 } } });
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    okData(await fx.forge.callTool('fib', { n: 5 }));
+    failed(await fx.forge.callTool('fib', { n: 5 }), 'breaker_open');
+    const [run, refusal] = fx.entries('forge.called').map((e) => e.data.input_digest);
+    expect(run).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(refusal).toBe(run);
+  });
+
+  it('a refusal is audited even when the requested name is not well-formed text', async () => {
+    const fx = await setup();
+    const name = 'bad\ud800name';
+    failed(await fx.forge.callTool(name, {}), 'unknown_tool');
+    expect(fx.entries('forge.called').map((e) => [e.data.ok, e.data.kind])).toEqual([[false, 'unknown_tool']]);
+  });
+
+  it('a refusal with very many problems is still audited: the entry stays bounded', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('json_to_csv'))).ok).toBe(true);
+    // 25 000 rows that are not objects: one problem each, from about 50 KB of input.
+    const env = await fx.forge.callTool('json_to_csv', { rows: Array(25_000).fill(1), out: `${fx.project}/x.csv` });
+    failed(env, 'validation_failed');
+    const entry = fx.entries('forge.called').at(-1);
+    expect(entry?.data).toMatchObject({ ok: false, kind: 'validation_failed', name: 'json_to_csv' });
+    expect(JSON.stringify(entry).length).toBeLessThan(64 << 10);
+  });
+
+  it('every entry carries facts, never the input itself (a digest of it)', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('word_count'))).ok).toBe(true);
+    const text = 'a distinctive sentence that must not reach the audit log';
+    okData(await fx.forge.callTool('word_count', { text }));
+    failed(await fx.forge.callTool('word_count', { text, top: 'x' }), 'validation_failed');
+    const log = JSON.stringify(fx.audit());
+    expect(log).not.toContain('distinctive sentence');
+  });
+});
