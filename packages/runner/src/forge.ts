@@ -92,6 +92,11 @@ export interface ForgeOptions {
   now?: () => number;
   /** The bwrap to use (default: the one on PATH). */
   bwrapPath?: string;
+  /**
+   * Watch the scope directories, so tools that another process forges, promotes or removes are
+   * seen at once and reported through `toolsChanged` (a server wants this; a one-shot CLI does not).
+   */
+  watch?: boolean;
 }
 
 export interface ForgeToolOptions extends CallContext {
@@ -214,6 +219,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     now: () => new Date(now()),
   });
   await base.load();
+  const watchErrors = (err: unknown) => process.emitWarning(`forge: registry watcher: ${(err as Error).message}`);
+  /** Another process changed tools in a watched scope. */
+  const onScopeChange = (changes: { scope: Scope; names: string[] }[]) => {
+    const names = [...new Set(changes.flatMap((c) => c.names))];
+    if (names.length > 0) notifyChanged([...new Set(changes.map((c) => c.scope))], names);
+  };
+  if (options.watch) await base.watch(onScopeChange, { onError: watchErrors });
   const scoped = new Map<string, Promise<Registry>>(); // session and task scopes, by directory
 
   /** The registry of one session or task scope (created and loaded on first use). */
@@ -231,6 +243,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           now: () => new Date(now()),
         });
         await reg.load();
+        if (options.watch) await reg.watch(onScopeChange, { onError: watchErrors });
         return reg;
       })();
       scoped.set(dir, r);

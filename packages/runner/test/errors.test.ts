@@ -384,3 +384,22 @@ describe('bind_denied: x-bind paths are hostile input', () => {
     expect(existsSync(out)).toBe(false);
   });
 });
+
+describe('a host that cannot sandbox', () => {
+  it('sandbox_unavailable: nothing runs, the fix is named, sandbox.unavailable is audited, the breaker is untouched', async () => {
+    const fx = await setup({ forge: { bwrapPath: '/nonexistent/bwrap' } });
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    for (let i = 0; i < 6; i++) {
+      const env = await fx.forge.callTool('fib', { n: 5 + i });
+      expect(env.ok).toBe(false);
+      if (!env.ok) {
+        expect(env.error.kind).toBe('sandbox_unavailable');
+        expect(env.error.message).toContain('bubblewrap');
+      }
+    }
+    expect(fx.entries('sandbox.unavailable')).toHaveLength(6);
+    expect(fx.entries('forge.called').every((e) => e.data.kind === 'sandbox_unavailable')).toBe(true);
+    // Not the tool's failure: the failure breaker (threshold 5 by default) never opened.
+    expect(fx.entries('breaker.open')).toEqual([]);
+  });
+});
