@@ -1,4 +1,5 @@
 import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
+import safeRegex from 'safe-regex2';
 import { newAjv } from './ajv-lazy.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
 
@@ -144,6 +145,17 @@ function annotationProblems(node: unknown, path: string, out: SpecProblem[]): vo
   if ('x-redact' in s && typeof s['x-redact'] !== 'boolean') {
     out.push({ path: `${path}/x-redact`, message: `must be true or false (got ${JSON.stringify(s['x-redact'])})` });
   }
+  // Patterns run in the server's own thread on every call's input: one that can take
+  // exponential time (nested quantifiers) would let a single input stall every caller.
+  if (typeof s.pattern === 'string' && !isSafePattern(s.pattern)) {
+    out.push({ path: `${path}/pattern`, message: UNSAFE_PATTERN });
+  }
+  const pp = s.patternProperties;
+  if (typeof pp === 'object' && pp !== null && !Array.isArray(pp)) {
+    for (const key of Object.keys(pp)) {
+      if (!isSafePattern(key)) out.push({ path: `${path}/patternProperties/${escapePointer(key)}`, message: UNSAFE_PATTERN });
+    }
+  }
   for (const k of SCHEMA_MAPS) {
     const m = s[k];
     if (typeof m === 'object' && m !== null && !Array.isArray(m)) {
@@ -158,6 +170,23 @@ function annotationProblems(node: unknown, path: string, out: SpecProblem[]): vo
         annotationProblems(sub, `${path}/${k}/${i}`, out);
       });
     }
+  }
+}
+
+const UNSAFE_PATTERN =
+  'may take exponential time on some inputs (nested or overlapping repetition, such as (a+)+); rewrite it without repeating a repetition';
+
+/** Whether `pattern` is free of catastrophic backtracking (safe-regex2's star-height check). */
+function isSafePattern(pattern: string): boolean {
+  try {
+    new RegExp(pattern, 'u');
+  } catch {
+    return true; // not a pattern at all: ajv reports it when compiling
+  }
+  try {
+    return safeRegex(pattern, { limit: 25 });
+  } catch {
+    return true; // not a pattern safe-regex2 can parse: ajv reports it when compiling
   }
 }
 
