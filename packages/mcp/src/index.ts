@@ -1,0 +1,11 @@
+/**
+ * @forge/mcp — forge's MCP server: the meta-tools to forge and call tools at runtime, every
+ * forged tool as a dynamic MCP tool, `notifications/tools/list_changed`, and the stdio and
+ * Streamable HTTP transports.
+ *
+ * Public API. Everything exported here is a deliberate, documented decision.
+ */
+export { FORGE_MCP_ERROR_CODES, ForgeMcpError, type ForgeMcpErrorCode } from './errors.js';
+export { META_TOOL_DEFINITIONS } from './metaTools.js';
+export { createForgeMcpServer, type ForgeMcpServerOptions } from './server.js';
+export { type ServeStdioOptions, type StdioServerHandle, serveStdio } from './stdio.js';

@@ -1,0 +1,152 @@
+/**
+ * A forged tool as the MCP client sees it. forge's own schema annotations (`x-bind`, `x-redact`,
+ * any `x-*` keyword) are stripped from `inputSchema` and `outputSchema`: strict clients reject
+ * unknown keywords, and the annotations mean nothing to them. What the agent needs to know from
+ * them (which inputs name host paths mounted into the sandbox) is appended to the description.
+ */
+import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+
+/** The parts of a stored tool this module reads (a `StoredTool` of @forge/registry). */
+export interface ToolRecord {
+  name: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  output_schema?: Record<string, unknown>;
+  runtime: string;
+  version: number;
+  digest: string;
+  scope: string;
+  meta?: { deterministic?: boolean; secrets?: string[] };
+}
+
+/** An input value the schema marks with `x-bind`, by its path in the input (`src`, `files[]`). */
+export interface BindAt {
+  path: string;
+  mode: 'ro' | 'rw';
+}
+
+// Keywords whose value is a map of name → subschema (the names are data, never stripped).
+const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas']);
+// Keywords whose value is one subschema.
+const SCHEMA_ONE = new Set([
+  'additionalProperties',
+  'items',
+  'contains',
+  'propertyNames',
+  'not',
+  'if',
+  'then',
+  'else',
+  'unevaluatedItems',
+  'unevaluatedProperties',
+  'additionalItems',
+]);
+// Keywords whose value is a list of subschemas (`items` as a draft-07 tuple too).
+const SCHEMA_LISTS = new Set(['allOf', 'anyOf', 'oneOf', 'prefixItems', 'items']);
+
+const MAX_DEPTH = 64;
+
+/**
+ * A copy of `schema` without `x-*` keywords, and the `x-bind` annotations found on the way. Only
+ * schema positions are walked: property names, `const`, `enum`, `default` and `examples` are data
+ * and are copied as they are.
+ */
+export function stripAnnotations(schema: unknown): { schema: unknown; binds: BindAt[] } {
+  const binds: BindAt[] = [];
+  const walk = (s: unknown, at: string, depth: number): unknown => {
+    if (s === null || typeof s !== 'object' || Array.isArray(s) || depth > MAX_DEPTH) return s;
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(s)) {
+      if (k.startsWith('x-')) {
+        if (k === 'x-bind' && (v === 'ro' || v === 'rw') && !binds.some((b) => b.path === at && b.mode === v))
+          binds.push({ path: at || '(the input)', mode: v });
+        continue;
+      }
+      if (SCHEMA_MAPS.has(k) && v && typeof v === 'object' && !Array.isArray(v)) {
+        const m: Record<string, unknown> = {};
+        for (const [name, sub] of Object.entries(v)) {
+          const next = k === 'properties' ? (at ? `${at}.${name}` : name) : k === 'patternProperties' ? `${at}.*` : at;
+          // $defs are reached through $ref from anywhere: their binds have no fixed path.
+          m[name] = k === '$defs' || k === 'definitions' ? walk(sub, at ? `${at}.…` : '…', depth + 1) : walk(sub, next, depth + 1);
+        }
+        out[k] = m;
+      } else if (SCHEMA_LISTS.has(k) && Array.isArray(v)) {
+        const item = k === 'prefixItems' || k === 'items' ? `${at}[]` : at;
+        out[k] = v.map((sub) => walk(sub, item, depth + 1));
+      } else if (SCHEMA_ONE.has(k)) {
+        const next =
+          k === 'items' || k === 'contains' || k === 'unevaluatedItems' || k === 'additionalItems'
+            ? `${at}[]`
+            : k === 'additionalProperties' || k === 'unevaluatedProperties'
+              ? `${at}.*`
+              : at;
+        out[k] = walk(v, next, depth + 1);
+      } else {
+        out[k] = v;
+      }
+    }
+    return out;
+  };
+  return { schema: walk(schema, '', 0), binds };
+}
+
+/** The MCP view of a forged tool, and whether its results carry `data` as `structuredContent`. */
+export interface ToolView {
+  tool: Tool;
+  /** True when `outputSchema` is exposed (the output schema is an object schema). */
+  structuredData: boolean;
+  /** The record it was made from (identity is how views are cached). */
+  record: ToolRecord;
+}
+
+const views = new WeakMap<object, ToolView>();
+
+/** The MCP tool definition of a forged tool (memoised per stored tool object). */
+export function toolView(record: ToolRecord): ToolView {
+  const hit = views.get(record);
+  if (hit) return hit;
+  const input = stripAnnotations(record.input_schema);
+  const inputSchema = { ...(input.schema as Record<string, unknown>) };
+  // MCP requires an object schema at the root; forge input schemas describe an object already.
+  if (inputSchema.type !== 'object') inputSchema.type = 'object';
+  let outputSchema: Record<string, unknown> | undefined;
+  if (record.output_schema && record.output_schema.type === 'object') {
+    const { $schema: _dialect, ...rest } = stripAnnotations(record.output_schema).schema as Record<string, unknown>;
+    // The SDK client validates structuredContent with a draft-07 Ajv, which does not know the 2020-12 meta-schema URI.
+    outputSchema = rest;
+  }
+  const rw = input.binds.some((b) => b.mode === 'rw');
+  const deterministic = record.meta?.deterministic === true && (record.meta.secrets?.length ?? 0) === 0;
+  const tool: Tool = {
+    name: record.name,
+    description: describe(record, input.binds),
+    inputSchema: inputSchema as Tool['inputSchema'],
+    ...(outputSchema ? { outputSchema: outputSchema as Tool['outputSchema'] } : {}),
+    annotations: {
+      title: record.name,
+      // A sandboxed tool changes nothing on the host but its rw-bound paths.
+      readOnlyHint: !rw && deterministic,
+      destructiveHint: rw,
+      idempotentHint: !rw && deterministic,
+      openWorldHint: false,
+    },
+    _meta: { forge: { scope: record.scope, version: record.version, digest: record.digest, runtime: record.runtime } },
+  };
+  const view = { tool, structuredData: outputSchema !== undefined, record };
+  views.set(record, view);
+  return view;
+}
+
+function describe(record: ToolRecord, binds: BindAt[]): string {
+  const parts = [record.description.trim()];
+  if (binds.length > 0) {
+    const list = binds.map((b) => `${b.path} (${b.mode === 'rw' ? 'read-write' : 'read-only'})`).join(', ');
+    parts.push(
+      `Host paths: ${list} name files or directories mounted into the sandbox at the same path; they must lie inside the policy's bind_roots.`,
+    );
+  }
+  parts.push(
+    `Forged tool (${record.runtime}, ${record.scope} scope, v${record.version}); answers with a forge envelope {ok, data | error, meta}.`,
+  );
+  return parts.join('\n\n');
+}

@@ -1,0 +1,163 @@
+import { createRequire } from 'node:module';
+import type { CallContext, Envelope, Forge } from '@forge/runner';
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { Inflight } from './inflight.js';
+import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
+import { type ToolRecord, type ToolView, toolView } from './schema.js';
+
+/** Options of {@link createForgeMcpServer}. */
+export interface ForgeMcpServerOptions {
+  /** Who this server's client is: persona, session, task and ACL (each defaults to the Forge's environment). */
+  ctx?: CallContext;
+  /** Server name in the initialize answer (default `forge`). */
+  name?: string;
+  /** Server version in the initialize answer (default: this package's version). */
+  version?: string;
+}
+
+const PACKAGE_VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+
+const INSTRUCTIONS =
+  'forge lets you create tools at runtime. Before writing the same snippet a second time, computing exact numbers over data, or producing a file that must be reproducible, call forge_list, then forge_tool to create a tool and forge_call to use it at once. Do not forge one-off commands or pure language work.';
+
+/** A server built for a transport: the Server, and how to detach it from the Forge. */
+export interface BuiltServer {
+  server: Server;
+  /** Stops listening to the Forge's changes (the transport is closed by its owner). */
+  dispose(): void;
+}
+
+/**
+ * One MCP server (the SDK's low-level `Server`) bound to one caller context: the five meta-tools
+ * plus every forged tool visible to that context, `notifications/tools/list_changed` whenever
+ * that set changes, and tool calls answered as forge envelopes (`isError` when not ok).
+ * Connect it to any transport with `server.connect(transport)`; closing the server does not
+ * close the Forge, which belongs to the caller.
+ */
+export function createForgeMcpServer(forge: Forge, options: ForgeMcpServerOptions = {}): Server {
+  return buildServer(forge, options, new Inflight()).server;
+}
+
+/** {@link createForgeMcpServer} with the in-flight tracker of the transport that owns it. */
+export function buildServer(forge: Forge, options: ForgeMcpServerOptions, inflight: Inflight): BuiltServer {
+  const ctx: CallContext = { ...options.ctx };
+  const server = new Server(
+    { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
+    { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
+  );
+
+  // The forged tools this client sees, by name, and a signature of that set (what it last saw).
+  let visible: Map<string, ToolView> | undefined;
+  let seen: string | undefined;
+  const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
+    const listed = await forge.listTools(ctx);
+    const views = new Map<string, ToolView>();
+    let signature = '';
+    for (const l of listed) {
+      if (isMetaTool(l.tool.name)) continue;
+      views.set(l.tool.name, toolView(l.tool as ToolRecord));
+      signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
+    }
+    visible = views;
+    return { views, signature };
+  };
+
+  // Coalesces bursts of changes: one listing at a time, one more if changes came in meanwhile.
+  let checking: Promise<void> | undefined;
+  let again = false;
+  // Counters: notifications sent, and changes the Forge reported (see the meta-tool path below).
+  let sent = 0;
+  let reported = 0;
+  const notify = async () => {
+    // Only once the client is initialized; a closed transport just drops it.
+    if (!server.transport || !server.getClientCapabilities()) return;
+    sent++;
+    await server.sendToolListChanged().catch(() => {});
+  };
+  const checkChanged = (): Promise<void> => {
+    if (checking) {
+      again = true;
+      return checking;
+    }
+    checking = (async () => {
+      do {
+        again = false;
+        const { signature } = await refresh();
+        if (signature === seen) continue;
+        seen = signature;
+        await notify();
+      } while (again);
+    })()
+      .catch((err) => process.emitWarning(`forge mcp: listing tools after a change failed: ${(err as Error).message}`))
+      .finally(() => {
+        checking = undefined;
+      });
+    return checking;
+  };
+  const unsubscribe = forge.on('toolsChanged', () => {
+    reported++;
+    visible = undefined;
+    void checkChanged();
+  });
+
+  server.setRequestHandler(ListToolsRequestSchema, async () => {
+    const { views, signature } = await refresh();
+    seen = signature;
+    const tools: Tool[] = [...META_TOOL_DEFINITIONS];
+    for (const v of views.values()) tools.push(v.tool);
+    return { tools };
+  });
+
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+    const { name, arguments: args } = request.params;
+    if (inflight.closing) return toResult(shuttingDown());
+    return inflight.run(async () => {
+      const signals = [extra.signal, inflight.controller.signal, ctx.signal].filter((s): s is AbortSignal => s !== undefined);
+      const callCtx: CallContext = { ...ctx, signal: AbortSignal.any(signals) };
+      try {
+        if (isMetaTool(name)) {
+          const before = { sent, reported };
+          const envelope = await runMetaTool(forge, name, args, callCtx);
+          // The client hears list_changed before it reads the answer to its own forge/promote/remove,
+          // even when what it sees did not change (a promoted tool still shadowed by the project's).
+          if (checking) await checking;
+          if (envelope.ok && reported > before.reported && sent === before.sent) await notify();
+          return toResult(envelope);
+        }
+        let view = visible?.get(name);
+        if (!view) view = (await refresh()).views.get(name);
+        return toResult(await forge.callTool(name, args ?? {}, callCtx), view);
+      } catch (err) {
+        // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
+        return toResult({ ok: false, error: { kind: 'internal', message: `forge mcp: ${(err as Error).message}` }, meta: {} });
+      }
+    });
+  });
+
+  return {
+    server,
+    dispose() {
+      unsubscribe();
+    },
+  };
+}
+
+const shuttingDown = (): Envelope => ({
+  ok: false,
+  error: { kind: 'internal', message: 'the forge server is shutting down; try again after it restarts' },
+  meta: {},
+});
+
+/**
+ * An envelope as a tool result: the envelope as JSON text, `isError: !ok`, and
+ * `structuredContent` — `data` when the tool publishes an `outputSchema` (only when ok: the
+ * client validates it against that schema), else the whole envelope.
+ */
+export function toResult(envelope: Envelope, view?: ToolView): CallToolResult {
+  const result: CallToolResult = { content: [{ type: 'text', text: JSON.stringify(envelope) }], isError: !envelope.ok };
+  if (!view?.structuredData) result.structuredContent = envelope as unknown as Record<string, unknown>;
+  else if (envelope.ok && envelope.data !== null && typeof envelope.data === 'object' && !Array.isArray(envelope.data))
+    result.structuredContent = envelope.data as Record<string, unknown>;
+  return result;
+}

@@ -1,0 +1,80 @@
+import type { Readable, Writable } from 'node:stream';
+import type { CallContext, Forge } from '@forge/runner';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { Inflight } from './inflight.js';
+import { buildServer } from './server.js';
+
+/** Options of {@link serveStdio}. */
+export interface ServeStdioOptions {
+  /** The client's context (default: the Forge's environment: FORGE_PERSONA, FORGE_SESSION_ID, …). */
+  ctx?: CallContext;
+  /** How long close() (or EOF) lets calls in flight finish before their sandboxes are killed (default 10 s). */
+  graceMs?: number;
+  /** Default `process.stdin`. */
+  stdin?: Readable;
+  /** Default `process.stdout`. */
+  stdout?: Writable;
+  /** Server name and version in the initialize answer. */
+  name?: string;
+  version?: string;
+}
+
+/** A running stdio server. */
+export interface StdioServerHandle {
+  /** Resolves once the server stopped: stdin ended (EOF) or close() was called, and calls in flight answered. */
+  closed: Promise<void>;
+  /** Stops reading, lets calls in flight finish (within the grace period), then closes the transport. */
+  close(): Promise<void>;
+}
+
+/**
+ * Serves one MCP client on stdin/stdout until EOF or close(). Nothing but protocol messages is
+ * written to stdout: while it serves `process.stdout`, `console.log`, `console.info` and
+ * `console.debug` go to stderr. The Forge is not closed: after `closed` resolves, the caller
+ * closes it (`forge.close({ graceMs })`) and exits.
+ */
+export async function serveStdio(forge: Forge, options: ServeStdioOptions = {}): Promise<StdioServerHandle> {
+  const stdin = options.stdin ?? process.stdin;
+  const stdout = options.stdout ?? process.stdout;
+  const inflight = new Inflight();
+  const { server, dispose } = buildServer(forge, { ...(options.ctx ? { ctx: options.ctx } : {}), ...pick(options) }, inflight);
+  const transport = new StdioServerTransport(stdin, stdout);
+  const restoreConsole = stdout === process.stdout ? consoleToStderr() : () => {};
+
+  let markClosed!: () => void;
+  const closed = new Promise<void>((resolve) => {
+    markClosed = resolve;
+  });
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      stdin.off('end', onEnd);
+      stdout.off('error', onEnd);
+      // Answers still go out on stdout after stdin ended; the transport closes after them.
+      await inflight.drain(options.graceMs ?? 10_000);
+      dispose();
+      await server.close().catch(() => {});
+      restoreConsole();
+      markClosed();
+    })();
+    return closing;
+  };
+  const onEnd = () => void close();
+  stdin.once('end', onEnd);
+  // A client that went away (EPIPE) ends the session like EOF.
+  stdout.on('error', onEnd);
+  server.onclose = () => void close();
+  await server.connect(transport);
+  return { closed, close };
+}
+
+function pick(o: { name?: string; version?: string }): { name?: string; version?: string } {
+  return { ...(o.name ? { name: o.name } : {}), ...(o.version ? { version: o.version } : {}) };
+}
+
+/** Sends console output meant for stdout to stderr; returns the undo. */
+function consoleToStderr(): () => void {
+  const saved = { log: console.log, info: console.info, debug: console.debug };
+  console.log = console.info = console.debug = (...args: unknown[]) => console.error(...args);
+  return () => Object.assign(console, saved);
+}

@@ -1,0 +1,338 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { META_TOOL_DEFINITIONS } from '../src/index.js';
+import { call, connect, envelopeOf, example, forgeOk, newForge, py, tempDirs } from './helpers.js';
+
+const META = ['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'];
+
+describe('handshake and tools/list', () => {
+  it('declares tools.listChanged and lists the five meta-tools with schemas and annotations', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true } });
+    expect(client.getServerVersion()).toMatchObject({ name: 'forge', version: expect.any(String) });
+    expect(client.getInstructions()).toContain('forge_tool');
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name)).toEqual(META);
+    expect(META_TOOL_DEFINITIONS.map((t) => t.name)).toEqual(META);
+    for (const t of tools) {
+      expect(t.inputSchema.type).toBe('object');
+      expect(t.annotations?.openWorldHint).toBe(false);
+      expect(t.description?.length).toBeGreaterThan(80);
+    }
+    const forgeTool = tools.find((t) => t.name === 'forge_tool');
+    expect(forgeTool?.inputSchema.required).toEqual(['name', 'description', 'runtime', 'input_schema', 'impl']);
+    expect(JSON.stringify(forgeTool?.inputSchema)).toContain('x-bind');
+    expect(forgeTool?.description).toMatch(/forge_list first/);
+    expect(tools.find((t) => t.name === 'forge_list')?.annotations?.readOnlyHint).toBe(true);
+  });
+});
+
+describe('forging and calling', () => {
+  it('forge → list_changed → the tool in tools/list → call it; structuredContent is data under its outputSchema', async () => {
+    const forge = await newForge();
+    const { client, changes } = await connect(forge);
+    await client.listTools();
+    const changed = changes.next();
+    const made = await forgeOk(client, await example('fib'));
+    expect(made).toMatchObject({
+      ok: true,
+      data: { name: 'fib', version: 1, scope: 'project', digest: expect.stringMatching(/^sha256:/) },
+    });
+    await changed;
+    const { tools } = await client.listTools();
+    const fib = tools.find((t) => t.name === 'fib');
+    expect(fib).toMatchObject({
+      name: 'fib',
+      inputSchema: { type: 'object', properties: { n: { type: 'integer', minimum: 0 } }, required: ['n'] },
+      outputSchema: { type: 'object', required: ['n', 'fib'] },
+      annotations: { readOnlyHint: true, idempotentHint: true, destructiveHint: false, openWorldHint: false },
+      _meta: { forge: { scope: 'project', version: 1, runtime: 'python3' } },
+    });
+    const first = await call(client, 'fib', { n: 90 });
+    expect(first.result.isError).toBe(false);
+    expect(first.result.structuredContent).toEqual({ n: 90, fib: '2880067194370816120' });
+    expect(first.envelope).toMatchObject({
+      ok: true,
+      data: { n: 90, fib: '2880067194370816120' },
+      meta: { cache: 'miss', sandbox: 'bwrap' },
+    });
+    const second = await call(client, 'fib', { n: 90 });
+    expect(second.envelope.meta.cache).toBe('hit');
+  });
+
+  it('forge_call calls a tool in the same turn it was forged; structuredContent is the envelope', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(client, await example('fib'));
+    const { result, envelope } = await call(client, 'forge_call', { name: 'fib', input: { n: 10 } });
+    expect(result.isError).toBe(false);
+    expect(envelope).toMatchObject({ ok: true, data: { n: 10, fib: '55' } });
+    expect(result.structuredContent).toEqual(envelope);
+  });
+
+  it('forge_list shows forged tools only, with scope, version, description and call count', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(client, await example('fib'));
+    await forgeOk(client, py('echo', 'print(json.dumps({"ok": True, "data": args}))'), { scope: 'session' });
+    await call(client, 'fib', { n: 3 });
+    const { envelope } = await call(client, 'forge_list');
+    expect(envelope).toEqual({
+      ok: true,
+      data: {
+        tools: [
+          { name: 'echo', scope: 'session', version: 1, description: 'test tool echo', runtime: 'python3', deterministic: false, calls: 0 },
+          {
+            name: 'fib',
+            scope: 'project',
+            version: 1,
+            description: expect.stringContaining('Fibonacci'),
+            runtime: 'python3',
+            deterministic: true,
+            calls: 1,
+          },
+        ],
+      },
+      meta: {},
+    });
+    const project = await call(client, 'forge_list', { scope: 'project' });
+    expect((project.envelope as { data: { tools: { name: string }[] } }).data.tools.map((t) => t.name)).toEqual(['fib']);
+    const bad = await call(client, 'forge_list', { scope: 'galaxy' });
+    expect(bad.result.isError).toBe(true);
+    expect(bad.envelope).toMatchObject({ ok: false, error: { kind: 'validation_failed', message: expect.stringContaining('scope') } });
+  });
+
+  it('invalid names and missing fields are isError results with the runner message', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    const fib = await example('fib');
+    const badName = await call(client, 'forge_tool', { ...fib, name: '1fib' });
+    expect(badName.result.isError).toBe(true);
+    expect(badName.envelope).toMatchObject({ ok: false, error: { kind: 'validation_failed', message: expect.stringMatching(/name/) } });
+    const { impl: _impl, ...noImpl } = fib;
+    const missing = await call(client, 'forge_tool', noImpl);
+    expect(missing.result.isError).toBe(true);
+    expect(missing.envelope).toMatchObject({ ok: false, error: { kind: 'validation_failed', message: expect.stringMatching(/impl/) } });
+    const meta = await call(client, 'forge_tool', { ...fib, name: 'forge_call' });
+    expect(meta.result.isError).toBe(true);
+    expect(meta.envelope.ok).toBe(false);
+    const noName = await call(client, 'forge_call', { input: {} });
+    expect(noName.envelope).toMatchObject({ ok: false, error: { kind: 'validation_failed', message: expect.stringMatching(/^name:/) } });
+  });
+
+  it('overwrite: a second forge is name_taken; with overwrite the version goes up', async () => {
+    const forge = await newForge();
+    const { client, changes } = await connect(forge);
+    const fib = await example('fib');
+    await forgeOk(client, fib);
+    const again = await call(client, 'forge_tool', fib);
+    expect(again.result.isError).toBe(true);
+    expect(again.envelope).toMatchObject({ ok: false, error: { kind: 'name_taken' } });
+    const changed = changes.next();
+    const v2 = await forgeOk(client, { ...fib, description: 'fib, second edition' }, { overwrite: true });
+    expect(v2).toMatchObject({ ok: true, data: { version: 2, replaced: { version: 1 } } });
+    await changed;
+    const { tools } = await client.listTools();
+    expect(tools.find((t) => t.name === 'fib')?.description).toContain('fib, second edition');
+  });
+
+  it('a schema violation is validation_failed, isError, and no structuredContent under an outputSchema', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(client, await example('fib'));
+    await client.listTools();
+    const { result, envelope } = await call(client, 'fib', { n: -1 });
+    expect(result.isError).toBe(true);
+    expect(result.structuredContent).toBeUndefined();
+    expect(envelope).toMatchObject({ ok: false, error: { kind: 'validation_failed', message: expect.stringContaining('/n') } });
+  });
+
+  it('an unknown tool is an isError result pointing at forge_list and forge_tool, reported to onUnknownTool', async () => {
+    const unknown: string[] = [];
+    const forge = await newForge(tempDirs(), { onUnknownTool: (name) => unknown.push(name) });
+    const { client } = await connect(forge);
+    const { result, envelope } = await call(client, 'does_not_exist', { x: 1 });
+    expect(result.isError).toBe(true);
+    expect(envelope).toMatchObject({
+      ok: false,
+      error: { kind: 'unknown_tool', message: expect.stringMatching(/forge_list.*forge_tool/) },
+    });
+    expect(unknown).toEqual(['does_not_exist']);
+  });
+
+  it('a crashing tool is output_invalid, isError, with its stderr', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(client, py('crash', 'raise RuntimeError("boom")'));
+    const { result, envelope } = await call(client, 'crash');
+    expect(result.isError).toBe(true);
+    expect(envelope).toMatchObject({ ok: false, error: { kind: 'output_invalid', message: expect.stringContaining('boom') } });
+    const own = await forgeOk(
+      client,
+      py('says_no', 'print(json.dumps({"ok": False, "error": {"kind": "not_found", "message": "nothing"}}))'),
+    );
+    expect(own.ok).toBe(true);
+    const no = await call(client, 'says_no');
+    expect(no.result.isError).toBe(true);
+    expect(no.envelope).toMatchObject({ ok: false, error: { kind: 'not_found', message: 'nothing' } });
+  });
+
+  it('bash and node tools; x-bind is stripped from inputSchema and named in the description', async () => {
+    const dirs = tempDirs();
+    const forge = await newForge(dirs);
+    const { client } = await connect(forge);
+    await forgeOk(client, await example('word_count'));
+    await forgeOk(client, await example('line_count'));
+    const wc = await call(client, 'word_count', { text: 'a b a c', top: 1 });
+    expect(wc.result.isError, JSON.stringify(wc.envelope)).toBe(false);
+    expect(wc.envelope).toMatchObject({ ok: true, data: expect.objectContaining({ words: 4 }) });
+    const src = join(dirs.project, 'src');
+    mkdirSync(src);
+    writeFileSync(join(src, 'a.txt'), 'one\ntwo\nthree\n');
+    const lc = await call(client, 'line_count', { dir: src, ext: 'txt' });
+    expect(lc.result.isError, JSON.stringify(lc.envelope)).toBe(false);
+    expect(JSON.stringify(lc.envelope)).toContain('3');
+    const { tools } = await client.listTools();
+    const listed = tools.find((t) => t.name === 'line_count');
+    expect(JSON.stringify(listed?.inputSchema)).not.toContain('x-bind');
+    expect(listed?.inputSchema).toEqual({
+      type: 'object',
+      properties: { dir: { type: 'string' }, ext: { type: 'string', pattern: '^[A-Za-z0-9]{1,10}$' } },
+      required: ['dir', 'ext'],
+    });
+    expect(listed?.description).toContain('Host paths: dir (read-only)');
+    expect(listed?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: false });
+  });
+
+  it('x-* keywords go, property names that start with x- stay; rw binds make a tool destructive', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(
+      client,
+      py('writer', 'print(json.dumps({"ok": True, "data": None}))', {
+        input_schema: {
+          type: 'object',
+          properties: {
+            out: { type: 'string', 'x-bind': 'rw' },
+            'x-note': { type: 'string', 'x-redact': true },
+            files: { type: 'array', items: { type: 'string', 'x-bind': 'ro' } },
+          },
+        },
+        meta: { deterministic: true },
+      }),
+    );
+    const { tools } = await client.listTools();
+    const w = tools.find((t) => t.name === 'writer');
+    expect(w?.inputSchema).toEqual({
+      type: 'object',
+      properties: { out: { type: 'string' }, 'x-note': { type: 'string' }, files: { type: 'array', items: { type: 'string' } } },
+    });
+    expect(w?.description).toContain('Host paths: out (read-write), files[] (read-only)');
+    expect(w?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true, idempotentHint: false });
+  });
+
+  it('an output schema that is not an object schema is not published; structuredContent is the envelope', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(client, py('seven', 'print(json.dumps({"ok": True, "data": 7}))', { output_schema: { type: 'integer' } }));
+    const { tools } = await client.listTools();
+    expect(tools.find((t) => t.name === 'seven')?.outputSchema).toBeUndefined();
+    const { result, envelope } = await call(client, 'seven');
+    expect(result.structuredContent).toEqual(envelope);
+    expect(envelope).toMatchObject({ ok: true, data: 7 });
+  });
+
+  it('concurrent forges and calls with interleaved ids all answer correctly', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(client, py('double', 'print(json.dumps({"ok": True, "data": {"x": args["x"] * 2}}))'));
+    const work: Promise<unknown>[] = [];
+    for (let i = 0; i < 6; i++) work.push(forgeOk(client, py(`t${i}`, `print(json.dumps({"ok": True, "data": ${i}}))`)));
+    for (let i = 0; i < 16; i++)
+      work.push(
+        call(client, 'double', { x: i }).then(({ envelope }) => {
+          expect(envelope).toMatchObject({ ok: true, data: { x: i * 2 } });
+        }),
+      );
+    await Promise.all(work);
+    const results = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => call(client, 'forge_call', { name: `t${i}` })));
+    expect(results.map((r) => (r.envelope as { data: unknown }).data)).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
+  it('a 256 KiB input makes the round trip intact', async () => {
+    const forge = await newForge();
+    const { client } = await connect(forge);
+    await forgeOk(
+      client,
+      py('echo_text', 'print(json.dumps({"ok": True, "data": {"len": len(args["text"]), "text": args["text"]}}))', {
+        meta: { output_cap: 4 * 1024 * 1024 },
+      }),
+    );
+    const text = 'abcdefghijklmnop'.repeat(16 * 1024); // 256 KiB
+    const { result, envelope } = await call(client, 'echo_text', { text });
+    expect(result.isError, JSON.stringify(envelope).slice(0, 500)).toBe(false);
+    expect(envelope).toMatchObject({ ok: true, data: { len: 256 * 1024 } });
+    expect((envelope as { data: { text: string } }).data.text === text).toBe(true);
+  });
+
+  it('promote and remove send list_changed; a session-scoped tool is visible to its own session only', async () => {
+    const dirs = tempDirs();
+    const forge = await newForge(dirs);
+    const a = await connect(forge, { session: 'sess-a' });
+    const b = await connect(forge, { session: 'sess-b' });
+    await a.client.listTools();
+    await b.client.listTools();
+    let changed = a.changes.next();
+    await forgeOk(a.client, py('mine', 'print(json.dumps({"ok": True, "data": 1}))'), { scope: 'session' });
+    await changed;
+    expect((await a.client.listTools()).tools.map((t) => t.name)).toContain('mine');
+    expect((await b.client.listTools()).tools.map((t) => t.name)).not.toContain('mine');
+    expect((await call(b.client, 'mine')).envelope).toMatchObject({ ok: false, error: { kind: 'unknown_tool' } });
+    expect(b.changes.count()).toBe(0);
+
+    await forgeOk(a.client, await example('fib'));
+    changed = a.changes.next();
+    const promoted = await call(a.client, 'forge_promote', { name: 'fib' });
+    expect(promoted.envelope).toMatchObject({ ok: true, data: { name: 'fib', scope: 'user' } });
+    await changed;
+    changed = a.changes.next();
+    const removed = await call(a.client, 'forge_remove', { name: 'fib', scope: 'project' });
+    expect(removed.envelope).toMatchObject({ ok: true, data: { name: 'fib', scope: 'project', removed: true } });
+    await changed;
+    const after = (await a.client.listTools()).tools.find((t) => t.name === 'fib');
+    expect(after?._meta).toMatchObject({ forge: { scope: 'user' } });
+    const gone = await call(a.client, 'forge_remove', { name: 'nothing_here' });
+    expect(gone.envelope).toMatchObject({ ok: false, error: { kind: 'unknown_tool' } });
+  });
+
+  it('list_changed when another Forge instance over the same dirs forges (watch: true)', async () => {
+    const dirs = tempDirs();
+    const watching = await newForge(dirs, { watch: true });
+    const other = await newForge(dirs);
+    const { client, changes } = await connect(watching);
+    await client.listTools();
+    const changed = changes.next();
+    const made = await other.forgeTool(await example('fib'));
+    expect(made.ok).toBe(true);
+    await changed;
+    expect((await client.listTools()).tools.map((t) => t.name)).toContain('fib');
+    const { envelope } = await call(client, 'fib', { n: 7 });
+    expect(envelope).toMatchObject({ ok: true, data: { fib: '13' } });
+  });
+
+  it('a persona ACL (allowedTools) applies to dynamic tools and forge_call; meta-tools stay callable', async () => {
+    const forge = await newForge();
+    const admin = await connect(forge, { persona: 'admin' });
+    await forgeOk(admin.client, await example('fib'));
+    await forgeOk(admin.client, py('secret_op', 'print(json.dumps({"ok": True, "data": 1}))'));
+    const limited = await connect(forge, { persona: 'reader', allowedTools: 'fib' });
+    expect((await call(limited.client, 'fib', { n: 5 })).envelope).toMatchObject({ ok: true });
+    for (const r of [await call(limited.client, 'secret_op'), await call(limited.client, 'forge_call', { name: 'secret_op' })]) {
+      expect(r.result.isError).toBe(true);
+      expect(r.envelope).toMatchObject({ ok: false, error: { kind: 'acl.persona_denied', message: expect.stringContaining('reader') } });
+    }
+    expect(envelopeOf(await limited.client.callTool({ name: 'forge_list', arguments: {} })).ok).toBe(true);
+  });
+});
