@@ -6,6 +6,7 @@
  * Public API. Everything exported here is a deliberate, documented decision.
  */
 export { FORGE_MCP_ERROR_CODES, ForgeMcpError, type ForgeMcpErrorCode } from './errors.js';
+export { type HttpServerHandle, type HttpTokenGrant, isLoopback, type ServeHttpOptions, serveHttp } from './http.js';
 export { META_TOOL_DEFINITIONS } from './metaTools.js';
 export { createForgeMcpServer, type ForgeMcpServerOptions } from './server.js';
 export { type ServeStdioOptions, type StdioServerHandle, serveStdio } from './stdio.js';

@@ -1,0 +1,296 @@
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
+import type { CallContext, Forge } from '@forge/runner';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { ForgeMcpError } from './errors.js';
+import { Inflight } from './inflight.js';
+import { buildServer } from './server.js';
+
+/** One bearer token's caller: its persona and, optionally, its tool ACL (`FORGE_ALLOWED_TOOLS` syntax). */
+export interface HttpTokenGrant {
+  persona: string;
+  /** Comma list of tool names or globs this persona may call (unset: every tool). Meta-tools are always callable. */
+  allowedTools?: string;
+}
+
+/** Options of {@link serveHttp}. */
+export interface ServeHttpOptions {
+  /** Address to bind (default `127.0.0.1`). Anything but loopback requires `tokens`. */
+  host?: string;
+  /** Port (default 0: an ephemeral port, see the returned `url`). */
+  port?: number;
+  /** Bearer tokens → callers. Required (non-empty) when `host` is not loopback; when given, every request needs one. */
+  tokens?: Record<string, HttpTokenGrant>;
+  /** Origins allowed besides loopback ones (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`); a request without Origin is allowed. */
+  allowedOrigins?: string[];
+  /** Host names clients may use for a non-loopback bind (default: any, the tokens guard it). A loopback bind only answers loopback names. */
+  allowedHosts?: string[];
+  /** How long close() lets calls in flight finish before their sandboxes are killed (default 10 s). */
+  graceMs?: number;
+  /** Largest request body (default 16 MiB). */
+  maxBodyBytes?: number;
+  /** Most sessions open at once (default 256); past it, new sessions get 503. */
+  maxSessions?: number;
+  /** Server name and version in the initialize answer. */
+  name?: string;
+  version?: string;
+}
+
+/** A running Streamable HTTP server. */
+export interface HttpServerHandle {
+  /** The MCP endpoint, e.g. `http://127.0.0.1:43117/mcp`. */
+  url: string;
+  /** Open sessions (their ids are also their forge session ids). */
+  sessions(): string[];
+  /** Stops accepting, lets calls in flight finish (within the grace period), closes every session. The Forge stays open. */
+  close(): Promise<void>;
+}
+
+interface Session {
+  server: Server;
+  transport: StreamableHTTPServerTransport;
+  dispose(): void;
+  /** Which token opened it (a digest); every later request must carry the same one. */
+  principal: string;
+}
+
+const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '[::1]', '::1']);
+const PERSONA = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
+const MIN_TOKEN = 16;
+
+/** True for `localhost`, 127.0.0.0/8 and ::1. */
+export function isLoopback(host: string): boolean {
+  const h = host.toLowerCase();
+  if (LOOPBACK_NAMES.has(h)) return true;
+  return isIP(h) === 4 && h.startsWith('127.');
+}
+
+/**
+ * Serves MCP over Streamable HTTP at `http://host:port/mcp`; resolves once listening.
+ *
+ * Security: a loopback bind (the default) answers only requests whose Host header names loopback
+ * and whose Origin, if any, is loopback or listed in `allowedOrigins` (403 otherwise) — DNS
+ * rebinding protection. Any other bind requires `tokens` (refused with `tokens_required`
+ * otherwise); then a request without a valid `Authorization: Bearer` token gets 401, and a
+ * session answers only the token that opened it. Each session gets its own `Server` and its own
+ * forge session id (the SDK transport's session id): its own session scope and breakers.
+ *
+ * @throws ForgeMcpError `tokens_required`, `invalid_options`, `listen_failed`.
+ */
+export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): Promise<HttpServerHandle> {
+  const host = options.host ?? '127.0.0.1';
+  const loopback = isLoopback(host);
+  const grants = checkTokens(options.tokens ?? {});
+  if (!loopback && grants.size === 0)
+    throw new ForgeMcpError(
+      'tokens_required',
+      `refusing to serve MCP over HTTP on ${host}: an address other than loopback needs bearer tokens, each mapped to a persona (tokens: {"<token>": {"persona": "…"}}); or bind 127.0.0.1`,
+    );
+  const allowedOrigins = new Set(options.allowedOrigins ?? []);
+  for (const o of allowedOrigins)
+    if (!/^https?:\/\/[^/\s]+$/.test(o))
+      throw new ForgeMcpError(
+        'invalid_options',
+        `allowedOrigins: "${o}" must be a scheme and host with no path, like https://app.example.com`,
+      );
+  const allowedHosts = options.allowedHosts?.map((h) => h.toLowerCase());
+  const maxBody = options.maxBodyBytes ?? 16 * 1024 * 1024;
+  const maxSessions = options.maxSessions ?? 256;
+  const inflight = new Inflight();
+  const sessions = new Map<string, Session>();
+  let closing: Promise<void> | undefined;
+
+  const hostAllowed = (header: string | undefined): boolean => {
+    if (!header) return false;
+    const name = hostname(header);
+    if (name === undefined) return false;
+    if (loopback) return LOOPBACK_NAMES.has(name);
+    return allowedHosts === undefined || allowedHosts.includes(name) || LOOPBACK_NAMES.has(name);
+  };
+  const originAllowed = (origin: string | undefined): boolean => {
+    if (origin === undefined) return true;
+    if (allowedOrigins.has(origin)) return true;
+    try {
+      const u = new URL(origin);
+      return (u.protocol === 'http:' || u.protocol === 'https:') && LOOPBACK_NAMES.has(u.hostname.toLowerCase());
+    } catch {
+      return false;
+    }
+  };
+  /** The caller of a request: the token's grant (digest as principal), or the anonymous loopback caller. */
+  const authenticate = (req: IncomingMessage): { principal: string; ctx: CallContext } | undefined => {
+    if (grants.size === 0) return { principal: 'loopback', ctx: {} };
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+    if (!m?.[1]) return undefined;
+    const digest = sha256(m[1]);
+    for (const [d, grant] of grants) {
+      if (timingSafeEqual(d, digest)) {
+        const ctx: CallContext = {
+          persona: grant.persona,
+          ...(grant.allowedTools !== undefined ? { allowedTools: grant.allowedTools } : {}),
+        };
+        return { principal: d.toString('hex'), ctx };
+      }
+    }
+    return undefined;
+  };
+
+  const drop = (id: string) => {
+    const s = sessions.get(id);
+    if (!s) return;
+    sessions.delete(id);
+    s.dispose();
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (closing) return fail(res, 503, 'the forge server is shutting down');
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/mcp') return fail(res, 404, `not found: the MCP endpoint is /mcp`);
+    if (!hostAllowed(req.headers.host)) return fail(res, 403, `Host header ${JSON.stringify(req.headers.host ?? '')} is not allowed`);
+    const origin = req.headers.origin;
+    if (!originAllowed(origin)) return fail(res, 403, `Origin ${JSON.stringify(origin)} is not allowed (see allowedOrigins)`);
+    const caller = authenticate(req);
+    if (!caller) {
+      res.setHeader('WWW-Authenticate', 'Bearer realm="forge"');
+      return fail(res, 401, 'a valid bearer token is required: send Authorization: Bearer <token>');
+    }
+    let body: unknown;
+    if (req.method === 'POST') {
+      const read = await readJson(req, maxBody);
+      if (!read.ok) return fail(res, read.status, read.message, read.code);
+      body = read.value;
+    }
+    const sid = req.headers['mcp-session-id'];
+    if (typeof sid === 'string') {
+      const s = sessions.get(sid);
+      if (!s) return fail(res, 404, 'session not found: it was closed or never existed; initialize a new one');
+      if (s.principal !== caller.principal) return fail(res, 403, 'this session belongs to another credential');
+      await s.transport.handleRequest(req, res, body);
+      return;
+    }
+    if (req.method !== 'POST' || !isInitializeRequest(body))
+      return fail(res, 400, 'bad request: no mcp-session-id header; the first request of a session must be initialize');
+    if (sessions.size >= maxSessions) return fail(res, 503, `too many open sessions (${maxSessions}); close one first`);
+    const id = randomUUID();
+    const built = buildServer(
+      forge,
+      {
+        ctx: { ...caller.ctx, session: id },
+        ...(options.name ? { name: options.name } : {}),
+        ...(options.version ? { version: options.version } : {}),
+      },
+      inflight,
+    );
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => id,
+      onsessionclosed: (closed) => drop(closed),
+    });
+    built.server.onclose = () => drop(id);
+    sessions.set(id, { ...built, transport, principal: caller.principal });
+    await built.server.connect(transport);
+    await transport.handleRequest(req, res, body);
+    // An initialize the transport refused leaves no session behind.
+    if (transport.sessionId === undefined) {
+      drop(id);
+      await built.server.close().catch(() => {});
+    }
+  };
+
+  const http = createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      if (!res.headersSent) fail(res, 500, `forge mcp: ${(err as Error).message}`);
+      else res.destroy();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException) =>
+      reject(
+        new ForgeMcpError('listen_failed', `cannot listen on ${host}:${options.port ?? 0}: ${err.code ?? err.message}`, { cause: err }),
+      );
+    http.once('error', onError);
+    http.listen(options.port ?? 0, host, () => {
+      http.off('error', onError);
+      resolve();
+    });
+  });
+  const address = http.address();
+  const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
+  const urlHost = isIP(host) === 6 ? `[${host}]` : host;
+
+  return {
+    url: `http://${urlHost}:${port}/mcp`,
+    sessions: () => [...sessions.keys()],
+    close() {
+      closing ??= (async () => {
+        const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
+        await inflight.drain(options.graceMs ?? 10_000);
+        for (const [id, s] of [...sessions]) {
+          drop(id);
+          await s.server.close().catch(() => {});
+        }
+        http.closeAllConnections();
+        await stopped;
+      })();
+      return closing;
+    },
+  };
+}
+
+function checkTokens(tokens: Record<string, HttpTokenGrant>): Map<Buffer, HttpTokenGrant> {
+  const out = new Map<Buffer, HttpTokenGrant>();
+  for (const [token, grant] of Object.entries(tokens)) {
+    const shown = `${token.slice(0, 4)}…`;
+    if (token.length < MIN_TOKEN || !/^[\x21-\x7e]+$/.test(token))
+      throw new ForgeMcpError(
+        'invalid_options',
+        `tokens: token ${shown} must be at least ${MIN_TOKEN} printable characters without spaces`,
+      );
+    if (!grant || typeof grant.persona !== 'string' || !PERSONA.test(grant.persona))
+      throw new ForgeMcpError(
+        'invalid_options',
+        `tokens: token ${shown} needs a persona of a letter, then letters, digits, _ or - (got ${JSON.stringify(grant?.persona)})`,
+      );
+    if (grant.allowedTools !== undefined && typeof grant.allowedTools !== 'string')
+      throw new ForgeMcpError('invalid_options', `tokens: token ${shown}: allowedTools must be a comma list string`);
+    out.set(sha256(token), grant);
+  }
+  return out;
+}
+
+const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
+
+/** The host name of a Host header (`[::1]:8080` → `[::1]`, `Example.com:80` → `example.com`). */
+function hostname(header: string): string | undefined {
+  const h = header.trim().toLowerCase();
+  if (h.startsWith('[')) {
+    const end = h.indexOf(']');
+    return end < 0 ? undefined : h.slice(0, end + 1);
+  }
+  const colon = h.indexOf(':');
+  return colon < 0 ? h : h.slice(0, colon);
+}
+
+type ReadResult = { ok: true; value: unknown } | { ok: false; status: number; code: number; message: string };
+
+async function readJson(req: IncomingMessage, limit: number): Promise<ReadResult> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) return { ok: false, status: 413, code: -32600, message: `request body over ${limit} bytes` };
+    chunks.push(chunk);
+  }
+  try {
+    return { ok: true, value: JSON.parse(Buffer.concat(chunks).toString('utf8')) };
+  } catch {
+    return { ok: false, status: 400, code: -32700, message: 'parse error: the body is not JSON' };
+  }
+}
+
+/** A JSON-RPC error body with an HTTP status (the transport's own error shape). */
+function fail(res: ServerResponse, status: number, message: string, code = -32000): void {
+  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+}
