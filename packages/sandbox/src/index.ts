@@ -4,6 +4,10 @@
  * Public API. Everything exported here is a deliberate, documented decision.
  */
 export { type BindCheck, type BindRequest, type BindRules, type CheckedBind, checkBind, closeBinds, defaultDenyList } from './binds.js';
+export { type AddressClass, type AddressKind, classifyAddress } from './egress/address.js';
+export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard.js';
+export { EGRESS_PORTS } from './egress/inside.js';
+export type { EgressProtocol, NetworkEvent, NetworkUsage } from './egress/proxy.js';
 export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
 export { type HostInfo, type HostProblem, type ProbeOptions, probe, type RootEntry } from './probe.js';
 export {
@@ -15,6 +19,7 @@ export {
   type HostLayout,
   type Limits,
   type Mount,
+  type NetworkAccess,
   resolveLimits,
   SANDBOX_UID,
   type SandboxProfile,

@@ -14,7 +14,8 @@ import { acquireRunCgroup, type PidsCgroups, type RunCgroup, releaseRunCgroup, s
  * ready pays only for that line and the exec.
  *
  * Descriptors, in both kinds: 3 carries bwrap's arguments, 4 the seccomp program, 5 the control
- * line (ready launchers only), and binds start at {@link BIND_FD}.
+ * line (ready launchers) or the egress relay's IPC channel (runs with network), and binds start
+ * at {@link BIND_FD}.
  */
 export const BIND_FD = 6;
 
@@ -103,6 +104,12 @@ export interface LaunchSpec {
   seccomp: Buffer;
   /** What each launcher gets past the fixed descriptors: /dev/null over inherited descriptors. */
   cover: (fd: number) => (number | StdioNull)[];
+  /**
+   * Give the launcher a Node IPC channel as descriptor 5 (`child.send`, `'message'`): the egress
+   * relay hands its listening sockets over it. Such a run always starts a new launcher, since a
+   * ready one uses descriptor 5 for its control line.
+   */
+  ipc?: boolean;
 }
 
 /**
@@ -114,7 +121,7 @@ export function launch(spec: LaunchSpec): Launched | undefined {
   if (spec.cgroups) {
     inFlight++;
     wanted = Math.min(MAX_READY, Math.max(wanted, inFlight));
-    const warm = takeReady(spec);
+    const warm = spec.ipc ? undefined : takeReady(spec);
     setImmediate(() => refill(spec));
     if (warm) {
       stats.warm++;
@@ -133,7 +140,15 @@ export function launch(spec: LaunchSpec): Launched | undefined {
     steps.unshift(`echo $$ > '${cgroup.dir}/cgroup.procs'`);
   }
   const script = `${PRELUDE}; ${controlLine(steps, spec.argv)}`;
-  const fixed: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'ignore', ...spec.bindFds];
+  const fixed: (StdioPipe | StdioNull | 'ipc' | number)[] = [
+    'pipe',
+    'pipe',
+    'pipe',
+    'pipe',
+    'pipe',
+    spec.ipc ? 'ipc' : 'ignore',
+    ...spec.bindFds,
+  ];
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
     stdio: [...fixed, ...spec.cover(fixed.length)],
     detached: true, // its own process group: the wall-clock kill reaches everything

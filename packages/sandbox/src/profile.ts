@@ -1,5 +1,7 @@
 import { isAbsolute } from 'node:path';
 import type { CheckedBind } from './binds.js';
+import type { NetworkGrant, Resolver } from './egress/guard.js';
+import type { NetworkEvent } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import type { RootEntry } from './probe.js';
 
@@ -63,6 +65,27 @@ export interface SandboxProfile {
   /** Checked hostile binds ({@link checkBind}), mounted by descriptor at their own path. */
   binds?: readonly CheckedBind[];
   limits?: Partial<Limits>;
+  /**
+   * Network through forge's egress proxy, when `grant.network` is `allow`. Without it (or with
+   * `deny`) the sandbox has only its own loopback: no route out, no proxy.
+   */
+  network?: NetworkAccess;
+}
+
+/** A run's egress: what it may reach, who hears about it, and its limits. */
+export interface NetworkAccess {
+  /** What may be reached (the shape of `@forge/policy`'s `networkFor()` result). */
+  grant: NetworkGrant;
+  /** Called for every decision and every closed connection (to audit them). Must not throw. */
+  onEvent?: (event: NetworkEvent) => void;
+  /** Resolves names (default: the system resolver). Tests map names to loopback with it. */
+  resolver?: Resolver;
+  /** Connections the run may open; past it, refused (`connection_limit`). Default 64. */
+  maxConnections?: number;
+  /** A connection with no traffic either way for this long is cut. Default 30 000. */
+  idleTimeoutMs?: number;
+  /** Time allowed to connect to a destination. Default 10 000. */
+  connectTimeoutMs?: number;
 }
 
 /** Host facts the argv depends on (from `probe()` and the prepared /etc directory). */
@@ -110,7 +133,8 @@ export function resolveLimits(partial: Partial<Limits> = {}): Limits {
 }
 
 /**
- * The bwrap arguments for a profile (a pure function of its inputs). The arguments go to bwrap through `--args FD`, never on its command
+ * The bwrap arguments for a profile (a pure function of its inputs). `profile.network` is not
+ * read here: `runSandboxed` turns it into a wrapped command, variables and mounts first. The arguments go to bwrap through `--args FD`, never on its command
  * line, so environment values (secrets) do not show in the host's process list.
  */
 export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: FdPlan, limits: Limits): string[] {

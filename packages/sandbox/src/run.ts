@@ -5,16 +5,21 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statSync,
   writeFileSync,
 } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
+import { Server } from 'node:net';
 import { constants, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { pidsLimitHit } from './cgroup.js';
+import { checkGrant, hostAddresses } from './egress/guard.js';
+import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, preloadSource, READY, wrapCommand } from './egress/inside.js';
+import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { BIND_FD, finished, launch } from './launcher.js';
 import { type HostInfo, probe } from './probe.js';
@@ -24,6 +29,7 @@ import {
   ETC_FILES,
   type HostLayout,
   type Limits,
+  type NetworkAccess,
   resolveLimits,
   SANDBOX_UID,
   type SandboxProfile,
@@ -66,6 +72,8 @@ export interface RunResult {
   processLimitHit: boolean;
   /** The limits that applied. */
   limits: Limits;
+  /** What the run's network did; present when the profile granted network. */
+  network?: NetworkUsage;
 }
 
 let etcDir: string | undefined;
@@ -170,6 +178,60 @@ function coverInherited(from: number): (number | 'ignore')[] {
   return out;
 }
 
+let preloadFile: string | undefined;
+
+/** The Node preload for tools with network, written once per process (removed at exit). */
+function preparePreload(): string {
+  if (!preloadFile) {
+    const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-egress-'));
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'preload.cjs');
+    writeFileSync(file, preloadSource(), { mode: 0o644 });
+    preloadFile = file;
+  }
+  return preloadFile;
+}
+
+const NETWORK_DEFAULTS = { maxConnections: 64, idleTimeoutMs: 30_000, connectTimeoutMs: 10_000 };
+
+/** The network of a profile with its defaults, or undefined when it has none; throws `invalid_profile`. */
+function resolveNetwork(access: NetworkAccess | undefined): (NetworkAccess & typeof NETWORK_DEFAULTS) | undefined {
+  if (access === undefined) return undefined;
+  const why = checkGrant(access?.grant);
+  if (why) throw new SandboxError('invalid_profile', `network.${why}`);
+  if (access.grant.network !== 'allow') return undefined;
+  const out = { ...NETWORK_DEFAULTS, ...access };
+  for (const k of Object.keys(NETWORK_DEFAULTS) as (keyof typeof NETWORK_DEFAULTS)[]) {
+    if (!Number.isSafeInteger(out[k]) || out[k] <= 0) {
+      throw new SandboxError('invalid_profile', `network.${k} must be a positive integer (got ${JSON.stringify(out[k])})`);
+    }
+  }
+  return out;
+}
+
+/**
+ * The profile a run with network really runs: the tool's command behind the relay (with the Node
+ * binary this process runs on, mounted read-only when it lives outside /usr), the proxy
+ * variables, and the preload.
+ */
+function withEgress(profile: SandboxProfile): SandboxProfile {
+  const cmd = profile.command;
+  if (cmd.length === 0 || !(cmd[0] as string).startsWith('/')) {
+    throw new SandboxError('invalid_profile', `command[0] must be an absolute path (got ${JSON.stringify(cmd[0])})`);
+  }
+  const node = realpathSync(process.execPath);
+  return {
+    ...profile,
+    command: wrapCommand(node, cmd),
+    env: { ...profile.env, ...egressEnv(profile.env ?? {}) },
+    mounts: [
+      ...(profile.mounts ?? []),
+      ...(node.startsWith('/usr/') ? [] : [{ source: node, mode: 'ro' as const }]),
+      { source: preparePreload(), target: PRELOAD_PATH, mode: 'ro' },
+    ],
+  };
+}
+
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
 function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
   if (host.ok && host.bwrap && host.arch) return;
@@ -196,6 +258,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
   assertHostReady(host);
   const limits = resolveLimits(profile.limits);
+  const network = resolveNetwork(profile.network);
+  if (network) profile = withEgress(profile);
   const binds = profile.binds ?? [];
   // fd 3: the argument list, fd 4: the seccomp program, binds from BIND_FD (see launcher.ts).
   const fds = { seccomp: 4, binds: binds.map((_, i) => BIND_FD + i) };
@@ -231,6 +295,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(typeof host.processLimit === 'object' ? { cgroups: { base: host.processLimit.cgroup, max: limits.processes } } : {}),
     seccomp,
     cover: coverInherited,
+    ...(network ? { ipc: true } : {}),
   });
   if (!launched) {
     const base = typeof host.processLimit === 'object' ? host.processLimit.cgroup.base : 'the pids hierarchy';
@@ -240,6 +305,37 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     );
   }
   const { child, cgroup } = launched;
+
+  // The relay sends the two listening sockets; once both are held here, it may let the tool start.
+  let proxy: EgressProxy | undefined;
+  let relayed = 0;
+  if (network) {
+    const p = new EgressProxy({
+      grant: network.grant,
+      ...(network.resolver ? { resolver: network.resolver } : {}),
+      ...(network.onEvent ? { onEvent: network.onEvent } : {}),
+      maxConnections: network.maxConnections,
+      idleTimeoutMs: network.idleTimeoutMs,
+      connectTimeoutMs: network.connectTimeoutMs,
+      hostAddresses: hostAddresses(),
+    });
+    proxy = p;
+    child.on('message', (m: unknown, handle: unknown) => {
+      if (!(handle instanceof Server)) return;
+      const kind = isRelayMessage(m)
+        ? m.forgeEgress === EGRESS_PORTS.http
+          ? 'http'
+          : m.forgeEgress === EGRESS_PORTS.socks5
+            ? 'socks5'
+            : undefined
+        : undefined;
+      if (relayed >= 2 || !kind) return void handle.close();
+      p.attach(handle, kind);
+      // The channel stays open until bwrap exits (its end of it closes then, and the child's
+      // 'close' waits for that); the tool never holds it.
+      if (++relayed === 2) child.send(READY);
+    });
+  }
 
   const write = (stream: Writable | null | undefined, data: string | Uint8Array) => {
     if (!stream) return;
@@ -305,6 +401,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   }).finally(() => {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', onAbort);
+    // The tool is gone: so are its connections, and the sockets in its namespace.
+    proxy?.close();
   });
   // The monitor bwrap reports a tool killed by signal N as exit code 128 + N.
   let exitCode = code;
@@ -326,6 +424,14 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
   finished(launched);
+  if (network && relayed < 2 && !ended) {
+    await spillWrites.catch(() => {});
+    if (spill) await (await spill).close();
+    throw new SandboxError(
+      'sandbox_unavailable',
+      `the sandbox's network relay did not start, so the tool did not run (exit ${exitCode ?? sig}): ${stderrTail.trim() || 'no message'}`,
+    );
+  }
   let stdoutFile: string | undefined;
   if (spill) {
     await spillWrites;
@@ -345,5 +451,6 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     durationMs: Math.round(performance.now() - started),
     processLimitHit,
     limits,
+    ...(proxy ? { network: proxy.usage } : {}),
   };
 }
