@@ -301,8 +301,10 @@ export class EgressProxy {
     upstream.setTimeout(this.#options.idleTimeoutMs, idle);
     client.on('error', () => upstream.destroy());
     upstream.on('error', () => client.destroy());
-    client.pipe(upstream);
-    upstream.pipe(client);
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
+    forward(client, upstream);
+    forward(upstream, client);
   }
 
   async #onConnect(req: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
@@ -442,6 +444,23 @@ export class EgressProxy {
     this.#splice(client, opened.socket, opened.done);
   }
 }
+
+/**
+ * Copies `from` into `to` and passes its end on. Like `pipe()`, but only pauses `from` once `to`
+ * holds MAX_BUFFERED bytes, rather than at a socket's 16 KiB high-water mark: with 64 KiB reads,
+ * that mark stops and restarts reading on every chunk, which costs a third of the throughput.
+ */
+function forward(from: Socket, to: Socket): void {
+  from.on('data', (chunk: Buffer) => {
+    if (!to.write(chunk) && to.writableLength >= MAX_BUFFERED) {
+      from.pause();
+      to.once('drain', () => from.resume());
+    }
+  });
+  from.once('end', () => to.end());
+}
+
+const MAX_BUFFERED = 1 << 20;
 
 /** Reads exactly `n` bytes from a socket in paused mode; rejects if it ends first. */
 function readBytes(socket: Socket, n: number): Promise<Buffer> {
