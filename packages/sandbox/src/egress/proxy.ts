@@ -60,7 +60,7 @@ export type NetworkEvent =
 
 /** What a run's network did, in the run result. */
 export interface NetworkUsage {
-  /** Connections the proxy opened to a destination. */
+  /** Connections the proxy allowed and opened (or tried to: a refused connect counts too). */
   connections: number;
   /** Connection attempts it refused. */
   denied: number;
