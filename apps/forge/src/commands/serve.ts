@@ -1,0 +1,83 @@
+import { EnvironmentError, parseListen, parseTokens, UsageError } from '../args.js';
+import type { Command } from '../command.js';
+import { callContext, openForge } from '../context.js';
+import { VERSION } from '../version.js';
+
+/** Resolves on the first SIGTERM or SIGINT (and stops listening for them). */
+function untilSignal(): { promise: Promise<string>; dispose(): void } {
+  let done!: (s: string) => void;
+  const promise = new Promise<string>((r) => (done = r));
+  const on = (s: string) => done(s);
+  process.once('SIGTERM', on);
+  process.once('SIGINT', on);
+  const dispose = () => {
+    process.off('SIGTERM', on);
+    process.off('SIGINT', on);
+  };
+  return { promise, dispose };
+}
+
+export const serve: Command = {
+  words: 'serve',
+  usage: 'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--grace-ms N]',
+  summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
+  details: [
+    '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
+    '--token T=persona    a bearer token and the persona it serves (repeat; required off loopback);',
+    '                     T=persona:a,b also limits that token to tools a and b',
+    '--allow-origin O    a browser Origin allowed besides loopback ones (repeat)',
+    '--grace-ms N         how long calls in flight may finish at shutdown (default 10000)',
+    'On stdio nothing but protocol goes to stdout; logs go to stderr.',
+  ],
+  options: {
+    http: { type: 'string' },
+    token: { type: 'string', multiple: true },
+    'allow-origin': { type: 'string', multiple: true },
+    'grace-ms': { type: 'string' },
+  },
+  async run({ values }, { out, where }) {
+    const listen = typeof values.http === 'string' ? parseListen(values.http) : undefined;
+    const tokenArgs = (values.token as string[] | undefined) ?? [];
+    if (tokenArgs.length > 0 && !listen)
+      throw new UsageError('--token applies to --http only (stdio has one client: its parent)', this.usage);
+    const tokens = parseTokens(tokenArgs);
+    const origins = (values['allow-origin'] as string[] | undefined) ?? [];
+    const graceMs = values['grace-ms'] === undefined ? 10_000 : Number(values['grace-ms']);
+    if (!Number.isInteger(graceMs) || graceMs < 0)
+      throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
+
+    const w = await where();
+    const mcp = await import('@forge/mcp');
+    const stop = untilSignal();
+    const forge = await openForge(w, { watch: true });
+    try {
+      if (listen) {
+        let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
+        try {
+          http = await mcp.serveHttp(forge, {
+            ...listen,
+            ...(tokenArgs.length ? { tokens } : {}),
+            ...(origins.length ? { allowedOrigins: origins } : {}),
+            graceMs,
+            name: 'forge',
+            version: VERSION,
+          });
+        } catch (err) {
+          throw new EnvironmentError(`cannot serve on ${values.http}: ${(err as Error).message}`);
+        }
+        if (out.json) out.data({ url: http.url, project: w.project, home: w.home });
+        out.note(`forge ${VERSION}: MCP over Streamable HTTP at ${http.url} (project ${w.project}); Ctrl-C stops`);
+        await stop.promise;
+        await http.close();
+      } else {
+        const stdio = await mcp.serveStdio(forge, { ctx: callContext(w.env), graceMs, name: 'forge', version: VERSION });
+        out.note(`forge ${VERSION}: MCP on stdio (project ${w.project}, home ${w.home})`);
+        await Promise.race([stdio.closed, stop.promise.then(() => stdio.close())]);
+      }
+    } finally {
+      stop.dispose();
+      await forge.close({ graceMs });
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,139 @@
+import type { Scope } from '@forge/registry';
+import { UsageError } from '../args.js';
+import type { Command } from '../command.js';
+import { callContext, withForge } from '../context.js';
+import { envelopeHeadline, refusalLine, toolDetail, toolRows } from '../format.js';
+import { readInput, readSpec } from '../spec-input.js';
+
+const SCOPES = ['task', 'session', 'project', 'user'] as const;
+
+function scopeOf(v: unknown, usage: string): Scope | undefined {
+  if (v === undefined) return undefined;
+  if (!SCOPES.includes(v as Scope)) throw new UsageError(`--scope must be one of ${SCOPES.join(', ')} (got "${String(v)}")`, usage);
+  return v as Scope;
+}
+
+const scopeOption = { scope: { type: 'string' } } as const;
+
+export const toolsList: Command = {
+  words: 'tools list',
+  usage: 'forge tools list [--scope task|session|project|user]',
+  summary: 'the forged tools visible here (or every tool of one scope)',
+  options: scopeOption,
+  async run({ values }, { out, where }) {
+    const scope = scopeOf(values.scope, this.usage);
+    const w = await where();
+    const tools = await withForge(w, (f) => f.listTools({ ...callContext(w.env), ...(scope ? { scope } : {}) }));
+    if (out.json)
+      out.data(tools.map((t) => ({ ...summary(t.tool), scope: t.scope, ...(t.shadowedBy ? { shadowed_by: t.shadowedBy } : {}) })));
+    else for (const l of toolRows(tools, out.style, process.stdout.columns ?? 100)) out.line(l);
+    return 0;
+  },
+};
+
+function summary(t: { name: string; version: number; runtime: string; description?: string; digest: string }) {
+  return { name: t.name, version: t.version, runtime: t.runtime, description: t.description, digest: t.digest };
+}
+
+export const toolsShow: Command = {
+  words: 'tools show',
+  usage: 'forge tools show <name>',
+  summary: 'one tool in full: schemas, meta, implementation',
+  positionals: [1, 1],
+  async run({ positionals }, { out, where }) {
+    const name = positionals[0] as string;
+    const w = await where();
+    const tools = await withForge(w, (f) => f.listTools(callContext(w.env)));
+    const hit = tools.find((t) => t.tool.name === name);
+    if (!hit) {
+      const r = { ok: false, kind: 'unknown_tool', message: `no tool named "${name}" is visible here (forge tools list shows what is)` };
+      if (out.json) out.data(r);
+      else out.note(refusalLine(r, out.style));
+      return 1;
+    }
+    if (out.json) out.data({ ...hit.tool, scope: hit.scope });
+    else for (const l of toolDetail(hit.tool, hit.scope, out.style)) out.line(l);
+    return 0;
+  },
+};
+
+export const toolsForge: Command = {
+  words: 'tools forge',
+  usage: 'forge tools forge <spec.json|dir|-> [--scope S] [--overwrite]',
+  summary: 'forge a tool from a spec file, a directory (tool.json + main.*), or stdin',
+  details: ['--scope S     where the tool goes (default project)', '--overwrite   replace a tool of that name in that scope (version + 1)'],
+  options: { ...scopeOption, overwrite: { type: 'boolean' } },
+  positionals: [1, 1],
+  async run({ values, positionals }, { out, where, stdin }) {
+    const scope = scopeOf(values.scope, this.usage);
+    const spec = await readSpec(positionals[0] as string, stdin);
+    const w = await where();
+    const r = await withForge(w, (f) =>
+      f.forgeTool(spec, { ...callContext(w.env), ...(scope ? { scope } : {}), ...(values.overwrite ? { overwrite: true } : {}) }),
+    );
+    if (out.json)
+      out.data(r.ok ? { ok: true, tool: summary(r.tool), scope: r.tool.scope, ...(r.previous ? { previous: r.previous } : {}) } : r);
+    else if (r.ok)
+      out.line(
+        `${out.style.green('✓')} forged ${out.style.bold(r.tool.name)} v${r.tool.version} ${out.style.dim(`(${r.tool.scope} scope, ${r.tool.digest.slice(0, 19)}…)`)}`,
+      );
+    else out.note(refusalLine(r, out.style));
+    return r.ok ? 0 : 1;
+  },
+};
+
+export const toolsCall: Command = {
+  words: 'tools call',
+  usage: 'forge tools call <name> [<json>|-]',
+  summary: 'call a tool with a JSON input (default {}); prints the envelope',
+  positionals: [1, 2],
+  async run({ positionals }, { out, where, stdin }) {
+    const name = positionals[0] as string;
+    const input = await readInput(positionals[1], stdin);
+    const w = await where();
+    const env = await withForge(w, (f) => out.progress(`calling ${name}`, f.callTool(name, input, callContext(w.env))));
+    if (!out.json) out.note(envelopeHeadline(name, env, out.style));
+    out.data(env);
+    return env.ok ? 0 : 1;
+  },
+};
+
+export const toolsPromote: Command = {
+  words: 'tools promote',
+  usage: 'forge tools promote <name> [--force]',
+  summary: 'copy a project tool to the user scope (visible in every project)',
+  details: ['--force   replace a different user tool of that name (the old one stays recoverable)'],
+  options: { force: { type: 'boolean' } },
+  positionals: [1, 1],
+  async run({ values, positionals }, { out, where }) {
+    const w = await where();
+    const r = await withForge(w, (f) =>
+      f.promoteTool(positionals[0] as string, { ...callContext(w.env), ...(values.force ? { force: true } : {}) }),
+    );
+    if (out.json) out.data(r.ok ? { ok: true, tool: summary(r.tool), outcome: r.outcome } : r);
+    else if (r.ok)
+      out.line(
+        `${out.style.green('✓')} ${out.style.bold(r.tool.name)} v${r.tool.version} is in the user scope ${out.style.dim(`(${r.outcome})`)}`,
+      );
+    else out.note(refusalLine(r, out.style));
+    return r.ok ? 0 : 1;
+  },
+};
+
+export const toolsRemove: Command = {
+  words: 'tools remove',
+  usage: 'forge tools remove <name> [--scope S]',
+  summary: 'remove a tool (from the scope it resolves to, or the one given)',
+  options: scopeOption,
+  positionals: [1, 1],
+  async run({ values, positionals }, { out, where }) {
+    const scope = scopeOf(values.scope, this.usage);
+    const w = await where();
+    const r = await withForge(w, (f) => f.removeTool(positionals[0] as string, { ...callContext(w.env), ...(scope ? { scope } : {}) }));
+    if (out.json) out.data(r.ok ? { ok: true, tool: summary(r.tool), scope: r.tool.scope } : r);
+    else if (r.ok)
+      out.line(`${out.style.green('✓')} removed ${out.style.bold(r.tool.name)} v${r.tool.version} from the ${r.tool.scope} scope`);
+    else out.note(refusalLine(r, out.style));
+    return r.ok ? 0 : 1;
+  },
+};

@@ -1,0 +1,57 @@
+import { existsSync, statSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { CallContext, Forge } from '@forge/runner';
+import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
+
+/** Where forge lives for this command: home, project and the environment, flags applied. */
+export interface Where {
+  env: NodeJS.ProcessEnv;
+  home: string;
+  project: string;
+}
+
+/** Home (`--home`, `FORGE_HOME`, XDG, ~/.config/forge) and project (`--project`, else found from the cwd). */
+export async function where(values: Parsed['values'], base: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Promise<Where> {
+  // The engine is loaded only by commands that need it: --help and usage errors stay instant.
+  const { defaultForgeHome, findProject } = await import('@forge/runner');
+  const env = envFromFlags(values, base);
+  const project = typeof values.project === 'string' ? resolve(values.project) : findProject(cwd);
+  if (typeof values.project === 'string' && !isDir(project)) {
+    throw new EnvironmentError(`--project ${values.project}: no such directory`);
+  }
+  return { env, home: defaultForgeHome(env), project };
+}
+
+/** The caller identity the runner takes from the environment (flags already applied). */
+export function callContext(env: NodeJS.ProcessEnv): CallContext {
+  const ctx: CallContext = {};
+  if (env.FORGE_PERSONA) ctx.persona = env.FORGE_PERSONA;
+  if (env.FORGE_SESSION_ID) ctx.session = env.FORGE_SESSION_ID;
+  if (env.FORGE_TASK_ID) ctx.task = env.FORGE_TASK_ID;
+  if (env.FORGE_ALLOWED_TOOLS !== undefined) ctx.allowedTools = env.FORGE_ALLOWED_TOOLS;
+  return ctx;
+}
+
+/** Opens the engine for one command; a home or audit log that cannot be opened is an environment error. */
+export async function openForge(w: Where, options: { watch?: boolean } = {}): Promise<Forge> {
+  const { createForge } = await import('@forge/runner');
+  try {
+    return await createForge({ home: w.home, project: w.project, env: w.env, watch: options.watch ?? false });
+  } catch (err) {
+    throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
+  }
+}
+
+/** Runs `fn` with an engine and closes it afterwards, whatever happens. */
+export async function withForge<T>(w: Where, fn: (forge: Forge) => Promise<T>): Promise<T> {
+  const forge = await openForge(w);
+  try {
+    return await fn(forge);
+  } finally {
+    await forge.close();
+  }
+}
+
+function isDir(p: string): boolean {
+  return existsSync(p) && statSync(p).isDirectory();
+}

@@ -1,0 +1,162 @@
+import { existsSync, lstatSync, readFileSync, statSync } from 'node:fs';
+import { probe, resolveRuntimes } from '@forge/sandbox';
+import { checkPolicies } from './policy-check.js';
+
+/** One thing `forge doctor` looked at. */
+export interface Check {
+  /** `sandbox`, `runtime python3`, `home`, `vault`, `policy`, … */
+  name: string;
+  ok: boolean;
+  /** What was found. */
+  detail: string;
+  /** What to run or change, when not ok. */
+  fix?: string;
+}
+
+export interface DoctorReport {
+  ok: boolean;
+  checks: Check[];
+  bwrap?: { path: string; version: string };
+  runtimes: { name: string; version: string; interpreter: string }[];
+  paths: { home: string; project: string; auditLog: string; vault: string; userPolicy: string; workspacePolicy: string; rules: string };
+}
+
+/** Runtimes a newcomer's tools are written in: missing ones are problems, not notes. */
+const EXPECTED_RUNTIMES = ['python3', 'node', 'bash'];
+
+/**
+ * Probes the host the way a call would: the sandbox (bwrap, namespaces, /proc, limits), the
+ * runtimes found, forge's home, the vault's permissions and the policy files. Every problem
+ * carries its fix. Reads only; creates nothing.
+ */
+export async function diagnose(o: { home: string; project: string; env: NodeJS.ProcessEnv; bwrapPath?: string }): Promise<DoctorReport> {
+  const paths = {
+    home: o.home,
+    project: o.project,
+    auditLog: `${o.home}/audit/forge.log`,
+    vault: o.env.FORGE_SECRET_VAULT || `${o.home}/secrets.json`,
+    userPolicy: `${o.home}/policy.json`,
+    workspacePolicy: `${o.project}/.forge/policy.json`,
+    rules: `${o.project}/.forge/policy.rules`,
+  };
+  const checks: Check[] = [];
+  const [host, runtimes] = await Promise.all([probe(o.bwrapPath ? { bwrapPath: o.bwrapPath } : {}), resolveRuntimes()]);
+
+  if (host.ok) {
+    const limit = host.processLimit === 'rlimit' ? 'RLIMIT_NPROC' : 'a pids cgroup per run';
+    checks.push({
+      name: 'sandbox',
+      ok: true,
+      detail: `bwrap ${host.bwrap?.version} at ${host.bwrap?.path}; namespaces and /proc work; process limit by ${limit}`,
+    });
+  }
+  for (const p of host.problems) checks.push({ name: 'sandbox', ok: false, detail: `${p.message} [${p.code}]`, fix: p.fix });
+
+  const found = new Map(runtimes.list.map((r) => [r.name, r]));
+  for (const name of EXPECTED_RUNTIMES) {
+    const r = found.get(name);
+    checks.push(
+      r
+        ? { name: `runtime ${name}`, ok: true, detail: `${r.version || 'present'} (${r.interpreter})` }
+        : {
+            name: `runtime ${name}`,
+            ok: false,
+            detail: `${name} not found on PATH: tools with runtime "${name}" cannot run`,
+            fix: `apt-get install -y ${name === 'node' ? 'nodejs' : name}`,
+          },
+    );
+  }
+  const others = runtimes.list.filter((r) => !EXPECTED_RUNTIMES.includes(r.name)).map((r) => r.name);
+  if (others.length > 0) checks.push({ name: 'runtimes', ok: true, detail: `also: ${others.join(', ')}` });
+
+  checks.push(homeCheck(o.home));
+  checks.push(vaultCheck(paths.vault));
+  const policy = checkPolicies({ home: o.home, project: o.project });
+  for (const f of policy.files.filter((x) => x.status !== 'absent')) {
+    checks.push(
+      f.status === 'ok'
+        ? { name: 'policy', ok: true, detail: `${f.file} is valid${f.rules !== undefined ? ` (${f.rules} rules)` : ''}` }
+        : {
+            name: 'policy',
+            ok: false,
+            detail: f.problem?.message ?? f.file,
+            fix: `fix that line; nothing runs on a policy file that never loaded (check with: forge policy check ${f.file})`,
+          },
+    );
+  }
+  if (policy.files.every((f) => f.status === 'absent'))
+    checks.push({ name: 'policy', ok: true, detail: 'no policy files: the bundle defaults apply' });
+
+  return {
+    ok: checks.every((c) => c.ok),
+    checks,
+    ...(host.bwrap ? { bwrap: host.bwrap } : {}),
+    runtimes: runtimes.list.map((r) => ({ name: r.name, version: r.version, interpreter: r.interpreter })),
+    paths,
+  };
+}
+
+function homeCheck(home: string): Check {
+  if (!existsSync(home)) return { name: 'home', ok: true, detail: `${home} (created on first use)` };
+  const st = statSync(home);
+  if (!st.isDirectory())
+    return { name: 'home', ok: false, detail: `${home} is not a directory`, fix: `move it away, or point FORGE_HOME elsewhere` };
+  if ((st.mode & 0o077) !== 0) {
+    return {
+      name: 'home',
+      ok: false,
+      detail: `${home} is mode ${octal(st.mode)}: other users can read forge's tools and audit log`,
+      fix: `chmod 700 ${home}`,
+    };
+  }
+  return { name: 'home', ok: true, detail: `${home} (mode ${octal(st.mode)})` };
+}
+
+/** The vault's rules as the runner enforces them: a regular file, mode 0600, ours, a JSON object of strings. */
+function vaultCheck(vault: string): Check {
+  if (!existsSync(vault)) return { name: 'vault', ok: true, detail: `${vault} absent: tools that declare secrets get secret_missing` };
+  const st = lstatSync(vault);
+  if (!st.isFile())
+    return {
+      name: 'vault',
+      ok: false,
+      detail: `${vault} is not a regular file (a symlink is refused)`,
+      fix: `replace it with a regular file of mode 0600`,
+    };
+  if ((st.mode & 0o777) !== 0o600) {
+    return {
+      name: 'vault',
+      ok: false,
+      detail: `${vault} is mode ${octal(st.mode)}; forge refuses it (vault_malformed) unless it is 0600`,
+      fix: `chmod 600 ${vault}`,
+    };
+  }
+  if (process.getuid && st.uid !== process.getuid()) {
+    return {
+      name: 'vault',
+      ok: false,
+      detail: `${vault} is owned by uid ${st.uid}, not this user (${process.getuid()})`,
+      fix: `chown $(id -u) ${vault}`,
+    };
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(readFileSync(vault, 'utf8'));
+  } catch (err) {
+    return {
+      name: 'vault',
+      ok: false,
+      detail: `${vault} is not valid JSON: ${(err as Error).message}`,
+      fix: `write it as {"NAME": "value", …}`,
+    };
+  }
+  const ok =
+    value !== null && typeof value === 'object' && !Array.isArray(value) && Object.values(value).every((v) => typeof v === 'string');
+  if (!ok)
+    return { name: 'vault', ok: false, detail: `${vault} must be a JSON object of strings`, fix: `write it as {"NAME": "value", …}` };
+  return { name: 'vault', ok: true, detail: `${vault} (mode 0600, ${Object.keys(value as object).length} secrets)` };
+}
+
+function octal(mode: number): string {
+  return `0${(mode & 0o777).toString(8)}`;
+}

@@ -1,0 +1,171 @@
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+
+beforeAll(requireCliAndSandbox);
+
+describe('forge (commands)', () => {
+  it('--version, --help, and usage errors exit 2 naming what was wrong', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    const v = await runCli(['--version'], o);
+    expect(v.code).toBe(0);
+    expect(v.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    expect(JSON.parse((await runCli(['--version', '--json'], o)).stdout)).toHaveProperty('version');
+    const help = await runCli(['--help'], o);
+    expect(help.code).toBe(0);
+    for (const w of ['serve', 'tools call', 'audit verify', 'policy check', 'doctor', 'demo']) expect(help.stdout).toContain(w);
+    const callHelp = await runCli(['tools', 'call', '--help'], o);
+    expect(callHelp.code).toBe(0);
+    expect(callHelp.stdout).toContain('usage: forge tools call <name> [<json>|-]');
+
+    const cases: [string[], RegExp][] = [
+      [['nonsense'], /unknown command "nonsense"/],
+      [['tools', 'frobnicate'], /unknown command "forge tools frobnicate"/],
+      [['tools', 'call'], /missing argument <name>[\s\S]*usage: forge tools call/],
+      [['tools', 'list', '--bogus'], /unknown option --bogus[\s\S]*usage: forge tools list/],
+      [['tools', 'list', '--scope', 'galaxy'], /--scope must be one of/],
+      [['tools', 'call', 'fib', '{not json'], /the input is not valid JSON/],
+      [['serve', '--http', 'nope'], /--http expects \[host:\]port/],
+      [['serve', '--token', 'abc=ann'], /--token applies to --http only/],
+    ];
+    for (const [args, re] of cases) {
+      const r = await runCli(args, o);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr, args.join(' ')).toMatch(re);
+    }
+  });
+
+  it('tools forge / list / show / call / promote / remove, with --json and exit codes', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    const json = async (args: string[], input?: string) => {
+      const r = await runCli([...args, '--json'], { ...o, ...(input !== undefined ? { input } : {}) });
+      return { code: r.code, out: JSON.parse(r.stdout) as Record<string, unknown> & unknown[], stderr: r.stderr };
+    };
+
+    const made = await json(['tools', 'forge', join(EXAMPLES, 'fib')]);
+    expect(made.code, made.stderr).toBe(0);
+    expect(made.out).toMatchObject({ ok: true, tool: { name: 'fib', version: 1 }, scope: 'project' });
+    const again = await json(['tools', 'forge', join(EXAMPLES, 'fib')]);
+    expect(again.code).toBe(1);
+    expect(again.out).toMatchObject({ ok: false, kind: 'name_taken' });
+    const spec = JSON.parse(readFileSync(join(EXAMPLES, 'word_count', 'tool.json'), 'utf8'));
+    spec.impl = readFileSync(join(EXAMPLES, 'word_count', 'main.js'), 'utf8');
+    const fromStdin = await json(['tools', 'forge', '-'], JSON.stringify(spec));
+    expect(fromStdin.out).toMatchObject({ ok: true, tool: { name: 'word_count' } });
+
+    const list = await json(['tools', 'list']);
+    expect(list.code).toBe(0);
+    expect((list.out as unknown as { name: string }[]).map((t) => t.name).sort()).toEqual(['fib', 'word_count']);
+    const human = await runCli(['tools', 'list'], o);
+    expect(human.stdout).toMatch(/fib\s+project\s+v1\s+python3/);
+
+    const show = await json(['tools', 'show', 'fib']);
+    expect(show.out).toMatchObject({ name: 'fib', scope: 'project', runtime: 'python3' });
+    expect((await runCli(['tools', 'show', 'nope'], o)).code).toBe(1);
+
+    const call = await json(['tools', 'call', 'fib', '{"n": 12}']);
+    expect(call.code).toBe(0);
+    expect(call.out).toMatchObject({ ok: true, data: { n: 12, fib: '144' }, meta: { cache: 'miss' } });
+    const fromStdinCall = await json(['tools', 'call', 'fib', '-'], '{"n": 12}');
+    expect(fromStdinCall.out).toMatchObject({ ok: true, meta: { cache: 'hit' } });
+    const refused = await runCli(['tools', 'call', 'fib', '{"n": -1}'], o);
+    expect(refused.code).toBe(1);
+    expect(JSON.parse(refused.stdout)).toMatchObject({ ok: false, error: { kind: 'validation_failed' } }); // the envelope is still printed
+    expect(refused.stderr).toContain('validation_failed');
+
+    const promoted = await json(['tools', 'promote', 'fib']);
+    expect(promoted.out).toMatchObject({ ok: true, outcome: 'created' });
+    expect((await json(['tools', 'list', '--scope', 'user'])).out).toMatchObject([{ name: 'fib', scope: 'user' }]);
+    const removed = await json(['tools', 'remove', 'fib', '--scope', 'project']);
+    expect(removed.out).toMatchObject({ ok: true, scope: 'project' });
+    expect((await json(['tools', 'show', 'fib'])).out).toMatchObject({ scope: 'user' });
+    expect((await json(['tools', 'remove', 'nope'])).code).toBe(1);
+  });
+
+  it('audit verify passes, then names the entry a one-byte edit broke; audit tail prints entries', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o);
+    await runCli(['tools', 'call', 'fib', '{"n": 3}'], o);
+    const ok = await runCli(['audit', 'verify', '--json'], o);
+    expect(ok.code).toBe(0);
+    const v = JSON.parse(ok.stdout);
+    expect(v).toMatchObject({ ok: true });
+    expect(v.entries).toBeGreaterThanOrEqual(2);
+    const tail = await runCli(['audit', 'tail', '--json', '-n', '5'], o);
+    expect(tail.code).toBe(0);
+    const entries = tail.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { seq: number; type: string });
+    expect(entries.map((e) => e.type)).toContain('forge.called');
+
+    const log = join(s.home, 'audit', 'forge.log');
+    const lines = readFileSync(log, 'utf8').split('\n');
+    const i = lines.findIndex((l) => l.includes('"forge.called"'));
+    lines[i] = (lines[i] as string).replace('"fib"', '"fob"');
+    writeFileSync(log, lines.join('\n'));
+    const bad = await runCli(['audit', 'verify'], o);
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toMatch(new RegExp(`entry ${i + 1} \\(forge\\.log line ${i + 1}\\) hash_mismatch`));
+    const badJson = JSON.parse((await runCli(['audit', 'verify', '--json'], o)).stdout);
+    expect(badJson.first_bad).toMatchObject({ seq: i + 1, reason: 'hash_mismatch' });
+  });
+
+  it('policy check: file:line:col for a broken file, the effective policy for good ones', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ forbidden_tool_names: ['deploy_*'] }));
+    const good = await runCli(['policy', 'check', '--json'], o);
+    expect(good.code).toBe(0);
+    const report = JSON.parse(good.stdout);
+    expect(report.effective.forbidden_tool_names).toEqual(['forge_*', 'deploy_*']);
+    expect(report.files.map((f: { role: string; status: string }) => `${f.role}:${f.status}`)).toEqual([
+      'user:ok',
+      'workspace:absent',
+      'rules:absent',
+    ]);
+
+    const broken = join(s.project, '.forge', 'policy.json');
+    writeFileSync(broken, '{\n  "breakers": {\n    "per_tool_rpm": "30"\n  }\n}\n');
+    const bad = await runCli(['policy', 'check'], o);
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toMatch(new RegExp(`${broken.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:3:\\d+: breakers.per_tool_rpm`));
+
+    const rules = s.file('my.rules', 'allow coder_t tool:fib execute\nallow coder_t tool:fib exec\n');
+    const badRules = await runCli(['policy', 'check', rules], o);
+    expect(badRules.code).toBe(1);
+    expect(badRules.stdout).toContain(`${rules}:2: unknown permission "exec"`);
+    expect((await runCli(['policy', 'check', join(s.root, 'missing.json')], o)).code).toBe(2);
+  });
+
+  it('doctor reports the sandbox, runtimes and vault, with a fix for each problem', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    const ok = await runCli(['doctor', '--json'], o);
+    expect(ok.code, ok.stdout).toBe(0);
+    const r = JSON.parse(ok.stdout);
+    expect(r.ok).toBe(true);
+    expect(r.checks.find((c: { name: string }) => c.name === 'sandbox')).toMatchObject({ ok: true });
+    expect(r.runtimes.map((x: { name: string }) => x.name)).toEqual(expect.arrayContaining(['python3', 'node', 'bash']));
+
+    writeFileSync(join(s.home, 'secrets.json'), '{"TOKEN": "x"}', { mode: 0o644 });
+    const bad = await runCli(['doctor'], o);
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toMatch(/✗ vault .*mode 0644/);
+    expect(bad.stdout).toContain(`fix: chmod 600 ${join(s.home, 'secrets.json')}`);
+  });
+
+  it('demo: the guided tour runs end to end and leaves nothing behind', async () => {
+    const s = scratch();
+    const r = await runCli(['demo', '--json'], { cwd: s.project, env: { ...s.env, TMPDIR: s.root } });
+    const report = JSON.parse(r.stdout);
+    expect(report.error).toBeUndefined();
+    expect(r.code).toBe(0);
+    expect(report.steps.map((x: { ok: boolean }) => x.ok)).toEqual(Array(8).fill(true));
+    expect(readdirSync(s.root).filter((n) => n.startsWith('forge-demo-'))).toEqual([]);
+  });
+});

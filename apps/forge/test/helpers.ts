@@ -1,0 +1,233 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { probe } from '@forge/sandbox';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { onTestFinished } from 'vitest';
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** The built CLI: these tests run what users run. */
+export const CLI = resolve(here, '../dist/cli.js');
+export const EXAMPLES = resolve(here, '../../../examples');
+
+/** Fails (never skips) without the built CLI or a working sandbox, with the fix. */
+export async function requireCliAndSandbox(): Promise<void> {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (pnpm turbo run build --filter=forge...)`);
+  const host = await probe();
+  if (!host.ok) {
+    throw new Error(
+      `these tests need a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
+    );
+  }
+}
+
+/** A scratch forge home and project (with .forge/), removed when the test finishes. */
+export interface Scratch {
+  root: string;
+  home: string;
+  project: string;
+  /** The environment for the CLI: this home, no FORGE_* from the host, no colour. */
+  env: Record<string, string>;
+  /** A file in the project (directories created). */
+  file(rel: string, text: string): string;
+  /** Another project under the same root (for two-project tests). */
+  otherProject(name: string): string;
+}
+
+export function scratch(): Scratch {
+  const root = mkdtempSync(join(tmpdir(), 'forge-cli-test-'));
+  const home = join(root, 'home');
+  const project = join(root, 'project');
+  mkdirSync(home, { mode: 0o700 });
+  mkdirSync(join(project, '.forge'), { recursive: true });
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('FORGE_')) env[k] = v;
+  Object.assign(env, { FORGE_HOME: home, NO_COLOR: '1' });
+  onTestFinished(() => rmSync(root, { recursive: true, force: true }));
+  return {
+    root,
+    home,
+    project,
+    env,
+    file(rel, text) {
+      const p = join(project, rel);
+      mkdirSync(dirname(p), { recursive: true });
+      writeFileSync(p, text);
+      return p;
+    },
+    otherProject(name) {
+      const p = join(root, name);
+      mkdirSync(join(p, '.forge'), { recursive: true });
+      return p;
+    },
+  };
+}
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the built CLI to completion. */
+export function runCli(
+  args: string[],
+  o: { cwd: string; env: Record<string, string>; input?: string; timeoutMs?: number },
+): Promise<CliResult> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 30_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolvePromise({ code, stdout, stderr });
+    });
+    child.stdin.end(o.input ?? '');
+  });
+}
+
+/** A connected SDK client over stdio to `forge serve` in `cwd`. */
+export interface Connected {
+  client: Client;
+  transport: StdioClientTransport;
+  /** Everything the server wrote to stderr. */
+  stderr(): string;
+  /** How many notifications/tools/list_changed arrived. */
+  listChanged(): number;
+  /** Resolves at the next list_changed (rejects after `ms`). */
+  nextListChanged(ms?: number): Promise<void>;
+  /** Calls a tool and parses the envelope from its text content. */
+  call(name: string, args?: Record<string, unknown>): Promise<{ result: CallToolResult; env: Envelope }>;
+}
+
+export interface Envelope {
+  ok: boolean;
+  data?: unknown;
+  error?: { kind: string; message: string };
+  meta?: Record<string, unknown>;
+}
+
+export async function connect(s: Scratch, o: { cwd?: string; env?: Record<string, string>; args?: string[] } = {}): Promise<Connected> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [CLI, 'serve', ...(o.args ?? [])],
+    cwd: o.cwd ?? s.project,
+    env: { ...s.env, ...o.env },
+    stderr: 'pipe',
+  });
+  let err = '';
+  transport.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+  const client = new Client({ name: 'forge-cli-test', version: '1.0.0' });
+  let count = 0;
+  const waiters: (() => void)[] = [];
+  client.setNotificationHandler(ToolListChangedNotificationSchema, async () => {
+    count++;
+    for (const w of waiters.splice(0)) w();
+  });
+  await client.connect(transport);
+  onTestFinished(() => client.close().catch(() => {}));
+  return {
+    client,
+    transport,
+    stderr: () => err,
+    listChanged: () => count,
+    nextListChanged: (ms = 5000) =>
+      new Promise<void>((res, rej) => {
+        const t = setTimeout(() => rej(new Error(`no list_changed within ${ms} ms; server stderr: ${err}`)), ms);
+        waiters.push(() => {
+          clearTimeout(t);
+          res();
+        });
+      }),
+    async call(name, args = {}) {
+      const result = (await client.callTool({ name, arguments: args })) as CallToolResult;
+      const first = result.content[0];
+      return { result, env: JSON.parse(first?.type === 'text' ? first.text : 'null') as Envelope };
+    },
+  };
+}
+
+/** `forge serve` as a raw child process, for feeding it bytes a well-behaved client never sends. */
+export interface RawServer {
+  child: ChildProcessWithoutNullStreams;
+  send(line: string): void;
+  /** The next JSON-RPC message on stdout whose id is `id` (or the next one at all, for undefined). */
+  next(id?: number | string | null, ms?: number): Promise<Record<string, unknown>>;
+  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stdout(): string;
+  stderr(): string;
+}
+
+export function rawServer(s: Scratch, args: string[] = []): RawServer {
+  const child = spawn(process.execPath, [CLI, 'serve', ...args], { cwd: s.project, env: s.env, stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  const messages: Record<string, unknown>[] = [];
+  let wake: (() => void) | undefined;
+  let buf = '';
+  child.stdout.on('data', (d: Buffer) => {
+    out += d.toString();
+    buf += d.toString();
+    let i = buf.indexOf('\n');
+    while (i >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (line.trim()) messages.push(JSON.parse(line) as Record<string, unknown>);
+      i = buf.indexOf('\n');
+    }
+    wake?.();
+  });
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+    child.on('exit', (code, signal) => r({ code, signal })),
+  );
+  onTestFinished(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+  return {
+    child,
+    send: (line) => child.stdin.write(`${line}\n`),
+    async next(id, ms = 10_000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const i = messages.findIndex((m) => id === undefined || m.id === id);
+        if (i >= 0) return messages.splice(i, 1)[0] as Record<string, unknown>;
+        if (Date.now() > deadline) throw new Error(`no message with id ${String(id)} within ${ms} ms; stdout: ${out}; stderr: ${err}`);
+        await new Promise<void>((r) => {
+          wake = r;
+          setTimeout(r, 50);
+        });
+      }
+    },
+    exit,
+    stdout: () => out,
+    stderr: () => err,
+  };
+}
+
+export const INIT = JSON.stringify({
+  jsonrpc: '2.0',
+  id: 0,
+  method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+});
+
+/** A python3 tool spec: `body` runs after `import json, sys` and `args = json.load(sys.stdin)`. */
+export function py(name: string, body: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    name,
+    description: `test tool ${name}`,
+    runtime: 'python3',
+    input_schema: { type: 'object' },
+    impl: `import json, sys\nargs = json.load(sys.stdin)\n${body}\n`,
+    ...extra,
+  };
+}
