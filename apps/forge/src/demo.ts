@@ -153,7 +153,7 @@ export async function runDemo(o: { cliPath: string; out: Output; env?: NodeJS.Pr
 
     await step(
       'Forge a tool at runtime',
-      'The agent sends a name, a JSON Schema and 7 lines of Python; forge validates and stores it, then tells the client its tool list changed.',
+      `The agent sends a name, a JSON Schema and ${FIB.impl.trim().split('\n').length} lines of Python; forge validates and stores it, then tells the client its tool list changed.`,
       async (line) => {
         const notified = nextListChanged();
         const { env: e, ms: took } = await call('forge_tool', FIB);
@@ -314,7 +314,7 @@ export async function runDemo(o: { cliPath: string; out: Output; env?: NodeJS.Pr
           `verify should fail at entry ${entries[i]?.seq} (got ${JSON.stringify(bad.r)})`,
         );
         line(
-          `${s.red('✗')} forge audit verify (the copy) → exit 1 at entry ${fb?.seq}: ${s.red(fb?.reason ?? '')} ${s.dim(clip(fb?.message ?? '', 80))}`,
+          `${s.red('✗')} forge audit verify (the copy) → exit 1 at entry ${fb?.seq}: ${s.red(fb?.reason ?? '')} ${s.dim(`(${clip((fb?.message ?? '').replace(/^[^—]*— /, ''), 80)})`)}`,
         );
       },
     );
