@@ -39,6 +39,8 @@ import {
   closeBinds,
   defaultDenyList,
   type Mount,
+  type NetworkEvent,
+  type Resolver,
   type RunResult,
   type RuntimeTable,
   resolveRuntimes,
@@ -92,6 +94,8 @@ export interface ForgeOptions {
   now?: () => number;
   /** The bwrap to use (default: the one on PATH). */
   bwrapPath?: string;
+  /** How the egress proxy resolves names (default: the system resolver); tests map names with it. */
+  resolver?: Resolver;
   /**
    * Watch the scope directories, so tools that another process forges, promotes or removes are
    * seen at once and reported through `toolsChanged` (a server wants this; a one-shot CLI does not).
@@ -466,14 +470,9 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       const key = cacheable ? cacheKey(stored.digest, `${runtime.name}@${runtime.version}`, input) : undefined;
 
       const execute = async (): Promise<RunOutcome> => {
-        // Network first: a refusal must not have touched the disk.
+        // The network grant: closed unless policy opens it (and allow-rules agree); when open,
+        // the run gets forge's egress proxy, never the host network.
         const grant = networkFor(snap, ctx.persona);
-        if (grant.network === 'allow') {
-          throw new RefusalError(
-            'policy_denied',
-            `persona "${ctx.persona}" is granted network, but network egress through forge's proxy is not available yet, and forge never shares the host network; the call was not run`,
-          );
-        }
         // Secrets: the persona's allow-list first (fail closed), then the vault.
         const allowed = checkSecrets(snap, ctx.persona, secretNames);
         if (!allowed.ok) throw new RefusalError(allowed.kind, allowed.message, 'acl.persona_secret_denied');
@@ -496,7 +495,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
               throw new RefusalError('bind_denied', `input${b.pointer}: ${c.message} (policy bind_roots: ${roots.join(', ') || 'none'})`);
             binds.push(c.bind);
           }
-          return await runOnce({ stored, runtime, input, redactedInput, binds, secrets, secretEnv, snap, ctx, key, secretNames });
+          return await runOnce({ stored, runtime, input, redactedInput, binds, secrets, secretEnv, snap, ctx, key, secretNames, grant });
         } finally {
           closeBinds(binds);
         }
@@ -558,6 +557,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     snap: PolicySnapshot;
     ctx: Ctx;
     key: string | undefined;
+    grant: ReturnType<typeof networkFor>;
   }
 
   /** One sandboxed run, its manifest, cache store and audit entry. */
@@ -584,6 +584,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       { source: artifacts, target: '/forge/artifacts', mode: 'rw' },
     ];
     const spill = join(runDir, 'stdout.partial');
+    const net = r.grant.network === 'allow';
+    const sandboxLabel = net ? (r.grant.loopback === 'allow' ? 'bwrap+net+loopback' : 'bwrap+net') : 'bwrap';
     const ac = new AbortController();
     running.add(ac);
     const onAbort = () => ac.abort();
@@ -600,6 +602,23 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           binds: r.binds,
           limits: { timeoutMs: budget.timeout_ms, cpuSeconds: budget.cpu_s, outputBytes: budget.output_cap },
           cwd: '/tmp',
+          ...(net
+            ? {
+                network: {
+                  grant: {
+                    network: 'allow' as const,
+                    loopback: r.grant.loopback,
+                    private_networks: r.grant.private_networks,
+                    allow_domains: r.grant.allow_domains,
+                    deny_domains: r.grant.deny_domains,
+                    allow_ports: r.grant.allow_ports,
+                  },
+                  // Every decision of the proxy is audited, with the run it belongs to.
+                  onEvent: (e: NetworkEvent) => void record(e.type, { ...e, run_id: runId, name: stored.name, persona: ctx.persona }),
+                  ...(options.resolver ? { resolver: options.resolver } : {}),
+                },
+              }
+            : {}),
         },
         {
           stdin: JSON.stringify(r.input ?? {}),
@@ -621,7 +640,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       ctx.signal?.removeEventListener('abort', onAbort);
     }
 
-    const meta: EnvelopeMeta = { run_id: runId, cache: r.key ? 'miss' : 'off', sandbox: 'bwrap' };
+    const meta: EnvelopeMeta = { run_id: runId, cache: r.key ? 'miss' : 'off', sandbox: sandboxLabel };
     if (clamped.length > 0) meta.policy_clamped = clamped;
     let envelope: Envelope;
     // The outcome for the tool's breaker: a failure when forge found the tool broken (crash,
@@ -723,7 +742,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         input: redactValue(r.redactedInput, secrets),
         input_digest: inputDigest(r.input),
         sandbox: {
-          label: 'bwrap',
+          label: sandboxLabel,
           argv: command,
           mounts: mounts.map((m) => `${m.mode}:${m.target ?? m.source}`),
           binds: r.binds.map((b) => `${b.mode}:${b.path}`),
@@ -738,6 +757,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         ok: envelope.ok,
         ...(envelope.ok ? {} : { error_kind: envelope.error.kind }),
         stdout_bytes: result.stdoutBytes,
+        ...(result.network ? { network: result.network } : {}),
         artifacts: listArtifacts(artifacts),
         stderr_tail: stderr,
       });
@@ -758,6 +778,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       cache: meta.cache ?? 'off',
       ...(envelope.ok ? {} : { kind: envelope.error.kind }),
       ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
+      ...(result?.network ? { network: result.network } : {}),
       ...(r.secretNames.length > 0 ? { secrets: r.secretNames } : {}),
       ...(clamped.length > 0 ? { policy_clamped: clamped } : {}),
       policy: snap.digest,

@@ -221,24 +221,6 @@ describe('call pipeline refusals', () => {
     expect(okData(await fx.forge.callTool('fib', { n: 2 }))).toEqual({ n: 2, fib: '1' });
   });
 
-  it('policy_denied: a persona granted network is refused (no egress proxy yet), and nothing runs', async () => {
-    const fx = await setup({ workspacePolicy: { persona_sandbox_overrides: { browser: { network: 'allow' } } } });
-    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
-    const env = await fx.forge.callTool('fib', { n: 5 }, { persona: 'browser' });
-    expect(failed(env, 'policy_denied').message).toContain('network');
-    expect(fx.entries('forge.called').at(-1)?.data).toMatchObject({ ok: false, kind: 'policy_denied', persona: 'browser' });
-    expect(fx.sandboxRuns('fib')).toEqual([]);
-    expect(okData(await fx.forge.callTool('fib', { n: 5 }, { persona: 'default' }))).toEqual({ n: 5, fib: '5' });
-  });
-
-  it('policy_denied for network comes before any bind touches the disk: no rw file is created', async () => {
-    const fx = await setup({ workspacePolicy: { persona_sandbox_overrides: { browser: { network: 'allow' } } } });
-    expect((await fx.forge.forgeTool(await example('json_to_csv'))).ok).toBe(true);
-    const out = join(fx.project, 'created-by-a-refused-call.csv');
-    failed(await fx.forge.callTool('json_to_csv', { rows: [{ a: 1 }], out }, { persona: 'browser' }), 'policy_denied');
-    expect(existsSync(out)).toBe(false);
-  });
-
   it('with allow-rules but no network rule, a network-granted persona runs without network', async () => {
     const fx = await setup({
       workspacePolicy: { persona_sandbox_overrides: { browser: { network: 'allow' } } },
