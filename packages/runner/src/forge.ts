@@ -38,6 +38,7 @@ import {
   checkBind,
   closeBinds,
   defaultDenyList,
+  runtimeNames as findRuntimeNames,
   type Mount,
   type NetworkEvent,
   type Resolver,
@@ -212,8 +213,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           onEvent: (e) => void record(e.type, { ...e }),
         });
 
-  const runtimes = options.runtimes ?? (await resolveRuntimes());
-  const runtimeNames = runtimes.list.map((r) => r.name);
+  // The names are known at once (PATH); each interpreter's version and mounts are found in the
+  // background (it means running them), and the first call waits for that.
+  const runtimesReady: Promise<RuntimeTable> = options.runtimes
+    ? Promise.resolve(options.runtimes)
+    : resolveRuntimes({ cacheFile: join(paths.cacheDir, 'runtimes.json') });
+  runtimesReady.catch(() => {}); // reported by the call that needs it
+  const runtimeNames = options.runtimes ? options.runtimes.list.map((r) => r.name) : findRuntimeNames();
   const registryEvent = (e: { type: string }) => void record(e.type, { ...e });
   const base = createRegistry({
     roots: scopeRoots({ forgeHome: paths.home, project: paths.project }),
@@ -458,7 +464,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
 
       let runtime: ReturnType<RuntimeTable['get']>;
       try {
-        runtime = runtimes.get(stored.runtime);
+        runtime = (await runtimesReady).get(stored.runtime);
       } catch (err) {
         return await refuse('policy_denied', (err as Error).message);
       }

@@ -25,5 +25,5 @@ export {
   type SandboxProfile,
 } from './profile.js';
 export { type EndReason, type RunOptions, type RunResult, runSandboxed } from './run.js';
-export { type Runtime, type RuntimeTable, resolveRuntimes } from './runtimes.js';
+export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRuntimes, runtimeNames } from './runtimes.js';
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';

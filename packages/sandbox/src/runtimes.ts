@@ -1,7 +1,18 @@
 import { execFile } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  realpathSync,
+  renameSync,
+  writeFileSync,
+} from 'node:fs';
 import { realpath } from 'node:fs/promises';
-import { delimiter } from 'node:path';
+import { delimiter, dirname } from 'node:path';
 import { promisify } from 'node:util';
 import { SandboxError } from './errors.js';
 import { which } from './which.js';
@@ -36,6 +47,25 @@ export interface RuntimeTable {
 const BASE_NAMES = ['python3', 'node', 'bash', 'sh'];
 let cached: Promise<RuntimeTable> | undefined;
 
+/** Options of {@link resolveRuntimes}. */
+export interface ResolveRuntimesOptions {
+  /** Look again instead of returning the table found earlier in this process. */
+  refresh?: boolean;
+  /**
+   * A file (created if missing) that remembers what each interpreter answered, keyed by the
+   * binary's path, inode, size and modification time: a later process skips asking an
+   * interpreter that has not changed. Interpreters behind script shims (pyenv) are always asked.
+   */
+  cacheFile?: string;
+}
+
+interface CacheEntry {
+  onPath: string;
+  /** `real path:inode:size:mtime` of the binary the answer came from. */
+  id: string;
+  runtime: Runtime;
+}
+
 /**
  * Finds `python3`, `node`, `bash`, `sh` and the versioned `python3.N` aliases on PATH, and works
  * out for each the real binary and the least the sandbox must mount for it: nothing for an
@@ -43,12 +73,59 @@ let cached: Promise<RuntimeTable> | undefined;
  * or nvm's. Shims (pyenv's are shell scripts) are looked through by asking the interpreter itself
  * where it lives. Cached per process; pass `refresh` to look again.
  */
-export function resolveRuntimes(options: { refresh?: boolean } = {}): Promise<RuntimeTable> {
-  if (!cached || options.refresh) cached = findRuntimes();
+export function resolveRuntimes(options: ResolveRuntimesOptions = {}): Promise<RuntimeTable> {
+  if (!cached || options.refresh) cached = findRuntimes(options.cacheFile);
   return cached;
 }
 
-async function findRuntimes(): Promise<RuntimeTable> {
+/** The identity of an ELF binary, or undefined for a script (a shim must be asked every time). */
+function binaryId(path: string): string | undefined {
+  try {
+    const real = realpathSync(path);
+    const fd = openSync(real, 'r');
+    try {
+      const head = Buffer.alloc(4);
+      readSync(fd, head, 0, 4, 0);
+      if (!head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return undefined;
+      const st = fstatSync(fd);
+      return `${real}:${st.ino}:${st.size}:${st.mtimeMs}`;
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return undefined;
+  }
+}
+
+function readCache(file: string | undefined): Map<string, CacheEntry> {
+  const out = new Map<string, CacheEntry>();
+  if (!file) return out;
+  try {
+    const doc = JSON.parse(readFileSync(file, 'utf8')) as { version?: number; entries?: Record<string, CacheEntry> };
+    if (doc.version === 1 && doc.entries) for (const [k, v] of Object.entries(doc.entries)) out.set(k, v);
+  } catch {
+    // absent or unreadable: ask every interpreter
+  }
+  return out;
+}
+
+function writeCache(file: string, entries: Map<string, CacheEntry>): void {
+  try {
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+    const tmp = `${file}.tmp-${process.pid}`;
+    writeFileSync(tmp, JSON.stringify({ version: 1, entries: Object.fromEntries(entries) }), { mode: 0o600 });
+    renameSync(tmp, file);
+  } catch {
+    // a cache that cannot be written only costs time next start
+  }
+}
+
+/**
+ * The runtime names this host offers (`python3`, `node`, `bash`, `sh` and `python3.N` aliases
+ * found on PATH), without running any interpreter: cheap enough for a server's start, while
+ * {@link resolveRuntimes} finds out the rest.
+ */
+export function runtimeNames(): string[] {
   const names = new Set(BASE_NAMES);
   for (const dir of (process.env.PATH ?? '').split(delimiter).filter(Boolean)) {
     let entries: string[];
@@ -59,7 +136,29 @@ async function findRuntimes(): Promise<RuntimeTable> {
     }
     for (const e of entries) if (/^python3\.\d+$/.test(e)) names.add(e);
   }
-  const found = await Promise.all([...names].map((n) => findOne(n).catch(() => undefined)));
+  return [...names].filter((n) => which(n) !== undefined).sort();
+}
+
+async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
+  const names = runtimeNames();
+  const known = readCache(cacheFile);
+  const fresh = new Map<string, CacheEntry>();
+  const found = await Promise.all(
+    [...names].map(async (n) => {
+      const onPath = which(n);
+      if (!onPath) return undefined;
+      const id = binaryId(onPath);
+      const hit = known.get(n);
+      if (id && hit && hit.onPath === onPath && hit.id === id) {
+        fresh.set(n, hit);
+        return hit.runtime;
+      }
+      const r = await findOne(n).catch(() => undefined);
+      if (r && id) fresh.set(n, { onPath, id, runtime: r });
+      return r;
+    }),
+  );
+  if (cacheFile && (fresh.size !== known.size || [...fresh].some(([k, v]) => known.get(k)?.id !== v.id))) writeCache(cacheFile, fresh);
   const list = found.filter((r): r is Runtime => r !== undefined).sort((a, b) => a.name.localeCompare(b.name));
   const byName = new Map(list.map((r) => [r.name, r]));
   return {
@@ -90,6 +189,11 @@ async function findOne(name: string): Promise<Runtime | undefined> {
     return { name, interpreter, mounts, version, env: { PYTHONDONTWRITEBYTECODE: '1' } };
   }
   if (name === 'node') {
+    // The node this process runs on answers without a spawn.
+    if ((await realpath(onPath)) === (await realpath(process.execPath))) {
+      const interpreter = await realpath(process.execPath);
+      return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version: process.version, env: {} };
+    }
     const { stdout } = await run(onPath, ['-p', 'JSON.stringify([process.execPath, process.version])'], { timeout: 10_000 });
     const [exe, version] = JSON.parse(stdout) as [string, string];
     const interpreter = await realpath(exe);

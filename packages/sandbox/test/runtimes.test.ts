@@ -1,7 +1,8 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { resolveRuntimes, runSandboxed } from '../src/index.js';
-import { requireSandbox } from './helpers.js';
+import { requireSandbox, tempDir } from './helpers.js';
 
 const PROGRAMS: Record<string, string[]> = {
   python3: ['-c', 'import sys; print("py", sys.version_info[0])'],
@@ -57,5 +58,28 @@ describe('runtimes', () => {
     const versioned = table.list.filter((r) => /^python3\.\d+$/.test(r.name));
     expect(versioned.length).toBeGreaterThan(0);
     for (const r of versioned) expect(r.version.startsWith(r.name.slice('python'.length))).toBe(true);
+  });
+});
+
+describe('the runtime cache file', () => {
+  it('answers for an unchanged binary without asking it, and asks again when the binary differs (bash: an ELF binary, never a shim)', async () => {
+    const dir = await tempDir();
+    const cacheFile = join(dir, 'runtimes.json');
+    const first = await resolveRuntimes({ refresh: true, cacheFile });
+    const real = first.get('bash').version;
+    expect(real).toMatch(/^\d+\.\d+/);
+    const doc = JSON.parse(readFileSync(cacheFile, 'utf8'));
+    expect(doc.version).toBe(1);
+    expect(doc.entries.bash.runtime.version).toBe(real);
+    // Mark the cached answer: if it comes back, the interpreter was not asked.
+    doc.entries.bash.runtime.version = 'from-the-cache';
+    writeFileSync(cacheFile, JSON.stringify(doc));
+    expect((await resolveRuntimes({ refresh: true, cacheFile })).get('bash').version).toBe('from-the-cache');
+    // The binary's identity no longer matches: asked again, and the file is corrected.
+    doc.entries.bash.id = 'some-other-binary';
+    writeFileSync(cacheFile, JSON.stringify(doc));
+    expect((await resolveRuntimes({ refresh: true, cacheFile })).get('bash').version).toBe(real);
+    expect(JSON.parse(readFileSync(cacheFile, 'utf8')).entries.bash.runtime.version).toBe(real);
+    await resolveRuntimes({ refresh: true });
   });
 });
