@@ -139,7 +139,10 @@ export interface Forge {
   forgeTool(spec: unknown, options?: ForgeToolOptions): Promise<ForgeResult>;
   /** Runs the call pipeline; every outcome, refusals included, is an envelope. */
   callTool(name: string, input: unknown, ctx?: CallContext): Promise<Envelope>;
-  /** The forged tools visible to `ctx` (each name once, as it resolves), or every tool of one scope. */
+  /**
+   * The forged tools `ctx` can call (each name once, as it resolves; its ACL applied), or every
+   * tool of one scope.
+   */
   listTools(options?: { scope?: Scope } & CallContext): Promise<readonly ListedTool[]>;
   /** Copies a project tool to the user scope. */
   promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
@@ -885,7 +888,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     }
     const seen = new Map<string, ListedTool>();
     for (const r of await layers(ctx)) for (const t of r.list()) if (!seen.has(t.tool.name)) seen.set(t.tool.name, t);
-    return [...seen.values()].sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
+    // A persona sees the tools its ACL lets it call (the call would be refused anyway).
+    return [...seen.values()]
+      .filter((t) => checkPersonaAcl(ctx.acl, ctx.persona, t.tool.name, META_TOOLS).ok)
+      .sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
   };
 
   const promoteTool = async (name: string, o: { force?: boolean } & CallContext = {}): Promise<ForgeResult & { outcome?: string }> => {

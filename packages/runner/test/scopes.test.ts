@@ -129,3 +129,13 @@ describe('scopes', () => {
     expect(existsSync(join(fx.project, '.forge', 'x'))).toBe(false);
   });
 });
+
+describe('listTools and the persona ACL', () => {
+  it('lists only the tools the caller may call', async () => {
+    const fx = await setup();
+    for (const n of ['fib', 'word_count']) expect((await fx.forge.forgeTool(await example(n))).ok).toBe(true);
+    expect(names(await fx.forge.listTools({ allowedTools: 'fib' }))).toEqual(['fib@project']);
+    expect(names(await fx.forge.listTools({ allowedTools: '' }))).toEqual([]);
+    expect(names(await fx.forge.listTools())).toEqual(['fib@project', 'word_count@project']);
+  });
+});
