@@ -1,6 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
-import { link, mkdir, open, rename, unlink } from 'node:fs/promises';
+import {
+  closeSync,
+  fchmodSync,
+  fstatSync,
+  fsyncSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  renameSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 
 /** Tool files are readable and writable by their owner only. */
@@ -8,9 +19,13 @@ export const FILE_MODE = 0o600;
 /** Scope directories (and their bookkeeping directories) are the owner's only. */
 export const DIR_MODE = 0o700;
 
+// The writes below use the synchronous calls on purpose: a write is a handful of short system
+// calls, and going through the thread pool for each cost more than the calls themselves (a
+// forge took twice as long). They still return promises, so callers need not care.
+
 /** Creates `dir` and missing parents with mode 0700. */
 export async function ensureDir(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: DIR_MODE });
+  mkdirSync(dir, { recursive: true, mode: DIR_MODE });
 }
 
 /**
@@ -19,28 +34,32 @@ export async function ensureDir(dir: string): Promise<void> {
  */
 export async function writeTemp(dir: string, data: string): Promise<string> {
   const path = join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
-  const fh = await open(path, 'wx', FILE_MODE);
+  const fd = openSync(path, 'wx', FILE_MODE);
   try {
     // The umask cannot add bits, but a file system with odd defaults could: set it explicitly.
-    await fh.chmod(FILE_MODE);
-    await fh.writeFile(data);
-    await fh.sync();
+    fchmodSync(fd, FILE_MODE);
+    writeFileSync(fd, data);
+    fsyncSync(fd);
   } catch (err) {
-    await unlink(path).catch(() => {});
+    try {
+      unlinkSync(path);
+    } catch {
+      // already gone
+    }
     throw err;
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
   return path;
 }
 
 /** fsyncs a directory so that a link, rename or unlink in it survives a crash. */
 export async function syncDir(dir: string): Promise<void> {
-  const fh = await open(dir, 'r');
+  const fd = openSync(dir, 'r');
   try {
-    await fh.sync();
+    fsyncSync(fd);
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
 }
 
@@ -50,12 +69,16 @@ export async function syncDir(dir: string): Promise<void> {
  */
 export async function linkNew(tmp: string, dest: string): Promise<boolean> {
   try {
-    await link(tmp, dest);
+    linkSync(tmp, dest);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
     throw err;
   } finally {
-    await unlink(tmp).catch(() => {});
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // already gone
+    }
   }
   return true;
 }
@@ -63,9 +86,13 @@ export async function linkNew(tmp: string, dest: string): Promise<boolean> {
 /** Publishes `tmp` as `dest`, atomically replacing what was there. */
 export async function replaceWith(tmp: string, dest: string): Promise<void> {
   try {
-    await rename(tmp, dest);
+    renameSync(tmp, dest);
   } catch (err) {
-    await unlink(tmp).catch(() => {});
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // already gone
+    }
     throw err;
   }
 }

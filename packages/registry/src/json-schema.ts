@@ -1,4 +1,5 @@
 import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
+import stableStringify from 'fast-json-stable-stringify';
 import safeRegex from 'safe-regex2';
 import { newAjv } from './ajv-lazy.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
@@ -222,6 +223,33 @@ export interface CompileToolSchemaOptions {
 export function compileToolSchema(schema: unknown, options: CompileToolSchemaOptions = {}): CompiledToolSchema {
   const path = options.path ?? 'input_schema';
   const label = options.dataLabel ?? (path === 'input_schema' ? 'input' : 'output');
+  // The same schema (a tool forged again with a new impl, a spec checked then stored) compiles
+  // once: compiling is most of the cost of checking a spec.
+  let key: string | undefined;
+  try {
+    key = `${path}\0${label}\0${stableStringify(schema)}`;
+  } catch {
+    key = undefined; // not serialisable (a cycle): compile it, and let that report the problem
+  }
+  const hit = key === undefined ? undefined : compiled.get(key);
+  if (hit) {
+    compiled.delete(key as string);
+    compiled.set(key as string, hit);
+    return hit;
+  }
+  const result = compileUncached(schema, path, label);
+  if (key !== undefined) {
+    if (compiled.size >= COMPILED_LIMIT) compiled.delete(compiled.keys().next().value as string);
+    compiled.set(key, result);
+  }
+  return result;
+}
+
+const COMPILED_LIMIT = 1000;
+/** Compiled schemas (and refusals) by canonical text, least recently used first. */
+const compiled = new Map<string, CompiledToolSchema>();
+
+function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema', label: string): CompiledToolSchema {
   if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
     return validationFailure([{ path, message: 'must be a JSON Schema object' }]);
   }
