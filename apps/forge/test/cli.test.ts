@@ -37,7 +37,7 @@ describe('forge (commands)', () => {
     }
   });
 
-  it('tools forge / list / show / call / promote / remove, with --json and exit codes', async () => {
+  it('tools forge / list / show, with --json and exit codes', async () => {
     const s = scratch();
     const o = { cwd: s.project, env: s.env };
     const json = async (args: string[], input?: string) => {
@@ -65,7 +65,16 @@ describe('forge (commands)', () => {
     const show = await json(['tools', 'show', 'fib']);
     expect(show.out).toMatchObject({ name: 'fib', scope: 'project', runtime: 'python3' });
     expect((await runCli(['tools', 'show', 'nope'], o)).code).toBe(1);
+  });
 
+  it('tools call / promote / remove, with --json and exit codes', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    const json = async (args: string[], input?: string) => {
+      const r = await runCli([...args, '--json'], { ...o, ...(input !== undefined ? { input } : {}) });
+      return { code: r.code, out: JSON.parse(r.stdout) as Record<string, unknown> & unknown[], stderr: r.stderr };
+    };
+    expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
     const call = await json(['tools', 'call', 'fib', '{"n": 12}']);
     expect(call.code).toBe(0);
     expect(call.out).toMatchObject({ ok: true, data: { n: 12, fib: '144' }, meta: { cache: 'miss' } });

@@ -195,7 +195,7 @@ export function rawServer(s: Scratch, args: string[] = []): RawServer {
   return {
     child,
     send: (line) => child.stdin.write(`${line}\n`),
-    async next(id, ms = 10_000) {
+    async next(id, ms = 30_000) {
       const deadline = Date.now() + ms;
       for (;;) {
         const i = messages.findIndex((m) => id === undefined || m.id === id);
