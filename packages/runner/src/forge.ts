@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type AuditLog, type JsonValue, openAuditLog } from '@forge/audit-chain';
 import {
@@ -256,7 +256,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           now: () => new Date(now()),
         });
         await reg.load();
-        if (options.watch) await reg.watch(onScopeChange, { onError: watchErrors });
+        // Watching would create the directory: a session that forged nothing leaves none behind.
+        if (options.watch && existsSync(dir)) await reg.watch(onScopeChange, { onError: watchErrors });
         return reg;
       })();
       scoped.set(dir, r);
@@ -961,8 +962,6 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       else await audit.flush();
     },
   };
-  // The default session's scope is known now: load it so a first list sees it.
-  await scopeRegistry('session', defaults.session);
   return forge;
 }
 
