@@ -153,8 +153,12 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
         fresh.set(n, hit);
         return hit.runtime;
       }
-      const r = await findOne(n).catch(() => undefined);
-      if (r && id) fresh.set(n, { onPath, id, runtime: r });
+      // A busy host can make an interpreter slow to answer: ask twice before leaving it out.
+      const r = await findOne(n)
+        .catch(() => findOne(n))
+        .catch(() => undefined);
+      // An answer without a version (a timeout) is not remembered: the next process asks again.
+      if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
       return r;
     }),
   );
@@ -203,8 +207,9 @@ async function findOne(name: string): Promise<Runtime | undefined> {
   const interpreter = await realpath(onPath);
   let version = '';
   if (name === 'bash') {
-    const { stdout } = await run(interpreter, ['-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 });
-    version = stdout.trim().replace(/\(.*$/, '');
+    // The version is only a label here (and part of cache keys): bash without one still runs.
+    const out = await run(interpreter, ['-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 }).catch(() => undefined);
+    version = out ? out.stdout.trim().replace(/\(.*$/, '') : '';
   }
   return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: {} };
 }
