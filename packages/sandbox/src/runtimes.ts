@@ -143,24 +143,29 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
   const names = runtimeNames();
   const known = readCache(cacheFile);
   const fresh = new Map<string, CacheEntry>();
+  // A few at a time: a host with many interpreter shims (pyenv has one per known version) would
+  // otherwise start them all at once.
+  const limit = pLimit(4);
   const found = await Promise.all(
-    [...names].map(async (n) => {
-      const onPath = which(n);
-      if (!onPath) return undefined;
-      const id = binaryId(onPath);
-      const hit = known.get(n);
-      if (id && hit && hit.onPath === onPath && hit.id === id) {
-        fresh.set(n, hit);
-        return hit.runtime;
-      }
-      // A busy host can make an interpreter slow to answer: ask twice before leaving it out.
-      const r = await findOne(n)
-        .catch(() => findOne(n))
-        .catch(() => undefined);
-      // An answer without a version (a timeout) is not remembered: the next process asks again.
-      if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
-      return r;
-    }),
+    [...names].map((n) =>
+      limit(async () => {
+        const onPath = which(n);
+        if (!onPath) return undefined;
+        const id = binaryId(onPath);
+        const hit = known.get(n);
+        if (id && hit && hit.onPath === onPath && hit.id === id) {
+          fresh.set(n, hit);
+          return hit.runtime;
+        }
+        // A busy host can make an interpreter slow to answer: after a timeout, ask once more.
+        const r = await findOne(n)
+          .catch((err) => ((err as { killed?: boolean }).killed ? findOne(n) : undefined))
+          .catch(() => undefined);
+        // An answer without a version (a timeout) is not remembered: the next process asks again.
+        if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
+        return r;
+      }),
+    ),
   );
   if (cacheFile && (fresh.size !== known.size || [...fresh].some(([k, v]) => known.get(k)?.id !== v.id))) writeCache(cacheFile, fresh);
   const list = found.filter((r): r is Runtime => r !== undefined).sort((a, b) => a.name.localeCompare(b.name));
@@ -177,6 +182,22 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
       }
       return r;
     },
+  };
+}
+
+/** Runs at most `n` of the functions given to it at a time. */
+function pLimit(n: number): <T>(fn: () => Promise<T>) => Promise<T> {
+  let active = 0;
+  const queue: (() => void)[] = [];
+  return async (fn) => {
+    if (active >= n) await new Promise<void>((r) => queue.push(r));
+    active++;
+    try {
+      return await fn();
+    } finally {
+      active--;
+      queue.shift()?.();
+    }
   };
 }
 
