@@ -229,7 +229,9 @@ async function findOne(name: string): Promise<Runtime | undefined> {
   let version = '';
   if (name === 'bash') {
     // The version is only a label here (and part of cache keys): bash without one still runs.
-    const out = await run(interpreter, ['-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 }).catch(() => undefined);
+    // --norc: with stdin a socket (Node's pipes are socket pairs) and no SHLVL, bash takes itself
+    // for a remote shell and runs the user's ~/.bashrc, which may do anything, or wait forever.
+    const out = await run(interpreter, ['--norc', '--noprofile', '-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 }).catch(() => undefined);
     version = out ? out.stdout.trim().replace(/\(.*$/, '') : '';
   }
   return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: {} };
