@@ -23,6 +23,8 @@ export const REDACTED = '<redacted>';
 
 /** Finds the `x-bind` requests in `input` and returns a copy of it with `x-redact` values replaced. */
 export function readAnnotations(schema: unknown, input: unknown): { binds: BindRequestAt[]; redacted: unknown } {
+  // Most schemas carry neither annotation: then there is nothing to find or replace.
+  if (schema !== null && typeof schema === 'object' && !annotated(schema)) return { binds: [], redacted: input };
   const binds: BindRequestAt[] = [];
   const root = (schema ?? true) as Schema;
   const walk = (schemas: Schema[], value: unknown, pointer: string, depth: number): unknown => {
@@ -99,4 +101,17 @@ function resolveLocal(root: Schema, ref: string): Schema | undefined {
     v = (v as Record<string, unknown>)[decodeURIComponent(t).replaceAll('~1', '/').replaceAll('~0', '~')];
   }
   return typeof v === 'object' || typeof v === 'boolean' ? (v as Schema) : undefined;
+}
+
+const annotatedCache = new WeakMap<object, boolean>();
+
+/** Whether `schema` mentions `x-bind` or `x-redact` anywhere (remembered per schema object). */
+function annotated(schema: object): boolean {
+  let a = annotatedCache.get(schema);
+  if (a === undefined) {
+    const text = JSON.stringify(schema);
+    a = text.includes('"x-bind"') || text.includes('"x-redact"');
+    annotatedCache.set(schema, a);
+  }
+  return a;
 }

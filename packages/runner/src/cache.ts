@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import stableStringify from 'fast-json-stable-stringify';
 import type { Envelope } from './envelope.js';
 
 export interface CacheLimits {
@@ -31,13 +30,11 @@ interface Slot {
 
 /**
  * The cache key of a deterministic call: the spec digest (impl, schemas, runtime), the resolved
- * runtime's version, and the canonical input. Secrets are never part of it (tools that use
- * secrets are not cached).
+ * runtime's version, and the digest of the canonical input (`sha256:` over its keys-sorted JSON).
+ * Secrets are never part of it (tools that use secrets are not cached).
  */
-export function cacheKey(specDigest: string, runtimeVersion: string, input: unknown): string {
-  return createHash('sha256')
-    .update(`${specDigest}\n${runtimeVersion}\n${stableStringify(input)}`)
-    .digest('hex');
+export function cacheKey(specDigest: string, runtimeVersion: string, inputDigest: string): string {
+  return createHash('sha256').update(`${specDigest}\n${runtimeVersion}\n${inputDigest}`).digest('hex');
 }
 
 /**

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type AuditLog, type JsonValue, openAuditLog } from '@forge/audit-chain';
@@ -47,10 +47,11 @@ import {
   resolveRuntimes,
   runSandboxed,
 } from '@forge/sandbox';
+import stableStringify from 'fast-json-stable-stringify';
 import { readAnnotations } from './annotations.js';
 import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
-import { HitLog, listArtifacts, newRunId, writeJsonAtomic } from './manifest.js';
+import { HitLog, listArtifacts, newId, newRunId, writeJsonAtomic } from './manifest.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
 import { redactBytes, redactFileInPlace, redactTail, redactText, redactValue, type SecretList, secretList } from './redact.js';
 import { readSecrets } from './vault.js';
@@ -242,7 +243,11 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   const scoped = new Map<string, Promise<Registry>>(); // session and task scopes, by directory
 
   /** The registry of one session or task scope (created and loaded on first use). */
+  const byIds = new Map<string, Promise<Registry>>(); // the same, by scope and ids (a call's lookup)
   const scopeRegistry = (scope: 'session' | 'task', session: string, task?: string): Promise<Registry> => {
+    const ids = `${scope}\0${session}\0${task ?? ''}`;
+    const known = byIds.get(ids);
+    if (known) return known;
     const roots = scopeRoots({ forgeHome: paths.home, project: paths.project, session, ...(task ? { task } : {}) });
     const dir = roots[scope] as string;
     let r = scoped.get(dir);
@@ -262,6 +267,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       })();
       scoped.set(dir, r);
     }
+    byIds.set(ids, r);
     return r;
   };
 
@@ -413,7 +419,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const ctx = context(c);
     const started = now();
     const who = { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}) };
-    const digestOfInput = inputDigest(input);
+    const digestOfInput = inputDigest(input); // one canonical serialisation per call
     const refuse = async (
       kind: string,
       message: string,
@@ -477,7 +483,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       // Cached: deterministic tools whose answer depends on the input alone. Not with secrets
       // (their answer may depend on a secret's value) nor with bound paths (on the files' content).
       const cacheable = stored.meta?.deterministic === true && secretNames.length === 0 && bindRequests.length === 0 && cache !== undefined;
-      const key = cacheable ? cacheKey(stored.digest, `${runtime.name}@${runtime.version}`, input) : undefined;
+      const key = cacheable ? cacheKey(stored.digest, `${runtime.name}@${runtime.version}`, digestOfInput) : undefined;
 
       const execute = async (): Promise<RunOutcome> => {
         // The network grant: closed unless policy opens it (and allow-rules agree); when open,
@@ -505,7 +511,21 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
               throw new RefusalError('bind_denied', `input${b.pointer}: ${c.message} (policy bind_roots: ${roots.join(', ') || 'none'})`);
             binds.push(c.bind);
           }
-          return await runOnce({ stored, runtime, input, redactedInput, binds, secrets, secretEnv, snap, ctx, key, secretNames, grant });
+          return await runOnce({
+            stored,
+            runtime,
+            input,
+            inputDigest: digestOfInput,
+            redactedInput,
+            binds,
+            secrets,
+            secretEnv,
+            snap,
+            ctx,
+            key,
+            secretNames,
+            grant,
+          });
         } finally {
           closeBinds(binds);
         }
@@ -559,6 +579,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     stored: StoredTool;
     runtime: ReturnType<RuntimeTable['get']>;
     input: unknown;
+    inputDigest: string;
     redactedInput: unknown;
     binds: CheckedBind[];
     secrets: SecretList;
@@ -750,7 +771,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         session: ctx.session,
         ...(ctx.task ? { task: ctx.task } : {}),
         input: redactValue(r.redactedInput, secrets),
-        input_digest: inputDigest(r.input),
+        input_digest: r.inputDigest,
         sandbox: {
           label: sandboxLabel,
           argv: command,
@@ -784,7 +805,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       session: ctx.session,
       ...(ctx.task ? { task: ctx.task } : {}),
       run_id: result ? runId : null,
-      input_digest: inputDigest(r.input),
+      input_digest: r.inputDigest,
       cache: meta.cache ?? 'off',
       ...(envelope.ok ? {} : { kind: envelope.error.kind }),
       ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
@@ -810,7 +831,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     key: string,
     shared = false,
   ): Promise<Envelope> => {
-    const { id: runId } = newRunId(new Date(now()));
+    const runId = newId(new Date(now()));
     const envelope: Envelope = {
       ...seed,
       meta: { ...seed.meta, run_id: runId, cache: 'hit', duration_ms: now() - started, seed_run: seedRun },
@@ -1002,7 +1023,9 @@ function withoutKeys(o: Record<string, unknown>, keys: readonly string[]): Recor
 
 /** `sha256:` over the canonical JSON of a call's input (what the audit log and manifests record). */
 function inputDigest(input: unknown): string {
-  return `sha256:${cacheKey('input', '', input ?? null)}`;
+  return `sha256:${createHash('sha256')
+    .update(stableStringify(input ?? null))
+    .digest('hex')}`;
 }
 
 const MAX_AUDIT_STRING = 2000;
@@ -1014,6 +1037,20 @@ const MAX_AUDIT_ITEMS = 20;
  * (plus a count of the rest), nesting at most 8 levels.
  */
 function auditSafe(v: unknown, depth = 0): unknown {
+  return depth === 0 && isAuditSafe(v, 0) ? v : sanitize(v, depth);
+}
+
+/** Whether `v` is already within the bounds (the common case: nothing to copy). */
+function isAuditSafe(v: unknown, depth: number): boolean {
+  if (typeof v === 'string') return v.length <= MAX_AUDIT_STRING && v.isWellFormed();
+  if (v === null || typeof v !== 'object') return typeof v !== 'number' || Number.isFinite(v);
+  if (depth >= 8) return false;
+  if (Array.isArray(v)) return v.length <= MAX_AUDIT_ITEMS && v.every((x) => isAuditSafe(x, depth + 1));
+  for (const [k, x] of Object.entries(v)) if (x === undefined || !isAuditSafe(k, depth + 1) || !isAuditSafe(x, depth + 1)) return false;
+  return true;
+}
+
+function sanitize(v: unknown, depth: number): unknown {
   if (typeof v === 'string') {
     const w = v.toWellFormed();
     return w.length > MAX_AUDIT_STRING ? `${w.slice(0, MAX_AUDIT_STRING)}… (${w.length - MAX_AUDIT_STRING} more characters)` : w;
@@ -1021,11 +1058,11 @@ function auditSafe(v: unknown, depth = 0): unknown {
   if (v === null || typeof v !== 'object') return typeof v === 'number' && !Number.isFinite(v) ? null : v;
   if (depth >= 8) return '…';
   if (Array.isArray(v)) {
-    const items = v.slice(0, MAX_AUDIT_ITEMS).map((x) => auditSafe(x, depth + 1));
+    const items = v.slice(0, MAX_AUDIT_ITEMS).map((x) => sanitize(x, depth + 1));
     if (v.length > MAX_AUDIT_ITEMS) items.push(`… ${v.length - MAX_AUDIT_ITEMS} more`);
     return items;
   }
   const out: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(v)) if (x !== undefined) out[auditSafe(k, depth + 1) as string] = auditSafe(x, depth + 1);
+  for (const [k, x] of Object.entries(v)) if (x !== undefined) out[sanitize(k, depth + 1) as string] = sanitize(x, depth + 1);
   return out;
 }

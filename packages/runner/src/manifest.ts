@@ -8,12 +8,17 @@ let counter = 0;
 
 /** A run id: sortable by time, unique without coordination (a random tag per process, then a counter). */
 export function newRunId(now: Date): { id: string; dirName: string } {
-  const id = `${now.getTime().toString(36)}-${processTag}${(++counter).toString(36).padStart(4, '0')}`;
+  const id = newId(now);
   const ts = now
     .toISOString()
     .replace(/[-:]/g, '')
     .replace(/\.\d+Z$/, 'Z');
   return { id, dirName: `${ts}_${id}` };
+}
+
+/** Just the id (a cache hit has no run directory). */
+export function newId(now: Date): string {
+  return `${now.getTime().toString(36)}-${processTag}${(++counter).toString(36).padStart(4, '0')}`;
 }
 
 /**
