@@ -1,6 +1,6 @@
+import { createRequire } from 'node:module';
 import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
 import stableStringify from 'fast-json-stable-stringify';
-import safeRegex from 'safe-regex2';
 import { newAjv } from './ajv-lazy.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
 
@@ -177,6 +177,9 @@ function annotationProblems(node: unknown, path: string, out: SpecProblem[]): vo
 const UNSAFE_PATTERN =
   'may take exponential time on some inputs (nested or overlapping repetition, such as (a+)+); rewrite it without repeating a repetition';
 
+/** safe-regex2, loaded by the first pattern to check. */
+let safeRegex: ((re: string, opts?: { limit?: number }) => boolean) | undefined;
+
 /** Whether `pattern` is free of catastrophic backtracking (safe-regex2's star-height check). */
 function isSafePattern(pattern: string): boolean {
   try {
@@ -185,6 +188,7 @@ function isSafePattern(pattern: string): boolean {
     return true; // not a pattern at all: ajv reports it when compiling
   }
   try {
+    safeRegex ??= createRequire(import.meta.url)('safe-regex2') as (re: string, opts?: { limit?: number }) => boolean;
     return safeRegex(pattern, { limit: 25 });
   } catch {
     return true; // not a pattern safe-regex2 can parse: ajv reports it when compiling

@@ -1,12 +1,21 @@
 import { type Dirent, readdirSync } from 'node:fs';
 import { link, readdir, readFile, stat, unlink } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { join, sep } from 'node:path';
-import lockfile from 'proper-lockfile';
+import type lockfileType from 'proper-lockfile';
 import { RegistryError } from './errors.js';
 import { ensureDir, linkNew, readTextSync, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
 import { toolNameProblem } from './name.js';
 import { storedToolProblem } from './spec.js';
 import type { Scope, StoredTool } from './types.js';
+
+// proper-lockfile (with graceful-fs) is loaded by the first write: reading never locks.
+const require = createRequire(import.meta.url);
+let lockfileModule: typeof lockfileType | undefined;
+function lockfile(): typeof lockfileType {
+  lockfileModule ??= require('proper-lockfile') as typeof lockfileType;
+  return lockfileModule;
+}
 
 /** A tool file that could not be used, and why. */
 export interface FileFailure {
@@ -162,7 +171,7 @@ export class ScopeDir {
     await this.ensureRoot();
     let release: () => Promise<void>;
     try {
-      release = await lockfile.lock(this.pathOf(name), {
+      release = await lockfile().lock(this.pathOf(name), {
         realpath: false,
         lockfilePath: join(this.root, LOCKS_DIR, `${name}.lock`),
         stale: 10_000,

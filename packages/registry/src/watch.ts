@@ -1,5 +1,5 @@
 import { basename, dirname } from 'node:path';
-import { type FSWatcher, watch } from 'chokidar';
+import type { FSWatcher } from 'chokidar';
 import { RegistryError } from './errors.js';
 import { ensureDir } from './fs-atomic.js';
 import type { Scope } from './types.js';
@@ -82,6 +82,8 @@ export async function startWatcher(
     timer = setTimeout(run, Math.max(0, Math.min(debounceMs, firstAt + maxWaitMs - t)));
   };
 
+  // chokidar is loaded by the first watcher, not by importing the package: most users never watch.
+  const { watch } = await import('chokidar');
   const fsw: FSWatcher = watch([...byRoot.keys()], {
     ignoreInitial: true,
     depth: 0,

@@ -47,9 +47,11 @@ export const serve: Command = {
       throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
 
     const w = await where();
-    const mcp = await import('@forge/mcp');
     const stop = untilSignal();
-    const forge = await openForge(w, { watch: true });
+    // The engine opens (files, watchers, interpreters probed in the background) while the MCP
+    // library loads: most of a start is waiting on one or the other.
+    const forgeOpening = openForge(w, { watch: true });
+    const [mcp, forge] = await Promise.all([import('@forge/mcp'), forgeOpening]);
     try {
       if (listen) {
         let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
