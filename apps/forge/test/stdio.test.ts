@@ -29,9 +29,12 @@ describe('forge serve (stdio)', () => {
     srv.send(INIT);
     expect((await srv.next(0)).result).toBeDefined();
     srv.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
-    // A line that is not JSON: the server must survive it. (The SDK's stdio transport reports it to
-    // the server's onerror and sends no -32700 answer; with no id to answer, nothing is lost.)
+    // A line that is not JSON: -32700 (id null, since none could be read); JSON that is not a
+    // JSON-RPC message: -32600. The session goes on.
     srv.send('this is not json {');
+    expect((await srv.next(null)).error).toMatchObject({ code: -32700 });
+    srv.send(JSON.stringify({ hello: 'world' }));
+    expect((await srv.next(null)).error).toMatchObject({ code: -32600 });
     srv.send(JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'no/such/method' }));
     expect((await srv.next(5)).error).toMatchObject({ code: -32601 });
     srv.send(JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: { arguments: {} } }));

@@ -65,6 +65,18 @@ export async function serveStdio(forge: Forge, options: ServeStdioOptions = {}):
   stdout.on('error', onEnd);
   server.onclose = () => void close();
   await server.connect(transport);
+  // The SDK's stdio transport drops a line it cannot read with no answer. JSON-RPC wants one:
+  // -32700 for text that is not JSON, -32600 for JSON that is not a JSON-RPC message. The id is
+  // unknown, so it is null; the session goes on.
+  const protocolError = transport.onerror;
+  transport.onerror = (error: Error) => {
+    const code = error instanceof SyntaxError ? -32700 : error.name === 'ZodError' ? -32600 : undefined;
+    if (code !== undefined) {
+      const message = code === -32700 ? 'Parse error: the line is not JSON' : 'Invalid Request: not a JSON-RPC 2.0 message';
+      void transport.send({ jsonrpc: '2.0', id: null, error: { code, message } } as never).catch(() => {});
+    }
+    protocolError?.(error);
+  };
   return { closed, close };
 }
 
