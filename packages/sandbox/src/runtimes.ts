@@ -185,20 +185,31 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
   };
 }
 
-/** Runs at most `n` of the functions given to it at a time. */
+/** Runs at most `n` of the functions given to it at a time, in the order given. */
 function pLimit(n: number): <T>(fn: () => Promise<T>) => Promise<T> {
   let active = 0;
   const queue: (() => void)[] = [];
-  return async (fn) => {
-    if (active >= n) await new Promise<void>((r) => queue.push(r));
-    active++;
-    try {
-      return await fn();
-    } finally {
-      active--;
-      queue.shift()?.();
+  const next = () => {
+    if (active < n) {
+      const start = queue.shift();
+      if (start) {
+        active++;
+        start();
+      }
     }
   };
+  return (fn) =>
+    new Promise((resolve, reject) => {
+      queue.push(() => {
+        fn()
+          .then(resolve, reject)
+          .finally(() => {
+            active--;
+            next();
+          });
+      });
+      next();
+    });
 }
 
 async function findOne(name: string): Promise<Runtime | undefined> {
