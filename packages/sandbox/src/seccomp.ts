@@ -165,7 +165,7 @@ const RULES: readonly RuleSpec[] = [
     test: { arg: 1, op: 'oneOf', values: [TIOCLINUX] },
   },
 
-  // Network: the namespace is private; the only way out is forge's proxy over a Unix socket.
+  // Network: the namespace is private; the only way out is forge's egress proxy (when granted).
   {
     syscall: 'socket',
     action: 'EAFNOSUPPORT',
