@@ -59,6 +59,9 @@ export interface ResolveRuntimesOptions {
   cacheFile?: string;
 }
 
+/** Bumped whenever what a runtime entry holds changes (2: node's NODE_OPTIONS). */
+const CACHE_VERSION = 2;
+
 interface CacheEntry {
   onPath: string;
   /** `real path:inode:size:mtime` of the binary the answer came from. */
@@ -102,7 +105,7 @@ function readCache(file: string | undefined): Map<string, CacheEntry> {
   if (!file) return out;
   try {
     const doc = JSON.parse(readFileSync(file, 'utf8')) as { version?: number; entries?: Record<string, CacheEntry> };
-    if (doc.version === 1 && doc.entries) for (const [k, v] of Object.entries(doc.entries)) out.set(k, v);
+    if (doc.version === CACHE_VERSION && doc.entries) for (const [k, v] of Object.entries(doc.entries)) out.set(k, v);
   } catch {
     // absent or unreadable: ask every interpreter
   }
@@ -113,7 +116,7 @@ function writeCache(file: string, entries: Map<string, CacheEntry>): void {
   try {
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
     const tmp = `${file}.tmp-${process.pid}`;
-    writeFileSync(tmp, JSON.stringify({ version: 1, entries: Object.fromEntries(entries) }), { mode: 0o600 });
+    writeFileSync(tmp, JSON.stringify({ version: CACHE_VERSION, entries: Object.fromEntries(entries) }), { mode: 0o600 });
     renameSync(tmp, file);
   } catch {
     // a cache that cannot be written only costs time next start
@@ -185,6 +188,19 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
   };
 }
 
+/**
+ * Node's environment in the sandbox. V8 reserves about 10 GiB of address space for each
+ * WebAssembly memory to catch out-of-bounds accesses with a trap handler; under the sandbox's
+ * address-space limit that reservation fails, and with it `fetch` (its HTTP parser is wasm) and
+ * any wasm a tool loads. Without the handler, V8 checks bounds in code instead. The flag exists
+ * from Node 20.15 and 22.2.
+ */
+function nodeEnv(version: string): Record<string, string> {
+  const [major = 0, minor = 0] = version.replace(/^v/, '').split('.').map(Number);
+  const supported = major > 22 || (major === 22 && minor >= 2) || (major === 20 && minor >= 15);
+  return supported ? { NODE_OPTIONS: '--disable-wasm-trap-handler' } : {};
+}
+
 /** Runs at most `n` of the functions given to it at a time, in the order given. */
 function pLimit(n: number): <T>(fn: () => Promise<T>) => Promise<T> {
   let active = 0;
@@ -228,13 +244,19 @@ async function findOne(name: string): Promise<Runtime | undefined> {
     // The node this process runs on answers without a spawn.
     if ((await realpath(onPath)) === (await realpath(process.execPath))) {
       const interpreter = await realpath(process.execPath);
-      return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version: process.version, env: {} };
+      return {
+        name,
+        interpreter,
+        mounts: interpreter.startsWith('/usr/') ? [] : [interpreter],
+        version: process.version,
+        env: nodeEnv(process.version),
+      };
     }
     const { stdout } = await run(onPath, ['-p', 'JSON.stringify([process.execPath, process.version])'], { timeout: 10_000 });
     const [exe, version] = JSON.parse(stdout) as [string, string];
     const interpreter = await realpath(exe);
     // Node is one self-contained binary: outside /usr, that file is all it needs.
-    return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: {} };
+    return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: nodeEnv(version) };
   }
   const interpreter = await realpath(onPath);
   let version = '';

@@ -69,7 +69,7 @@ describe('the runtime cache file', () => {
     const real = first.get('bash').version;
     expect(real).toMatch(/^\d+\.\d+/);
     const doc = JSON.parse(readFileSync(cacheFile, 'utf8'));
-    expect(doc.version).toBe(1);
+    expect(doc.version).toBe(2);
     expect(doc.entries.bash.runtime.version).toBe(real);
     // Mark the cached answer: if it comes back, the interpreter was not asked.
     doc.entries.bash.runtime.version = 'from-the-cache';
@@ -81,5 +81,17 @@ describe('the runtime cache file', () => {
     expect((await resolveRuntimes({ refresh: true, cacheFile })).get('bash').version).toBe(real);
     expect(JSON.parse(readFileSync(cacheFile, 'utf8')).entries.bash.runtime.version).toBe(real);
     await resolveRuntimes({ refresh: true });
+  });
+});
+
+describe('node in the sandbox', () => {
+  it('can use WebAssembly (and so fetch) under the address-space limit', async () => {
+    const node = (await resolveRuntimes()).get('node');
+    const r = await runSandboxed({
+      command: [node.interpreter, '-e', 'const m = new WebAssembly.Memory({ initial: 1 }); console.log("wasm", m.buffer.byteLength)'],
+      mounts: node.mounts.map((source) => ({ source, mode: 'ro' as const })),
+      env: node.env,
+    });
+    expect(r.stdout.toString().trim(), r.stderrTail).toBe('wasm 65536');
   });
 });
