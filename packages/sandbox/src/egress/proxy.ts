@@ -85,7 +85,24 @@ type Allowed = Extract<Decision, { ok: true }>;
 interface Opened {
   socket: Socket;
   done: (error?: string) => void;
+  /** For tunnels: where the destination's bytes go (set once the tool's side is ready). */
+  down?: DownSink;
 }
+
+/**
+ * The destination-to-tool direction of a tunnel, read with a large reused buffer (\`onread\`):
+ * fewer, bigger reads than the 64 KiB chunks of 'data' events roughly double what one core can
+ * move. Bytes that arrive before the tool's side is attached wait in \`early\`.
+ */
+interface DownSink {
+  to?: Socket;
+  early: Buffer[];
+  upstream?: Socket;
+  /** The destination ended its side (passed on once the tool's side is attached). */
+  ended?: boolean;
+}
+
+const READ_BUFFER_BYTES = 1 << 20;
 
 // Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never forwarded in either direction.
 const HOP = new Set([
@@ -228,7 +245,24 @@ export class EgressProxy {
     let lastError: Error | undefined;
     for (const address of d.addresses) {
       if (this.#closed) break;
-      const socket = connect({ host: address, port: d.port, allowHalfOpen: true });
+      // Tunnels read the destination into one large reused buffer; plain HTTP hands the socket
+      // to the http client, which needs its usual 'data' events.
+      const down: DownSink | undefined = protocol === 'http' ? undefined : { early: [] };
+      const socket = connect({
+        host: address,
+        port: d.port,
+        allowHalfOpen: true,
+        ...(down
+          ? { onread: { buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES), callback: (n: number, buf: Uint8Array) => sinkRead(down, n, buf) } }
+          : {}),
+      });
+      if (down) {
+        down.upstream = socket;
+        socket.once('end', () => {
+          down.ended = true;
+          down.to?.end();
+        });
+      }
       this.#track(socket);
       try {
         await new Promise<void>((resolve, reject) => {
@@ -272,7 +306,7 @@ export class EgressProxy {
       };
       socket.once('error', (err: NodeJS.ErrnoException) => done(err.code ?? err.message));
       socket.once('close', () => done());
-      return { socket, done };
+      return { socket, done, ...(down ? { down } : {}) };
     }
     const code = (lastError as NodeJS.ErrnoException | undefined)?.code ?? lastError?.message ?? 'proxy closed';
     this.#emit({
@@ -291,7 +325,7 @@ export class EgressProxy {
   }
 
   /** Joins two sockets both ways until both ends are done; idle for too long, both are cut. */
-  #splice(client: Socket, upstream: Socket, done: (error?: string) => void): void {
+  #splice(client: Socket, upstream: Socket, done: (error?: string) => void, down?: DownSink): void {
     const idle = () => {
       done('idle timeout');
       client.destroy();
@@ -304,7 +338,8 @@ export class EgressProxy {
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     forward(client, upstream);
-    forward(upstream, client);
+    if (down) attachSink(down, client);
+    else forward(upstream, client);
   }
 
   async #onConnect(req: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
@@ -328,7 +363,7 @@ export class EgressProxy {
     if (this.#closed || client.destroyed) return void opened.socket.destroy();
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length > 0) opened.socket.write(head);
-    this.#splice(client, opened.socket, opened.done);
+    this.#splice(client, opened.socket, opened.done, opened.down);
   }
 
   async #onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -441,7 +476,7 @@ export class EgressProxy {
     }
     if (this.#closed || client.destroyed) return void opened.socket.destroy();
     reply(SOCKS_REPLY.ok);
-    this.#splice(client, opened.socket, opened.done);
+    this.#splice(client, opened.socket, opened.done, opened.down);
   }
 }
 
@@ -461,6 +496,30 @@ function forward(from: Socket, to: Socket): void {
 }
 
 const MAX_BUFFERED = 1 << 20;
+
+/** `onread` callback of a tunnel's destination socket: copies the bytes out of the reused buffer. */
+function sinkRead(sink: DownSink, n: number, buf: Uint8Array): boolean {
+  const chunk = Buffer.from(buf.subarray(0, n)); // the buffer is reused by the next read
+  const to = sink.to;
+  if (!to) {
+    sink.early.push(chunk);
+    return true;
+  }
+  if (!to.write(chunk) && to.writableLength >= MAX_BUFFERED) {
+    // Returning false pauses the destination until the tool's side drains.
+    to.once('drain', () => sink.upstream?.resume());
+    return false;
+  }
+  return true;
+}
+
+/** Starts delivering a tunnel's destination bytes to the tool's side (and its end). */
+function attachSink(sink: DownSink, to: Socket): void {
+  sink.to = to;
+  for (const chunk of sink.early) to.write(chunk);
+  sink.early = [];
+  if (sink.ended) to.end();
+}
 
 /** Reads exactly `n` bytes from a socket in paused mode; rejects if it ends first. */
 function readBytes(socket: Socket, n: number): Promise<Buffer> {
