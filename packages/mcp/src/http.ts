@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { isIP } from 'node:net';
 import type { CallContext, Forge } from '@forge/runner';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { ForgeMcpError } from './errors.js';
 import { Inflight } from './inflight.js';
@@ -81,6 +81,8 @@ export function isLoopback(host: string): boolean {
  * @throws ForgeMcpError `tokens_required`, `invalid_options`, `listen_failed`.
  */
 export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): Promise<HttpServerHandle> {
+  // Loaded here, not at import: a stdio server never needs the HTTP transport (~50 ms of start-up).
+  const { StreamableHTTPServerTransport: Transport } = await import('@modelcontextprotocol/sdk/server/streamableHttp.js');
   const host = options.host ?? '127.0.0.1';
   const loopback = isLoopback(host);
   const grants = checkTokens(options.tokens ?? {});
@@ -184,7 +186,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       },
       inflight,
     );
-    const transport = new StreamableHTTPServerTransport({
+    const transport = new Transport({
       sessionIdGenerator: () => id,
       onsessionclosed: (closed) => drop(closed),
     });
