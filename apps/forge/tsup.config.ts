@@ -1,14 +1,10 @@
-import { defineConfig } from 'tsup';
+import { packageBuild } from '../../config/tsup.js';
 
-export default defineConfig({
+// An executable: no declarations, a shebang. The demo forges the repository's example tools;
+// their sources are bundled in as text.
+export default packageBuild({
   entry: ['src/cli.ts'],
-  format: ['esm'],
-  target: 'node20',
-  platform: 'node',
   dts: false,
-  clean: true,
-  sourcemap: true,
   banner: { js: '#!/usr/bin/env node' },
-  // The demo forges the repository's example tools; their sources are bundled in as text.
   loader: { '.py': 'text' },
 });

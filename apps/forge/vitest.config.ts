@@ -1,13 +1,4 @@
-import { defineConfig } from 'vitest/config';
+import { packageTests } from '../../config/vitest.js';
 
-export default defineConfig({
-  test: {
-    include: ['test/**/*.test.ts'],
-    // Every test spawns the built CLI, often several times: generous limits for a loaded CI machine.
-    testTimeout: 120_000,
-    hookTimeout: 60_000,
-    maxWorkers: 2,
-    // In CI, also write counts for the closing summary line (scripts/test-summary.mjs).
-    reporters: process.env.CI ? ['default', ['json', { outputFile: 'test-results.json' }]] : ['default'],
-  },
-});
+// Every test spawns the built CLI, often several times: generous limits for a loaded CI machine.
+export default packageTests({ testTimeout: 120_000 });

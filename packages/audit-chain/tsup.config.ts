@@ -1,12 +1,8 @@
-import { defineConfig } from 'tsup';
+import { packageBuild } from '../../config/tsup.js';
 
-export default defineConfig({
+// The CLI and the verify worker are entries of their own; declarations only for the library.
+export default packageBuild({
   entry: ['src/index.ts', 'src/cli.ts', 'src/verify-worker.ts'],
-  format: ['esm'],
-  target: 'node20',
-  platform: 'node',
   dts: { entry: 'src/index.ts' },
-  clean: true,
-  sourcemap: true,
   splitting: true,
 });

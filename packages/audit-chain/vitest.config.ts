@@ -1,13 +1,4 @@
-import { defineConfig } from 'vitest/config';
+import { packageTests } from '../../config/vitest.js';
 
-export default defineConfig({
-  test: {
-    include: ['test/**/*.test.ts'],
-    testTimeout: 120_000,
-    hookTimeout: 60_000,
-    // Tests spawn real writer processes; keep files in parallel but bounded for a 2-core machine.
-    maxWorkers: 2,
-    // In CI, also write counts for the closing summary line (scripts/test-summary.mjs).
-    reporters: process.env.CI ? ['default', ['json', { outputFile: 'test-results.json' }]] : ['default'],
-  },
-});
+// Tests spawn real writer processes: longer runs than most packages.
+export default packageTests({ testTimeout: 120_000 });

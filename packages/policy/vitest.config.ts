@@ -1,12 +1,3 @@
-import { defineConfig } from 'vitest/config';
+import { packageTests } from '../../config/vitest.js';
 
-export default defineConfig({
-  test: {
-    include: ['test/**/*.test.ts'],
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
-    maxWorkers: 2,
-    // In CI, also write counts for the closing summary line (scripts/test-summary.mjs).
-    reporters: process.env.CI ? ['default', ['json', { outputFile: 'test-results.json' }]] : ['default'],
-  },
-});
+export default packageTests();

@@ -26,17 +26,11 @@ export type PolicyEvent =
       /** True for the load at start. */
       initial: boolean;
     }
-  | {
+  | ({
       type: 'policy.reload_failed';
-      file: string;
-      line?: number;
-      column?: number;
-      pointer?: string;
-      reason: string;
-      message: string;
       /** What stays in force: the file's last good version, or nothing (calls are refused). */
       kept: 'last_good' | 'nothing';
-    };
+    } & PolicyProblem);
 
 /** The policy in force, or why there is none (a file that has never loaded: calls must be refused). */
 export type PolicyState = { ok: true; snapshot: PolicySnapshot } | { ok: false; kind: 'policy_denied'; message: string };

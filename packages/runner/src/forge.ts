@@ -325,6 +325,17 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     return base;
   };
 
+  /** What every `forge.called` entry says of the tool, the caller and the input. */
+  const calledFacts = (stored: StoredTool, ctx: Ctx, inputDigest: string) => ({
+    name: stored.name,
+    version: stored.version,
+    digest: stored.digest,
+    scope: stored.scope,
+    persona: ctx.persona,
+    session: ctx.session,
+    ...(ctx.task ? { task: ctx.task } : {}),
+    input_digest: inputDigest,
+  });
   /** Tool objects whose digest was checked (a registry reload brings new objects, checked again). */
   const verified = new WeakSet<StoredTool>();
   const breakersBySession = new Map<string, Breakers>();
@@ -532,23 +543,32 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       };
 
       if (key && cache) {
+        const hitOf = (seed: Envelope, seedRun: string) => ({
+          seed,
+          seedRun,
+          stored,
+          redactedInput,
+          inputDigest: digestOfInput,
+          snap,
+          ctx,
+          started,
+          key,
+        });
         const hit = cache.get(key);
         if (hit) {
           outcome = 'success';
-          return await cacheHit(hit.envelope, hit.seed_run, stored, redactedInput, snap, ctx, started, key);
+          return await cacheHit({ ...hitOf(hit.envelope, hit.seed_run), shared: false });
         }
         const flight = cache.once(key, execute);
         const r = await flight.result;
         outcome = r.outcome;
         if (!flight.shared) return r.envelope;
         // Another caller ran it: its answer, recorded for this call too.
-        if (r.envelope.ok) return await cacheHit(r.envelope, r.runId, stored, redactedInput, snap, ctx, started, key, true);
+        if (r.envelope.ok) return await cacheHit({ ...hitOf(r.envelope, r.runId), shared: true });
         await record('forge.called', {
           ok: false,
-          name,
-          ...who,
+          ...calledFacts(stored, ctx, digestOfInput),
           kind: r.envelope.error.kind,
-          input_digest: digestOfInput,
           cache: 'miss',
           shared_flight: true,
           seed_run: r.runId,
@@ -797,15 +817,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
     await record('forge.called', {
       ok: envelope.ok,
-      name: stored.name,
-      version: stored.version,
-      digest: stored.digest,
-      scope: stored.scope,
-      persona: ctx.persona,
-      session: ctx.session,
-      ...(ctx.task ? { task: ctx.task } : {}),
+      ...calledFacts(stored, ctx, r.inputDigest),
       run_id: result ? runId : null,
-      input_digest: r.inputDigest,
       cache: meta.cache ?? 'off',
       ...(envelope.ok ? {} : { kind: envelope.error.kind }),
       ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
@@ -820,17 +833,20 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   };
 
   /** A cache hit: the seed run's envelope with this call's meta, its own manifest and audit entry. */
-  const cacheHit = async (
-    seed: Envelope,
-    seedRun: string,
-    stored: StoredTool,
-    redactedInput: unknown,
-    snap: PolicySnapshot,
-    ctx: Ctx,
-    started: number,
-    key: string,
-    shared = false,
-  ): Promise<Envelope> => {
+  const cacheHit = async (h: {
+    seed: Envelope;
+    seedRun: string;
+    stored: StoredTool;
+    redactedInput: unknown;
+    inputDigest: string;
+    snap: PolicySnapshot;
+    ctx: Ctx;
+    started: number;
+    key: string;
+    /** Another caller's run, awaited together (single flight), rather than a stored entry. */
+    shared: boolean;
+  }): Promise<Envelope> => {
+    const { seed, seedRun, stored, redactedInput, inputDigest, snap, ctx, started, key, shared } = h;
     const runId = newId(new Date(now()));
     const envelope: Envelope = {
       ...seed,
@@ -857,15 +873,11 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
     await record('forge.called', {
       ok: true,
-      name: stored.name,
-      version: stored.version,
-      digest: stored.digest,
-      scope: stored.scope,
-      persona: ctx.persona,
-      session: ctx.session,
+      ...calledFacts(stored, ctx, inputDigest),
       run_id: runId,
       seed_run: seedRun,
       cache: 'hit',
+      ...(shared ? { shared_flight: true } : {}),
       policy: snap.digest,
     });
     return envelope;
