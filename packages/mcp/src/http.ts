@@ -34,6 +34,11 @@ export interface ServeHttpOptions {
   maxBodyBytes?: number;
   /** Most sessions open at once (default 256); past it, new sessions get 503. */
   maxSessions?: number;
+  /**
+   * A session with no request open and none for this long is closed (default 30 minutes): a
+   * client that went away without DELETE does not hold a slot forever. Its next request gets 404.
+   */
+  sessionIdleMs?: number;
   /** Server name and version in the initialize answer. */
   name?: string;
   version?: string;
@@ -55,6 +60,10 @@ interface Session {
   dispose(): void;
   /** Which token opened it (a digest); every later request must carry the same one. */
   principal: string;
+  /** Requests of this session being answered now (a notification stream counts while open). */
+  open: number;
+  /** When its last request ended (ms since the epoch). */
+  lastSeen: number;
 }
 
 const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '[::1]', '::1']);
@@ -101,6 +110,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   const allowedHosts = options.allowedHosts?.map((h) => h.toLowerCase());
   const maxBody = options.maxBodyBytes ?? 16 * 1024 * 1024;
   const maxSessions = options.maxSessions ?? 256;
+  const idleMs = options.sessionIdleMs ?? 30 * 60_000;
   const inflight = new Inflight();
   const sessions = new Map<string, Session>();
   let closing: Promise<void> | undefined;
@@ -170,7 +180,15 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       const s = sessions.get(sid);
       if (!s) return fail(res, 404, 'session not found: it was closed or never existed; initialize a new one');
       if (s.principal !== caller.principal) return fail(res, 403, 'this session belongs to another credential');
-      await s.transport.handleRequest(req, res, body);
+      s.open++;
+      try {
+        await s.transport.handleRequest(req, res, body);
+        // A notification stream (GET) stays open after handleRequest returns: count it until it closes.
+        if (!res.writableEnded) await new Promise<void>((r) => res.once('close', () => r()));
+      } finally {
+        s.open--;
+        s.lastSeen = Date.now();
+      }
       return;
     }
     if (req.method !== 'POST' || !isInitializeRequest(body))
@@ -191,7 +209,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       onsessionclosed: (closed) => drop(closed),
     });
     built.server.onclose = () => drop(id);
-    sessions.set(id, { ...built, transport, principal: caller.principal });
+    sessions.set(id, { ...built, transport, principal: caller.principal, open: 0, lastSeen: Date.now() });
     await built.server.connect(transport);
     await transport.handleRequest(req, res, body);
     // An initialize the transport refused leaves no session behind.
@@ -218,6 +236,20 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       resolve();
     });
   });
+  // Idle sessions are closed by a sweep that never keeps the process alive.
+  const sweep = setInterval(
+    () => {
+      const now = Date.now();
+      for (const [id, s] of [...sessions]) {
+        if (s.open === 0 && now - s.lastSeen >= idleMs) {
+          drop(id);
+          void s.server.close().catch(() => {});
+        }
+      }
+    },
+    Math.max(10, Math.min(60_000, Math.floor(idleMs / 4))),
+  );
+  sweep.unref();
   const address = http.address();
   const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
   const urlHost = isIP(host) === 6 ? `[${host}]` : host;
@@ -227,6 +259,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     sessions: () => [...sessions.keys()],
     close() {
       closing ??= (async () => {
+        clearInterval(sweep);
         const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
         await inflight.drain(options.graceMs ?? 10_000);
         for (const [id, s] of [...sessions]) {

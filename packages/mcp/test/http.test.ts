@@ -171,6 +171,29 @@ describe('Streamable HTTP transport', () => {
     expect(server.sessions()).toEqual([b.transport.sessionId]);
   });
 
+  it('a session whose client left without DELETE is closed after sessionIdleMs; an active one is kept; the expired id gets 404', async () => {
+    const { server } = await serve({ sessionIdleMs: 300 });
+    const idle = await httpClient(server.url);
+    const busy = await httpClient(server.url);
+    const idleId = idle.transport.sessionId as string;
+    expect(server.sessions()).toHaveLength(2);
+    // The first client goes away without DELETE: its notification stream closes, nothing else comes.
+    await idle.transport.close();
+    // Keep one session busy with requests while the other stays quiet.
+    const until = Date.now() + 1200;
+    while (Date.now() < until) {
+      await busy.client.listTools();
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(server.sessions()).toEqual([busy.transport.sessionId]);
+    const r = await fetch(server.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': idleId },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }),
+    });
+    expect(r.status).toBe(404);
+  });
+
   it('close() lets a call in flight answer, then refuses new connections', async () => {
     const { server } = await serve({ graceMs: 5000 });
     const { client } = await httpClient(server.url);
