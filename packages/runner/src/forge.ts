@@ -403,6 +403,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (!ns.ok) return refuse(ns as Refusal, 'tool.namespace_denied');
     const rt = checkRuntime(snap, tool.runtime);
     if (!rt.ok) return refuse(rt as Refusal);
+    // On PATH is not enough (a version manager's shim for a version it has not installed): the
+    // interpreter must have answered, or the tool could be forged and never run.
+    try {
+      (await runtimesReady).get(tool.runtime);
+    } catch (err) {
+      return refuse({ ok: false, kind: 'validation_failed', message: `runtime: ${(err as Error).message}` });
+    }
     const secrets = checkSecrets(snap, ctx.persona, tool.meta?.secrets ?? []);
     if (!secrets.ok) return refuse(secrets as Refusal, 'acl.persona_secret_denied');
     const count = breakersOf(ctx.session).checkForge(ctx.session, snap.policy.breakers);

@@ -1,6 +1,7 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { example, failed, okData, py, setup, tool, writeAtomic } from './helpers.js';
 
 describe('forge pipeline refusals', () => {
@@ -383,5 +384,27 @@ describe('a host that cannot sandbox', () => {
     expect(fx.entries('forge.called').every((e) => e.data.kind === 'sandbox_unavailable')).toBe(true);
     // Not the tool's failure: the failure breaker (threshold 5 by default) never opened.
     expect(fx.entries('breaker.open')).toEqual([]);
+  });
+});
+
+describe('a runtime on PATH that does not run', () => {
+  it('is refused at forge time (validation_failed), not at the first call', async () => {
+    // A version manager's shim for a version it does not have: on PATH, but it never answers.
+    const bin = mkdtempSync(join(tmpdir(), 'forge-fake-bin-'));
+    writeFileSync(join(bin, 'python3.99'), '#!/bin/sh\necho "pyenv: version 3.99 is not installed" >&2\nexit 127\n', { mode: 0o755 });
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    onTestFinished(() => {
+      process.env.PATH = path;
+      rmSync(bin, { recursive: true, force: true });
+    });
+    const fx = await setup();
+    const made = await fx.forge.forgeTool({ ...(await example('fib')), name: 'fib399', runtime: 'python3.99' });
+    expect(made.ok).toBe(false);
+    if (!made.ok) {
+      expect(made.kind).toBe('validation_failed');
+      expect(made.message).toContain('unknown runtime "python3.99"');
+    }
+    expect(fx.entries('forge.created').at(-1)?.data).toMatchObject({ ok: false, kind: 'validation_failed', name: 'fib399' });
   });
 });
