@@ -1,4 +1,4 @@
-import { type Dirent, readdirSync } from 'node:fs';
+import { type Dirent, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { link, readdir, readFile, stat, unlink } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, sep } from 'node:path';
@@ -122,6 +122,10 @@ export class ScopeDir {
     }
     let n = 0;
     for (const e of entries) {
+      if (e.name.startsWith(TMP_PREFIX)) {
+        sweepTemp(`${this.root}${sep}${e.name}`);
+        continue;
+      }
       if (e.name.startsWith('.') || !e.name.endsWith('.json')) continue;
       // Plain concatenation: path.join normalizes every time, measurable over 10 000 files.
       const path = `${this.root}${sep}${e.name}`;
@@ -310,5 +314,19 @@ export class ScopeDir {
     if (live.status === 'ok') out.push({ version: live.tool.version, current: true, path: this.pathOf(name), tool: live.tool });
     else if (live.status === 'bad') out.push({ version: 0, current: true, path: this.pathOf(name), reason: live.failure.reason });
     return out;
+  }
+}
+
+/** Temporary files of writes (see fs-atomic's writeTemp). */
+const TMP_PREFIX = '.tmp-';
+/** A temporary file this old belongs to a write that died (a live one lasts milliseconds). */
+const STALE_TMP_MS = 60 * 60_000;
+
+/** Removes a writer's temporary file left behind by a crash, once it is clearly stale. */
+function sweepTemp(path: string): void {
+  try {
+    if (Date.now() - statSync(path).mtimeMs > STALE_TMP_MS) unlinkSync(path);
+  } catch {
+    // gone already, or not ours to remove: leave it
   }
 }

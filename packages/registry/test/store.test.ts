@@ -1,4 +1,4 @@
-import { mkdir, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, stat, symlink, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createRegistry, digestSpec, type StoredTool } from '../src/index.js';
@@ -252,6 +252,24 @@ describe('load', () => {
     const f = await fixture();
     expect(await f.registry.load()).toEqual({ loaded: { task: 0, session: 0, project: 0, user: 0 }, failed: [] });
     expect(await readdir(f.project)).toEqual([]);
+  });
+});
+
+describe('temporary files of writes that died', () => {
+  it('load removes stale ones (over an hour old) and leaves fresh ones to their writers', async () => {
+    const { registry: reg, roots } = await fixture();
+    await mkdir(roots.project as string, { recursive: true });
+    const stale = join(roots.project as string, '.tmp-4242-deadbeef');
+    const fresh = join(roots.project as string, '.tmp-4243-cafebabe');
+    await writeFile(stale, '{"half": ');
+    await writeFile(fresh, '{"half": ');
+    const hourAgo = new Date(Date.now() - 2 * 3600_000);
+    await utimes(stale, hourAgo, hourAgo);
+    const report = await reg.load();
+    expect(report.failed).toEqual([]);
+    const names = await readdir(roots.project as string);
+    expect(names).not.toContain('.tmp-4242-deadbeef');
+    expect(names).toContain('.tmp-4243-cafebabe');
   });
 });
 
