@@ -130,12 +130,31 @@ const SCHEMA_VALUES = [
 const SCHEMA_ARRAYS = ['allOf', 'anyOf', 'oneOf', 'prefixItems', 'items'];
 
 /**
- * Checks forge's annotations wherever they appear in a schema: `x-bind` must be `"ro"` or `"rw"`
- * on a string schema (its value is a host path), `x-redact` must be a boolean.
+ * The keywords through which the runner finds the input values that `x-bind` and `x-redact`
+ * mark (it walks the schema along the input). An annotation under any other keyword
+ * (`patternProperties`, `if`/`then`, `not`, …) would be silently ignored at call time: a path
+ * not bound, a value shown unredacted in run manifests. So it is refused here instead.
  */
-function annotationProblems(node: unknown, path: string, out: SpecProblem[]): void {
+const FOLLOWED = new Set(['properties', 'additionalProperties', 'items', 'prefixItems', 'allOf', 'anyOf', 'oneOf', '$defs', 'definitions']);
+
+/**
+ * Checks forge's annotations wherever they appear in a schema: `x-bind` must be `"ro"` or `"rw"`
+ * on a string schema (its value is a host path), `x-redact` must be a boolean, and both must sit
+ * where the runner looks for them (`via` is the first keyword on the way down it does not follow).
+ */
+function annotationProblems(node: unknown, path: string, out: SpecProblem[], via?: string): void {
   if (typeof node !== 'object' || node === null || Array.isArray(node)) return;
   const s = node as JsonSchema;
+  if (via !== undefined) {
+    for (const a of ['x-bind', 'x-redact'] as const) {
+      if (a in s) {
+        out.push({
+          path: `${path}/${a}`,
+          message: `is not read under "${via}": forge finds ${a} through properties, additionalProperties, items, prefixItems, allOf, anyOf, oneOf and $ref; move it there`,
+        });
+      }
+    }
+  }
   if ('x-bind' in s) {
     if (s['x-bind'] !== 'ro' && s['x-bind'] !== 'rw') {
       out.push({ path: `${path}/x-bind`, message: `must be "ro" or "rw" (got ${JSON.stringify(s['x-bind'])})` });
@@ -160,15 +179,15 @@ function annotationProblems(node: unknown, path: string, out: SpecProblem[]): vo
   for (const k of SCHEMA_MAPS) {
     const m = s[k];
     if (typeof m === 'object' && m !== null && !Array.isArray(m)) {
-      for (const [name, sub] of Object.entries(m)) annotationProblems(sub, `${path}/${k}/${escapePointer(name)}`, out);
+      for (const [name, sub] of Object.entries(m)) annotationProblems(sub, `${path}/${k}/${escapePointer(name)}`, out, below(via, k));
     }
   }
-  for (const k of SCHEMA_VALUES) if (!Array.isArray(s[k])) annotationProblems(s[k], `${path}/${k}`, out);
+  for (const k of SCHEMA_VALUES) if (!Array.isArray(s[k])) annotationProblems(s[k], `${path}/${k}`, out, below(via, k));
   for (const k of SCHEMA_ARRAYS) {
     const a = s[k];
     if (Array.isArray(a)) {
       a.forEach((sub, i) => {
-        annotationProblems(sub, `${path}/${k}/${i}`, out);
+        annotationProblems(sub, `${path}/${k}/${i}`, out, below(via, k));
       });
     }
   }
@@ -193,6 +212,11 @@ function isSafePattern(pattern: string): boolean {
   } catch {
     return true; // not a pattern safe-regex2 can parse: ajv reports it when compiling
   }
+}
+
+/** The first keyword on the way down that the runner does not follow, if any. */
+function below(via: string | undefined, keyword: string): string | undefined {
+  return via ?? (FOLLOWED.has(keyword) ? undefined : keyword);
 }
 
 function escapePointer(token: string): string {

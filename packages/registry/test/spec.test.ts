@@ -342,3 +342,43 @@ describe('patterns that could stall the server', () => {
     expect(good.ok).toBe(true);
   });
 });
+
+describe('annotations where the runner cannot find them', () => {
+  it('refuses x-bind and x-redact under keywords the call pipeline does not follow', () => {
+    const bad = validateSpec(
+      spec({
+        input_schema: {
+          type: 'object',
+          patternProperties: { '^secret_': { type: 'string', 'x-redact': true } },
+          // (if/then/else are not followed either; `not` stands for them here.)
+          not: { properties: { path: { type: 'string', 'x-bind': 'ro' } } },
+        },
+      }),
+    );
+    expect(bad.ok).toBe(false);
+    if (!bad.ok) {
+      expect(bad.problems.map((p) => p.path).sort()).toEqual([
+        'input_schema/patternProperties/^secret_/x-redact',
+        'input_schema/not/properties/path/x-bind',
+      ]);
+      expect(bad.problems[0]?.message).toMatch(/is not read under "(patternProperties|not)"/);
+    }
+  });
+
+  it('accepts them through properties, items, allOf/anyOf/oneOf and $defs', () => {
+    const ok = validateSpec(
+      spec({
+        input_schema: {
+          type: 'object',
+          properties: {
+            files: { type: 'array', items: { type: 'string', 'x-bind': 'ro' } },
+            token: { anyOf: [{ $ref: '#/$defs/secret' }, { type: 'null' }] },
+          },
+          additionalProperties: { type: 'string', 'x-redact': true },
+          $defs: { secret: { type: 'string', 'x-redact': true } },
+        },
+      }),
+    );
+    expect(ok.ok).toBe(true);
+  });
+});
