@@ -358,8 +358,8 @@ describe('annotations where the runner cannot find them', () => {
     expect(bad.ok).toBe(false);
     if (!bad.ok) {
       expect(bad.problems.map((p) => p.path).sort()).toEqual([
-        'input_schema/patternProperties/^secret_/x-redact',
         'input_schema/not/properties/path/x-bind',
+        'input_schema/patternProperties/^secret_/x-redact',
       ]);
       expect(bad.problems[0]?.message).toMatch(/is not read under "(patternProperties|not)"/);
     }
