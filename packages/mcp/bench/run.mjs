@@ -8,7 +8,6 @@
 //
 //   pnpm bench     (BENCH_RUNS=200 for more samples)
 
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -18,6 +17,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { ListToolsResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { paired, rawPython, stats } from '../../../bench/baseline.mjs';
 import { loadExample } from '../../../examples/index.mjs';
 import { probe, resolveRuntimes } from '../../sandbox/dist/index.js';
 import { createForgeMcpServer } from '../dist/index.js';
@@ -46,31 +46,8 @@ function dirs(name) {
   return { home, project };
 }
 
-const stats = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return { p50: s[Math.floor(s.length / 2)], p95: s[Math.floor(s.length * 0.95)] };
-};
 const ms = (x) => `${x.toFixed(3)} ms`;
 const mark = (ok) => (ok ? ' ' : '!');
-
-/** Interleaved blocks of 10, so both paths see the same machine state. */
-async function paired(fn, base, runs = RUNS) {
-  const a = [];
-  const b = [];
-  for (let i = 0; i < runs; i += 10) {
-    for (let k = 0; k < 10; k++) {
-      const t = performance.now();
-      await base(i + k);
-      b.push(performance.now() - t);
-    }
-    for (let k = 0; k < 10; k++) {
-      const t = performance.now();
-      await fn(i + k);
-      a.push(performance.now() - t);
-    }
-  }
-  return { ours: stats(a), base: stats(b) };
-}
 
 async function inMemoryClient(forge) {
   const server = createForgeMcpServer(forge);
@@ -160,20 +137,7 @@ await child.client.close();
 // ---------------------------------------------------------------- cold fib: MCP vs raw bwrap
 const script = join(root, 'fib.py');
 writeFileSync(script, fib.impl);
-function raw(n) {
-  const a = ['--unshare-all', '--die-with-parent', '--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--ro-bind', '/usr', '/usr'];
-  for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  for (const m of python.mounts) a.push('--ro-bind', m, m);
-  a.push('--ro-bind', script, script, '--proc', '/proc', '--dev', '/dev', '--', python.interpreter, '-I', '-B', script);
-  return new Promise((resolve, reject) => {
-    const c = spawn(host.bwrap.path, a, { stdio: ['pipe', 'pipe', 'inherit'] });
-    let out = '';
-    c.stdout.on('data', (d) => (out += d));
-    c.on('error', reject);
-    c.on('close', (code) => (code === 0 && out.includes('"ok"') ? resolve() : reject(new Error(`raw bwrap exited ${code}`))));
-    c.stdin.end(JSON.stringify({ n }));
-  });
-}
+const raw = (n) => rawPython(host, python, script, { n });
 const cold = async (n) => unwrap(await mem.client.callTool({ name: 'fib_cold', arguments: { n } }));
 for (let i = 0; i < 5; i++) {
   await raw(20);

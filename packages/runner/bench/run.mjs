@@ -5,11 +5,11 @@
 //
 //   pnpm bench     (BENCH_RUNS=100 for more samples)
 
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { probe, resolveRuntimes } from '@forge/sandbox';
+import { paired, rawPython, stats } from '../../../bench/baseline.mjs';
 import { loadExample } from '../../../examples/index.mjs';
 import { createForge } from '../dist/index.js';
 
@@ -40,49 +40,11 @@ for (const spec of [fib, coldFib]) {
 const script = join(root, 'fib.py');
 writeFileSync(script, fib.impl);
 
-/** Raw bwrap with the least it needs, running the same script on the same input. */
-function raw(n) {
-  const a = ['--unshare-all', '--die-with-parent', '--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--ro-bind', '/usr', '/usr'];
-  for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  for (const m of python.mounts) a.push('--ro-bind', m, m);
-  a.push('--ro-bind', script, script, '--proc', '/proc', '--dev', '/dev', '--', python.interpreter, '-I', '-B', script);
-  return new Promise((resolve, reject) => {
-    const c = spawn(host.bwrap.path, a, { stdio: ['pipe', 'pipe', 'inherit'] });
-    let out = '';
-    c.stdout.on('data', (d) => (out += d));
-    c.on('error', reject);
-    c.on('close', (code) => (code === 0 && out.includes('"ok"') ? resolve() : reject(new Error(`raw bwrap exited ${code}`))));
-    c.stdin.end(JSON.stringify({ n }));
-  });
-}
+const raw = (n) => rawPython(host, python, script, { n });
 
 async function cold(n) {
   const e = await forge.callTool('fib_cold', { n });
   if (!e.ok) throw new Error(`fib_cold: ${e.error.kind}: ${e.error.message}`);
-}
-
-function stats(xs) {
-  const s = [...xs].sort((a, b) => a - b);
-  return { p50: s[Math.floor(s.length / 2)], p95: s[Math.floor(s.length * 0.95)] };
-}
-
-/** Interleaved blocks of 10, so both paths see the same machine state. */
-async function paired(fn, base) {
-  const a = [];
-  const b = [];
-  for (let i = 0; i < RUNS; i += 10) {
-    for (let k = 0; k < 10; k++) {
-      const t = performance.now();
-      await base(i + k);
-      b.push(performance.now() - t);
-    }
-    for (let k = 0; k < 10; k++) {
-      const t = performance.now();
-      await fn(i + k);
-      a.push(performance.now() - t);
-    }
-  }
-  return { ours: stats(a), raw: stats(b) };
 }
 
 const ms = (x) => `${x.toFixed(2)} ms`;
@@ -99,11 +61,12 @@ for (let i = 0; i < 5; i++) {
 const c = await paired(
   (i) => cold(20 + (i % 50)),
   (i) => raw(20 + (i % 50)),
+  RUNS,
 );
-const ratio = c.ours.p50 / c.raw.p50;
-const added = c.ours.p50 - c.raw.p50;
+const ratio = c.ours.p50 / c.base.p50;
+const added = c.ours.p50 - c.base.p50;
 console.log(
-  `${mark(ratio <= 1.1 && added <= 3)} callTool fib, cold   p50 ${ms(c.ours.p50)}  p95 ${ms(c.ours.p95)}   raw bwrap + python p50 ${ms(c.raw.p50)}  p95 ${ms(c.raw.p95)}`,
+  `${mark(ratio <= 1.1 && added <= 3)} callTool fib, cold   p50 ${ms(c.ours.p50)}  p95 ${ms(c.ours.p95)}   raw bwrap + python p50 ${ms(c.base.p50)}  p95 ${ms(c.base.p95)}`,
 );
 console.log(`${mark(ratio <= 1.1 && added <= 3)}   ratio ${ratio.toFixed(3)}× (target ≤ 1.10×), added ${ms(added)} (target ≤ 3 ms)`);
 

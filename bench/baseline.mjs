@@ -1,0 +1,53 @@
+// Pieces the benchmarks of several packages share: percentiles, paired measurement, and the raw
+// bwrap + python baseline a sandboxed call is compared with. Not a package: benches import it
+// by relative path.
+
+import { spawn } from 'node:child_process';
+
+/** p50 and p95 of a list of samples. */
+export function stats(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return { p50: s[Math.floor(s.length / 2)], p95: s[Math.floor(s.length * 0.95)] };
+}
+
+/**
+ * Runs `fn` and `base` `runs` times each, in interleaved blocks of 10, so both see the same
+ * machine state. Each gets the index of the run. Returns the stats of both.
+ */
+export async function paired(fn, base, runs) {
+  const a = [];
+  const b = [];
+  for (let i = 0; i < runs; i += 10) {
+    for (let k = 0; k < 10; k++) {
+      const t = performance.now();
+      await base(i + k);
+      b.push(performance.now() - t);
+    }
+    for (let k = 0; k < 10; k++) {
+      const t = performance.now();
+      await fn(i + k);
+      a.push(performance.now() - t);
+    }
+  }
+  return { ours: stats(a), base: stats(b) };
+}
+
+/**
+ * The baseline of a sandboxed python call: raw bwrap with the least it needs (host roots, the
+ * interpreter's mounts, the script), running `script` with `input` as JSON on stdin. `host` is
+ * `probe()`'s result, `python` the `python3` runtime. Resolves when it printed an envelope.
+ */
+export function rawPython(host, python, script, input) {
+  const a = ['--unshare-all', '--die-with-parent', '--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--ro-bind', '/usr', '/usr'];
+  for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
+  for (const m of python.mounts) a.push('--ro-bind', m, m);
+  a.push('--ro-bind', script, script, '--proc', '/proc', '--dev', '/dev', '--', python.interpreter, '-I', '-B', script);
+  return new Promise((resolve, reject) => {
+    const c = spawn(host.bwrap.path, a, { stdio: ['pipe', 'pipe', 'inherit'] });
+    let out = '';
+    c.stdout.on('data', (d) => (out += d));
+    c.on('error', reject);
+    c.on('close', (code) => (code === 0 && out.includes('"ok"') ? resolve() : reject(new Error(`raw bwrap exited ${code}`))));
+    c.stdin.end(JSON.stringify(input));
+  });
+}
