@@ -34,8 +34,6 @@ export function controlLine(steps: readonly string[], argv: readonly string[]): 
 export interface Launched {
   child: ChildProcess;
   cgroup?: RunCgroup;
-  /** True when a ready launcher was used. */
-  warm: boolean;
 }
 
 interface Ready {
@@ -91,7 +89,7 @@ function prepare(cg: PidsCgroups, seccomp: Buffer, extra: (number | StdioNull)[]
   return true;
 }
 
-/** Descriptors after 5 to cover with /dev/null in every launcher (inherited ones, see run.ts). */
+/** What one run needs from its launcher. */
 export interface LaunchSpec {
   /** The run's rlimit steps (shell). */
   steps: string[];
@@ -156,7 +154,7 @@ export function launch(spec: LaunchSpec): Launched | undefined {
   });
   (child.stdio[4] as Writable).on('error', () => {});
   (child.stdio[4] as Writable).end(spec.seccomp);
-  return { child, ...(cgroup ? { cgroup } : {}), warm: false };
+  return { child, ...(cgroup ? { cgroup } : {}) };
 }
 
 function takeReady(spec: LaunchSpec): Launched | undefined {
@@ -175,7 +173,7 @@ function takeReady(spec: LaunchSpec): Launched | undefined {
     setHeld(child, true);
     const control = (child.stdio as unknown as Writable[])[5] as Writable;
     control.end(`${controlLine([...spec.steps, ...reopen], spec.argv)}\n`);
-    return { child, cgroup, warm: true };
+    return { child, cgroup };
   }
   return undefined;
 }
