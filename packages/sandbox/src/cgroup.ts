@@ -103,6 +103,31 @@ export function setPidsMax(cg: RunCgroup, max: number): boolean {
   return true;
 }
 
+/**
+ * SIGKILLs every process in a run's cgroup, a few passes over (a fork may land between reading
+ * the list and the kill). Killing the launcher's process group is not always enough: if it lands
+ * while bwrap is still setting up, the sandbox's first process can miss its parent-death signal
+ * and live on; as a member of the cgroup it cannot escape this.
+ */
+export function killRunCgroup(cg: RunCgroup): void {
+  for (let pass = 0; pass < 5; pass++) {
+    let pids: number[];
+    try {
+      pids = readFileSync(join(cg.dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+    } catch {
+      return;
+    }
+    if (pids.length === 0) return;
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // exited meanwhile
+      }
+    }
+  }
+}
+
 /** Whether the run tried to pass its process limit (the cgroup's `max` event count grew). */
 export function pidsLimitHit(cg: RunCgroup): boolean {
   return maxEvents(cg.dir) > cg.maxEventsBefore;

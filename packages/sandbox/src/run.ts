@@ -16,7 +16,7 @@ import { Server } from 'node:net';
 import { constants, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import type { Writable } from 'node:stream';
-import { pidsLimitHit } from './cgroup.js';
+import { killRunCgroup, pidsLimitHit } from './cgroup.js';
 import { checkGrant, hostAddresses } from './egress/guard.js';
 import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, preloadSource, READY, wrapCommand } from './egress/inside.js';
 import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
@@ -353,6 +353,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     } catch {
       // already gone
     }
+    if (cgroup) killRunCgroup(cgroup);
   };
   const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
   const onAbort = () => kill('signal');

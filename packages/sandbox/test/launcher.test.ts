@@ -145,3 +145,20 @@ describe('waiting launchers and the embedding process', () => {
     expect(left).toEqual([]);
   });
 });
+
+describe('a kill at any moment of start-up', () => {
+  it('ends the run at once, even while bwrap is still setting up (60 aborts at random moments)', async () => {
+    // Killing only the launcher's process group while bwrap sets up could leave the sandbox's first
+    // process without its parent-death signal; the run's cgroup (as root) is killed too.
+    for (let i = 0; i < 60; i++) {
+      const ac = new AbortController();
+      const t = Date.now();
+      const run = runSandboxed({ command: ['/bin/sh', '-c', 'sleep 30'], limits: { timeoutMs: 40_000 } }, { signal: ac.signal });
+      setTimeout(() => ac.abort(), Math.random() * 12);
+      const r = await run;
+      expect(r.reason).toBe('signal');
+      // A hang bound, not a speed target: a missed kill takes the full 30 s sleep.
+      expect(Date.now() - t, `abort ${i} did not end the run`).toBeLessThan(10_000);
+    }
+  });
+});
