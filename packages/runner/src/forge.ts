@@ -240,34 +240,28 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (names.length > 0) notifyChanged([...new Set(changes.map((c) => c.scope))], names);
   };
   if (options.watch) await base.watch(onScopeChange, { onError: watchErrors });
-  const scoped = new Map<string, Promise<Registry>>(); // session and task scopes, by directory
-
-  /** The registry of one session or task scope (created and loaded on first use). */
-  const byIds = new Map<string, Promise<Registry>>(); // the same, by scope and ids (a call's lookup)
+  /** Session and task scope registries, by scope and ids; each created and loaded on first use. */
+  const scoped = new Map<string, Promise<Registry>>();
   const scopeRegistry = (scope: 'session' | 'task', session: string, task?: string): Promise<Registry> => {
-    const ids = `${scope}\0${session}\0${task ?? ''}`;
-    const known = byIds.get(ids);
-    if (known) return known;
+    const ids = `${scope}\0${session}\0${scope === 'task' ? (task ?? '') : ''}`;
+    let r = scoped.get(ids);
+    if (r) return r;
     const roots = scopeRoots({ forgeHome: paths.home, project: paths.project, session, ...(task ? { task } : {}) });
     const dir = roots[scope] as string;
-    let r = scoped.get(dir);
-    if (!r) {
-      r = (async () => {
-        const reg = createRegistry({
-          roots: { [scope]: dir },
-          builtins: META_TOOLS,
-          runtimes: runtimeNames,
-          onEvent: registryEvent,
-          now: () => new Date(now()),
-        });
-        await reg.load();
-        // Watching would create the directory: a session that forged nothing leaves none behind.
-        if (options.watch && existsSync(dir)) await reg.watch(onScopeChange, { onError: watchErrors });
-        return reg;
-      })();
-      scoped.set(dir, r);
-    }
-    byIds.set(ids, r);
+    r = (async () => {
+      const reg = createRegistry({
+        roots: { [scope]: dir },
+        builtins: META_TOOLS,
+        runtimes: runtimeNames,
+        onEvent: registryEvent,
+        now: () => new Date(now()),
+      });
+      await reg.load();
+      // Watching would create the directory: a session that forged nothing leaves none behind.
+      if (options.watch && existsSync(dir)) await reg.watch(onScopeChange, { onError: watchErrors });
+      return reg;
+    })();
+    scoped.set(ids, r);
     return r;
   };
 
