@@ -169,8 +169,9 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   const now = options.now ?? Date.now;
   const paths = forgePaths(options.home ?? defaultForgeHome(env), options.project ?? findProject(), env);
   if (options.vaultPath) paths.vault = options.vaultPath;
-  for (const d of [paths.home, paths.auditDir, paths.codeDir, paths.projectForge, paths.runsDir])
-    mkdirSync(d, { recursive: true, mode: 0o700 });
+  // Only what every use needs: the project's .forge/, runs/ and the code copies are made by the
+  // first write that needs them, so listing or checking from any directory leaves nothing there.
+  for (const d of [paths.home, paths.auditDir]) mkdirSync(d, { recursive: true, mode: 0o700 });
 
   const defaults = {
     persona: env.FORGE_PERSONA || 'default',
@@ -884,9 +885,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     return envelope;
   };
 
+  let codeDirMade = false;
   /** The tool's impl as a file named by its digest (rewritten if it was changed on disk). */
   const codeFile = (tool: StoredTool, ext: string): string => {
     const file = join(paths.codeDir, `${tool.digest.replace(/^sha256:/, '')}.${ext}`);
+    if (!codeDirMade) {
+      mkdirSync(paths.codeDir, { recursive: true, mode: 0o700 });
+      codeDirMade = true;
+    }
     let current: string | undefined;
     try {
       current = readFileSync(file, 'utf8');

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, lstatSync, openSync, readdirSync, renameSync, writeSync } from 'node:fs';
-import { appendFile } from 'node:fs/promises';
-import { join, relative } from 'node:path';
+import { appendFile, mkdir } from 'node:fs/promises';
+import { dirname, join, relative } from 'node:path';
 
 const processTag = randomBytes(4).toString('hex');
 let counter = 0;
@@ -100,6 +100,11 @@ export class HitLog {
   async #flush(): Promise<void> {
     const text = this.#lines.join('');
     this.#lines = [];
-    if (text) await appendFile(this.#file, text, { mode: 0o600 });
+    if (!text) return;
+    // The runs directory is made by the first record (a process that only lists makes nothing).
+    this.#dirMade ??= mkdir(dirname(this.#file), { recursive: true, mode: 0o700 }).then(() => {});
+    await this.#dirMade;
+    await appendFile(this.#file, text, { mode: 0o600 });
   }
+  #dirMade: Promise<void> | undefined;
 }

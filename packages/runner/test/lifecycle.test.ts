@@ -1,5 +1,8 @@
-import { describe, expect, it } from 'vitest';
-import type { ForgeEvent } from '../src/index.js';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { createForge, type ForgeEvent } from '../src/index.js';
 import { example, failed, okData, py, runStarted, setup } from './helpers.js';
 
 const sleeper = (seconds: number, timeoutMs = 30_000) =>
@@ -132,5 +135,20 @@ describe('events and the audit trail', () => {
     failed(await fx.forge.callTool('word_count', { text, top: 'x' }), 'validation_failed');
     const log = JSON.stringify(fx.audit());
     expect(log).not.toContain('distinctive sentence');
+  });
+});
+
+describe('what a process that only looks leaves behind', () => {
+  it('listing from a directory creates nothing there (no .forge/, no runs/)', async () => {
+    const project = mkdtempSync(join(tmpdir(), 'forge-bare-project-'));
+    const home = mkdtempSync(join(tmpdir(), 'forge-bare-home-'));
+    onTestFinished(() => {
+      rmSync(project, { recursive: true, force: true });
+      rmSync(home, { recursive: true, force: true });
+    });
+    const forge = await createForge({ home, project, env: {} });
+    expect(await forge.listTools()).toEqual([]);
+    await forge.close();
+    expect(readdirSync(project)).toEqual([]);
   });
 });
