@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -95,6 +96,41 @@ describe('watch', () => {
     await f.registry.watch(c.onChange);
     await f.registry.load();
     expect(f.registry.resolve('csv.count')?.scope).toBe('task');
+  });
+});
+
+/** inotify watches this process holds (over all its inotify instances), from /proc/self/fdinfo. */
+function inotifyWatches(): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    let target = '';
+    try {
+      target = readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      continue; // closed meanwhile (the readdir's own descriptor)
+    }
+    if (target !== 'anon_inode:inotify') continue;
+    n += readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('inotify wd:')).length;
+  }
+  return n;
+}
+
+describe('watch cost', () => {
+  it('one inotify watch per scope directory, however many tools it holds', async () => {
+    const f = await fixture();
+    for (let i = 0; i < 300; i++) await f.registry.create(spec({ name: `t.n${i}` }), { scope: 'project', createdBy: BY });
+    const before = inotifyWatches();
+    const c = changes();
+    await f.registry.watch(c.onChange);
+    const scopes = Object.values(f.roots).filter(Boolean).length;
+    expect(inotifyWatches() - before).toBeLessThanOrEqual(scopes);
+    // And it still sees a change to any one of them.
+    await writeFile(join(f.roots.project ?? '', 't.n150.json'), '{"half":');
+    expect(await c.next()).toEqual([{ scope: 'project', names: ['t.n150'] }]);
+    await f.registry.close();
+    expect(inotifyWatches()).toBe(before);
   });
 });
 
