@@ -122,7 +122,10 @@ function matches(bytes: readonly number[], prefix: readonly number[], bits: numb
 }
 
 const V4_ROWS = V4.map(([p, bits, kind]) => ({ bytes: v4Bytes(p), bits, kind, range: `${p}/${bits}` }));
-const V6_ROWS = V6.map(([p, bits, kind]) => ({ bytes: ipv6Bytes(p) as number[], bits, kind, range: `${p}/${bits}` }));
+// Built on first use: parsing IPv6 text compiles node's address patterns, which a process that
+// never guards an address (most of them) need not pay for at load.
+let v6Rows: { bytes: number[]; bits: number; kind: AddressKind; range: string }[] | undefined;
+const V6_ROWS = () => (v6Rows ??= V6.map(([p, bits, kind]) => ({ bytes: ipv6Bytes(p) as number[], bits, kind, range: `${p}/${bits}` })));
 
 /** The canonical text of an address: dotted quad, or eight lowercase hex groups without compression. */
 export function canonicalAddress(a: string): string | undefined {
@@ -172,7 +175,7 @@ export function classifyAddress(address: string): AddressClass {
   if (METADATA.has(canonical)) return { kind: 'metadata', range: address };
   const v4 = embeddedV4(bytes);
   if (v4 !== undefined) return { ...classifyV4(v4), embedded: v4 };
-  for (const row of V6_ROWS) {
+  for (const row of V6_ROWS()) {
     if (matches(bytes, row.bytes, row.bits)) return row.kind === 'public' ? { kind: 'public' } : { kind: row.kind, range: row.range };
   }
   return { kind: 'reserved', range: '::/0' };
