@@ -1,7 +1,10 @@
-import { createRequire } from 'node:module';
 import type { CallContext, Envelope, Forge } from '@forge/runner';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import type { jsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/types.js';
+// Inlined by the build: nothing is read from disk at run time, and a bundle of this package works.
+import packageJson from '../package.json' with { type: 'json' };
 import { Inflight } from './inflight.js';
 import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
 import { type ToolRecord, type ToolView, toolView } from './schema.js';
@@ -16,7 +19,7 @@ export interface ForgeMcpServerOptions {
   version?: string;
 }
 
-const PACKAGE_VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+const PACKAGE_VERSION: string = packageJson.version;
 
 const INSTRUCTIONS =
   'forge lets you create tools at runtime. Before writing the same snippet a second time, computing exact numbers over data, or producing a file that must be reproducible, call forge_list, then forge_tool to create a tool and forge_call to use it at once. Do not forge one-off commands or pure language work.';
@@ -34,24 +37,39 @@ export interface BuiltServer {
  * that set changes, and tool calls answered as forge envelopes (`isError` when not ok).
  * Connect it to any transport with `server.connect(transport)`; closing the server does not
  * close the Forge, which belongs to the caller.
+ *
+ * `forge` may be a promise of the engine still opening: the server then answers `initialize`
+ * at once and every other request waits for the engine. If it fails to open, those requests are
+ * answered with an error saying why; the caller should close the server.
  */
-export function createForgeMcpServer(forge: Forge, options: ForgeMcpServerOptions = {}): Server {
+export function createForgeMcpServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcpServerOptions = {}): Server {
   return buildServer(forge, options, new Inflight()).server;
 }
 
 /** {@link createForgeMcpServer} with the in-flight tracker of the transport that owns it. */
-export function buildServer(forge: Forge, options: ForgeMcpServerOptions, inflight: Inflight): BuiltServer {
+export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcpServerOptions, inflight: Inflight): BuiltServer {
   const ctx: CallContext = { ...options.ctx };
   const server = new Server(
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
-    { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
+    { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS, jsonSchemaValidator: lazyValidator() },
   );
+
+  // The engine once open; until then requests wait on `opening`.
+  let engine: Forge | undefined;
+  const opening: Promise<Forge> = Promise.resolve(forge);
+  const ready = async (): Promise<Forge> => {
+    try {
+      return engine ?? (await opening);
+    } catch (err) {
+      throw new Error(`forge could not open: ${(err as Error).message}`);
+    }
+  };
 
   // The forged tools this client sees, by name, and a signature of that set (what it last saw).
   let visible: Map<string, ToolView> | undefined;
   let seen: string | undefined;
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
-    const listed = await forge.listTools(ctx);
+    const listed = await (engine ?? (await ready())).listTools(ctx);
     const views = new Map<string, ToolView>();
     let signature = '';
     for (const l of listed) {
@@ -95,11 +113,20 @@ export function buildServer(forge: Forge, options: ForgeMcpServerOptions, inflig
       });
     return checking;
   };
-  const unsubscribe = forge.on('toolsChanged', () => {
-    reported++;
-    visible = undefined;
-    void checkChanged();
-  });
+  let disposed = false;
+  let unsubscribe = () => {};
+  const subscribe = (f: Forge) => {
+    engine = f;
+    if (disposed) return;
+    unsubscribe = f.on('toolsChanged', () => {
+      reported++;
+      visible = undefined;
+      void checkChanged();
+    });
+  };
+  // An engine given open is subscribed to at once, so no change in between is missed.
+  if (isPromiseLike(forge)) opening.then(subscribe, () => {});
+  else subscribe(forge);
 
   server.setRequestHandler(ListToolsRequestSchema, async () => {
     const { views, signature } = await refresh();
@@ -118,7 +145,7 @@ export function buildServer(forge: Forge, options: ForgeMcpServerOptions, inflig
       try {
         if (isMetaTool(name)) {
           const before = { sent, reported };
-          const envelope = await runMetaTool(forge, name, args, callCtx);
+          const envelope = await runMetaTool(engine ?? (await ready()), name, args, callCtx);
           // The client hears list_changed before it reads the answer to its own forge/promote/remove,
           // even when what it sees did not change (a promoted tool still shadowed by the project's).
           if (checking) await checking;
@@ -127,7 +154,7 @@ export function buildServer(forge: Forge, options: ForgeMcpServerOptions, inflig
         }
         let view = visible?.get(name);
         if (!view) view = (await refresh()).views.get(name);
-        return toResult(await forge.callTool(name, args ?? {}, callCtx), view);
+        return toResult(await (engine ?? (await ready())).callTool(name, args ?? {}, callCtx), view);
       } catch (err) {
         // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
         return toResult({ ok: false, error: { kind: 'internal', message: `forge mcp: ${(err as Error).message}` }, meta: {} });
@@ -138,9 +165,23 @@ export function buildServer(forge: Forge, options: ForgeMcpServerOptions, inflig
   return {
     server,
     dispose() {
+      disposed = true;
       unsubscribe();
     },
   };
+}
+
+/**
+ * The SDK's Ajv validator (it checks elicitation answers), made on first use: building it costs
+ * a few milliseconds at every server start, and this server never elicits.
+ */
+function lazyValidator(): jsonSchemaValidator {
+  let ajv: AjvJsonSchemaValidator | undefined;
+  return { getValidator: (schema) => (ajv ??= new AjvJsonSchemaValidator()).getValidator(schema) };
+}
+
+function isPromiseLike(x: Forge | PromiseLike<Forge>): x is PromiseLike<Forge> {
+  return typeof (x as PromiseLike<Forge>).then === 'function';
 }
 
 const shuttingDown = (): Envelope => ({

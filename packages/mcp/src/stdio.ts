@@ -32,8 +32,11 @@ export interface StdioServerHandle {
  * written to stdout: while it serves `process.stdout`, `console.log`, `console.info` and
  * `console.debug` go to stderr. The Forge is not closed: after `closed` resolves, the caller
  * closes it (`forge.close({ graceMs })`) and exits.
+ *
+ * `forge` may be a promise of the engine still opening, so `initialize` is answered while it
+ * opens (see {@link createForgeMcpServer}); if it fails, close this server and report why.
  */
-export async function serveStdio(forge: Forge, options: ServeStdioOptions = {}): Promise<StdioServerHandle> {
+export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: ServeStdioOptions = {}): Promise<StdioServerHandle> {
   const stdin = options.stdin ?? process.stdin;
   const stdout = options.stdout ?? process.stdout;
   const inflight = new Inflight();

@@ -1,8 +1,11 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { META_TOOL_DEFINITIONS } from '../src/index.js';
-import { call, connect, envelopeOf, example, forgeOk, newForge, py, tempDirs } from './helpers.js';
+import type { Forge } from '@forge/runner';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { createForgeMcpServer, META_TOOL_DEFINITIONS } from '../src/index.js';
+import { call, connect, envelopeOf, example, forgeOk, listChanges, newForge, py, tempDirs } from './helpers.js';
 
 const META = ['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'];
 
@@ -334,5 +337,69 @@ describe('forging and calling', () => {
       expect(r.envelope).toMatchObject({ ok: false, error: { kind: 'acl.persona_denied', message: expect.stringContaining('reader') } });
     }
     expect(envelopeOf(await limited.client.callTool({ name: 'forge_list', arguments: {} })).ok).toBe(true);
+  });
+});
+
+describe('an engine still opening', () => {
+  /** A server given a promise of its engine, with a client connected in-process: the handshake needs no engine. */
+  async function connectOpening() {
+    let open!: (f: Forge) => void;
+    let fail!: (e: Error) => void;
+    const opening = new Promise<Forge>((resolve, reject) => {
+      open = resolve;
+      fail = reject;
+    });
+    const server = createForgeMcpServer(opening);
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    const client = new Client({ name: 'forge-mcp-test', version: '1.0.0' });
+    const changes = listChanges(client);
+    await server.connect(serverSide);
+    onTestFinished(async () => {
+      await client.close();
+      await server.close();
+    });
+    await client.connect(clientSide);
+    return { client, changes, open, fail };
+  }
+
+  it('answers initialize at once; tools/list and calls wait for the engine, then work as usual', async () => {
+    const { client, changes, open } = await connectOpening();
+    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true } });
+    let listed = false;
+    const listing = client.listTools().then((r) => {
+      listed = true;
+      return r;
+    });
+    const calling = call(client, 'fib', { n: 10 });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(listed).toBe(false);
+
+    const dirs = tempDirs();
+    const forge = await newForge(dirs);
+    const made = await forge.forgeTool(await example('fib'));
+    expect(made.ok).toBe(true);
+    open(forge);
+    expect((await listing).tools.map((t) => t.name)).toEqual([...META, 'fib']);
+    const { envelope } = await calling;
+    expect(envelope).toMatchObject({ ok: true, data: { n: 10, fib: '55' } });
+    // Subscribed once open: a change now reaches the client.
+    const changed = changes.next();
+    await forgeOk(client, py('later', 'print(json.dumps({"ok": True, "data": 1}))'));
+    await changed;
+  });
+
+  it('an engine that fails to open: each request is answered with why, never hangs', async () => {
+    const { client, fail } = await connectOpening();
+    const listing = client.listTools();
+    const calling = call(client, 'fib', { n: 3 });
+    fail(new Error('cannot read /nowhere/audit: EACCES'));
+    await expect(listing).rejects.toThrow(/forge could not open: cannot read \/nowhere\/audit: EACCES/);
+    const { result, envelope } = await calling;
+    expect(result.isError).toBe(true);
+    expect(envelope).toMatchObject({
+      ok: false,
+      error: { kind: 'internal', message: expect.stringMatching(/forge could not open: cannot read \/nowhere\/audit/) },
+    });
+    await expect(client.listTools()).rejects.toThrow(/forge could not open/);
   });
 });
