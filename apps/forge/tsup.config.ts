@@ -2,9 +2,16 @@ import { packageBuild } from '../../config/tsup.js';
 
 // An executable: no declarations, a shebang. The demo forges the repository's example tools;
 // their sources are bundled in as text.
+// The MCP server and the SDK under it (with zod and ajv) are bundled in: `forge serve` then
+// loads a few files instead of some hundred, which is most of its start time. The engine packages
+// stay external: each is one file already and loads its own optional dependencies lazily.
 export default packageBuild({
   entry: ['src/cli.ts'],
   dts: false,
-  banner: { js: '#!/usr/bin/env node' },
+  banner: {
+    // Bundled CommonJS (cross-spawn, under the SDK's stdio client) requires Node built-ins.
+    js: "#!/usr/bin/env node\nimport { createRequire as __forgeRequire } from 'node:module';\nconst require = __forgeRequire(import.meta.url);",
+  },
   loader: { '.py': 'text' },
+  noExternal: [/^(?!@forge\/(audit-chain|policy|registry|runner|sandbox)$)/],
 });

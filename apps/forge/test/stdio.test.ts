@@ -214,4 +214,22 @@ describe('forge serve (stdio)', () => {
     expect(await b.exit).toEqual({ code: 0, signal: null });
     expect(b.stdout().trim().split('\n')).toHaveLength(1); // nothing but the protocol on stdout
   });
+
+  it('answers initialize while the engine opens; an engine that cannot open ends the session with exit 2 and why', async () => {
+    const s = scratch();
+    // FORGE_HOME is a file: the audit log cannot be opened.
+    const home = join(s.root, 'not-a-dir');
+    writeFileSync(home, 'x');
+    s.env.FORGE_HOME = home;
+    const a = rawServer(s);
+    a.send(INIT);
+    a.send('{"jsonrpc":"2.0","id":1,"method":"tools/list"}');
+    expect(await a.exit).toEqual({ code: 2, signal: null });
+    expect(a.stderr()).toMatch(/cannot open forge \(home .*not-a-dir/);
+    // Whatever was answered before the session ended is protocol; a tools/list answer is an error.
+    for (const line of a.stdout().trim().split('\n').filter(Boolean)) {
+      const m = JSON.parse(line) as { id?: number; result?: unknown; error?: { message: string } };
+      if (m.id === 1) expect(m.error?.message).toMatch(/forge could not open/);
+    }
+  });
 });

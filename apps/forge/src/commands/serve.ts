@@ -1,4 +1,4 @@
-import { EnvironmentError, parseListen, parseTokens, UsageError } from '../args.js';
+import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { callContext, openForge } from '../context.js';
 import { VERSION } from '../version.js';
@@ -49,39 +49,59 @@ export const serve: Command = {
     if (!Number.isInteger(graceMs) || graceMs < 0)
       throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
 
-    const w = await where();
     const stop = untilSignal();
-    // The engine opens (files, watchers, interpreters probed in the background) while the MCP
-    // library loads: most of a start is waiting on one or the other.
-    const forgeOpening = openForge(w, { watch: true });
-    const [mcp, forge] = await Promise.all([import('@forge/mcp'), forgeOpening]);
     try {
       if (listen) {
-        let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
+        // Nothing to answer before the engine is open: open it while the MCP library loads.
+        const w = await where();
+        const [mcp, forge] = await Promise.all([import('@forge/mcp'), openForge(w, { watch: true })]);
         try {
-          http = await mcp.serveHttp(forge, {
-            ...listen,
-            ...(tokenArgs.length ? { tokens } : {}),
-            ...(origins.length ? { allowedOrigins: origins } : {}),
-            graceMs,
-            name: 'forge',
-            version: VERSION,
-          });
-        } catch (err) {
-          throw new EnvironmentError(`cannot serve on ${values.http}: ${(err as Error).message}`);
+          let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
+          try {
+            http = await mcp.serveHttp(forge, {
+              ...listen,
+              ...(tokenArgs.length ? { tokens } : {}),
+              ...(origins.length ? { allowedOrigins: origins } : {}),
+              graceMs,
+              name: 'forge',
+              version: VERSION,
+            });
+          } catch (err) {
+            throw new EnvironmentError(`cannot serve on ${values.http}: ${(err as Error).message}`);
+          }
+          if (out.json) out.data({ url: http.url, project: w.project, home: w.home });
+          out.note(`forge ${VERSION}: MCP over Streamable HTTP at ${http.url} (project ${w.project}); Ctrl-C stops`);
+          await stop.promise;
+          await http.close();
+        } finally {
+          await forge.close({ graceMs });
         }
-        if (out.json) out.data({ url: http.url, project: w.project, home: w.home });
-        out.note(`forge ${VERSION}: MCP over Streamable HTTP at ${http.url} (project ${w.project}); Ctrl-C stops`);
-        await stop.promise;
-        await http.close();
       } else {
-        const stdio = await mcp.serveStdio(forge, { ctx: callContext(w.env), graceMs, name: 'forge', version: VERSION });
-        out.note(`forge ${VERSION}: MCP on stdio (project ${w.project}, home ${w.home})`);
-        await Promise.race([stdio.closed, stop.promise.then(() => stdio.close())]);
+        // The protocol comes up first and answers initialize while the engine opens (home,
+        // project, audit log, registries, watchers); requests wait for it. An engine that cannot
+        // open closes the session and exits 2, as before any answer.
+        const mcp = await import('@forge/mcp');
+        const opening = where().then(async (w) => ({ w, forge: await openForge(w, { watch: true }) }));
+        const stdio = await mcp.serveStdio(
+          opening.then((o) => o.forge),
+          { ctx: callContext(envFromFlags(values)), graceMs, name: 'forge', version: VERSION },
+        );
+        let opened: Awaited<typeof opening>;
+        try {
+          opened = await opening;
+        } catch (err) {
+          await stdio.close();
+          throw err;
+        }
+        try {
+          out.note(`forge ${VERSION}: MCP on stdio (project ${opened.w.project}, home ${opened.w.home})`);
+          await Promise.race([stdio.closed, stop.promise.then(() => stdio.close())]);
+        } finally {
+          await opened.forge.close({ graceMs });
+        }
       }
     } finally {
       stop.dispose();
-      await forge.close({ graceMs });
     }
     return 0;
   },
