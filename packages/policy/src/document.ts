@@ -1,7 +1,7 @@
-import { createRequire } from 'node:module';
 import type { ErrorObject, ValidateFunction } from 'ajv';
 import schema from '../schema/policy.schema.json' with { type: 'json' };
 import { lineColumn, readJsonText } from './json-text.js';
+import generatedValidator from './policy-validator.generated.js';
 
 /** Resource requests and limits of one call. */
 export interface Budget {
@@ -136,9 +136,9 @@ export interface PolicyProblem {
 
 export type ParseResult<T> = { ok: true; value: T } | { ok: false; problem: PolicyProblem };
 
-let validator: ValidateFunction | undefined;
-// ajv is most of this package's import time: it is loaded when the first document is parsed.
-const require = createRequire(import.meta.url);
+// The schema compiled ahead of time (scripts/generate-validator.mjs): no Ajv is loaded and
+// nothing compiled when a process reads its first policy.
+const validator = generatedValidator as unknown as ValidateFunction;
 
 /**
  * Parses and validates one policy.json. Refusals name the file, line and column, the JSON pointer
@@ -157,11 +157,6 @@ export function parsePolicyDocument(text: string, file: string): ParseResult<Pol
   if (text.trim() === '') return fail(0, 'the file is empty; write {} for an empty policy');
   const parsed = readJsonText(text);
   if (!parsed.ok) return fail(parsed.offset, `not valid JSON: ${parsed.reason}`);
-  validator ??= new (require('ajv/dist/2020.js') as typeof import('ajv/dist/2020.js')).Ajv2020({
-    allErrors: false,
-    strict: true,
-    verbose: true,
-  }).compile(schema);
   if (validator(parsed.value)) {
     const doc = parsed.value as PolicyDocument;
     for (const k of ['timeout_ms', 'cpu_s', 'output_cap'] as const) {
