@@ -2,6 +2,7 @@
  * The egress proxy's protocols on the host, without a sandbox: real loopback servers and real
  * client sockets speaking HTTP (absolute-form and CONNECT) and SOCKS5 to it.
  */
+import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
@@ -209,6 +210,54 @@ describe('HTTP CONNECT', () => {
     expect(await readUntil(s)).toBe('HELLO THROUGH THE TUNNEL');
     await new Promise<void>((r) => setTimeout(r, 50));
     expect(f.events.at(-1)).toMatchObject({ type: 'network.closed', protocol: 'connect', bytesUp: 24, bytesDown: 24 });
+  });
+
+  it('carries a large download to a slow reader byte for byte (the destination waits while the tool side is full)', async () => {
+    const TOTAL = 24 << 20;
+    const sent = createHash('sha256');
+    const server = createServer((c) => {
+      let left = TOTAL;
+      const pump = () => {
+        while (left > 0) {
+          const chunk = randomBytes(Math.min(left, 200_000));
+          left -= chunk.length;
+          sent.update(chunk);
+          if (!c.write(chunk)) return void c.once('drain', pump);
+        }
+        c.end();
+      };
+      pump();
+      c.on('error', () => {});
+    });
+    const target = await listen(server);
+    const f = await startProxy();
+    const s = await dial(f.http);
+    s.write(`CONNECT allowed.test:${target} HTTP/1.1\r\nHost: allowed.test:${target}\r\n\r\n`);
+    const head = 'HTTP/1.1 200 Connection Established\r\n\r\n';
+    expect((await readN(s, head.length)).toString('latin1')).toBe(head);
+    const got = createHash('sha256');
+    let bytes = 0;
+    let nextPause = 1 << 20;
+    await new Promise<void>((resolve, reject) => {
+      s.on('data', (d: Buffer) => {
+        got.update(d);
+        bytes += d.length;
+        if (bytes >= nextPause) {
+          // A slow reader: the proxy's writes to it back up and the tunnel must wait, not copy.
+          nextPause += 1 << 20;
+          s.pause();
+          setTimeout(() => s.resume(), 15);
+        }
+      });
+      s.once('end', resolve);
+      s.once('error', reject);
+    });
+    expect(bytes).toBe(TOTAL);
+    expect(got.digest('hex')).toBe(sent.digest('hex'));
+    s.end();
+    await once(s, 'close');
+    await new Promise<void>((r) => setTimeout(r, 50));
+    expect(f.events.at(-1)).toMatchObject({ type: 'network.closed', protocol: 'connect', bytesDown: TOTAL });
   });
 
   it('refuses with 403 and the policy message', async () => {
