@@ -302,8 +302,9 @@ class Writer implements AuditLog {
         n++;
       }
       const batch = this.queue.splice(0, n);
+      let durable = false;
       try {
-        const results = await this.withLock(async () => {
+        await this.withLock(async () => {
           await this.refresh();
           const r = await this.writeEntries(batch.map((p) => ({ type: p.type, dataJson: p.dataJson })));
           if ((this.tail as Tail).size > this.maxSegmentBytes) {
@@ -313,11 +314,13 @@ class Writer implements AuditLog {
               this.tail = undefined;
             });
           }
-          return r;
+          // Acknowledged once durable: the callers go on while the lock is released (the next
+          // operation of this writer still waits for that).
+          durable = true;
+          for (const [i, p] of batch.entries()) p.resolve(r[i] as AppendResult);
         });
-        for (const [i, p] of batch.entries()) p.resolve(results[i] as AppendResult);
       } catch (err) {
-        for (const p of batch) p.reject(err);
+        if (!durable) for (const p of batch) p.reject(err);
       }
     }
   }
