@@ -11,25 +11,29 @@ export function stats(xs) {
 }
 
 /**
- * Runs `fn` and `base` `runs` times each, in interleaved blocks of 10, so both see the same
- * machine state. Each gets the index of the run. Returns the stats of both.
+ * Runs `fn` and `base` `runs` times each, alternating one of each (which goes first alternates
+ * too), so both see the same machine state: this VM's speed drifts over seconds, more than the
+ * differences measured. Each gets the index of the run. Returns the stats of both, and of the
+ * per-pair differences (fn − base), whose median is the added time least blurred by drift.
  */
 export async function paired(fn, base, runs) {
   const a = [];
   const b = [];
-  for (let i = 0; i < runs; i += 10) {
-    for (let k = 0; k < 10; k++) {
-      const t = performance.now();
-      await base(i + k);
-      b.push(performance.now() - t);
-    }
-    for (let k = 0; k < 10; k++) {
-      const t = performance.now();
-      await fn(i + k);
-      a.push(performance.now() - t);
+  const time = async (f, i) => {
+    const t = performance.now();
+    await f(i);
+    return performance.now() - t;
+  };
+  for (let i = 0; i < runs; i++) {
+    if (i % 2 === 0) {
+      b.push(await time(base, i));
+      a.push(await time(fn, i));
+    } else {
+      a.push(await time(fn, i));
+      b.push(await time(base, i));
     }
   }
-  return { ours: stats(a), base: stats(b) };
+  return { ours: stats(a), base: stats(b), diff: stats(a.map((x, i) => x - (b[i] ?? 0))) };
 }
 
 /**

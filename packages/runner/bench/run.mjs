@@ -69,6 +69,7 @@ console.log(
   `${mark(ratio <= 1.1 && added <= 3)} callTool fib, cold   p50 ${ms(c.ours.p50)}  p95 ${ms(c.ours.p95)}   raw bwrap + python p50 ${ms(c.base.p50)}  p95 ${ms(c.base.p95)}`,
 );
 console.log(`${mark(ratio <= 1.1 && added <= 3)}   ratio ${ratio.toFixed(3)}× (target ≤ 1.10×), added ${ms(added)} (target ≤ 3 ms)`);
+console.log(`    median of the paired differences ${ms(c.diff.p50)} (each call against the raw run next to it)`);
 
 // Cache hits: many callers in flight, so the audit log's group commit batches their entries.
 const seed = await forge.callTool('fib', { n: 30 });
