@@ -646,6 +646,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (ctx.signal?.aborted) ac.abort();
     let result: RunResult | undefined;
     let sandboxError: Refusal | undefined;
+    let manifest: Record<string, unknown> | undefined;
     try {
       result = await runSandboxed(
         {
@@ -780,7 +781,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         }
       }
       envelope.meta.duration_ms = result.durationMs;
-      writeJsonAtomic(join(runDir, 'run_manifest.json'), {
+      manifest = {
         run_id: runId,
         tool: {
           name: stored.name,
@@ -813,22 +814,26 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         ...(result.network ? { network: result.network } : {}),
         artifacts: listArtifacts(artifacts),
         stderr_tail: stderr,
-      });
+      };
     }
     if (envelope.ok && r.key && cache) cache.set(r.key, envelope, runId);
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
-    await record('forge.called', {
-      ok: envelope.ok,
-      ...calledFacts(stored, ctx, r.inputDigest),
-      run_id: result ? runId : null,
-      cache: meta.cache ?? 'off',
-      ...(envelope.ok ? {} : { kind: envelope.error.kind }),
-      ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
-      ...(result?.network ? { network: result.network } : {}),
-      ...(r.secretNames.length > 0 ? { secrets: r.secretNames } : {}),
-      ...(clamped.length > 0 ? { policy_clamped: clamped } : {}),
-      policy: snap.digest,
-    });
+    // The manifest is written while the audit entry's durable append is under way.
+    await Promise.all([
+      record('forge.called', {
+        ok: envelope.ok,
+        ...calledFacts(stored, ctx, r.inputDigest),
+        run_id: result ? runId : null,
+        cache: meta.cache ?? 'off',
+        ...(envelope.ok ? {} : { kind: envelope.error.kind }),
+        ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
+        ...(result?.network ? { network: result.network } : {}),
+        ...(r.secretNames.length > 0 ? { secrets: r.secretNames } : {}),
+        ...(clamped.length > 0 ? { policy_clamped: clamped } : {}),
+        policy: snap.digest,
+      }),
+      manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), manifest),
+    ]);
     if (r.secretNames.length > 0 && result)
       await record('tool.secrets_injected', { name: stored.name, run_id: runId, secrets: r.secretNames, persona: ctx.persona });
     return { envelope, runId, outcome };

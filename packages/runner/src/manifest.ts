@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, lstatSync, openSync, readdirSync, renameSync, writeSync } from 'node:fs';
-import { appendFile, mkdir } from 'node:fs/promises';
+import { lstatSync, readdirSync } from 'node:fs';
+import { appendFile, mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 
 const processTag = randomBytes(4).toString('hex');
@@ -24,17 +24,12 @@ export function newId(now: Date): string {
 /**
  * Writes `value` as JSON to `file` atomically (temp file, rename), mode 0600: a reader sees the
  * old file or the whole new one. Not synced: manifests are for reading what ran; the audit log,
- * which is synced, is the durable record.
+ * which is synced, is the durable record. Asynchronous, so it overlaps the audit append.
  */
-export function writeJsonAtomic(file: string, value: unknown): void {
+export async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   const tmp = `${file}.tmp-${processTag}-${++counter}`;
-  const fd = openSync(tmp, 'wx', 0o600);
-  try {
-    writeSync(fd, `${JSON.stringify(value, null, 2)}\n`);
-  } finally {
-    closeSync(fd);
-  }
-  renameSync(tmp, file);
+  await writeFile(tmp, `${JSON.stringify(value, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  await rename(tmp, file);
 }
 
 export interface ArtifactInfo {
