@@ -40,7 +40,9 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     rules: `${o.project}/.forge/policy.rules`,
   };
   const checks: Check[] = [];
-  const [host, runtimes] = await Promise.all([probe(o.bwrapPath ? { bwrapPath: o.bwrapPath } : {}), resolveRuntimes()]);
+  const [host, table] = await Promise.all([probe(o.bwrapPath ? { bwrapPath: o.bwrapPath } : {}), resolveRuntimes()]);
+  // Every runtime, the versioned aliases included (found on first use elsewhere).
+  const runtimes = { list: await table.all() };
 
   if (host.ok) {
     const limit = host.processLimit === 'rlimit' ? 'RLIMIT_NPROC' : 'a pids cgroup per run';

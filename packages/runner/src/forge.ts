@@ -401,7 +401,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     // On PATH is not enough (a version manager's shim for a version it has not installed): the
     // interpreter must have answered, or the tool could be forged and never run.
     try {
-      (await runtimesReady).get(tool.runtime);
+      await (await runtimesReady).resolve(tool.runtime);
     } catch (err) {
       return refuse({ ok: false, kind: 'validation_failed', message: `runtime: ${(err as Error).message}` });
     }
@@ -487,7 +487,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
 
       let runtime: ReturnType<RuntimeTable['get']>;
       try {
-        runtime = (await runtimesReady).get(stored.runtime);
+        runtime = await (await runtimesReady).resolve(stored.runtime);
       } catch (err) {
         return await refuse('policy_denied', (err as Error).message);
       }

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { resolveRuntimes, runtimeNames } from '@forge/sandbox';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { example, failed, okData, py, setup, tool, writeAtomic } from './helpers.js';
 
@@ -406,5 +407,15 @@ describe('a runtime on PATH that does not run', () => {
       expect(made.message).toContain('unknown runtime "python3.99"');
     }
     expect(fx.entries('forge.created').at(-1)?.data).toMatchObject({ ok: false, kind: 'validation_failed', name: 'fib399' });
+  });
+
+  it('a versioned alias that runs is found on first use: forged and called under python3.N', async () => {
+    const fx = await setup();
+    const minor = /^3\.(\d+)/.exec((await resolveRuntimes()).get('python3').version)?.[1];
+    const alias = `python3.${minor}`;
+    expect(runtimeNames(), `${alias} should be on PATH beside python3`).toContain(alias);
+    const made = await fx.forge.forgeTool({ ...(await example('fib')), name: 'fib_versioned', runtime: alias });
+    expect(made.ok, JSON.stringify(made)).toBe(true);
+    expect(await fx.forge.callTool('fib_versioned', { n: 10 })).toMatchObject({ ok: true, data: { n: 10, fib: '55' } });
   });
 });

@@ -36,15 +36,24 @@ export interface Runtime {
   env: Readonly<Record<string, string>>;
 }
 
-/** The runtimes found on this host, by name. */
+/**
+ * The runtimes found on this host, by name. The base ones (`python3`, `node`, `bash`, `sh`) are
+ * found before the table is returned; a versioned alias (`python3.N`) is found on first use
+ * unless a cache file remembers it, so `list` grows as aliases are asked for.
+ */
 export interface RuntimeTable {
-  /** Every runtime found, sorted by name. */
+  /** Every runtime found so far, sorted by name. */
   readonly list: readonly Runtime[];
-  /** The runtime called `name`; throws `unknown_runtime` listing the available names. */
+  /** The runtime called `name`, if already found; throws `unknown_runtime` otherwise (naming the available ones). */
   get(name: string): Runtime;
+  /** The runtime called `name`, finding a versioned alias on first use; rejects with `unknown_runtime`. */
+  resolve(name: string): Promise<Runtime>;
+  /** Every runtime on this host, after finding the aliases not asked for yet. */
+  all(): Promise<readonly Runtime[]>;
 }
 
 const BASE_NAMES = ['python3', 'node', 'bash', 'sh'];
+const NO_ANSWER = ' (it is on PATH but did not answer as an interpreter)';
 let cached: Promise<RuntimeTable> | undefined;
 
 /** Options of {@link resolveRuntimes}. */
@@ -74,7 +83,9 @@ interface CacheEntry {
  * out for each the real binary and the least the sandbox must mount for it: nothing for an
  * interpreter under /usr; its installation prefix (read-only) for one elsewhere, such as pyenv's
  * or nvm's. Shims (pyenv's are shell scripts) are looked through by asking the interpreter itself
- * where it lives. Cached per process; pass `refresh` to look again.
+ * where it lives. The base four are found before the table resolves; an alias on first use
+ * (`resolve`, `all`) unless the cache file remembers it. Cached per process; pass `refresh` to
+ * look again.
  */
 export function resolveRuntimes(options: ResolveRuntimesOptions = {}): Promise<RuntimeTable> {
   if (!cached || options.refresh) cached = findRuntimes(options.cacheFile);
@@ -149,41 +160,93 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
   // A few at a time: a host with many interpreter shims (pyenv has one per known version) would
   // otherwise start them all at once.
   const limit = pLimit(4);
+  /** The remembered answer for `n` when its binary has not changed; undefined when it must be asked. */
+  const remembered = (n: string): Runtime | undefined => {
+    const onPath = which(n);
+    const id = onPath && binaryId(onPath);
+    const hit = known.get(n);
+    if (!onPath || !id || !hit || hit.onPath !== onPath || hit.id !== id) return undefined;
+    fresh.set(n, hit);
+    return hit.runtime;
+  };
+  const ask = (n: string): Promise<Runtime | undefined> =>
+    limit(async () => {
+      const onPath = which(n);
+      if (!onPath) return undefined;
+      const id = binaryId(onPath);
+      // A busy host can make an interpreter slow to answer: after a timeout, ask once more.
+      const r = await findOne(n)
+        .catch((err) => ((err as { killed?: boolean }).killed ? findOne(n) : undefined))
+        .catch(() => undefined);
+      // An answer without a version (a timeout) is not remembered: the next process asks again.
+      if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
+      return r;
+    });
+  const save = () => {
+    if (cacheFile && (fresh.size !== known.size || [...fresh].some(([k, v]) => known.get(k)?.id !== v.id))) writeCache(cacheFile, fresh);
+  };
+
+  // The base runtimes are found now. A versioned alias (python3.N) is found now only when
+  // remembered; otherwise on first use: behind pyenv there is a shim per known version, each
+  // a shell script that takes ~0.1–0.3 s to answer, most of them with "not installed".
+  const byName = new Map<string, Runtime>();
+  const later = new Set<string>();
   const found = await Promise.all(
-    [...names].map((n) =>
-      limit(async () => {
-        const onPath = which(n);
-        if (!onPath) return undefined;
-        const id = binaryId(onPath);
-        const hit = known.get(n);
-        if (id && hit && hit.onPath === onPath && hit.id === id) {
-          fresh.set(n, hit);
-          return hit.runtime;
-        }
-        // A busy host can make an interpreter slow to answer: after a timeout, ask once more.
-        const r = await findOne(n)
-          .catch((err) => ((err as { killed?: boolean }).killed ? findOne(n) : undefined))
-          .catch(() => undefined);
-        // An answer without a version (a timeout) is not remembered: the next process asks again.
-        if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
-        return r;
-      }),
-    ),
+    names.map(async (n) => {
+      const r = remembered(n) ?? (BASE_NAMES.includes(n) ? await ask(n) : undefined);
+      if (!r && !BASE_NAMES.includes(n)) later.add(n);
+      return r;
+    }),
   );
-  if (cacheFile && (fresh.size !== known.size || [...fresh].some(([k, v]) => known.get(k)?.id !== v.id))) writeCache(cacheFile, fresh);
-  const list = found.filter((r): r is Runtime => r !== undefined).sort((a, b) => a.name.localeCompare(b.name));
-  const byName = new Map(list.map((r) => [r.name, r]));
+  for (const r of found) if (r) byName.set(r.name, r);
+  for (const n of known.keys()) if (!fresh.has(n) && later.has(n)) fresh.set(n, known.get(n) as CacheEntry);
+  save();
+
+  let list: Runtime[] = [];
+  const relist = () => {
+    list = [...byName.values()].sort((a, b) => a.name.localeCompare(b.name));
+  };
+  relist();
+  const asking = new Map<string, Promise<Runtime | undefined>>();
+  const unknown = (name: string, why = '') =>
+    new SandboxError(
+      'unknown_runtime',
+      `unknown runtime "${name}"${why}: this host has ${list.map((x) => x.name).join(', ') || 'none'}; install the interpreter or pick one of those`,
+    );
+  const failed = new Set<string>();
+  const resolve = async (name: string): Promise<Runtime> => {
+    const r = byName.get(name);
+    if (r) return r;
+    let p = asking.get(name);
+    if (!p) {
+      if (!later.has(name)) throw unknown(name);
+      p = ask(name).then((a) => {
+        if (a) {
+          byName.set(name, a);
+          relist();
+          save();
+        } else failed.add(name);
+        return a;
+      });
+      asking.set(name, p);
+    }
+    const a = await p;
+    if (!a) throw unknown(name, NO_ANSWER);
+    return a;
+  };
   return {
-    list,
+    get list() {
+      return list;
+    },
     get(name: string): Runtime {
       const r = byName.get(name);
-      if (!r) {
-        throw new SandboxError(
-          'unknown_runtime',
-          `unknown runtime "${name}": this host has ${list.map((x) => x.name).join(', ') || 'none'}; install the interpreter or pick one of those`,
-        );
-      }
+      if (!r) throw unknown(name, failed.has(name) ? NO_ANSWER : later.has(name) ? ' (not looked up yet: use resolve())' : '');
       return r;
+    },
+    resolve,
+    async all() {
+      await Promise.all([...later].map((n) => resolve(n).catch(() => undefined)));
+      return list;
     },
   };
 }

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { resolveRuntimes, runSandboxed } from '../src/index.js';
+import { resolveRuntimes, runSandboxed, runtimeNames } from '../src/index.js';
 import { requireSandbox, tempDir } from './helpers.js';
 
 const PROGRAMS: Record<string, string[]> = {
@@ -53,11 +53,25 @@ describe('runtimes', () => {
     expect(result.stdout.toString()).toMatch(/^(py 3|node string|bash 42|sh ok)\n$/);
   });
 
-  it('runs versioned python aliases found on PATH', async () => {
-    const table = await resolveRuntimes();
-    const versioned = table.list.filter((r) => /^python3\.\d+$/.test(r.name));
-    expect(versioned.length).toBeGreaterThan(0);
-    for (const r of versioned) expect(r.version.startsWith(r.name.slice('python'.length))).toBe(true);
+  it('finds versioned python aliases on PATH on first use', async () => {
+    const table = await resolveRuntimes({ refresh: true });
+    const onPath = runtimeNames().filter((n) => /^python3\.\d+$/.test(n));
+    expect(onPath.length).toBeGreaterThan(0);
+    // Not asked before first use (no cache file here): the table starts with the base runtimes.
+    expect(table.list.map((r) => r.name).filter((n) => /^python3\.\d+$/.test(n))).toEqual([]);
+    expect(() => table.get(onPath[0] as string)).toThrow(/not looked up yet/);
+    const versioned = await table.all();
+    const aliases = versioned.filter((r) => /^python3\.\d+$/.test(r.name));
+    expect(aliases.length).toBeGreaterThan(0);
+    for (const r of aliases) {
+      expect(r.version.startsWith(r.name.slice('python'.length))).toBe(true);
+      expect(await table.resolve(r.name)).toBe(r);
+      expect(table.get(r.name)).toBe(r);
+    }
+    // One that is on PATH but does not answer (a shim for a version not installed) is unknown, saying so.
+    for (const n of onPath.filter((x) => !aliases.some((r) => r.name === x)))
+      await expect(table.resolve(n)).rejects.toThrow(/on PATH but did not answer/);
+    await expect(table.resolve('python2.1')).rejects.toThrow(/unknown runtime "python2.1"/);
   });
 });
 
