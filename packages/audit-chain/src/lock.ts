@@ -97,6 +97,9 @@ export class DirLock {
   private readonly timeoutMs: number;
   private token: string | undefined;
   private refresh: NodeJS.Timeout | undefined;
+  /** The next acquisition's directory, owner record inside, made ahead of need (see prepare()). */
+  private prepared: { token: string; staging: string; at: number } | undefined;
+  private preparing: Promise<void> | undefined;
 
   constructor(path: string, options: LockOptions = {}) {
     this.path = path;
@@ -108,20 +111,74 @@ export class DirLock {
     return this.token !== undefined;
   }
 
-  async acquire(): Promise<void> {
-    if (this.token) throw new Error('DirLock.acquire: already held');
-    const token = randomBytes(12).toString('hex');
+  /**
+   * Makes the next acquisition's directory now (owner record inside), so that acquiring is one
+   * rename: the writer calls it after each release, off the path of the append that waits.
+   */
+  prepare(): void {
+    if (this.prepared || this.preparing) return;
+    this.preparing = (async () => {
+      const token = randomBytes(12).toString('hex');
+      const staging = `${this.path}.${token}.tmp`;
+      await this.stage(token, staging);
+      this.prepared = { token, staging, at: Date.now() };
+    })()
+      .catch(() => {}) // acquire() makes one itself
+      .finally(() => {
+        this.preparing = undefined;
+      });
+  }
+
+  /** Removes a prepared directory (the writer is closing). */
+  async discard(): Promise<void> {
+    await this.preparing;
+    const p = this.prepared;
+    this.prepared = undefined;
+    if (p) await rm(p.staging, { recursive: true, force: true });
+  }
+
+  /** Removes what crashed processes left beside the lock (old markers, staging and removal directories). */
+  sweep(): Promise<void> {
+    return this.sweepMarkers();
+  }
+
+  private async stage(token: string, staging: string): Promise<void> {
     const owner: Owner = { ...identity(), token, time: new Date().toISOString() };
-    const staging = `${this.path}.${token}.tmp`;
     await mkdir(staging, { mode: 0o700 });
     try {
       await writeFile(join(staging, 'owner'), `${JSON.stringify(owner)}\n`, { mode: 0o600 });
+    } catch (err) {
+      await rm(staging, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  async acquire(): Promise<void> {
+    if (this.token) throw new Error('DirLock.acquire: already held');
+    if (this.preparing) await this.preparing;
+    let prepared = this.prepared;
+    this.prepared = undefined;
+    if (prepared && Date.now() - prepared.at > BREAK_MARKER_TTL_MS / 2) {
+      // Old enough for another writer's sweep to remove: make a fresh one.
+      await rm(prepared.staging, { recursive: true, force: true });
+      prepared = undefined;
+    }
+    const token = prepared?.token ?? randomBytes(12).toString('hex');
+    const staging = prepared?.staging ?? `${this.path}.${token}.tmp`;
+    if (!prepared) await this.stage(token, staging);
+    try {
       const deadline = Date.now() + this.timeoutMs;
       let delay = 1;
       for (;;) {
         try {
           await rename(staging, this.path);
           this.token = token;
+          // A directory prepared a while ago carries that time: freshen it, or a waiter would
+          // take the lock for stale.
+          if (prepared && Date.now() - prepared.at > this.staleMs / 4) {
+            const now = new Date();
+            await utimes(this.path, now, now).catch(() => {});
+          }
           this.refresh = setInterval(
             () => {
               const now = new Date();
@@ -132,6 +189,12 @@ export class DirLock {
           this.refresh.unref();
           return;
         } catch (err) {
+          if (prepared && (err as NodeJS.ErrnoException).code === 'ENOENT') {
+            // The prepared directory was removed meanwhile: make it again, once.
+            prepared = undefined;
+            await this.stage(token, staging);
+            continue;
+          }
           if (!isBusy(err)) throw err;
         }
         if (await this.tryBreak()) continue;

@@ -170,6 +170,8 @@ class Writer implements AuditLog {
         if (this.checkCheckpoint) await this.assertNotBehindCheckpoint();
       }),
     );
+    // What a crashed writer left beside the lock (a prepared directory, say) goes once it is old.
+    void this.lock.sweep().catch(() => {});
   }
 
   append(type: string, data: JsonValue = null): Promise<AppendResult> {
@@ -263,6 +265,7 @@ class Writer implements AuditLog {
       await this.handle?.close();
       this.handle = undefined;
       this.tail = undefined;
+      await this.lock.discard();
     });
   }
 
@@ -289,6 +292,8 @@ class Writer implements AuditLog {
       return await fn();
     } finally {
       await this.lock.release();
+      // The next acquisition's directory, made now: an append then waits on one rename.
+      if (!this.closed) this.lock.prepare();
     }
   }
 
