@@ -352,8 +352,18 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   let active = 0;
   let closing = false;
 
+  // Calls started in the same turn of the event loop (a burst of cache hits released by one audit
+  // batch) share one look at the policy files; an edit is seen by every call started after it.
+  let policyThisTurn: ReturnType<Policy['current']> | undefined;
+  const forgetPolicyTurn = () => {
+    policyThisTurn = undefined;
+  };
   const policyNow = (): { ok: true; snap: PolicySnapshot } | Refusal => {
-    const s = policy.current();
+    let s = policyThisTurn;
+    if (!s) {
+      s = policyThisTurn = policy.current();
+      setImmediate(forgetPolicyTurn).unref();
+    }
     return s.ok ? { ok: true, snap: s.snapshot } : { ok: false, kind: s.kind, message: s.message };
   };
   const notifyChanged = (scopes: Scope[], names: string[]) => {
