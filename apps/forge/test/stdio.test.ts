@@ -37,9 +37,19 @@ describe('forge serve (stdio)', () => {
     expect((await srv.next(null)).error).toMatchObject({ code: -32600 });
     srv.send(JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'no/such/method' }));
     expect((await srv.next(5)).error).toMatchObject({ code: -32601 });
+    // Malformed params: -32602 naming the field.
     srv.send(JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: { arguments: {} } }));
-    // Malformed params: a JSON-RPC error (the SDK answers -32603 where -32602 would be more precise).
-    expect((await srv.next(6)).error).toMatchObject({ code: expect.any(Number), message: expect.any(String) });
+    expect((await srv.next(6)).error).toEqual({
+      code: -32602,
+      message: 'Invalid params: tools/call needs params.name, a tool name string (got nothing)',
+    });
+    srv.send(JSON.stringify({ jsonrpc: '2.0', id: 61, method: 'tools/call', params: { name: 'forge_list', arguments: 'x' } }));
+    expect((await srv.next(61)).error).toMatchObject({
+      code: -32602,
+      message: expect.stringContaining('params.arguments must be an object'),
+    });
+    srv.send(JSON.stringify({ jsonrpc: '2.0', id: 62, method: 'tools/list', params: { cursor: 7 } }));
+    expect((await srv.next(62)).error).toMatchObject({ code: -32602, message: expect.stringContaining('params.cursor must be a string') });
     srv.send(JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/list' }));
     const list = (await srv.next(7)).result as { tools: { name: string }[] };
     expect(list.tools.map((t) => t.name).sort()).toEqual(META);

@@ -1,5 +1,6 @@
 import type { CallContext, Envelope, Forge } from '@forge/runner';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import type { jsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/types.js';
@@ -53,6 +54,13 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
     { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS, jsonSchemaValidator: lazyValidator() },
   );
+
+  // Whatever the transport, malformed tools/call and tools/list params get -32602 (guardParams).
+  const connect = server.connect.bind(server);
+  server.connect = async (transport: Transport) => {
+    await connect(transport);
+    guardParams(transport);
+  };
 
   // The engine once open; until then requests wait on `opening`.
   let engine: Forge | undefined;
@@ -178,6 +186,43 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
 function lazyValidator(): jsonSchemaValidator {
   let ajv: AjvJsonSchemaValidator | undefined;
   return { getValidator: (schema) => (ajv ??= new AjvJsonSchemaValidator()).getValidator(schema) };
+}
+
+/**
+ * Answers `tools/call` and `tools/list` requests with malformed params with JSON-RPC -32602 and a
+ * plain message naming the field. (The SDK validates a request against its schema before its own
+ * -32602 check, so these came back as -32603 "internal error" with a raw validation dump.) Every
+ * server built here installs it on the transports it connects to.
+ */
+function guardParams(transport: Transport): void {
+  const next = transport.onmessage;
+  transport.onmessage = (message, extra) => {
+    const problem = paramsProblem(message as { id?: unknown; method?: unknown; params?: unknown });
+    if (problem !== undefined) {
+      const id = (message as { id: string | number }).id;
+      void transport.send({ jsonrpc: '2.0', id, error: { code: -32602, message: `Invalid params: ${problem}` } }).catch(() => {});
+      return;
+    }
+    next?.(message, extra);
+  };
+}
+
+function paramsProblem(m: { id?: unknown; method?: unknown; params?: unknown }): string | undefined {
+  if (m.id === undefined || (m.method !== 'tools/call' && m.method !== 'tools/list')) return undefined;
+  const p = m.params as Record<string, unknown> | undefined;
+  const isObject = (v: unknown) => v !== null && typeof v === 'object' && !Array.isArray(v);
+  const got = (v: unknown) => (v === undefined ? 'nothing' : JSON.stringify(v).slice(0, 60));
+  if (m.method === 'tools/call') {
+    if (!isObject(p)) return `tools/call takes params {"name": "<tool>", "arguments": {…}} (got ${got(p)})`;
+    if (typeof p?.name !== 'string') return `tools/call needs params.name, a tool name string (got ${got(p?.name)})`;
+    if (p.arguments !== undefined && !isObject(p.arguments))
+      return `tools/call params.arguments must be an object (got ${got(p.arguments)})`;
+    return undefined;
+  }
+  if (p === undefined) return undefined;
+  if (!isObject(p)) return `tools/list params must be an object (got ${got(p)})`;
+  if (p.cursor !== undefined && typeof p.cursor !== 'string') return `tools/list params.cursor must be a string (got ${got(p.cursor)})`;
+  return undefined;
 }
 
 function isPromiseLike(x: Forge | PromiseLike<Forge>): x is PromiseLike<Forge> {

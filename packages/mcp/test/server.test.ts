@@ -340,6 +340,32 @@ describe('forging and calling', () => {
   });
 });
 
+describe('malformed params', () => {
+  it('tools/call and tools/list with bad params get -32602 naming the field, over any transport', async () => {
+    const forge = await newForge();
+    const server = createForgeMcpServer(forge);
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await server.connect(serverSide);
+    onTestFinished(() => server.close());
+    const answers = new Map<unknown, unknown>();
+    clientSide.onmessage = (m) => {
+      if ('id' in m) answers.set(m.id, m);
+    };
+    await clientSide.start();
+    const ask = async (id: number, method: string, params: unknown) => {
+      await clientSide.send({ jsonrpc: '2.0', id, method, params } as never);
+      for (let i = 0; i < 100 && !answers.has(id); i++) await new Promise((r) => setTimeout(r, 10));
+      return answers.get(id);
+    };
+    await ask(0, 'initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } });
+    expect(await ask(1, 'tools/call', { name: 7 })).toMatchObject({
+      error: { code: -32602, message: 'Invalid params: tools/call needs params.name, a tool name string (got 7)' },
+    });
+    expect(await ask(2, 'tools/list', { cursor: {} })).toMatchObject({ error: { code: -32602 } });
+    expect(await ask(3, 'tools/list', {})).toMatchObject({ result: { tools: expect.any(Array) } });
+  });
+});
+
 describe('an engine still opening', () => {
   /** A server given a promise of its engine, with a client connected in-process: the handshake needs no engine. */
   async function connectOpening() {
