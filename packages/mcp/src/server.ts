@@ -65,19 +65,17 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
   // The engine once open; until then requests wait on `opening`.
   let engine: Forge | undefined;
   const opening: Promise<Forge> = Promise.resolve(forge);
-  const ready = async (): Promise<Forge> => {
-    try {
-      return engine ?? (await opening);
-    } catch (err) {
+  const ready = (): Forge | Promise<Forge> =>
+    engine ??
+    opening.catch((err: unknown) => {
       throw new Error(`forge could not open: ${(err as Error).message}`);
-    }
-  };
+    });
 
   // The forged tools this client sees, by name, and a signature of that set (what it last saw).
   let visible: Map<string, ToolView> | undefined;
   let seen: string | undefined;
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
-    const listed = await (engine ?? (await ready())).listTools(ctx);
+    const listed = await (await ready()).listTools(ctx);
     const views = new Map<string, ToolView>();
     let signature = '';
     for (const l of listed) {
@@ -153,7 +151,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
       try {
         if (isMetaTool(name)) {
           const before = { sent, reported };
-          const envelope = await runMetaTool(engine ?? (await ready()), name, args, callCtx);
+          const envelope = await runMetaTool(await ready(), name, args, callCtx);
           // The client hears list_changed before it reads the answer to its own forge/promote/remove,
           // even when what it sees did not change (a promoted tool still shadowed by the project's).
           if (checking) await checking;
@@ -162,7 +160,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
         }
         let view = visible?.get(name);
         if (!view) view = (await refresh()).views.get(name);
-        return toResult(await (engine ?? (await ready())).callTool(name, args ?? {}, callCtx), view);
+        return toResult(await (await ready()).callTool(name, args ?? {}, callCtx), view);
       } catch (err) {
         // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
         return toResult({ ok: false, error: { kind: 'internal', message: `forge mcp: ${(err as Error).message}` }, meta: {} });
