@@ -208,12 +208,15 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
   };
   relist();
   const asking = new Map<string, Promise<Runtime | undefined>>();
-  const unknown = (name: string, why = '') =>
-    new SandboxError(
-      'unknown_runtime',
-      `unknown runtime "${name}"${why}: this host has ${list.map((x) => x.name).join(', ') || 'none'}; install the interpreter or pick one of those`,
-    );
   const failed = new Set<string>();
+  const unknown = (name: string, why = '') => {
+    const unchecked = [...later].filter((n) => !byName.has(n) && !failed.has(n) && n !== name);
+    const more = unchecked.length > 0 ? ` (and on PATH, not checked yet: ${unchecked.join(', ')})` : '';
+    return new SandboxError(
+      'unknown_runtime',
+      `unknown runtime "${name}"${why}: this host has ${list.map((x) => x.name).join(', ') || 'none'}${more}; install the interpreter or pick one of those`,
+    );
+  };
   const resolve = async (name: string): Promise<Runtime> => {
     const r = byName.get(name);
     if (r) return r;
