@@ -292,8 +292,10 @@ class Writer implements AuditLog {
       return await fn();
     } finally {
       await this.lock.release();
-      // The next acquisition's directory, made now: an append then waits on one rename.
-      if (!this.closed) this.lock.prepare();
+      // With nothing queued, the next acquisition's directory is made now, so a lone append
+      // waits on one rename. With more queued, the next batch makes its own at once (waiting for
+      // a background one would only add steps).
+      if (!this.closed && this.queue.length === 0) this.lock.prepare();
     }
   }
 
