@@ -113,7 +113,8 @@ export class DirLock {
 
   /**
    * Makes the next acquisition's directory now (owner record inside), so that acquiring is one
-   * rename: the writer calls it after each release, off the path of the append that waits.
+   * rename: the writer calls it after a release that leaves nothing queued, off the path of the
+   * next append.
    */
   prepare(): void {
     if (this.prepared || this.preparing) return;
