@@ -22,12 +22,10 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { createRequire } from 'node:module';
 import { createConnection, createServer, type Server } from 'node:net';
 import { homedir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { join, relative, sep } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
   type CheckedBind,
@@ -41,7 +39,7 @@ import {
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { requireSandbox, tempDir } from './helpers.js';
+import { requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 
@@ -851,30 +849,16 @@ print('CONTROL:ran')`,
     writeFileSync(join(secretDir, 'canary.txt'), secret);
     const dirFd = openSync(secretDir, 'r');
     onTestFinished(() => closeSync(dirFd));
-    const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
-    const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
-    const child = `
-      const { runnerImport } = await import(${JSON.stringify(vite)});
-      const { module } = await runnerImport(${JSON.stringify(src)});
-      // Twice: the second run takes a launcher started ahead of need (where runs use cgroups).
+    const { code, out, err } = await runInChild(
+      `// Twice: the second run takes a launcher started ahead of need (where runs use cgroups).
       for (let i = 0; i < 2; i++) {
         const r = await module.runSandboxed({ command: ['/bin/sh', '-c',
           'ls /proc/self/fd/240/ 2>/dev/null; cat /proc/self/fd/240/canary.txt 2>/dev/null && echo ESCAPE:read-through-fd; echo CONTROL:ran'] });
         process.stdout.write(r.stdout);
         await new Promise((r) => setTimeout(r, 50));
-      }`;
-    const stdio: ('pipe' | 'ignore' | number)[] = ['ignore', 'pipe', 'pipe'];
-    while (stdio.length < 240) stdio.push('ignore');
-    stdio.push(dirFd);
-    const p = spawn(process.execPath, ['--input-type=module', '-e', child], { stdio, cwd: dirname(src) });
-    onTestFinished(() => {
-      p.kill('SIGKILL');
-    });
-    let out = '';
-    let err = '';
-    p.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-    p.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-    const code = await new Promise<number | null>((r) => p.on('close', r));
+      }`,
+      { extraStdio: [...Array<'ignore'>(240 - 3).fill('ignore'), dirFd] }, // dirFd lands on fd 240
+    );
     expect(code, err).toBe(0);
     expect(
       out.split('\n').filter((l) => l === 'CONTROL:ran'),

@@ -1,6 +1,9 @@
+import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { onTestFinished } from 'vitest';
 import { probe } from '../src/index.js';
 
@@ -20,4 +23,35 @@ export async function requireSandbox(): Promise<void> {
   if (!host.ok) {
     throw new Error(`this test needs a working bwrap sandbox: ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`);
   }
+}
+
+/**
+ * Runs `body` in a separate node process, with this package's source loaded as `module` (through
+ * vite, as the tests load it), the way an embedding process uses the sandbox. `extraStdio` are the
+ * child's descriptors past 0–2. Resolves once the child closed, with its exit code, output and
+ * the process (for its pid). Killed when the test finishes.
+ */
+export async function runInChild(
+  body: string,
+  o: { extraStdio?: (StdioPipe | StdioNull | number)[] } = {},
+): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
+  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
+  const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
+  const code = `
+    const { runnerImport } = await import(${JSON.stringify(vite)});
+    const { module } = await runnerImport(${JSON.stringify(src)});
+    ${body}`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
+    stdio: ['ignore', 'pipe', 'pipe', ...(o.extraStdio ?? [])],
+    cwd: dirname(src),
+  });
+  onTestFinished(() => {
+    child.kill('SIGKILL');
+  });
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+  const exit = await new Promise<number | null>((r) => child.on('close', r));
+  return { code: exit, out, err, child };
 }

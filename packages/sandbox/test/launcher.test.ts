@@ -3,16 +3,14 @@
  * that takes one must be exactly as confined as one that starts its own, and waiting launchers
  * must never keep the embedding process alive or outlive it.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type CheckedBind, checkBind, closeBinds, type HostInfo, probe, runSandboxed } from '../src/index.js';
 import { controlLine, launcherStats, shellQuote } from '../src/launcher.js';
-import { requireSandbox, tempDir } from './helpers.js';
+import { requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let host: HostInfo;
 beforeAll(async () => {
@@ -111,26 +109,20 @@ describe('runs that take a ready launcher', () => {
 
 describe('waiting launchers and the embedding process', () => {
   it('a process that ran sandboxes exits on its own, and its waiting launchers exit with it', async () => {
-    const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
-    const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
-    const child = `
-      const { runnerImport } = await import(${JSON.stringify(vite)});
-      const { module } = await runnerImport(${JSON.stringify(src)});
-      for (let i = 0; i < 3; i++) {
+    // A waiting launcher that held the event loop would keep the child from closing until the
+    // test's own timeout.
+    const {
+      code,
+      out,
+      err,
+      child: p,
+    } = await runInChild(
+      `for (let i = 0; i < 3; i++) {
         const r = await module.runSandboxed({ command: ['/bin/echo', 'ok' + i] });
         process.stdout.write(r.stdout);
         await new Promise((r) => setTimeout(r, 50)); // lets a launcher get ready
-      }`;
-    const p = spawn(process.execPath, ['--input-type=module', '-e', child], { stdio: ['ignore', 'pipe', 'pipe'], cwd: dirname(src) });
-    onTestFinished(() => {
-      p.kill('SIGKILL');
-    });
-    let out = '';
-    let err = '';
-    p.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-    p.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-    // A waiting launcher that held the event loop would hang here until the test's own timeout.
-    const code = await new Promise<number | null>((r) => p.on('close', r));
+      }`,
+    );
     expect(code, err).toBe(0);
     expect(out).toBe('ok0\nok1\nok2\n');
     const mine = () =>
