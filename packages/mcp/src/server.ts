@@ -68,7 +68,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
   const ready = (): Forge | Promise<Forge> =>
     engine ??
     opening.catch((err: unknown) => {
-      throw new Error(`forge could not open: ${(err as Error).message}`);
+      throw new Error(`this server has no forge engine (it failed to open, so the session cannot go on): ${(err as Error).message}`);
     });
 
   // The forged tools this client sees, by name, and a signature of that set (what it last saw).

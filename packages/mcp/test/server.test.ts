@@ -419,13 +419,18 @@ describe('an engine still opening', () => {
     const listing = client.listTools();
     const calling = call(client, 'fib', { n: 3 });
     fail(new Error('cannot read /nowhere/audit: EACCES'));
-    await expect(listing).rejects.toThrow(/forge could not open: cannot read \/nowhere\/audit: EACCES/);
+    await expect(listing).rejects.toThrow(
+      /this server has no forge engine \(it failed to open, so the session cannot go on\): cannot read \/nowhere\/audit: EACCES/,
+    );
     const { result, envelope } = await calling;
     expect(result.isError).toBe(true);
     expect(envelope).toMatchObject({
       ok: false,
-      error: { kind: 'internal', message: expect.stringMatching(/forge could not open: cannot read \/nowhere\/audit/) },
+      error: {
+        kind: 'internal',
+        message: expect.stringMatching(/failed to open, so the session cannot go on\): cannot read \/nowhere\/audit/),
+      },
     });
-    await expect(client.listTools()).rejects.toThrow(/forge could not open/);
+    await expect(client.listTools()).rejects.toThrow(/this server has no forge engine/);
   });
 });
