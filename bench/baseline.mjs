@@ -15,8 +15,9 @@ export function stats(xs) {
  * too), so both see the same machine state: this VM's speed drifts over seconds, more than the
  * differences measured. Each gets the index of the run. Returns the stats of both, and of the
  * per-pair differences (fn − base), whose median is the added time least blurred by drift.
+ * `before`, when given, is awaited ahead of each pair, untimed.
  */
-export async function paired(fn, base, runs) {
+export async function paired(fn, base, runs, { before } = {}) {
   const a = [];
   const b = [];
   const time = async (f, i) => {
@@ -25,6 +26,7 @@ export async function paired(fn, base, runs) {
     return performance.now() - t;
   };
   for (let i = 0; i < runs; i++) {
+    await before?.(i);
     if (i % 2 === 0) {
       b.push(await time(base, i));
       a.push(await time(fn, i));

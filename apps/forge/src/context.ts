@@ -32,11 +32,16 @@ export function callContext(env: NodeJS.ProcessEnv): CallContext {
   return ctx;
 }
 
-/** Opens the engine for one command; a home or audit log that cannot be opened is an environment error. */
-export async function openForge(w: Where, options: { watch?: boolean } = {}): Promise<Forge> {
+/**
+ * Opens the engine for one command; a home or audit log that cannot be opened is an environment
+ * error. A server watches the tool directories and keeps sandboxes built ahead for its next calls;
+ * a one-shot command does neither (it would exit before either paid off).
+ */
+export async function openForge(w: Where, options: { server?: boolean } = {}): Promise<Forge> {
   const { createForge } = await import('@forge/runner');
+  const server = options.server ?? false;
   try {
-    return await createForge({ home: w.home, project: w.project, env: w.env, watch: options.watch ?? false });
+    return await createForge({ home: w.home, project: w.project, env: w.env, watch: server, prebuild: server });
   } catch (err) {
     throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
   }

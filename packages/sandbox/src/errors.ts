@@ -8,6 +8,11 @@ export const SANDBOX_ERROR_CODES = [
   'unknown_runtime',
   /** The profile is malformed (relative paths, bad limits, …); the message names the field. */
   'invalid_profile',
+  /**
+   * A run served by a sandbox built ahead ended, but what the tool wrote to a per-run directory
+   * could not be moved to that directory; the message says where it stays.
+   */
+  'output_unmoved',
 ] as const;
 
 export type SandboxErrorCode = (typeof SANDBOX_ERROR_CODES)[number];

@@ -9,6 +9,7 @@ export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard
 export { EGRESS_PORTS } from './egress/inside.js';
 export type { EgressProtocol, NetworkEvent, NetworkUsage } from './egress/proxy.js';
 export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
+export { discardPrebuilt, type PrebuiltStats, prebuiltStats } from './prebuilt.js';
 export { type HostInfo, type HostProblem, type ProbeOptions, probe, type RootEntry } from './probe.js';
 export {
   buildBwrapArgs,

@@ -24,7 +24,8 @@ export function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`).replaceAll('\n', `'"$NL"'`)}'`;
 }
 
-const PRELUDE = "NL='\n'";
+/** Defines NL for {@link shellQuote}d lines. */
+export const PRELUDE = "NL='\n'";
 
 /** What a run's launcher does, as one line of shell: its steps, then `exec` of argv. */
 export function controlLine(steps: readonly string[], argv: readonly string[]): string {
@@ -53,11 +54,11 @@ export function launcherStats(): { ready: number; warmStarts: number; coldStarts
 }
 
 /** Stdio streams of a launcher, to hold (ref) or let go (unref) of the event loop. */
-function streams(child: ChildProcess): (Readable | Writable)[] {
+export function streams(child: ChildProcess): (Readable | Writable)[] {
   return child.stdio.filter((s): s is Readable | Writable => s !== null && s !== undefined);
 }
 
-function setHeld(child: ChildProcess, held: boolean): void {
+export function setHeld(child: ChildProcess, held: boolean): void {
   for (const s of streams(child)) {
     const h = s as unknown as { ref?: () => void; unref?: () => void };
     held ? h.ref?.() : h.unref?.();
@@ -108,6 +109,12 @@ export interface LaunchSpec {
    * ready one uses descriptor 5 for its control line.
    */
   ipc?: boolean;
+  /**
+   * Whether this run counts towards how many launchers wait ready (default true). False for a
+   * run whose kind is served by sandboxes built ahead (prebuilt.ts) and that found none waiting:
+   * it may take a ready launcher, but none is started for its sake.
+   */
+  refill?: boolean;
 }
 
 /**
@@ -118,9 +125,10 @@ export interface LaunchSpec {
 export function launch(spec: LaunchSpec): Launched | undefined {
   if (spec.cgroups) {
     inFlight++;
-    wanted = Math.min(MAX_READY, Math.max(wanted, inFlight));
+    const grow = spec.refill !== false;
+    if (grow) wanted = Math.min(MAX_READY, Math.max(wanted, inFlight));
     const warm = spec.ipc ? undefined : takeReady(spec);
-    setImmediate(() => refill(spec));
+    if (grow) setImmediate(() => refill(spec));
     if (warm) {
       stats.warm++;
       return warm;

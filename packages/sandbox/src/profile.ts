@@ -50,6 +50,14 @@ export interface Mount {
   /** Where it appears inside (default: the same path). */
   target?: string;
   mode: 'ro' | 'rw';
+  /**
+   * The source belongs to this run only (the tool's code, the run's output directory) rather
+   * than to every run of its kind (an interpreter's prefix). Such mounts let a run take a sandbox
+   * built ahead of time ({@link RunOptions.prebuild}): a `ro` one must then be a regular file of
+   * at most 1 MiB, whose bytes are copied in when the run starts; a `rw` one an empty directory,
+   * which holds what the tool wrote once the run is over. Otherwise the run builds its own.
+   */
+  perRun?: boolean;
 }
 
 /** What to run and what it may see. */
@@ -132,12 +140,38 @@ export function resolveLimits(partial: Partial<Limits> = {}): Limits {
   return limits;
 }
 
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * The whole environment a profile's command gets: PATH, HOME, TMPDIR and LANG, then the
+ * profile's own variables. Throws `invalid_profile` naming a variable whose name is not valid.
+ */
+export function sandboxEnv(profile: SandboxProfile): Record<string, string> {
+  const env: Record<string, string> = {
+    PATH: '/usr/local/bin:/usr/bin:/bin',
+    HOME: '/tmp',
+    TMPDIR: '/tmp',
+    LANG: 'C.UTF-8',
+    ...profile.env,
+  };
+  for (const k of Object.keys(env)) {
+    if (!ENV_NAME.test(k)) throw new SandboxError('invalid_profile', `env name ${JSON.stringify(k)} is not a valid variable name`);
+  }
+  return env;
+}
+
 /**
  * The bwrap arguments for a profile (a pure function of its inputs). `profile.network` is not
  * read here: `runSandboxed` turns it into a wrapped command, variables and mounts first. The arguments go to bwrap through `--args FD`, never on its command
  * line, so environment values (secrets) do not show in the host's process list.
  */
-export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: FdPlan, limits: Limits): string[] {
+export function buildBwrapArgs(
+  profile: SandboxProfile,
+  host: HostLayout,
+  fds: FdPlan,
+  limits: Limits,
+  { setenv = true }: { setenv?: boolean } = {},
+): string[] {
   const cmd = profile.command;
   if (cmd.length === 0 || !isAbsolute(cmd[0] as string)) {
     throw new SandboxError('invalid_profile', `command[0] must be an absolute path (got ${JSON.stringify(cmd[0])})`);
@@ -158,18 +192,9 @@ export function buildBwrapArgs(profile: SandboxProfile, host: HostLayout, fds: F
     'sandbox',
     '--clearenv',
   ];
-  const env: Record<string, string> = {
-    PATH: '/usr/local/bin:/usr/bin:/bin',
-    HOME: '/tmp',
-    TMPDIR: '/tmp',
-    LANG: 'C.UTF-8',
-    ...profile.env,
-  };
-  for (const [k, v] of Object.entries(env)) {
-    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
-      throw new SandboxError('invalid_profile', `env name ${JSON.stringify(k)} is not a valid variable name`);
-    a.push('--setenv', k, v);
-  }
+  // Without setenv the command starts with an empty environment (a sandbox built ahead gets its
+  // run's variables later, from the control line).
+  if (setenv) for (const [k, v] of Object.entries(sandboxEnv(profile))) a.push('--setenv', k, v);
   a.push('--ro-bind', '/usr', '/usr');
   for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
   a.push('--ro-bind', host.etcDir, '/etc');

@@ -21,7 +21,8 @@ import { checkGrant, hostAddresses } from './egress/guard.js';
 import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, preloadSource, READY, wrapCommand } from './egress/inside.js';
 import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
-import { BIND_FD, finished, launch } from './launcher.js';
+import { BIND_FD, controlLine, finished, type Launched, launch, shellQuote } from './launcher.js';
+import { finishPrebuilt, INNER_COMMAND, MAX_STAGED_FILE, type PrebuiltClaim, type Shape, takePrebuilt } from './prebuilt.js';
 import { type HostInfo, probe } from './probe.js';
 import {
   buildBwrapArgs,
@@ -33,6 +34,7 @@ import {
   resolveLimits,
   SANDBOX_UID,
   type SandboxProfile,
+  sandboxEnv,
 } from './profile.js';
 import { buildSeccompFilter } from './seccomp.js';
 
@@ -48,6 +50,16 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Use this bwrap (default: the one `probe()` found on PATH). */
   bwrapPath?: string;
+  /**
+   * Serve the run from a sandbox built ahead of time, when one of its shape is waiting, and
+   * build one for the next such run meanwhile: bwrap's setup (2–3 ms) is then off the run's
+   * latency. Applies to runs without binds or network whose {@link Mount.perRun} mounts fit (a
+   * `ro` regular file of at most 1 MiB, a `rw` empty directory); any other run builds its own,
+   * which is also what the first run of a shape does. `stageDir` holds the waiting sandboxes'
+   * per-run mount points (a directory per process, 0700) and must be on the filesystem of the
+   * `rw` per-run sources, so the output is moved there by rename.
+   */
+  prebuild?: { stageDir: string };
 }
 
 export interface RunResult {
@@ -74,6 +86,8 @@ export interface RunResult {
   limits: Limits;
   /** What the run's network did; present when the profile granted network. */
   network?: NetworkUsage;
+  /** True when the run was served by a sandbox built ahead ({@link RunOptions.prebuild}). */
+  prebuilt: boolean;
 }
 
 let etcDir: string | undefined;
@@ -247,6 +261,29 @@ const SIGNALS = new Map(Object.entries(constants.signals).map(([name, n]) => [n 
 const SPILL_BACKLOG = 8 << 20;
 const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
 
+/** A run's per-run mounts as a sandbox built ahead takes them; undefined when one does not fit. */
+function perRunMounts(profile: SandboxProfile): { sources: string[]; contents: (Buffer | undefined)[] } | undefined {
+  const sources: string[] = [];
+  const contents: (Buffer | undefined)[] = [];
+  for (const m of profile.mounts ?? []) {
+    if (!m.perRun) continue;
+    try {
+      const st = statSync(m.source);
+      if (m.mode === 'ro') {
+        if (!st.isFile() || st.size > MAX_STAGED_FILE) return undefined;
+        contents.push(readFileSync(m.source));
+      } else {
+        if (!st.isDirectory() || readdirSync(m.source).length > 0) return undefined;
+        contents.push(undefined);
+      }
+    } catch {
+      return undefined; // a missing source: building its own sandbox reports it
+    }
+    sources.push(m.source);
+  }
+  return { sources, contents };
+}
+
 /**
  * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
  * namespaces, no capabilities, the seccomp filter, rlimits, a wall-clock kill of the
@@ -287,17 +324,53 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
   ];
   const optionCount = args.length - profile.command.length - 1;
+  const cgroups = typeof host.processLimit === 'object' ? { base: host.processLimit.cgroup, max: limits.processes } : undefined;
+
+  // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
+  // command, the environment and the per-run mounts' sources.
+  const staged = options.prebuild && !network && binds.length === 0 ? perRunMounts(profile) : undefined;
+  let claim: PrebuiltClaim | undefined;
+  if (options.prebuild && staged) {
+    const slots = (profile.mounts ?? []).filter((m) => m.perRun).map((m) => m.mode);
+    const optionsFor = (paths: readonly string[]) => {
+      let i = 0;
+      const mounts = (profile.mounts ?? []).map((m) => (m.perRun ? { ...m, source: paths[i++] as string } : m));
+      const a = buildBwrapArgs({ ...profile, command: INNER_COMMAND, mounts }, layout, fds, limits, { setenv: false });
+      return a.slice(0, a.length - INNER_COMMAND.length - 1);
+    };
+    const shape: Shape = {
+      key: [host.bwrap.path, options.prebuild.stageDir, cgroups?.base.base ?? '', ...optionsFor(slots.map((_, i) => `/\0slot${i}`))].join(
+        '\0',
+      ),
+      stageDir: options.prebuild.stageDir,
+      slots,
+      bwrap: host.bwrap.path,
+      options: optionsFor,
+      ...(cgroups ? { cgroups: cgroups.base } : {}),
+      seccomp,
+      cover: coverInherited,
+    };
+    const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
+    // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
+    // bwrap starts itself does; it adds the run's own.
+    const line = controlLine([`export ${env.join(' ')}`, ...steps], profile.command);
+    claim = takePrebuilt(shape, staged.contents, line, limits.processes);
+  }
   const started = performance.now();
-  const launched = launch({
-    steps,
-    argv: [host.bwrap.path, '--args', '3', ...args.slice(optionCount)],
-    bindFds: binds.map((b) => b.fd),
-    ...(typeof host.processLimit === 'object' ? { cgroups: { base: host.processLimit.cgroup, max: limits.processes } } : {}),
-    seccomp,
-    cover: coverInherited,
-    ...(network ? { ipc: true } : {}),
-  });
+  const launched: Launched | undefined =
+    claim?.built ??
+    launch({
+      steps,
+      argv: [host.bwrap.path, '--args', '3', ...args.slice(optionCount)],
+      bindFds: binds.map((b) => b.fd),
+      ...(cgroups ? { cgroups } : {}),
+      seccomp,
+      cover: coverInherited,
+      ...(network ? { ipc: true } : {}),
+      ...(claim ? { refill: false } : {}),
+    });
   if (!launched) {
+    if (claim) finishPrebuilt(claim);
     const base = typeof host.processLimit === 'object' ? host.processLimit.cgroup.base : 'the pids hierarchy';
     throw new SandboxError(
       'sandbox_unavailable',
@@ -342,7 +415,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     stream.on('error', () => {}); // the tool may exit without reading: not an error of ours
     stream.end(data);
   };
-  write(child.stdio[3] as Writable, `${args.slice(0, optionCount).join('\0')}\0`);
+  if (!claim?.built) write(child.stdio[3] as Writable, `${args.slice(0, optionCount).join('\0')}\0`);
   write(child.stdin, options.stdin ?? '');
 
   let ended: EndReason | undefined;
@@ -397,7 +470,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   });
 
   const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
-    child.on('error', reject);
+    child.on('error', (err) => {
+      if (claim) finishPrebuilt(claim);
+      reject(err);
+    });
     child.on('close', (c, s) => resolve({ code: c, signal: s }));
   }).finally(() => {
     clearTimeout(timer);
@@ -424,7 +500,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     sig = 'SIGKILL';
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
-  finished(launched);
+  if (claim) finishPrebuilt(claim, staged?.sources ?? []);
+  if (!claim?.built) finished(launched);
   if (network && relayed < 2 && !ended) {
     await spillWrites.catch(() => {});
     if (spill) await (await spill).close();
@@ -453,5 +530,6 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     processLimitHit,
     limits,
     ...(proxy ? { network: proxy.usage } : {}),
+    prebuilt: claim?.built !== undefined,
   };
 }

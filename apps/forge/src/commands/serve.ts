@@ -54,7 +54,7 @@ export const serve: Command = {
       if (listen) {
         // Nothing to answer before the engine is open: open it while the MCP library loads.
         const w = await where();
-        const [mcp, forge] = await Promise.all([import('@forge/mcp'), openForge(w, { watch: true })]);
+        const [mcp, forge] = await Promise.all([import('@forge/mcp'), openForge(w, { server: true })]);
         try {
           let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
           try {
@@ -81,7 +81,7 @@ export const serve: Command = {
         // project, audit log, registries, watchers); requests wait for it. An engine that cannot
         // open closes the session and exits 2, as before any answer.
         const mcp = await import('@forge/mcp');
-        const opening = where().then(async (w) => ({ w, forge: await openForge(w, { watch: true }) }));
+        const opening = where().then(async (w) => ({ w, forge: await openForge(w, { server: true }) }));
         const stdio = await mcp.serveStdio(
           opening.then((o) => o.forge),
           { ctx: callContext(envFromFlags(values)), graceMs, name: 'forge', version: VERSION },

@@ -1,0 +1,337 @@
+import { type StdioNull, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { cpSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Duplex, Writable } from 'node:stream';
+import { acquireRunCgroup, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
+import { SandboxError } from './errors.js';
+import { controlLine, type Launched, PRELUDE, setHeld, streams } from './launcher.js';
+
+/**
+ * Sandboxes built ahead of time. bwrap's own work (namespaces, mounts, the seccomp filter) takes
+ * 2–3 ms of a run; a sandbox built ahead has done all of it and waits, as an unprivileged
+ * `/bin/sh` inside, for one line on descriptor 5: its run's environment, rlimits and command.
+ * The run pays for that line and one exec.
+ *
+ * Everything a run may vary must then reach the sandbox after it was built, so only runs that
+ * fit are served this way: no binds (each is checked for its run and mounted by descriptor), no
+ * network (the relay needs the run's IPC channel), and per-run mounts ({@link Mount.perRun})
+ * that are a small file (its bytes are copied into a placeholder the sandbox already mounts) or
+ * an empty directory (the sandbox's own is moved there once the run is over). Sandboxes are
+ * pooled by the shape they were built for; every other run builds its own, as before.
+ *
+ * A sandbox serves one run only. Waiting ones never keep the process alive and die with it
+ * (`--die-with-parent`); their placeholders live under the embedding program's stage directory,
+ * one subdirectory per process, removed at exit (and by the next process, after a crash).
+ */
+
+// Descriptor 5 is a socket pair (as every piped descriptor of Node's children): the shell says
+// it is up on it, then reads its run's line from it.
+const INNER = `${PRELUDE}; echo >&5 && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
+/** The command a sandbox built ahead is built with: say it is built, read one line, become the run. */
+export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbox'];
+
+/** Largest per-run read-only file copied into a sandbox built ahead. */
+export const MAX_STAGED_FILE = 1 << 20;
+/** Sandboxes waiting at once, per shape and in all. */
+const MAX_PER_SHAPE = 4;
+const MAX_READY = 8;
+
+/** What a pool's sandboxes are built for. */
+export interface Shape {
+  /** Equal keys, interchangeable sandboxes. */
+  key: string;
+  /** Where the per-run mounts' placeholders are made (see {@link RunOptions.prebuild}). */
+  stageDir: string;
+  /** The per-run mounts, in the order of the profile's mounts. */
+  slots: readonly ('ro' | 'rw')[];
+  bwrap: string;
+  /** bwrap's options (all before `--`) for a sandbox whose slots are at `paths`. */
+  options: (paths: readonly string[]) => string[];
+  cgroups?: PidsCgroups;
+  seccomp: Buffer;
+  cover: (fd: number) => (number | StdioNull)[];
+}
+
+interface Built extends Launched {
+  /** This sandbox's placeholders: one entry per slot, under `dir`. */
+  dir: string;
+  paths: string[];
+  /** Its shell has started inside the finished sandbox. */
+  up: boolean;
+  /** A run has it (and ends it with {@link finishPrebuilt}). */
+  taken: boolean;
+  cleaned: boolean;
+}
+
+interface Pool {
+  shape: Shape;
+  ready: Built[];
+  inFlight: number;
+  wanted: number;
+  /** When a run last asked for this shape (a counter), to pick which pool gives way. */
+  used: number;
+}
+
+const pools = new Map<string, Pool>();
+let clock = 0;
+const stats = { built: 0, missed: 0 };
+
+/** Sandboxes built ahead: being built, built and waiting, and the runs served by one or not so far. */
+export interface PrebuiltStats {
+  building: number;
+  ready: number;
+  /** Runs that took a sandbox built ahead. */
+  served: number;
+  /** Runs that could have, but found none waiting (and built their own). */
+  missed: number;
+}
+
+/** Where the sandboxes built ahead stand in this process (for diagnostics and benchmarks). */
+export function prebuiltStats(): PrebuiltStats {
+  let ready = 0;
+  let building = 0;
+  for (const p of pools.values()) for (const b of p.ready) b.up ? ready++ : building++;
+  return { building, ready, served: stats.built, missed: stats.missed };
+}
+
+const roots = new Map<string, string>(); // stage directory → this process's directory in it
+const made = new Set<string>(); // every such directory not yet removed, for the exit
+let cleanupAtExit = false;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** This process's directory under `stageDir`; made on first use, after removing those of dead processes. */
+function stageRoot(stageDir: string): string {
+  const known = roots.get(stageDir);
+  if (known) return known;
+  mkdirSync(stageDir, { recursive: true, mode: 0o700 });
+  for (const name of readdirSync(stageDir)) {
+    const pid = /^(\d+)-[0-9a-f]+$/.exec(name)?.[1];
+    if (pid && Number(pid) !== process.pid && !alive(Number(pid))) rmSync(join(stageDir, name), { recursive: true, force: true });
+  }
+  const root = join(stageDir, `${process.pid}-${randomBytes(4).toString('hex')}`);
+  mkdirSync(root, { mode: 0o700 });
+  roots.set(stageDir, root);
+  made.add(root);
+  if (!cleanupAtExit) {
+    cleanupAtExit = true;
+    process.once('exit', () => {
+      for (const r of made) rmSync(r, { recursive: true, force: true });
+    });
+  }
+  return root;
+}
+
+let serial = 0;
+
+/** Gives back a sandbox's cgroup and placeholders, once (from whichever of its endings comes first). */
+function cleanUp(b: Built): void {
+  if (b.cleaned) return;
+  b.cleaned = true;
+  if (b.cgroup) releaseRunCgroup(b.cgroup);
+  if (b.dir) rmSync(b.dir, { recursive: true, force: true });
+}
+
+/** Drops a sandbox that will serve no run: its processes, cgroup and placeholders. */
+function discard(b: Built): void {
+  try {
+    if (b.child.pid && b.child.exitCode === null && b.child.signalCode === null) process.kill(-b.child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+  cleanUp(b);
+}
+
+/** Builds one sandbox for `pool`'s shape; false when it cannot (no cgroup left, stage not writable). */
+function build(pool: Pool): boolean {
+  const { shape } = pool;
+  let dir: string;
+  const paths: string[] = [];
+  try {
+    dir = join(stageRoot(shape.stageDir), String(++serial));
+    mkdirSync(dir, { mode: 0o700 });
+    shape.slots.forEach((mode, i) => {
+      const p = join(dir, String(i));
+      if (mode === 'ro') writeFileSync(p, '', { mode: 0o600, flag: 'wx' });
+      else mkdirSync(p, { mode: 0o700 });
+      paths.push(p);
+    });
+  } catch {
+    return false;
+  }
+  let cgroup: RunCgroup | undefined;
+  if (shape.cgroups) {
+    // Room for what building takes (bwrap, its namespace's init, the waiting shell); the run's
+    // own limit is set when a run takes it.
+    cgroup = acquireRunCgroup(shape.cgroups, 8);
+    if (!cgroup) {
+      rmSync(dir, { recursive: true, force: true });
+      return false;
+    }
+  }
+  const steps = cgroup ? [`echo $$ > '${cgroup.dir}/cgroup.procs'`] : [];
+  const script = `${PRELUDE}; ${controlLine(steps, [shape.bwrap, '--args', '3', '--', ...INNER_COMMAND])}`;
+  const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)],
+    detached: true, // its own process group, as every launcher
+    env: {},
+  });
+  const built: Built = { child, ...(cgroup ? { cgroup } : {}), dir, paths, up: false, taken: false, cleaned: false };
+  child.on('error', () => {}); // one that cannot start exits, below
+  for (const s of streams(child)) s.on('error', () => {});
+  child.once('exit', () => {
+    if (built.taken) return; // its run cleans up
+    const i = pool.ready.indexOf(built);
+    if (i >= 0) pool.ready.splice(i, 1);
+    cleanUp(built);
+  });
+  const control = (child.stdio as unknown as Duplex[])[5] as Duplex;
+  control.once('data', () => {
+    built.up = true;
+  });
+  (child.stdio[3] as Writable).end(`${shape.options(paths).join('\0')}\0`);
+  (child.stdio[4] as Writable).end(shape.seccomp);
+  setHeld(child, false);
+  pool.ready.push(built);
+  return true;
+}
+
+function refill(pool: Pool): void {
+  while (pool.ready.length < pool.wanted && pools.get(pool.shape.key) === pool) {
+    let total = 0;
+    for (const p of pools.values()) total += p.ready.length;
+    if (total >= MAX_READY) {
+      // Room is made by the shape asked for least recently, never by this one.
+      let victim: Pool | undefined;
+      for (const p of pools.values()) if (p !== pool && p.ready.length > 0 && (!victim || p.used < victim.used)) victim = p;
+      const b = victim?.ready.shift();
+      if (!b) return;
+      discard(b);
+    }
+    if (!build(pool)) return;
+  }
+}
+
+/** A run's claim on a shape: the sandbox it got, if one was waiting. Pass it to {@link finishPrebuilt}. */
+export interface PrebuiltClaim {
+  pool: Pool;
+  built?: Built;
+  done?: boolean;
+}
+
+/**
+ * Takes a sandbox built for `shape`, copies the read-only slots' `contents` into it and sends it
+ * `line`; or, when none is waiting, returns a claim without one (the run then builds its own).
+ * Either way another is built for the next run.
+ */
+export function takePrebuilt(shape: Shape, contents: readonly (Buffer | undefined)[], line: string, processes: number): PrebuiltClaim {
+  let pool = pools.get(shape.key);
+  if (!pool) {
+    pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0 };
+    pools.set(shape.key, pool);
+  }
+  pool.used = ++clock;
+  pool.inFlight++;
+  pool.wanted = Math.min(MAX_PER_SHAPE, Math.max(pool.wanted, pool.inFlight));
+  const p = pool;
+  setImmediate(() => refill(p));
+  while (pool.ready.length > 0) {
+    // One already built if there is one; else the furthest along.
+    const up = pool.ready.findIndex((r) => r.up);
+    const b = pool.ready.splice(Math.max(0, up), 1)[0] as Built;
+    if (b.child.exitCode !== null || b.child.signalCode !== null || !b.child.pid || (b.cgroup && !setPidsMax(b.cgroup, processes))) {
+      discard(b);
+      continue;
+    }
+    try {
+      contents.forEach((c, i) => {
+        // Same inode, new bytes: the sandbox mounted this file when it was built.
+        if (c) writeFileSync(b.paths[i] as string, c);
+      });
+    } catch {
+      discard(b);
+      continue;
+    }
+    b.taken = true;
+    setHeld(b.child, true);
+    (b.child.stdio as unknown as Writable[])[5]?.end(`${line}\n`);
+    stats.built++;
+    return { pool, built: b };
+  }
+  stats.missed++;
+  return { pool };
+}
+
+/**
+ * Ends a claim once its run is over: moves what the tool wrote into each read-write slot to its
+ * `sources` entry (an empty directory) and removes the sandbox's placeholders; without `sources`
+ * (the run failed to start) nothing is moved. Throws `output_unmoved` when the output cannot be
+ * moved; it is then left where the message says.
+ */
+export function finishPrebuilt(claim: PrebuiltClaim, sources?: readonly string[]): void {
+  if (claim.done) return;
+  claim.done = true;
+  claim.pool.inFlight--;
+  const b = claim.built;
+  if (!b) return;
+  try {
+    claim.pool.shape.slots.forEach((mode, i) => {
+      if (mode !== 'rw' || !sources) return;
+      const from = b.paths[i] as string;
+      const to = sources[i] as string;
+      try {
+        renameSync(from, to); // over the empty directory: one step, nothing copied
+      } catch {
+        try {
+          cpSync(from, to, { recursive: true, verbatimSymlinks: true, errorOnExist: false, force: false });
+        } catch (err) {
+          // Kept beside this process's directory (which goes at exit), under a name no sweep removes.
+          let kept = join(claim.pool.shape.stageDir, `unmoved-${process.pid}-${randomBytes(4).toString('hex')}`);
+          try {
+            renameSync(from, kept);
+          } catch {
+            kept = from;
+            b.dir = ''; // cleaning up must not remove it
+          }
+          throw new SandboxError(
+            'output_unmoved',
+            `cannot move the run's output from the sandbox to ${to}: ${(err as Error).message}; it stays at ${kept}`,
+          );
+        }
+      }
+    });
+  } finally {
+    cleanUp(b);
+  }
+}
+
+/**
+ * Stops every sandbox waiting with placeholders under `stageDir` and removes this process's
+ * directory there. For an embedding program that is done with that directory.
+ */
+export function discardPrebuilt(stageDir: string): void {
+  let inFlight = 0;
+  for (const [key, pool] of pools) {
+    if (pool.shape.stageDir !== stageDir) continue;
+    pools.delete(key);
+    inFlight += pool.inFlight;
+    for (const b of pool.ready.splice(0)) discard(b);
+  }
+  const root = roots.get(stageDir);
+  if (!root) return;
+  roots.delete(stageDir);
+  // A run still under way keeps its placeholders (and its output) until it ends; the directory
+  // then goes at exit.
+  if (inFlight === 0) {
+    made.delete(root);
+    rmSync(root, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,379 @@
+/**
+ * Sandboxes built ahead of time (`RunOptions.prebuild`): a run that takes one must see exactly
+ * what a run in a sandbox built for it sees, get its own per-run files and keep its output, be
+ * held to its own limits, and leave nothing behind; runs that do not fit build their own.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import {
+  checkBind,
+  closeBinds,
+  discardPrebuilt,
+  type HostInfo,
+  type Mount,
+  prebuiltStats,
+  probe,
+  type RunOptions,
+  type RunResult,
+  resolveRuntimes,
+  runSandboxed,
+  type SandboxProfile,
+} from '../src/index.js';
+import { requireSandbox, runInChild, tempDir } from './helpers.js';
+
+let host: HostInfo;
+beforeAll(async () => {
+  await requireSandbox();
+  host = await probe();
+});
+
+/** Waits (up to 2 s) until no sandbox built ahead is still being built. */
+async function builtSoon(): Promise<void> {
+  for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await sleep(10);
+}
+
+/** A stage directory for this test, whose waiting sandboxes are stopped when it finishes. */
+async function stage(): Promise<{ stageDir: string; root: string }> {
+  const root = await tempDir();
+  const stageDir = join(root, 'stage');
+  onTestFinished(() => discardPrebuilt(stageDir));
+  return { stageDir, root };
+}
+
+/** Runs `profile` twice with `prebuild`: the first has a sandbox built, the second must take it. */
+async function secondRun(profile: SandboxProfile, stageDir: string, options: RunOptions = {}): Promise<RunResult> {
+  await runSandboxed({ ...profile, command: ['/bin/true'] }, { prebuild: { stageDir } });
+  await builtSoon();
+  const r = await runSandboxed(profile, { ...options, prebuild: { stageDir } });
+  expect(r.prebuilt, `${r.reason} ${r.exitCode} ${r.stderrTail}`).toBe(true);
+  return r;
+}
+
+function describeRun(r: RunResult): string {
+  return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 2000)}\n${r.stderrTail}`;
+}
+
+/** What a process sees of itself and its sandbox, minus what differs between any two runs. */
+const INTROSPECT = [
+  'import os, resource',
+  'print("env", sorted(os.environ.items()))',
+  'print("cwd", os.getcwd())',
+  'print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + f) != "/dev/null"))',
+  'st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)',
+  'print("ids", [st[k].split() for k in ("Uid", "Gid", "Groups")])',
+  'print("caps", [st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")])',
+  'print("confined", st["NoNewPrivs"].strip(), st["Seccomp"].strip())',
+  'names = [n for n in dir(resource) if n.startswith("RLIMIT_")]',
+  'print("rlimits", sorted((n, resource.getrlimit(getattr(resource, n))) for n in names))',
+  'print("mounts", [(l.split()[4], l.split()[5].split(",")[0]) for l in open("/proc/self/mountinfo")])',
+  'print("hostname", os.uname().nodename, "pid", os.getpid(), "ppid", os.getppid())',
+].join('\n');
+
+describe('a run in a sandbox built ahead', () => {
+  it('sees what a run in a sandbox built for it sees: environment, descriptors, ids, capabilities, limits, mounts', async () => {
+    const { stageDir, root } = await stage();
+    const python = (await resolveRuntimes()).get('python3');
+    const mounts: Mount[] = python.mounts.map((source) => ({ source, mode: 'ro' }));
+    const code = join(root, 'main.py');
+    writeFileSync(code, INTROSPECT);
+    const out = join(root, 'out');
+    mkdirSync(out);
+    const profile: SandboxProfile = {
+      command: [python.interpreter, '-I', '/forge/main.py'],
+      env: { TOOL_VAR: 'quotes \' and " and\nnewline $HOME `id`' },
+      mounts: [
+        ...mounts,
+        { source: code, target: '/forge/main.py', mode: 'ro', perRun: true },
+        { source: out, target: '/out', mode: 'rw', perRun: true },
+      ],
+      limits: { openFiles: 77, cpuSeconds: 9, processes: 20, fileSizeBytes: 1 << 20 },
+    };
+    const fresh = await runSandboxed(profile);
+    const built = await secondRun(profile, stageDir);
+    expect(fresh.exitCode, describeRun(fresh)).toBe(0);
+    expect(built.exitCode, describeRun(built)).toBe(0);
+    expect(built.stdout.toString()).toBe(fresh.stdout.toString());
+    // The comparison means something: it holds the variable, the limits and both mounts.
+    expect(built.stdout.toString()).toContain("('TOOL_VAR', 'quotes \\' and \" and\\nnewline $HOME `id`')");
+    expect(built.stdout.toString()).toContain("('RLIMIT_NOFILE', (77, 77))");
+    expect(built.stdout.toString()).toContain("('/forge/main.py', 'ro')");
+    expect(built.stdout.toString()).toContain("('/out', 'rw')");
+    expect(built.stdout.toString()).toMatch(/^fds \[0, 1, 2, 3\]$/m); // 3: the listing's own
+    expect(built.stdout.toString()).toContain("('PWD', '/tmp')"); // bwrap's, from --chdir
+  });
+
+  it('gets its own per-run file and keeps its own output directory; the stage keeps nothing of it', async () => {
+    const { stageDir, root } = await stage();
+    const profile = (i: number): SandboxProfile => {
+      const code = join(root, `code-${i}.sh`);
+      writeFileSync(
+        code,
+        `echo "code $0 of run ${i}"; cat /in/main.sh | wc -c; echo "run ${i}" > /out/result; mkdir /out/sub; echo deep > /out/sub/f; ln -s /etc/passwd /out/link`,
+      );
+      const out = join(root, `out-${i}`);
+      mkdirSync(out);
+      return {
+        command: ['/bin/sh', '/in/main.sh'],
+        mounts: [
+          { source: code, target: '/in/main.sh', mode: 'ro', perRun: true },
+          { source: out, target: '/out', mode: 'rw', perRun: true },
+        ],
+      };
+    };
+    await runSandboxed(profile(0), { prebuild: { stageDir } });
+    for (let i = 1; i <= 3; i++) {
+      await builtSoon();
+      const r = await runSandboxed(profile(i), { prebuild: { stageDir } });
+      expect(r.prebuilt, describeRun(r)).toBe(true);
+      const expected = readFileSync(join(root, `code-${i}.sh`)).length;
+      expect(r.stdout.toString()).toBe(`code /in/main.sh of run ${i}\n${expected}\n`);
+      const out = join(root, `out-${i}`);
+      expect(readdirSync(out).sort()).toEqual(['link', 'result', 'sub']);
+      expect(readFileSync(join(out, 'result'), 'utf8')).toBe(`run ${i}\n`);
+      expect(readFileSync(join(out, 'sub', 'f'), 'utf8')).toBe('deep\n');
+    }
+    await builtSoon();
+    // Under the stage: this process's directory, holding only the one sandbox now waiting.
+    const mine = readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`));
+    expect(mine).toHaveLength(1);
+    expect(readdirSync(join(stageDir, mine[0] as string))).toHaveLength(prebuiltStats().ready);
+  });
+
+  it('cannot write its per-run read-only file, whose bytes are a copy: the source stays as it was', async () => {
+    const { stageDir, root } = await stage();
+    const code = join(root, 'main.sh');
+    writeFileSync(code, 'echo changed >> /in/main.sh && echo ESCAPE:wrote; chmod 777 /in/main.sh && echo ESCAPE:chmod; echo CONTROL:ran');
+    const r = await secondRun(
+      { command: ['/bin/sh', '/in/main.sh'], mounts: [{ source: code, target: '/in/main.sh', mode: 'ro', perRun: true }] },
+      stageDir,
+    );
+    expect(r.stdout.toString(), describeRun(r)).toBe('CONTROL:ran\n');
+    expect(readFileSync(code, 'utf8')).toMatch(/^echo changed >>/);
+    expect(statSync(code).mode & 0o777).not.toBe(0o777);
+  });
+
+  it('is held to its own limits: cpu, file size, wall clock, processes, output', async () => {
+    const { stageDir, root } = await stage();
+    const out = join(root, 'out');
+    const fresh = (): Mount[] => {
+      rmSync(out, { recursive: true, force: true });
+      mkdirSync(out);
+      return [{ source: out, target: '/out', mode: 'rw', perRun: true }];
+    };
+    const cpu = await secondRun(
+      { command: ['/bin/sh', '-c', 'while :; do :; done'], mounts: fresh(), limits: { cpuSeconds: 1 } },
+      stageDir,
+    );
+    expect(cpu.reason, describeRun(cpu)).toBe('cpu');
+    const fsize = await secondRun(
+      { command: ['/bin/sh', '-c', 'head -c 3000000 /dev/zero > /out/big'], mounts: fresh(), limits: { fileSizeBytes: 1 << 20 } },
+      stageDir,
+    );
+    expect(fsize.reason, describeRun(fsize)).toBe('file_size');
+    expect(statSync(join(out, 'big')).size).toBeLessThanOrEqual(1 << 20);
+    const slow = await secondRun({ command: ['/bin/sleep', '30'], mounts: fresh(), limits: { timeoutMs: 300 } }, stageDir);
+    expect(slow.reason).toBe('timeout');
+    expect(slow.durationMs).toBeLessThan(5000);
+    const forks = await secondRun(
+      {
+        command: ['/bin/sh', '-c', 'i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done 2>/dev/null; ls /proc | grep -c "^[0-9]"'],
+        mounts: fresh(),
+        limits: { processes: 8, timeoutMs: 10_000 },
+      },
+      stageDir,
+    );
+    expect(Number(forks.stdout.toString().trim()), describeRun(forks)).toBeLessThanOrEqual(8);
+    if (typeof host.processLimit === 'object') expect(forks.processLimitHit).toBe(true);
+    const loud = await secondRun(
+      { command: ['/usr/bin/yes'], mounts: fresh(), limits: { outputBytes: 1000, outputHardBytes: 1 << 20 } },
+      stageDir,
+    );
+    expect(loud.reason).toBe('output_cap');
+    expect(loud.stdout.length).toBe(1000);
+  });
+
+  it('leaves no process behind, even one that detached itself', async () => {
+    const { stageDir, root } = await stage();
+    const out = join(root, 'out');
+    mkdirSync(out);
+    const marker = `29.${String(Math.floor(Math.random() * 1e9)).padStart(9, '1')}`;
+    const r = await secondRun(
+      {
+        command: [
+          '/bin/sh',
+          '-c',
+          `(setsid sh -c 'sleep ${marker}; touch /out/late' </dev/null >/dev/null 2>&1 &); sleep 0.2; echo started`,
+        ],
+        mounts: [{ source: out, target: '/out', mode: 'rw', perRun: true }],
+      },
+      stageDir,
+    );
+    expect(r.stdout.toString(), describeRun(r)).toBe('started\n');
+    let left = '';
+    for (let i = 0; i < 40; i++) {
+      left = spawnSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
+        .stdout.split('\n')
+        .filter((l) => l.startsWith(`sleep ${marker}`))
+        .join('\n');
+      if (!left) break;
+      await sleep(50);
+    }
+    expect(left).toBe('');
+  });
+
+  it('serves runs in flight together, each with its own file, output and result', async () => {
+    const { stageDir, root } = await stage();
+    const profile = (i: number): SandboxProfile => {
+      const code = join(root, `code-${i}.sh`);
+      writeFileSync(code, `sleep 0.1; echo ${i} > /out/n; echo run-${i}`);
+      mkdirSync(join(root, `out-${i}`));
+      return {
+        command: ['/bin/sh', '/in/main.sh'],
+        mounts: [
+          { source: code, target: '/in/main.sh', mode: 'ro', perRun: true },
+          { source: join(root, `out-${i}`), target: '/out', mode: 'rw', perRun: true },
+        ],
+      };
+    };
+    // Demand for four at once grows the pool to four.
+    await Promise.all([0, 1, 2, 3].map((i) => runSandboxed(profile(i), { prebuild: { stageDir } })));
+    await builtSoon();
+    expect(prebuiltStats().ready).toBeGreaterThanOrEqual(4);
+    const served = prebuiltStats().served;
+    const results = await Promise.all([4, 5, 6, 7].map((i) => runSandboxed(profile(i), { prebuild: { stageDir } })));
+    expect(results.map((r) => r.stdout.toString())).toEqual([4, 5, 6, 7].map((i) => `run-${i}\n`));
+    expect(prebuiltStats().served - served).toBe(4);
+    for (const i of [4, 5, 6, 7]) expect(readFileSync(join(root, `out-${i}`, 'n'), 'utf8')).toBe(`${i}\n`);
+  });
+
+  it('of another shape (a different /tmp size) is not taken: each shape has its own', async () => {
+    const { stageDir } = await stage();
+    const tmpSize = { command: ['/bin/sh', '-c', 'df -k /tmp | tail -1 | awk "{print \\$2}"'] };
+    const small = await secondRun({ ...tmpSize, limits: { tmpBytes: 4 << 20 } }, stageDir);
+    const large = await secondRun({ ...tmpSize, limits: { tmpBytes: 12 << 20 } }, stageDir);
+    expect(small.stdout.toString().trim()).toBe(String(4 << 10));
+    expect(large.stdout.toString().trim()).toBe(String(12 << 10));
+  });
+});
+
+describe('runs that do not fit a sandbox built ahead build their own', () => {
+  it('with a bind, a non-empty output directory, a large per-run file, or a missing one', async () => {
+    const { stageDir, root } = await stage();
+    writeFileSync(join(root, 'data.txt'), 'DATA');
+    const bind = checkBind({ path: join(root, 'data.txt') }, { roots: [root], deny: [] });
+    if (!bind.ok) throw new Error(bind.message);
+    onTestFinished(() => closeBinds([bind.bind]));
+    const full = join(root, 'full');
+    mkdirSync(full);
+    writeFileSync(join(full, 'there'), 'x');
+    const big = join(root, 'big.sh');
+    writeFileSync(big, `echo big\n#${'x'.repeat(1 << 20)}\n`);
+    const cases: [string, SandboxProfile][] = [
+      ['bind', { command: ['/bin/cat', bind.bind.path], binds: [bind.bind] }],
+      ['non-empty rw', { command: ['/bin/ls', '/out'], mounts: [{ source: full, target: '/out', mode: 'rw', perRun: true }] }],
+      ['large ro', { command: ['/bin/sh', '/in/big.sh'], mounts: [{ source: big, target: '/in/big.sh', mode: 'ro', perRun: true }] }],
+    ];
+    for (const [name, profile] of cases) {
+      await runSandboxed(profile, { prebuild: { stageDir } });
+      await builtSoon();
+      const r = await runSandboxed(profile, { prebuild: { stageDir } });
+      expect(r.prebuilt, name).toBe(false);
+      expect(r.exitCode, `${name}: ${describeRun(r)}`).toBe(0);
+    }
+    expect(readFileSync(join(full, 'there'), 'utf8')).toBe('x');
+    // A per-run file that is not there: bwrap's own error, as without prebuild.
+    const missing = await runSandboxed(
+      { command: ['/bin/true'], mounts: [{ source: join(root, 'nope'), target: '/in/x', mode: 'ro', perRun: true }] },
+      { prebuild: { stageDir } },
+    );
+    expect(missing.prebuilt).toBe(false);
+    expect(missing.exitCode).not.toBe(0);
+    expect(missing.stderrTail).toContain('nope');
+  });
+});
+
+describe('output that cannot be moved', () => {
+  it('is reported (output_unmoved) with where it stays, and kept there', async () => {
+    const { stageDir, root } = await stage();
+    const out = join(root, 'out');
+    const profile = (): SandboxProfile => {
+      mkdirSync(out);
+      return {
+        command: ['/bin/sh', '-c', 'echo kept > /out/result; sleep 0.3'],
+        mounts: [{ source: out, target: '/out', mode: 'rw', perRun: true }],
+      };
+    };
+    await runSandboxed(profile(), { prebuild: { stageDir } });
+    rmSync(out, { recursive: true });
+    await builtSoon();
+    const running = runSandboxed(profile(), { prebuild: { stageDir } });
+    // The destination stops being a directory while the tool runs.
+    await sleep(100);
+    rmSync(out, { recursive: true });
+    writeFileSync(out, 'not a directory');
+    const err = await running.then(
+      () => undefined,
+      (e: unknown) => e as { code: string; message: string },
+    );
+    expect(err?.code).toBe('output_unmoved');
+    const kept = /it stays at (\S+)$/.exec(err?.message ?? '')?.[1] as string;
+    expect(kept.startsWith(join(stageDir, 'unmoved-'))).toBe(true);
+    // Not in this process's directory: stopping the waiting sandboxes leaves it.
+    discardPrebuilt(stageDir);
+    expect(readFileSync(join(kept, 'result'), 'utf8')).toBe('kept\n');
+  });
+});
+
+describe('waiting sandboxes and the embedding process', () => {
+  it("discardPrebuilt stops the waiting ones and removes this process's stage directory", async () => {
+    const { stageDir } = await stage();
+    await runSandboxed({ command: ['/bin/true'] }, { prebuild: { stageDir } });
+    await builtSoon();
+    expect(prebuiltStats().ready).toBeGreaterThan(0);
+    const before = prebuiltStats().ready;
+    discardPrebuilt(stageDir);
+    expect(prebuiltStats().ready).toBe(before - 1);
+    expect(readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`))).toEqual([]);
+  });
+
+  it('a process exits on its own with sandboxes waiting; they die with it and its stage directory goes', async () => {
+    const { stageDir } = await stage();
+    // Left by a process that died without cleaning up, and one by a live process (this one's parent).
+    const dead = spawnSync('/bin/true').pid as number;
+    mkdirSync(join(stageDir, `${dead}-0badc0de`, '1'), { recursive: true });
+    mkdirSync(join(stageDir, `${process.ppid}-0badc0de`), { recursive: true });
+    const { code, out, err } = await runInChild(`
+      const { readdirSync, readFileSync } = await import('node:fs');
+      const stageDir = ${JSON.stringify(stageDir)};
+      for (let i = 0; i < 3; i++) await module.runSandboxed({ command: ['/bin/true'] }, { prebuild: { stageDir } });
+      for (let i = 0; i < 200 && module.prebuiltStats().building > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      // This process's descendants: the waiting sandboxes' processes.
+      const parents = new Map();
+      for (const p of readdirSync('/proc').filter((n) => /^\\d+$/.test(n))) {
+        try {
+          const s = readFileSync('/proc/' + p + '/stat', 'utf8');
+          parents.set(Number(p), Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[1]));
+        } catch {}
+      }
+      const mine = new Set([process.pid]);
+      for (let grew = true; grew; ) {
+        grew = false;
+        for (const [p, pp] of parents) if (!mine.has(p) && mine.has(pp)) { mine.add(p); grew = true; }
+      }
+      mine.delete(process.pid);
+      console.log(JSON.stringify({ ready: module.prebuiltStats().ready, pids: [...mine], stage: readdirSync(stageDir) }));
+    `);
+    expect(code, err).toBe(0);
+    const seen = JSON.parse(out) as { ready: number; pids: number[]; stage: string[] };
+    expect(seen.ready).toBeGreaterThan(0);
+    expect(seen.pids.length).toBeGreaterThan(0);
+    expect(seen.stage).not.toContain(`${dead}-0badc0de`); // swept: its process is gone
+    expect(seen.stage).toContain(`${process.ppid}-0badc0de`); // kept: its process lives
+    for (let i = 0; i < 40 && seen.pids.some((p) => existsSync(`/proc/${p}`)); i++) await sleep(50);
+    expect(seen.pids.filter((p) => existsSync(`/proc/${p}`))).toEqual([]);
+    expect(readdirSync(stageDir).sort()).toEqual([`${process.ppid}-0badc0de`]);
+  });
+});
