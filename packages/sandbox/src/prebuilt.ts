@@ -36,6 +36,8 @@ export const MAX_STAGED_FILE = 1 << 20;
 /** Sandboxes waiting at once, per shape and in all. */
 const MAX_PER_SHAPE = 4;
 const MAX_READY = 8;
+/** Shapes remembered (with how many of each to keep) before idle ones are forgotten. */
+const MAX_POOLS = 32;
 
 /** What a pool's sandboxes are built for. */
 export interface Shape {
@@ -235,6 +237,8 @@ export interface PrebuiltClaim {
 export function takePrebuilt(shape: Shape, contents: readonly (Buffer | undefined)[], line: string, processes: number): PrebuiltClaim {
   let pool = pools.get(shape.key);
   if (!pool) {
+    // Forget shapes that have nothing waiting and nothing running, once there are many.
+    if (pools.size >= MAX_POOLS) for (const [k, p] of pools) if (p.ready.length === 0 && p.inFlight === 0) pools.delete(k);
     pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0 };
     pools.set(shape.key, pool);
   }
