@@ -163,7 +163,8 @@ function sweepStale(base: string): void {
   }
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process of that id exists (one of another user's counts). */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

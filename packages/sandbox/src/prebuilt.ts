@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { cpSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Writable } from 'node:stream';
-import { acquireRunCgroup, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
+import { acquireRunCgroup, isAlive, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import { controlLine, type Launched, PRELUDE, setHeld, streams } from './launcher.js';
 
@@ -101,15 +101,6 @@ const roots = new Map<string, string>(); // stage directory → this process's d
 const made = new Set<string>(); // every such directory not yet removed, for the exit
 let cleanupAtExit = false;
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** This process's directory under `stageDir`; made on first use, after removing those of dead processes. */
 function stageRoot(stageDir: string): string {
   const known = roots.get(stageDir);
@@ -117,7 +108,7 @@ function stageRoot(stageDir: string): string {
   mkdirSync(stageDir, { recursive: true, mode: 0o700 });
   for (const name of readdirSync(stageDir)) {
     const pid = /^(\d+)-[0-9a-f]+$/.exec(name)?.[1];
-    if (pid && Number(pid) !== process.pid && !alive(Number(pid))) rmSync(join(stageDir, name), { recursive: true, force: true });
+    if (pid && Number(pid) !== process.pid && !isAlive(Number(pid))) rmSync(join(stageDir, name), { recursive: true, force: true });
   }
   const root = join(stageDir, `${process.pid}-${randomBytes(4).toString('hex')}`);
   mkdirSync(root, { mode: 0o700 });

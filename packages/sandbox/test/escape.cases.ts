@@ -36,7 +36,6 @@ import {
   checkBind,
   closeBinds,
   type Mount,
-  prebuiltStats,
   probe,
   type RunOptions,
   type RunResult,
@@ -44,7 +43,7 @@ import {
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { requireSandbox, runInChild, tempDir } from './helpers.js';
+import { builtSoon, requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 
@@ -58,11 +57,6 @@ const rand = () => randomBytes(6).toString('hex');
 
 let mode: 'fresh' | 'prebuilt' = 'fresh';
 let stageDir: string | undefined;
-
-/** Waits (up to 2 s) until no sandbox built ahead is still being built. */
-async function builtSoon(): Promise<void> {
-  for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await sleep(10);
-}
 
 /**
  * runSandboxed, the way this file's mode runs it. Built ahead: a first run of the same shape (the

@@ -5,13 +5,18 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { onTestFinished } from 'vitest';
-import { probe } from '../src/index.js';
+import { prebuiltStats, probe } from '../src/index.js';
 
 /** A fresh temporary directory, removed when the current test finishes. */
 export async function tempDir(prefix = 'forge-sandbox-test-'): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), prefix));
   onTestFinished(() => rm(dir, { recursive: true, force: true }));
   return dir;
+}
+
+/** Waits (up to 2 s) until no sandbox built ahead is still being built. */
+export async function builtSoon(): Promise<void> {
+  for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await new Promise((r) => setTimeout(r, 10));
 }
 
 /**

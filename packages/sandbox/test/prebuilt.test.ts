@@ -22,18 +22,13 @@ import {
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { requireSandbox, runInChild, tempDir } from './helpers.js';
+import { builtSoon, requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let host: HostInfo;
 beforeAll(async () => {
   await requireSandbox();
   host = await probe();
 });
-
-/** Waits (up to 2 s) until no sandbox built ahead is still being built. */
-async function builtSoon(): Promise<void> {
-  for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await sleep(10);
-}
 
 /** A stage directory for this test, whose waiting sandboxes are stopped when it finishes. */
 async function stage(): Promise<{ stageDir: string; root: string }> {
