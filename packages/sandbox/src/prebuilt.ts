@@ -1,6 +1,19 @@
 import { type StdioNull, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { cpSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  cpSync,
+  fstatSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Writable } from 'node:stream';
 import { acquireRunCgroup, isAlive, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
@@ -56,9 +69,10 @@ export interface Shape {
 }
 
 interface Built extends Launched {
-  /** This sandbox's placeholders: one entry per slot, under `dir`. */
+  /** This sandbox's placeholders: one entry per slot, under `dir`, and the inode of each. */
   dir: string;
   paths: string[];
+  inodes: number[];
   /** Its shell has started inside the finished sandbox. */
   up: boolean;
   /** A run has it (and ends it with {@link finishPrebuilt}). */
@@ -146,18 +160,28 @@ function discard(b: Built): void {
 /** Builds one sandbox for `pool`'s shape; false when it cannot (no cgroup left, stage not writable). */
 function build(pool: Pool): boolean {
   const { shape } = pool;
-  let dir: string;
+  let dir = '';
   const paths: string[] = [];
+  const inodes: number[] = [];
   try {
-    dir = join(stageRoot(shape.stageDir), String(++serial));
-    mkdirSync(dir, { mode: 0o700 });
+    try {
+      dir = join(stageRoot(shape.stageDir), String(++serial));
+      mkdirSync(dir, { mode: 0o700 });
+    } catch {
+      // This process's directory was removed from under it: make it again.
+      roots.delete(shape.stageDir);
+      dir = join(stageRoot(shape.stageDir), String(++serial));
+      mkdirSync(dir, { mode: 0o700 });
+    }
     shape.slots.forEach((mode, i) => {
       const p = join(dir, String(i));
       if (mode === 'ro') writeFileSync(p, '', { mode: 0o600, flag: 'wx' });
       else mkdirSync(p, { mode: 0o700 });
       paths.push(p);
+      inodes.push(statSync(p).ino);
     });
   } catch {
+    if (dir) rmSync(dir, { recursive: true, force: true });
     return false;
   }
   let cgroup: RunCgroup | undefined;
@@ -177,7 +201,7 @@ function build(pool: Pool): boolean {
     detached: true, // its own process group, as every launcher
     env: {},
   });
-  const built: Built = { child, ...(cgroup ? { cgroup } : {}), dir, paths, up: false, taken: false, cleaned: false };
+  const built: Built = { child, ...(cgroup ? { cgroup } : {}), dir, paths, inodes, up: false, taken: false, cleaned: false };
   child.on('error', () => {}); // one that cannot start exits, below
   for (const s of streams(child)) s.on('error', () => {});
   child.once('exit', () => {
@@ -221,6 +245,31 @@ export interface PrebuiltClaim {
 }
 
 /**
+ * Copies the read-only slots' bytes into `b`'s placeholders, and checks that every placeholder is
+ * still the inode the sandbox mounted (the stage directory may have been removed or replaced
+ * meanwhile). False when one is not: that sandbox cannot serve the run.
+ */
+function fill(b: Built, contents: readonly (Buffer | undefined)[]): boolean {
+  try {
+    return b.paths.every((p, i) => {
+      const c = contents[i];
+      if (c === undefined) return statSync(p).ino === b.inodes[i];
+      const fd = openSync(p, 'r+'); // never creates: a new file would not be the one mounted
+      try {
+        if (fstatSync(fd).ino !== b.inodes[i]) return false;
+        ftruncateSync(fd, 0);
+        writeSync(fd, c, 0, c.length, 0);
+        return true;
+      } finally {
+        closeSync(fd);
+      }
+    });
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Takes a sandbox built for `shape`, copies the read-only slots' `contents` into it and sends it
  * `line`; or, when none is waiting, returns a claim without one (the run then builds its own).
  * Either way another is built for the next run.
@@ -246,12 +295,7 @@ export function takePrebuilt(shape: Shape, contents: readonly (Buffer | undefine
       discard(b);
       continue;
     }
-    try {
-      contents.forEach((c, i) => {
-        // Same inode, new bytes: the sandbox mounted this file when it was built.
-        if (c) writeFileSync(b.paths[i] as string, c);
-      });
-    } catch {
+    if (!fill(b, contents)) {
       discard(b);
       continue;
     }

@@ -322,6 +322,62 @@ describe('output that cannot be moved', () => {
   });
 });
 
+/** Host processes whose command line contains `needle`. */
+function processesWith(needle: string): number[] {
+  const out: number[] = [];
+  for (const p of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    try {
+      if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(needle)) out.push(Number(p));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+describe('waiting sandboxes that are lost', () => {
+  it('one killed from outside while waiting is passed over: the run builds its own, the next takes one again', async () => {
+    const { stageDir } = await stage();
+    const profile: SandboxProfile = { command: ['/bin/echo', 'ran'] };
+    await runSandboxed(profile, { prebuild: { stageDir } });
+    await builtSoon();
+    // The waiting shell inside (only this test's sandboxes wait now).
+    const waiting = processesWith('echo >&5 && IFS= read -r line');
+    expect(waiting.length).toBeGreaterThan(0);
+    for (const pid of waiting) process.kill(pid, 'SIGKILL');
+    for (let i = 0; i < 100 && prebuiltStats().ready + prebuiltStats().building > 0; i++) await sleep(10);
+    const after = await runSandboxed(profile, { prebuild: { stageDir } });
+    expect(after.prebuilt).toBe(false);
+    expect(after.stdout.toString(), describeRun(after)).toBe('ran\n');
+    await builtSoon();
+    const again = await runSandboxed(profile, { prebuild: { stageDir } });
+    expect(again.prebuilt).toBe(true);
+    expect(again.stdout.toString()).toBe('ran\n');
+  });
+
+  it('a stage directory removed while they wait: the run builds its own, and the stage is made again', async () => {
+    const { stageDir, root } = await stage();
+    const profile = (i: number): SandboxProfile => {
+      writeFileSync(join(root, `code-${i}.sh`), `echo run ${i}`);
+      return {
+        command: ['/bin/sh', '/in/main.sh'],
+        mounts: [{ source: join(root, `code-${i}.sh`), target: '/in/main.sh', mode: 'ro', perRun: true }],
+      };
+    };
+    await runSandboxed(profile(0), { prebuild: { stageDir } });
+    await builtSoon();
+    rmSync(stageDir, { recursive: true, force: true });
+    const after = await runSandboxed(profile(1), { prebuild: { stageDir } });
+    expect(after.prebuilt).toBe(false);
+    expect(after.stdout.toString(), describeRun(after)).toBe('run 1\n');
+    await builtSoon();
+    const again = await runSandboxed(profile(2), { prebuild: { stageDir } });
+    expect(again.prebuilt).toBe(true);
+    expect(again.stdout.toString(), describeRun(again)).toBe('run 2\n');
+    expect(readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`))).toHaveLength(1);
+  });
+});
+
 describe('waiting sandboxes and the embedding process', () => {
   it("discardPrebuilt stops the waiting ones and removes this process's stage directory", async () => {
     const { stageDir } = await stage();
