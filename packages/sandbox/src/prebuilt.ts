@@ -8,6 +8,7 @@ import {
   mkdirSync,
   openSync,
   readdirSync,
+  readFileSync,
   renameSync,
   rmSync,
   statSync,
@@ -245,20 +246,20 @@ export interface PrebuiltClaim {
 }
 
 /**
- * Copies the read-only slots' bytes into `b`'s placeholders, and checks that every placeholder is
- * still the inode the sandbox mounted (the stage directory may have been removed or replaced
- * meanwhile). False when one is not: that sandbox cannot serve the run.
+ * Copies the read-only slots' `sources` into `b`'s placeholders, and checks that every placeholder
+ * is still the inode the sandbox mounted (the stage directory may have been removed or replaced
+ * meanwhile). False when one is not, or a source cannot be read: that sandbox cannot serve the run.
  */
-function fill(b: Built, contents: readonly (Buffer | undefined)[]): boolean {
+function fill(b: Built, slots: readonly ('ro' | 'rw')[], sources: readonly string[]): boolean {
   try {
     return b.paths.every((p, i) => {
-      const c = contents[i];
-      if (c === undefined) return statSync(p).ino === b.inodes[i];
+      if (slots[i] === 'rw') return statSync(p).ino === b.inodes[i];
+      const bytes = readFileSync(sources[i] as string);
       const fd = openSync(p, 'r+'); // never creates: a new file would not be the one mounted
       try {
         if (fstatSync(fd).ino !== b.inodes[i]) return false;
         ftruncateSync(fd, 0);
-        writeSync(fd, c, 0, c.length, 0);
+        writeSync(fd, bytes, 0, bytes.length, 0);
         return true;
       } finally {
         closeSync(fd);
@@ -270,11 +271,11 @@ function fill(b: Built, contents: readonly (Buffer | undefined)[]): boolean {
 }
 
 /**
- * Takes a sandbox built for `shape`, copies the read-only slots' `contents` into it and sends it
+ * Takes a sandbox built for `shape`, copies the read-only slots' `sources` into it and sends it
  * `line`; or, when none is waiting, returns a claim without one (the run then builds its own).
  * Either way another is built for the next run.
  */
-export function takePrebuilt(shape: Shape, contents: readonly (Buffer | undefined)[], line: string, processes: number): PrebuiltClaim {
+export function takePrebuilt(shape: Shape, sources: readonly string[], line: string, processes: number): PrebuiltClaim {
   let pool = pools.get(shape.key);
   if (!pool) {
     // Forget shapes that have nothing waiting and nothing running, once there are many.
@@ -295,7 +296,7 @@ export function takePrebuilt(shape: Shape, contents: readonly (Buffer | undefine
       discard(b);
       continue;
     }
-    if (!fill(b, contents)) {
+    if (!fill(b, shape.slots, sources)) {
       discard(b);
       continue;
     }

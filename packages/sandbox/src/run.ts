@@ -261,27 +261,25 @@ const SIGNALS = new Map(Object.entries(constants.signals).map(([name, n]) => [n 
 const SPILL_BACKLOG = 8 << 20;
 const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
 
-/** A run's per-run mounts as a sandbox built ahead takes them; undefined when one does not fit. */
-function perRunMounts(profile: SandboxProfile): { sources: string[]; contents: (Buffer | undefined)[] } | undefined {
+/**
+ * The sources of a run's per-run mounts, when a sandbox built ahead can take them (a small
+ * regular file, an empty directory); undefined when it cannot. Only looks: a file's bytes are
+ * read when a waiting sandbox is there to take them.
+ */
+function perRunSources(profile: SandboxProfile): string[] | undefined {
   const sources: string[] = [];
-  const contents: (Buffer | undefined)[] = [];
   for (const m of profile.mounts ?? []) {
     if (!m.perRun) continue;
     try {
       const st = statSync(m.source);
-      if (m.mode === 'ro') {
-        if (!st.isFile() || st.size > MAX_STAGED_FILE) return undefined;
-        contents.push(readFileSync(m.source));
-      } else {
-        if (!st.isDirectory() || readdirSync(m.source).length > 0) return undefined;
-        contents.push(undefined);
-      }
+      const fits = m.mode === 'ro' ? st.isFile() && st.size <= MAX_STAGED_FILE : st.isDirectory() && readdirSync(m.source).length === 0;
+      if (!fits) return undefined;
     } catch {
       return undefined; // a missing source: building its own sandbox reports it
     }
     sources.push(m.source);
   }
-  return { sources, contents };
+  return sources;
 }
 
 /**
@@ -328,7 +326,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
 
   // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
   // command, the environment and the per-run mounts' sources.
-  const staged = options.prebuild && !network && binds.length === 0 ? perRunMounts(profile) : undefined;
+  const staged = options.prebuild && !network && binds.length === 0 ? perRunSources(profile) : undefined;
   let claim: PrebuiltClaim | undefined;
   if (options.prebuild && staged) {
     const slots = (profile.mounts ?? []).filter((m) => m.perRun).map((m) => m.mode);
@@ -354,7 +352,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
     // bwrap starts itself does; it adds the run's own.
     const line = controlLine([`export ${env.join(' ')}`, ...steps], profile.command);
-    claim = takePrebuilt(shape, staged.contents, line, limits.processes);
+    claim = takePrebuilt(shape, staged, line, limits.processes);
   }
   const started = performance.now();
   const launched: Launched | undefined =
@@ -500,7 +498,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     sig = 'SIGKILL';
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
-  if (claim) finishPrebuilt(claim, staged?.sources ?? []);
+  if (claim) finishPrebuilt(claim, staged);
   if (!claim?.built) finished(launched);
   if (network && relayed < 2 && !ended) {
     await spillWrites.catch(() => {});
