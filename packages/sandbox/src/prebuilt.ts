@@ -92,7 +92,7 @@ interface Pool {
 
 const pools = new Map<string, Pool>();
 let clock = 0;
-const stats = { built: 0, missed: 0 };
+const stats = { served: 0, missed: 0 };
 
 /** Sandboxes built ahead: being built, built and waiting, and the runs served by one or not so far. */
 export interface PrebuiltStats {
@@ -109,7 +109,7 @@ export function prebuiltStats(): PrebuiltStats {
   let ready = 0;
   let building = 0;
   for (const p of pools.values()) for (const b of p.ready) b.up ? ready++ : building++;
-  return { building, ready, served: stats.built, missed: stats.missed };
+  return { building, ready, served: stats.served, missed: stats.missed };
 }
 
 const roots = new Map<string, string>(); // stage directory → this process's directory in it
@@ -303,7 +303,7 @@ export function takePrebuilt(shape: Shape, sources: readonly string[], line: str
     b.taken = true;
     setHeld(b.child, true);
     (b.child.stdio as unknown as Writable[])[5]?.end(`${line}\n`);
-    stats.built++;
+    stats.served++;
     return { pool, built: b };
   }
   stats.missed++;
