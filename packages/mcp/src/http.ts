@@ -8,6 +8,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { ForgeMcpError } from './errors.js';
 import { Inflight } from './inflight.js';
 import { buildServer } from './server.js';
+import { admitSession, resolveSessionLimits } from './sessionLimits.js';
 
 /** One bearer token's caller: its persona and, optionally, its tool ACL (`FORGE_ALLOWED_TOOLS` syntax). */
 export interface HttpTokenGrant {
@@ -32,8 +33,17 @@ export interface ServeHttpOptions {
   graceMs?: number;
   /** Largest request body (default 16 MiB). */
   maxBodyBytes?: number;
-  /** Most sessions open at once (default 256); past it, new sessions get 503. */
+  /** Most sessions open at once over every principal (default 256); past it, a new session gets 503 with `Retry-After`. */
   maxSessions?: number;
+  /**
+   * Most sessions one principal may hold at once: a principal is one bearer token (whatever its
+   * persona), or without tokens the single loopback caller. Default: an even share of
+   * `maxSessions` among the tokens (`floor(maxSessions / tokens)`, at least 1; all of
+   * `maxSessions` without tokens), so no token can keep another from opening its share. Past it,
+   * the new session is refused with HTTP 429, `Retry-After`, and a JSON-RPC error naming the cap
+   * and how to free a slot (DELETE a session, or idle expiry); open sessions are never evicted.
+   */
+  maxSessionsPerPrincipal?: number;
   /**
    * A session with no request open and none for this long is closed (default 30 minutes): a
    * client that went away without DELETE does not hold a slot forever. Its next request gets 404.
@@ -58,7 +68,7 @@ interface Session {
   server: Server;
   transport: StreamableHTTPServerTransport;
   dispose(): void;
-  /** Which token opened it (a digest); every later request must carry the same one. */
+  /** Which token opened it (a digest, or `loopback` without tokens); every later request must carry the same one. */
   principal: string;
   /** Requests of this session being answered now (a notification stream counts while open). */
   open: number;
@@ -87,7 +97,11 @@ export function isLoopback(host: string): boolean {
  * session answers only the token that opened it. Each session gets its own `Server` and its own
  * forge session id (the SDK transport's session id): its own session scope and breakers.
  *
- * @throws ForgeMcpError `tokens_required`, `invalid_options`, `listen_failed`.
+ * Sessions are capped per principal (`maxSessionsPerPrincipal`, 429) and in total (`maxSessions`,
+ * 503); a slot frees when its session is DELETEd, closed, or idle for `sessionIdleMs`.
+ *
+ * @throws ForgeMcpError `tokens_required`, `invalid_options` (also a cap or idle time that is not
+ *   a positive integer, or a per-principal cap above `maxSessions`), `listen_failed`.
  */
 export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): Promise<HttpServerHandle> {
   // Loaded here, not at import: a stdio server never needs the HTTP transport (~50 ms of start-up).
@@ -109,8 +123,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       );
   const allowedHosts = options.allowedHosts?.map((h) => h.toLowerCase());
   const maxBody = options.maxBodyBytes ?? 16 * 1024 * 1024;
-  const maxSessions = options.maxSessions ?? 256;
-  const idleMs = options.sessionIdleMs ?? 30 * 60_000;
+  const limits = resolveSessionLimits(options, grants.size);
   const inflight = new Inflight();
   const sessions = new Map<string, Session>();
   let closing: Promise<void> | undefined;
@@ -133,8 +146,13 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     }
   };
   /** The caller of a request: the token's grant (digest as principal), or the anonymous loopback caller. */
-  const authenticate = (req: IncomingMessage): { principal: string; ctx: CallContext } | undefined => {
-    if (grants.size === 0) return { principal: 'loopback', ctx: {} };
+  const authenticate = (req: IncomingMessage): { principal: string; who: string; ctx: CallContext } | undefined => {
+    if (grants.size === 0)
+      return {
+        principal: 'loopback',
+        who: 'the loopback caller (without tokens every local client is this one principal; give each client its own token to cap them apart)',
+        ctx: {},
+      };
     const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
     if (!m?.[1]) return undefined;
     const digest = sha256(m[1]);
@@ -144,7 +162,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
           persona: grant.persona,
           ...(grant.allowedTools !== undefined ? { allowedTools: grant.allowedTools } : {}),
         };
-        return { principal: d.toString('hex'), ctx };
+        return { principal: d.toString('hex'), who: `the token of persona "${grant.persona}"`, ctx };
       }
     }
     return undefined;
@@ -193,7 +211,12 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     }
     if (req.method !== 'POST' || !isInitializeRequest(body))
       return fail(res, 400, 'bad request: no mcp-session-id header; the first request of a session must be initialize');
-    if (sessions.size >= maxSessions) return fail(res, 503, `too many open sessions (${maxSessions}); close one first`);
+    // No await between this check and sessions.set below: concurrent initializes cannot overshoot a cap.
+    const admitted = admitSession(sessions.values(), caller.principal, caller.who, limits);
+    if (!admitted.ok) {
+      res.setHeader('Retry-After', String(admitted.retryAfterS));
+      return fail(res, admitted.status, admitted.message, -32000, requestId(body));
+    }
     const id = randomUUID();
     const built = buildServer(
       forge,
@@ -237,18 +260,15 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     });
   });
   // Idle sessions are closed by a sweep that never keeps the process alive.
-  const sweep = setInterval(
-    () => {
-      const now = Date.now();
-      for (const [id, s] of [...sessions]) {
-        if (s.open === 0 && now - s.lastSeen >= idleMs) {
-          drop(id);
-          void s.server.close().catch(() => {});
-        }
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [id, s] of [...sessions]) {
+      if (s.open === 0 && now - s.lastSeen >= limits.idleMs) {
+        drop(id);
+        void s.server.close().catch(() => {});
       }
-    },
-    Math.max(10, Math.min(60_000, Math.floor(idleMs / 4))),
-  );
+    }
+  }, limits.sweepMs);
   sweep.unref();
   const address = http.address();
   const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
@@ -325,7 +345,13 @@ async function readJson(req: IncomingMessage, limit: number): Promise<ReadResult
   }
 }
 
-/** A JSON-RPC error body with an HTTP status (the transport's own error shape). */
-function fail(res: ServerResponse, status: number, message: string, code = -32000): void {
-  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+/** A JSON-RPC error body with an HTTP status (the transport's own error shape), answering request `id` when known. */
+function fail(res: ServerResponse, status: number, message: string, code = -32000, id: string | number | null = null): void {
+  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id }));
+}
+
+/** The id of a JSON-RPC request body, or null. */
+function requestId(body: unknown): string | number | null {
+  const id = (body as { id?: unknown } | null)?.id;
+  return typeof id === 'string' || typeof id === 'number' ? id : null;
 }

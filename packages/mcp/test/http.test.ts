@@ -205,3 +205,151 @@ describe('Streamable HTTP transport', () => {
     await expect(fetch(server.url, { method: 'POST', body: '{}' })).rejects.toThrow();
   });
 });
+
+/** A raw initialize by fetch: status, Retry-After, the JSON-RPC body and the new session's id. */
+async function initRaw(url: string, token?: string) {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    },
+    body: JSON.stringify(INIT),
+  });
+  const text = await r.text();
+  const body = r.headers.get('content-type')?.includes('json') ? (JSON.parse(text) as Record<string, unknown>) : text;
+  return { status: r.status, retryAfter: r.headers.get('retry-after'), body, session: r.headers.get('mcp-session-id') };
+}
+
+/** DELETE of a session, as a client ending it does. */
+async function deleteSession(url: string, session: string, token?: string): Promise<number> {
+  const r = await fetch(url, {
+    method: 'DELETE',
+    headers: { 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+  });
+  await r.arrayBuffer();
+  return r.status;
+}
+
+describe('per-principal session cap', () => {
+  const tokens = { [TOKEN_ADMIN]: { persona: 'admin' }, [TOKEN_READER]: { persona: 'reader' } };
+  const local = (url: string) => url.replace('0.0.0.0', '127.0.0.1');
+
+  it('a token at its cap gets 429 naming the cap and how to free a slot; another token still opens sessions; a DELETE lets the first open again', async () => {
+    const { server } = await serve({ host: '0.0.0.0', tokens, maxSessionsPerPrincipal: 2 });
+    const url = local(server.url);
+    // Two real SDK sessions of admin: each keeps its notification stream open, so neither is idle.
+    const a1 = await httpClient(url, TOKEN_ADMIN);
+    await httpClient(url, TOKEN_ADMIN);
+
+    const refused = await initRaw(url, TOKEN_ADMIN);
+    expect(refused.status).toBe(429);
+    expect(refused.session).toBeNull();
+    expect(refused.body).toMatchObject({ jsonrpc: '2.0', id: 1, error: { code: -32000 } });
+    const message = (refused.body as { error: { message: string } }).error.message;
+    expect(message).toContain('too many sessions for the token of persona "admin": 2 open, the cap is 2 per principal');
+    expect(message).toContain('maxSessionsPerPrincipal, forge serve --max-sessions-per-principal');
+    expect(message).toContain('DELETE /mcp and its mcp-session-id header');
+    expect(message).toContain('closed after 30 min idle (sessionIdleMs)');
+    expect(message).toContain('all of them have a request or stream open');
+    expect(message).not.toContain(TOKEN_ADMIN);
+    expect(Number(refused.retryAfter)).toBeGreaterThan(0);
+    // The official client sees the same refusal, with the message.
+    await expect(httpClient(url, TOKEN_ADMIN)).rejects.toMatchObject({
+      code: 429,
+      message: expect.stringContaining('the cap is 2 per principal'),
+    });
+
+    // The other token is not starved: it opens its own sessions, up to its own cap.
+    const b1 = await httpClient(url, TOKEN_READER);
+    expect((await b1.client.listTools()).tools).toHaveLength(5);
+    expect((await initRaw(url, TOKEN_READER)).status).toBe(200);
+    expect((await initRaw(url, TOKEN_READER)).status).toBe(429);
+    expect(server.sessions()).toHaveLength(4);
+
+    // admin ends one of its sessions (DELETE): it may open one again, and only one.
+    await a1.transport.terminateSession();
+    expect(server.sessions()).toHaveLength(3);
+    const again = await httpClient(url, TOKEN_ADMIN);
+    expect((await again.client.listTools()).tools).toHaveLength(5);
+    expect((await initRaw(url, TOKEN_ADMIN)).status).toBe(429);
+  });
+
+  it('by default each token gets an even share of maxSessions, so one token filling its share never leaves another a 503', async () => {
+    const { server } = await serve({ host: '0.0.0.0', tokens, maxSessions: 6 });
+    const url = local(server.url);
+    for (let i = 0; i < 3; i++) expect((await initRaw(url, TOKEN_ADMIN)).status).toBe(200);
+    const over = await initRaw(url, TOKEN_ADMIN);
+    expect(over.status).toBe(429);
+    expect(JSON.stringify(over.body)).toContain('the cap is 3 per principal');
+    for (let i = 0; i < 3; i++) expect((await initRaw(url, TOKEN_READER)).status).toBe(200);
+    expect(server.sessions()).toHaveLength(6);
+  });
+
+  it('an idle session expiring frees its slot; Retry-After says when', async () => {
+    const { server } = await serve({ host: '0.0.0.0', tokens, maxSessionsPerPrincipal: 1, sessionIdleMs: 400 });
+    const url = local(server.url);
+    const first = await initRaw(url, TOKEN_ADMIN);
+    expect(first.status).toBe(200);
+    const refused = await initRaw(url, TOKEN_ADMIN);
+    expect(refused.status).toBe(429);
+    expect(refused.retryAfter).toBe('1');
+    expect(JSON.stringify(refused.body)).toMatch(/closed after 400 ms idle \(sessionIdleMs\); the next one expires in about 1 s/);
+    const deadline = Date.now() + 5000;
+    while (server.sessions().includes(first.session as string) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(server.sessions()).toEqual([]);
+    const after = await initRaw(url, TOKEN_ADMIN);
+    expect(after.status).toBe(200);
+    // And a raw DELETE frees a slot too, at once.
+    expect(await deleteSession(url, after.session as string, TOKEN_ADMIN)).toBe(200);
+    expect((await initRaw(url, TOKEN_ADMIN)).status).toBe(200);
+  });
+
+  it('loopback without tokens: one principal, which may use all of maxSessions by default or be capped explicitly', async () => {
+    const all = await serve({ maxSessions: 3 });
+    for (let i = 0; i < 3; i++) expect((await initRaw(all.server.url)).status).toBe(200);
+    const full = await initRaw(all.server.url);
+    expect(full.status).toBe(429);
+    expect(JSON.stringify(full.body)).toContain('the loopback caller');
+
+    const capped = await serve({ maxSessionsPerPrincipal: 2 });
+    const opened = [await initRaw(capped.server.url), await initRaw(capped.server.url)];
+    expect(opened.map((o) => o.status)).toEqual([200, 200]);
+    const refused = await initRaw(capped.server.url);
+    expect(refused.status).toBe(429);
+    expect((refused.body as { error: { message: string } }).error.message).toContain(
+      'too many sessions for the loopback caller (without tokens every local client is this one principal; give each client its own token to cap them apart): 2 open, the cap is 2',
+    );
+    expect(await deleteSession(capped.server.url, opened[0]?.session as string)).toBe(200);
+    expect((await initRaw(capped.server.url)).status).toBe(200);
+  });
+
+  it('the server-wide cap still holds when the per-principal caps add up to more: 503 naming maxSessions', async () => {
+    const { server } = await serve({ host: '0.0.0.0', tokens, maxSessions: 4, maxSessionsPerPrincipal: 3 });
+    const url = local(server.url);
+    for (let i = 0; i < 3; i++) expect((await initRaw(url, TOKEN_ADMIN)).status).toBe(200);
+    expect((await initRaw(url, TOKEN_READER)).status).toBe(200);
+    const full = await initRaw(url, TOKEN_READER);
+    expect(full.status).toBe(503);
+    expect(Number(full.retryAfter)).toBeGreaterThan(0);
+    expect((full.body as { error: { message: string } }).error.message).toContain(
+      'too many sessions on this server: 4 open, the cap is 4 (maxSessions, forge serve --max-sessions)',
+    );
+  });
+
+  it('a cap that is not a positive integer, or above maxSessions, is refused at start', async () => {
+    const forge = await newForge();
+    for (const bad of [0, -1, 1.5, Number.NaN])
+      await expect(serveHttp(forge, { maxSessionsPerPrincipal: bad })).rejects.toMatchObject({
+        code: 'invalid_options',
+        message: expect.stringContaining('maxSessionsPerPrincipal must be a positive integer'),
+      });
+    await expect(serveHttp(forge, { maxSessions: 0 })).rejects.toMatchObject({ code: 'invalid_options' });
+    await expect(serveHttp(forge, { sessionIdleMs: 0 })).rejects.toMatchObject({ code: 'invalid_options' });
+    await expect(serveHttp(forge, { maxSessions: 4, maxSessionsPerPrincipal: 5 })).rejects.toMatchObject({
+      code: 'invalid_options',
+      message: 'maxSessionsPerPrincipal (5) is above maxSessions (4): lower it, or raise maxSessions',
+    });
+  });
+});
