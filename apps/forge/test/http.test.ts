@@ -97,3 +97,61 @@ describe('forge serve --http', () => {
     expect(r.stderr).toMatch(/token/i);
   });
 });
+
+describe('forge serve --http session caps', () => {
+  /** A raw initialize by fetch: the status and the JSON-RPC error message, if any. */
+  async function init(url: URL, token: string): Promise<{ status: number; message?: string }> {
+    const r = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+      }),
+    });
+    const text = await r.text();
+    return {
+      status: r.status,
+      ...(r.status === 200 ? {} : { message: (JSON.parse(text) as { error: { message: string } }).error.message }),
+    };
+  }
+
+  it('--max-sessions-per-principal caps one token with 429 while another token still opens sessions', async () => {
+    const s = scratch();
+    const ann = 'ann-token-0123456789abcdef';
+    const bob = 'bob-token-0123456789abcdef';
+    const { url } = await serveHttp(s, ['--token', `${ann}=ann`, '--token', `${bob}=bob`, '--max-sessions-per-principal', '2']);
+    expect((await init(url, ann)).status).toBe(200);
+    expect((await init(url, ann)).status).toBe(200);
+    const refused = await init(url, ann);
+    expect(refused.status).toBe(429);
+    expect(refused.message).toContain('too many sessions for the token of persona "ann": 2 open, the cap is 2 per principal');
+    expect(refused.message).toContain('--max-sessions-per-principal');
+    expect((await init(url, bob)).status).toBe(200);
+  });
+
+  it('--max-sessions and --max-sessions-per-principal: the default share, and bad values exit 2 naming the flag', async () => {
+    const s = scratch();
+    const ann = 'ann-token-0123456789abcdef';
+    const bob = 'bob-token-0123456789abcdef';
+    // Two tokens share --max-sessions 4 evenly by default: 2 each.
+    const { url } = await serveHttp(s, ['--token', `${ann}=ann`, '--token', `${bob}=bob`, '--max-sessions', '4']);
+    expect([await init(url, ann), await init(url, ann), await init(url, ann)].map((r) => r.status)).toEqual([200, 200, 429]);
+    expect([await init(url, bob), await init(url, bob)].map((r) => r.status)).toEqual([200, 200]);
+
+    const bad = await runCli(['serve', '--http', '127.0.0.1:0', '--max-sessions-per-principal', '0'], { cwd: s.project, env: s.env });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--max-sessions-per-principal expects a positive integer (got "0")');
+    const above = await runCli(['serve', '--http', '127.0.0.1:0', '--max-sessions', '2', '--max-sessions-per-principal', '3'], {
+      cwd: s.project,
+      env: s.env,
+    });
+    expect(above.code).toBe(2);
+    expect(above.stderr).toContain('--max-sessions-per-principal 3 is above --max-sessions 2');
+    const stdio = await runCli(['serve', '--max-sessions', '3'], { cwd: s.project, env: s.env });
+    expect(stdio.code).toBe(2);
+    expect(stdio.stderr).toContain('--max-sessions applies to --http only');
+  });
+});

@@ -22,13 +22,20 @@ function untilSignal(): { promise: Promise<string>; dispose(): void } {
 
 export const serve: Command = {
   words: 'serve',
-  usage: 'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--grace-ms N]',
+  usage:
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
     '--token T=persona    a bearer token and the persona it serves (repeat; required off loopback);',
     '                     T=persona:a,b also limits that token to tools a and b',
-    '--allow-origin O    a browser Origin allowed besides loopback ones (repeat)',
+    '--allow-origin O     a browser Origin allowed besides loopback ones (repeat)',
+    '--max-sessions N     most HTTP sessions open at once (default 256); past it: 503',
+    '--max-sessions-per-principal N',
+    '                     most sessions one token holds (without tokens: the one loopback caller);',
+    '                     default: an even share of --max-sessions among the tokens; past it: 429',
+    '                     naming the cap; DELETE a session or let one idle out to free a slot',
+    '--session-idle-ms N  a session with nothing open this long is closed (default 1800000)',
     '--grace-ms N         how long calls in flight may finish at shutdown (default 10000)',
     'On stdio nothing but protocol goes to stdout; logs go to stderr.',
   ],
@@ -37,6 +44,9 @@ export const serve: Command = {
     token: { type: 'string', multiple: true },
     'allow-origin': { type: 'string', multiple: true },
     'grace-ms': { type: 'string' },
+    'max-sessions': { type: 'string' },
+    'max-sessions-per-principal': { type: 'string' },
+    'session-idle-ms': { type: 'string' },
   },
   async run({ values }, { out, where }) {
     const listen = typeof values.http === 'string' ? parseListen(values.http) : undefined;
@@ -48,6 +58,25 @@ export const serve: Command = {
     const graceMs = values['grace-ms'] === undefined ? 10_000 : Number(values['grace-ms']);
     if (!Number.isInteger(graceMs) || graceMs < 0)
       throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
+    const limits: { maxSessions?: number; maxSessionsPerPrincipal?: number; sessionIdleMs?: number } = {};
+    for (const [flag, key] of [
+      ['max-sessions', 'maxSessions'],
+      ['max-sessions-per-principal', 'maxSessionsPerPrincipal'],
+      ['session-idle-ms', 'sessionIdleMs'],
+    ] as const) {
+      const v = values[flag];
+      if (v === undefined) continue;
+      if (!listen) throw new UsageError(`--${flag} applies to --http only (stdio has one session)`, this.usage);
+      const n = Number(v);
+      if (typeof v !== 'string' || !/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < 1)
+        throw new UsageError(`--${flag} expects a positive integer (got "${String(v)}")`, this.usage);
+      limits[key] = n;
+    }
+    if (limits.maxSessionsPerPrincipal !== undefined && limits.maxSessionsPerPrincipal > (limits.maxSessions ?? 256))
+      throw new UsageError(
+        `--max-sessions-per-principal ${limits.maxSessionsPerPrincipal} is above --max-sessions ${limits.maxSessions ?? '(default 256)'}: lower it, or raise --max-sessions`,
+        this.usage,
+      );
 
     const stop = untilSignal();
     try {
@@ -62,6 +91,7 @@ export const serve: Command = {
               ...listen,
               ...(tokenArgs.length ? { tokens } : {}),
               ...(origins.length ? { allowedOrigins: origins } : {}),
+              ...limits,
               graceMs,
               name: 'forge',
               version: VERSION,
