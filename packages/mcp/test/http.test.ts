@@ -338,6 +338,19 @@ describe('per-principal session cap', () => {
     );
   });
 
+  it('with the defaults (256 sessions, two tokens) one token opening sessions in a loop gets 128 and the other still gets its 128', async () => {
+    const { server } = await serve({ host: '0.0.0.0', tokens });
+    const url = local(server.url);
+    const statuses = async (token: string) => {
+      const out: number[] = [];
+      for (let i = 0; i < 129; i++) out.push((await initRaw(url, token)).status);
+      return out;
+    };
+    expect(await statuses(TOKEN_ADMIN)).toEqual([...Array(128).fill(200), 429]);
+    expect(await statuses(TOKEN_READER)).toEqual([...Array(128).fill(200), 429]);
+    expect(server.sessions()).toHaveLength(256);
+  });
+
   it('a cap that is not a positive integer, or above maxSessions, is refused at start', async () => {
     const forge = await newForge();
     for (const bad of [0, -1, 1.5, Number.NaN])
