@@ -15,7 +15,9 @@ export {
   type ToolDataValidator,
   type ToolValidators,
   toolValidators,
+  VALIDATION_BUDGET_MS,
 } from './json-schema.js';
+export { MAX_PATTERN_REPEAT } from './linear-pattern.js';
 export { isValidToolName, MAX_NAME_BYTES, toolNameProblem } from './name.js';
 export {
   type CreateOptions,

@@ -1,7 +1,8 @@
-import { createRequire } from 'node:module';
+import { type Context, createContext, Script } from 'node:vm';
 import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
 import stableStringify from 'fast-json-stable-stringify';
 import { newAjv } from './ajv-lazy.js';
+import { linearPatternProblem, linearRegExpEngine, PatternRefusal } from './linear-pattern.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
 
 /** The JSON Schema dialects a tool schema may use. */
@@ -29,8 +30,16 @@ const DIALECTS: ReadonlyArray<{ dialect: SchemaDialect; ids: string[]; canonical
  * - `allErrors: true`: a failed input reports every problem, not only the first.
  * - forge's annotations are known keywords: `x-bind` (`"ro"` | `"rw"`) and `x-redact` (boolean).
  * - `$ref` resolves only inside the schema; nothing is fetched.
+ * - `code.regExp`: every `pattern` and `patternProperties` key (so `propertyNames` patterns too)
+ *   runs on a linear-time engine (re2js, through `linear-pattern.ts`) with ECMAScript's meaning;
+ *   a pattern that needs backtracking (backreferences, lookaround) does not compile.
  */
-export const TOOL_SCHEMA_AJV_OPTIONS: Readonly<Options> = Object.freeze({ allErrors: true, strict: false, logger: false });
+export const TOOL_SCHEMA_AJV_OPTIONS: Readonly<Options> = Object.freeze({
+  allErrors: true,
+  strict: false,
+  logger: false,
+  code: Object.freeze({ regExp: linearRegExpEngine }),
+});
 
 const ajvs = new Map<SchemaDialect, Ajv>();
 
@@ -111,7 +120,7 @@ export function validationFailure(problems: SpecProblem[], subject = 'spec'): Va
 }
 
 /** Keywords whose value is a map of name → subschema. */
-const SCHEMA_MAPS = ['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas'];
+const SCHEMA_MAPS = ['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas', 'dependencies'];
 /** Keywords whose value is a subschema. */
 const SCHEMA_VALUES = [
   'items',
@@ -165,15 +174,18 @@ function annotationProblems(node: unknown, path: string, out: SpecProblem[], via
   if ('x-redact' in s && typeof s['x-redact'] !== 'boolean') {
     out.push({ path: `${path}/x-redact`, message: `must be true or false (got ${JSON.stringify(s['x-redact'])})` });
   }
-  // Patterns run in the server's own thread on every call's input: one that can take
-  // exponential time (nested quantifiers) would let a single input stall every caller.
-  if (typeof s.pattern === 'string' && !isSafePattern(s.pattern)) {
-    out.push({ path: `${path}/pattern`, message: UNSAFE_PATTERN });
+  // Patterns run on every call's input in the server's own thread; the linear-time engine they
+  // compile to has no spelling for backreferences and lookaround, so those are refused here,
+  // where the path can be named (ajv would refuse them too, without it).
+  if (typeof s.pattern === 'string') {
+    const why = linearPatternProblem(s.pattern);
+    if (why) out.push({ path: `${path}/pattern`, message: why });
   }
   const pp = s.patternProperties;
   if (typeof pp === 'object' && pp !== null && !Array.isArray(pp)) {
     for (const key of Object.keys(pp)) {
-      if (!isSafePattern(key)) out.push({ path: `${path}/patternProperties/${escapePointer(key)}`, message: UNSAFE_PATTERN });
+      const why = linearPatternProblem(key);
+      if (why) out.push({ path: `${path}/patternProperties/${escapePointer(key)}`, message: `the key ${why}` });
     }
   }
   for (const k of SCHEMA_MAPS) {
@@ -190,27 +202,6 @@ function annotationProblems(node: unknown, path: string, out: SpecProblem[], via
         annotationProblems(sub, `${path}/${k}/${i}`, out, below(via, k));
       });
     }
-  }
-}
-
-const UNSAFE_PATTERN =
-  'may take exponential time on some inputs (nested or overlapping repetition, such as (a+)+); rewrite it without repeating a repetition';
-
-/** safe-regex2, loaded by the first pattern to check. */
-let safeRegex: ((re: string, opts?: { limit?: number }) => boolean) | undefined;
-
-/** Whether `pattern` is free of catastrophic backtracking (safe-regex2's star-height check). */
-function isSafePattern(pattern: string): boolean {
-  try {
-    new RegExp(pattern, 'u');
-  } catch {
-    return true; // not a pattern at all: ajv reports it when compiling
-  }
-  try {
-    safeRegex ??= createRequire(import.meta.url)('safe-regex2') as (re: string, opts?: { limit?: number }) => boolean;
-    return safeRegex(pattern, { limit: 25 });
-  } catch {
-    return true; // not a pattern safe-regex2 can parse: ajv reports it when compiling
   }
 }
 
@@ -301,6 +292,7 @@ function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema'
   try {
     fn = ajv.compile(copy);
   } catch (err) {
+    if (err instanceof PatternRefusal) return validationFailure([{ path, message: `has a pattern that ${err.message}` }]);
     const why = err instanceof Error ? err.message : String(err);
     return validationFailure([{ path, message: `does not compile: ${why}; $ref may only point inside the schema` }]);
   } finally {
@@ -313,10 +305,51 @@ function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema'
     }
   }
   const validate: ToolDataValidator = (data) => {
-    if (fn(data)) return { ok: true };
+    const verdict = withinBudget(fn, data, label);
+    if (verdict !== false) return verdict;
     return validationFailure(ajvProblems(fn.errors, label), label);
   };
   return { ok: true, dialect: d.dialect, validate };
+}
+
+/**
+ * How long one validation may run, in milliseconds. Patterns are linear, but a schema's shape
+ * alone can make validation exponential or quadratic whatever the input's size: `anyOf` branches
+ * reaching the same `$ref` (2^n paths on a one-character input), `uniqueItems` over objects
+ * (n² comparisons). A validation still running at this budget is stopped (V8 terminates it from a
+ * watchdog thread) and the data is refused, so no call holds the event loop longer than this.
+ */
+export const VALIDATION_BUDGET_MS = 500;
+
+let sandbox: { context: Context; script: Script } | undefined;
+
+/**
+ * `fn(data)` under `VALIDATION_BUDGET_MS`: `true` when valid, `false` when invalid (the errors
+ * are on `fn.errors`), a failure when validation could not finish (over budget, or data nested
+ * deeper than the stack).
+ */
+function withinBudget(fn: ValidateFunction, data: unknown, label: string): { ok: true } | false | ValidationFailure {
+  // The validator stays a function of this realm; only the call runs as a script, because only
+  // a script can be given a timeout. The context is made once and holds nothing between calls.
+  sandbox ??= { context: createContext({}), script: new Script('__validate(__data)') };
+  const g = sandbox.context as { __validate?: ValidateFunction; __data?: unknown };
+  g.__validate = fn;
+  g.__data = data;
+  try {
+    return sandbox.script.runInContext(sandbox.context, { timeout: VALIDATION_BUDGET_MS }) === true ? { ok: true } : false;
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    const message =
+      code === 'ERR_SCRIPT_EXECUTION_TIMEOUT'
+        ? `validation was stopped after ${VALIDATION_BUDGET_MS} ms: this schema is too costly to check against this ${label} (anyOf/oneOf branches reaching the same $ref, uniqueItems over a large array of objects); simplify the schema or send a smaller ${label}`
+        : err instanceof RangeError
+          ? `could not be validated: it is nested too deeply for the schema's $ref recursion (${err.message}); send a flatter ${label}`
+          : `could not be validated: ${err instanceof Error ? err.message : String(err)}`;
+    return validationFailure([{ path: label, message }], label);
+  } finally {
+    g.__validate = undefined;
+    g.__data = undefined;
+  }
 }
 
 /** Compiled validators of one tool. */
