@@ -1,3 +1,5 @@
+import { excerpt, type SecretList } from './redact.js';
+
 /** What a tool prints on stdout, and what a caller gets back (DESIGN "Envelope"). */
 export type Envelope = OkEnvelope | ErrorEnvelope;
 
@@ -32,16 +34,17 @@ export type ParsedOutput = { ok: true; envelope: Envelope } | { ok: false; reaso
 /**
  * Reads a tool's stdout as one envelope: a JSON object with a boolean `ok`, then `data` (ok) or
  * `error: {kind, message}` (not ok), and an optional `meta` object. Anything else is refused with
- * the reason, for an `output_invalid` failure.
+ * the reason, for an `output_invalid` failure; a reason quoting the output is redacted by
+ * `secrets` before it is cut.
  */
-export function parseToolOutput(stdout: Buffer): ParsedOutput {
+export function parseToolOutput(stdout: Buffer, secrets: SecretList = []): ParsedOutput {
   const text = stdout.toString('utf8');
   if (text.trim() === '') return { ok: false, reason: 'the tool printed nothing; it must print one JSON envelope on stdout' };
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch {
-    const head = text.trim().slice(0, 80);
+    const head = excerpt(text.trim(), secrets, 80);
     return { ok: false, reason: `stdout is not one JSON value (it starts ${JSON.stringify(head)}); print exactly one JSON envelope` };
   }
   if (v === null || typeof v !== 'object' || Array.isArray(v))

@@ -54,7 +54,20 @@ import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
 import { HitLog, listArtifacts, newId, newRunId, writeJsonAtomic } from './manifest.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
-import { redactBytes, redactFileInPlace, redactTail, redactText, redactValue, type SecretList, secretList } from './redact.js';
+import {
+  excerpt,
+  redactBytes,
+  redactCutEnd,
+  redactFileInPlace,
+  redactTail,
+  redactText,
+  redactTextFolded,
+  redactValue,
+  redactWithFragments,
+  type SecretList,
+  secretList,
+} from './redact.js';
+import { type ScrubReport, scrubArtifacts } from './scrub.js';
 import { readSecrets } from './vault.js';
 
 /** The meta-tools an MCP server serves itself: never forged, always callable. */
@@ -194,9 +207,12 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   const changeListeners = new Set<(e: ToolsChanged) => void>();
   const pendingAudit = new Set<Promise<unknown>>();
   let auditClosed = false;
-  /** Appends one entry; resolves once it is durable. Never throws into a pipeline. */
-  const record = (type: string, raw: Record<string, unknown>): Promise<void> => {
-    const data = auditSafe(raw) as Record<string, unknown>;
+  /**
+   * Appends one entry; resolves once it is durable. Never throws into a pipeline. `secrets` are
+   * the values of the call the entry belongs to: redacted before any string is shortened.
+   */
+  const record = (type: string, raw: Record<string, unknown>, secrets: SecretList = []): Promise<void> => {
+    const data = auditSafe(raw, secrets) as Record<string, unknown>;
     for (const l of auditListeners) l({ type, data });
     if (auditClosed) return Promise.resolve();
     const p = audit.append(type, data as JsonValue).then(
@@ -454,14 +470,17 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const started = now();
     const who = { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}) };
     const digestOfInput = inputDigest(input); // one canonical serialisation per call
+    /** The secret values this call read (once read): every refusal's text is redacted by them. */
+    let callSecrets: SecretList = [];
     const refuse = async (
       kind: string,
       message: string,
       eventType = 'forge.called',
       extra: Record<string, unknown> = {},
     ): Promise<Envelope> => {
-      await record(eventType, { ok: false, name, ...who, kind, message, input_digest: digestOfInput, ...extra });
-      return failure(kind, message, { duration_ms: now() - started, cache: 'off' }, extra);
+      const text = redactText(message, callSecrets);
+      await record(eventType, { ok: false, name, ...who, kind, message: text, input_digest: digestOfInput, ...extra }, callSecrets);
+      return failure(kind, text, { duration_ms: now() - started, cache: 'off' }, extra);
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
     const bad = contextProblem(ctx);
@@ -532,6 +551,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           const read = readSecrets(paths.vault, secretNames);
           if (!read.ok) throw new RefusalError(read.kind, read.message, read.event ?? 'forge.called');
           secrets = secretList(read.values);
+          callSecrets = secrets;
           secretEnv = Object.fromEntries(read.values);
         }
         // Binds from x-bind: hostile paths, checked and held by descriptor.
@@ -689,7 +709,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
                     allow_ports: r.grant.allow_ports,
                   },
                   // Every decision of the proxy is audited, with the run it belongs to.
-                  onEvent: (e: NetworkEvent) => void record(e.type, { ...e, run_id: runId, name: stored.name, persona: ctx.persona }),
+                  // Host names reach the proxy case-folded: a secret in one is matched in any case.
+                  onEvent: (e: NetworkEvent) =>
+                    void record(
+                      e.type,
+                      { ...foldRedacted(e, r.secrets), run_id: runId, name: stored.name, persona: ctx.persona },
+                      r.secrets,
+                    ),
                   ...(options.resolver ? { resolver: options.resolver } : {}),
                 },
               }
@@ -705,12 +731,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       );
     } catch (err) {
       const code = (err as { code?: string }).code;
+      // The sandbox's message may quote the end of stderr, cut before forge could redact it.
+      const message = redactWithFragments((err as Error).message, r.secrets);
       sandboxError = {
         ok: false,
         kind: code === 'sandbox_unavailable' ? 'sandbox_unavailable' : code === 'bind_denied' ? 'bind_denied' : 'internal',
-        message: (err as Error).message,
+        message,
       };
-      if (code === 'sandbox_unavailable') await record('sandbox.unavailable', { name: stored.name, message: (err as Error).message });
+      if (code === 'sandbox_unavailable') await record('sandbox.unavailable', { name: stored.name, message }, r.secrets);
     } finally {
       running.delete(ac);
       ctx.signal?.removeEventListener('abort', onAbort);
@@ -725,20 +753,27 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     let outcome: RunOutcome['outcome'] = 'success';
     const secrets = r.secrets;
     const clean = (text: string) => redactText(text, secrets);
+    /** Secret values written into artifact files, replaced on disk after the run. */
+    let scrubbed: ScrubReport | undefined;
     if (!result) {
       envelope = failure(sandboxError?.kind ?? 'internal', sandboxError?.message ?? 'the sandbox did not run', meta);
       outcome = sandboxError?.kind === 'internal' ? 'failure' : 'none';
       rmSync(runDir, { recursive: true, force: true }); // nothing ran: no run to record
     } else {
+      // What the tool wrote among its artifacts, searched before forge adds its own files there.
+      if (secrets.length > 0) scrubbed = await scrubOrClear(artifacts, secrets, scrubLimits(budget));
+      // Killed by forge (a limit, a timeout, a cancel): stdout may end in the middle of a secret.
+      const killed = result.reason !== 'exit';
       if (result.stdoutFile) {
         // The whole stdout, moved among the artifacts only now (the tool cannot have placed
         // anything there under that name), with secret values removed first.
         const full = join(artifacts, 'full_stdout.bin');
-        if (secrets.length > 0) redactFileInPlace(result.stdoutFile, secrets);
+        if (secrets.length > 0) redactFileInPlace(result.stdoutFile, secrets, { cutEnd: killed });
         rmSync(full, { recursive: true, force: true });
         renameSync(result.stdoutFile, full);
       }
-      const stderr = redactTail(result.stderrTail, secrets);
+      // The sandbox keeps only the last bytes of stderr: a secret may straddle where it cut.
+      const stderr = redactTail(result.stderrTail, secrets, Buffer.byteLength(result.stderrTail) >= result.limits.stderrTailBytes);
       if (ac.signal.aborted && result.reason === 'signal') {
         outcome = 'none';
         envelope = failure(
@@ -761,19 +796,21 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         outcome = 'failure';
         envelope = failure(
           'timeout',
-          `the tool ran past its ${result.limits.timeoutMs} ms wall-clock limit and was killed${tail(stderr)}`,
+          `the tool ran past its ${result.limits.timeoutMs} ms wall-clock limit and was killed${tail(stderr, secrets)}`,
           meta,
         );
       } else if (result.reason === 'cpu' || result.reason === 'memory' || result.reason === 'file_size' || result.reason === 'output_cap') {
         outcome = 'failure';
-        envelope = failure('resource_limit', `the tool hit its ${result.reason} limit${tail(stderr)}`, meta, { limit: result.reason });
+        envelope = failure('resource_limit', `the tool hit its ${result.reason} limit${tail(stderr, secrets)}`, meta, {
+          limit: result.reason,
+        });
       } else {
-        const parsed = parseToolOutput(result.stdout);
+        const parsed = parseToolOutput(result.stdout, secrets);
         if (!parsed.ok) {
           outcome = 'failure';
           // Kept beside the artifacts, then renamed in (the tool could have left a symlink there).
           const kept = join(artifacts, 'stdout.bin');
-          writeFileSync(join(runDir, 'stdout.bin'), secrets.length > 0 ? redactBytes(result.stdout, secrets) : result.stdout, {
+          writeFileSync(join(runDir, 'stdout.bin'), killed ? redactCutEnd(result.stdout, secrets) : redactBytes(result.stdout, secrets), {
             mode: 0o600,
             flag: 'wx',
           });
@@ -782,7 +819,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           const exit = result.reason === 'signal' ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
           envelope = failure(
             'output_invalid',
-            clean(`${parsed.reason}; the tool ${exit}; its stdout is kept in ${kept}${tail(stderr)}`),
+            clean(`${parsed.reason}; the tool ${exit}; its stdout is kept in ${kept}${tail(stderr, secrets)}`),
             meta,
           );
         } else {
@@ -836,6 +873,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         stdout_bytes: result.stdoutBytes,
         ...(result.network ? { network: result.network } : {}),
         artifacts: listArtifacts(artifacts),
+        ...(scrubbed ? { redaction: scrubbed } : {}),
         stderr_tail: stderr,
       };
     }
@@ -843,19 +881,27 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
     // The manifest is written while the audit entry's durable append is under way.
     await Promise.all([
-      record('forge.called', {
-        ok: envelope.ok,
-        ...calledFacts(stored, ctx, r.inputDigest),
-        run_id: result ? runId : null,
-        cache: meta.cache ?? 'off',
-        ...(envelope.ok ? {} : { kind: envelope.error.kind }),
-        ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
-        ...(result?.network ? { network: result.network } : {}),
-        ...(r.secretNames.length > 0 ? { secrets: r.secretNames } : {}),
-        ...(clamped.length > 0 ? { policy_clamped: clamped } : {}),
-        policy: snap.digest,
-      }),
-      manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), manifest),
+      record(
+        'forge.called',
+        {
+          ok: envelope.ok,
+          ...calledFacts(stored, ctx, r.inputDigest),
+          run_id: result ? runId : null,
+          cache: meta.cache ?? 'off',
+          ...(envelope.ok ? {} : { kind: envelope.error.kind }),
+          ...(result ? { exit: result.reason, duration_ms: result.durationMs } : {}),
+          ...(result?.network ? { network: result.network } : {}),
+          ...(r.secretNames.length > 0 ? { secrets: r.secretNames } : {}),
+          ...(clamped.length > 0 ? { policy_clamped: clamped } : {}),
+          ...(scrubbed && scrubbed.files.length + scrubbed.renamed.length + scrubbed.removed.length > 0
+            ? { artifacts_redacted: scrubbed.files.length + scrubbed.renamed.length + scrubbed.removed.length }
+            : {}),
+          policy: snap.digest,
+        },
+        r.secrets,
+      ),
+      // Redacted whole (artifact names, network hosts a tool chose), never cut before that.
+      manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), redactValue(manifest, r.secrets)),
     ]);
     if (r.secretNames.length > 0 && result)
       await record('tool.secrets_injected', { name: stored.name, run_id: runId, secrets: r.secretNames, persona: ctx.persona });
@@ -1044,9 +1090,40 @@ class RefusalError extends Error {
   }
 }
 
-function tail(stderr: string): string {
+/** A flat event with its string fields passed through {@link redactTextFolded}. */
+function foldRedacted(e: object, secrets: SecretList): Record<string, unknown> {
+  if (secrets.length === 0) return { ...e };
+  return Object.fromEntries(Object.entries(e).map(([k, v]) => [k, typeof v === 'string' ? redactTextFolded(v, secrets) : v]));
+}
+
+/** The end of a (redacted) stderr tail for a message, cut only after redacting. */
+function tail(stderr: string, secrets: SecretList): string {
   const t = stderr.trim();
-  return t ? `; stderr ends: ${t.slice(-600)}` : '';
+  return t ? `; stderr ends: ${excerpt(t, secrets, 600, 'end')}` : '';
+}
+
+/** Bytes and entries of a run's artifacts searched for secret values (the artifacts budget when policy sets one). */
+function scrubLimits(budget: object): { maxBytes: number; maxEntries: number } {
+  const cap = (budget as { artifacts_bytes?: unknown }).artifacts_bytes;
+  return { maxBytes: typeof cap === 'number' && cap > 0 ? cap : DEFAULT_SCRUB_BYTES, maxEntries: 100_000 };
+}
+const DEFAULT_SCRUB_BYTES = 1 << 30;
+
+/** {@link scrubArtifacts}, failing closed: artifacts that cannot be searched are all removed. */
+async function scrubOrClear(dir: string, secrets: SecretList, limits: ReturnType<typeof scrubLimits>): Promise<ScrubReport> {
+  try {
+    return await scrubArtifacts(dir, secrets, limits);
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { mode: 0o700 });
+    const why = redactText((err as Error).message, secrets);
+    return {
+      files: [],
+      renamed: [],
+      removed: [{ path: '.', reason: `could not be searched for secret values: ${why}` }],
+      scanned_bytes: 0,
+    };
+  }
 }
 
 /** Fields of an envelope's meta that only forge sets: a tool's own values for them are dropped. */
@@ -1080,12 +1157,14 @@ const MAX_AUDIT_STRING = 2000;
 const MAX_AUDIT_ITEMS = 20;
 
 /**
- * Audit data made safe to append whatever a caller sent: strings well-formed (a lone surrogate
- * in a tool name must not cost the entry) and at most 2000 characters, arrays at most 20 items
- * (plus a count of the rest), nesting at most 8 levels.
+ * Audit data made safe to append whatever a caller sent: secret values redacted first (so no cut
+ * below can show part of one), strings well-formed (a lone surrogate in a tool name must not
+ * cost the entry) and at most 2000 characters, arrays at most 20 items (plus a count of the
+ * rest), nesting at most 8 levels.
  */
-function auditSafe(v: unknown, depth = 0): unknown {
-  return depth === 0 && isAuditSafe(v, 0) ? v : sanitize(v, depth);
+function auditSafe(raw: unknown, secrets: SecretList): unknown {
+  const v = secrets.length > 0 ? redactValue(raw, secrets) : raw;
+  return isAuditSafe(v, 0) ? v : sanitize(v, 0);
 }
 
 /** Whether `v` is already within the bounds (the common case: nothing to copy). */
