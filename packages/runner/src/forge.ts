@@ -51,6 +51,7 @@ import {
 import stableStringify from 'fast-json-stable-stringify';
 import { readAnnotations } from './annotations.js';
 import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
+import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
 import { HitLog, listArtifacts, newId, newRunId, writeJsonAtomic } from './manifest.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
@@ -98,6 +99,11 @@ export interface ForgeOptions {
   vaultPath?: string;
   /** An open audit log to append to (not closed by `close()`); default: `<home>/audit/forge.log`. */
   audit?: AuditLog;
+  /**
+   * An Ed25519 private key file (PEM, mode 0600) that signs the audit log's checkpoints when forge
+   * opens the log itself. Default: `FORGE_AUDIT_KEY`; neither: checkpoints are unsigned.
+   */
+  auditKey?: string;
   /** Default: `resolveRuntimes()` from @forge/sandbox. */
   runtimes?: RuntimeTable;
   /** Deterministic-result cache limits, or `false` to turn it off. */
@@ -201,7 +207,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     acl: parseToolAcl(env.FORGE_ALLOWED_TOOLS),
   };
 
-  const audit = options.audit ?? (await openAuditLog(paths.auditLog));
+  const signingKey = options.audit
+    ? undefined
+    : readAuditKey(options.auditKey ?? env.FORGE_AUDIT_KEY, options.auditKey ? 'ForgeOptions.auditKey' : 'FORGE_AUDIT_KEY');
+  const audit = options.audit ?? (await openAuditLog(paths.auditLog, signingKey ? { signingKey } : {}));
   const ownsAudit = !options.audit;
   const auditListeners = new Set<(e: ForgeEvent) => void>();
   const changeListeners = new Set<(e: ToolsChanged) => void>();
@@ -222,8 +231,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         process.emitWarning(`forge: audit append of ${type} failed: ${(err as Error).message}`);
       },
     );
+    checkpoints.appended();
     return track(p);
   };
+  // Checkpoints make truncating or rolling back the log detectable, not only edits.
+  const checkpoints = new CheckpointSchedule(audit, {
+    onError: (err) => process.emitWarning(`forge: audit checkpoint failed: ${err.message}`),
+    track: (p) => void track(p),
+  });
   /** Keeps `p` until it settles, so close() can wait for it. */
   function track(p: Promise<void>): Promise<void> {
     const q = p.catch((err) => process.emitWarning(`forge: background write failed: ${(err as Error).message}`));
@@ -1073,6 +1088,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       await base.close();
       for (const r of scoped.values()) await (await r).close();
       auditClosed = true;
+      await checkpoints.close().catch((err) => process.emitWarning(`forge: audit checkpoint failed: ${(err as Error).message}`));
       if (ownsAudit) await audit.close();
       else await audit.flush();
     },
