@@ -18,7 +18,8 @@ import { basename, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { killRunCgroup, pidsLimitHit } from './cgroup.js';
 import { checkGrant, hostAddresses } from './egress/guard.js';
-import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, preloadSource, READY, wrapCommand } from './egress/inside.js';
+import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
+import { preloadFile } from './egress/preload.js';
 import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { BIND_FD, controlLine, finished, type Launched, launch, shellQuote } from './launcher.js';
@@ -192,20 +193,6 @@ function coverInherited(from: number): (number | 'ignore')[] {
   return out;
 }
 
-let preloadFile: string | undefined;
-
-/** The Node preload for tools with network, written once per process (removed at exit). */
-function preparePreload(): string {
-  if (!preloadFile) {
-    const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-egress-'));
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const file = join(dir, 'preload.cjs');
-    writeFileSync(file, preloadSource(), { mode: 0o644 });
-    preloadFile = file;
-  }
-  return preloadFile;
-}
-
 const NETWORK_DEFAULTS = { maxConnections: 64, idleTimeoutMs: 30_000, connectTimeoutMs: 10_000 };
 
 /** The network of a profile with its defaults, or undefined when it has none; throws `invalid_profile`. */
@@ -226,9 +213,9 @@ function resolveNetwork(access: NetworkAccess | undefined): (NetworkAccess & typ
 /**
  * The profile a run with network really runs: the tool's command behind the relay (with the Node
  * binary this process runs on, mounted read-only when it lives outside /usr), the proxy
- * variables, and the preload.
+ * variables, and the preload (the host file `preload`).
  */
-function withEgress(profile: SandboxProfile): SandboxProfile {
+function withEgress(profile: SandboxProfile, preload: string): SandboxProfile {
   const cmd = profile.command;
   if (cmd.length === 0 || !(cmd[0] as string).startsWith('/')) {
     throw new SandboxError('invalid_profile', `command[0] must be an absolute path (got ${JSON.stringify(cmd[0])})`);
@@ -237,11 +224,12 @@ function withEgress(profile: SandboxProfile): SandboxProfile {
   return {
     ...profile,
     command: wrapCommand(node, cmd),
-    env: { ...profile.env, ...egressEnv(profile.env ?? {}) },
+    env: egressEnv(profile.env ?? {}, profile.network?.grant ?? { loopback: 'deny' }),
     mounts: [
-      ...(profile.mounts ?? []),
+      // The relay's node before the profile's own mounts, so that one of those at its path wins.
       ...(node.startsWith('/usr/') ? [] : [{ source: node, mode: 'ro' as const }]),
-      { source: preparePreload(), target: PRELOAD_PATH, mode: 'ro' },
+      ...(profile.mounts ?? []),
+      { source: preload, target: PRELOAD_PATH, mode: 'ro' },
     ],
   };
 }
@@ -294,7 +282,9 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   assertHostReady(host);
   const limits = resolveLimits(profile.limits);
   const network = resolveNetwork(profile.network);
-  if (network) profile = withEgress(profile);
+  // The preload's host file exists only from just before the launch until the sandbox has mounted it.
+  const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
+  if (preload) profile = withEgress(profile, preload.path);
   const binds = profile.binds ?? [];
   // fd 3: the argument list, fd 4: the seccomp program, binds from BIND_FD (see launcher.ts).
   const fds = { seccomp: 4, binds: binds.map((_, i) => BIND_FD + i) };
@@ -354,6 +344,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     const line = controlLine([`export ${env.join(' ')}`, ...steps], profile.command);
     claim = takePrebuilt(shape, staged, line, limits.processes);
   }
+  preload?.write(); // (a run with network is never served by a sandbox built ahead: no claim to end)
   const started = performance.now();
   const launched: Launched | undefined =
     claim?.built ??
@@ -369,6 +360,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     });
   if (!launched) {
     if (claim) finishPrebuilt(claim);
+    preload?.remove();
     const base = typeof host.processLimit === 'object' ? host.processLimit.cgroup.base : 'the pids hierarchy';
     throw new SandboxError(
       'sandbox_unavailable',
@@ -404,7 +396,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
       p.attach(handle, kind);
       // The channel stays open until bwrap exits (its end of it closes then, and the child's
       // 'close' waits for that); the tool never holds it.
-      if (++relayed === 2) child.send(READY);
+      if (++relayed === 2) {
+        preload?.remove(); // the relay runs: bwrap has mounted everything
+        child.send(READY);
+      }
     });
   }
 
@@ -478,6 +473,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     options.signal?.removeEventListener('abort', onAbort);
     // The tool is gone: so are its connections, and the sockets in its namespace.
     proxy?.close();
+    preload?.remove();
   });
   // The monitor bwrap reports a tool killed by signal N as exit code 128 + N.
   let exitCode = code;

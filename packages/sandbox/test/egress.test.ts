@@ -10,7 +10,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
-import { readdirSync, readFileSync, realpathSync } from 'node:fs';
+import { copyFileSync, linkSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer, type Server, type Socket } from 'node:net';
@@ -18,6 +18,7 @@ import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
+  EGRESS_PORTS,
   type Mount,
   type NetworkAccess,
   type NetworkEvent,
@@ -28,7 +29,7 @@ import {
   type SandboxProfile,
 } from '../src/index.js';
 import { which } from '../src/which.js';
-import { requireSandbox, tempDir } from './helpers.js';
+import { requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 let node: { interpreter: string; mounts: Mount[] };
@@ -47,15 +48,18 @@ beforeAll(async () => {
   curl = found;
 });
 
-/** Listens on `host`, ephemeral port; closed (with its connections) when the test finishes. */
-async function listen(server: Server, host = '127.0.0.1'): Promise<number> {
+/** Listens on `host` and `port` (default: ephemeral); closed (with its connections) when the test finishes. */
+async function listen(server: Server, host = '127.0.0.1', port = 0): Promise<number> {
   const sockets = new Set<Socket>();
   server.on('connection', (s: Socket) => {
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
   });
-  server.listen(0, host);
-  await once(server, 'listening');
+  const failed = once(server, 'error').then(([err]) => {
+    throw new Error(`this test needs ${host}:${port} free on the host: ${(err as Error).message}`);
+  });
+  server.listen(port, host);
+  await Promise.race([once(server, 'listening'), failed]);
   onTestFinished(() => {
     server.close();
     for (const s of sockets) s.destroy();
@@ -64,13 +68,13 @@ async function listen(server: Server, host = '127.0.0.1'): Promise<number> {
 }
 
 /** An HTTP server on the host that answers `reached <path>`; `hits` lists the paths it served. */
-async function hostHttp(host = '127.0.0.1'): Promise<{ port: number; hits: string[] }> {
+async function hostHttp(host = '127.0.0.1', port = 0): Promise<{ port: number; hits: string[] }> {
   const hits: string[] = [];
   const server = createHttpServer((req, res) => {
     hits.push(req.url ?? '');
     res.end(`reached ${req.url}`);
   });
-  return { port: await listen(server, host), hits };
+  return { port: await listen(server, host, port), hits };
 }
 
 /** A non-loopback IPv4 address of this host (tests need one to show it is refused). */
@@ -367,6 +371,42 @@ s = socket.create_connection(('127.0.0.1', 3128), timeout=5); s.close(); print('
   });
 });
 
+describe('a loopback grant reaches the host’s loopback, for every client', () => {
+  it.each(CLIENTS)('%s reaches a host service by 127.0.0.1 and localhost with the grant, and not without it', async (client) => {
+    const server = await hostHttp();
+    const urls = [`http://127.0.0.1:${server.port}/v4-${client}`, `http://localhost:${server.port}/name-${client}`];
+    const events: NetworkEvent[] = [];
+    const r = await runClient(client, urls, { grant: { network: 'allow', loopback: 'allow' }, onEvent: (e) => events.push(e) });
+    expect(verdicts(r), describeRun(r)).toEqual({ [urls[0] as string]: 'REACHED', [urls[1] as string]: 'REACHED' });
+    expect(server.hits).toEqual([`/v4-${client}`, `/name-${client}`]);
+    expect(events.filter((e) => e.type === 'network.allowed').map((e) => e.type === 'network.allowed' && `${e.host} ${e.rule}`)).toEqual([
+      '127.0.0.1 loopback',
+      'localhost loopback',
+    ]);
+    // Without the grant: the sandbox's own loopback (nothing there), and the host's stays unreached.
+    const without = await runClient(client, urls, { grant: { network: 'allow' }, onEvent: (e) => events.push(e) });
+    expect(Object.values(verdicts(without)), describeRun(without)).toEqual(['FAILED', 'FAILED']);
+    expect(server.hits).toHaveLength(2);
+  });
+
+  it('proxying loopback never reaches the proxy itself: its ports on the host’s loopback are the host’s', async () => {
+    // The relay's ports inside are the proxy's; the same ports on the host's loopback are other
+    // sockets. Held here, they answer as themselves: a loop would show the proxy's own answer.
+    const http = await hostHttp('127.0.0.1', EGRESS_PORTS.http);
+    const socks = await hostHttp('127.0.0.1', EGRESS_PORTS.socks5);
+    const urls = [`http://127.0.0.1:${EGRESS_PORTS.http}/loop`, `http://localhost:${EGRESS_PORTS.socks5}/loop`];
+    for (const client of CLIENTS) {
+      const events: NetworkEvent[] = [];
+      const r = await runClient(client, urls, { grant: { network: 'allow', loopback: 'allow' }, onEvent: (e) => events.push(e) });
+      expect(verdicts(r), `${client}\n${describeRun(r)}`).toEqual({ [urls[0] as string]: 'REACHED', [urls[1] as string]: 'REACHED' });
+      expect(r.stdout.toString()).not.toContain('forge egress proxy');
+      expect(r.network?.connections, client).toBe(2);
+    }
+    expect(http.hits).toEqual(Array(CLIENTS.length).fill('/loop'));
+    expect(socks.hits).toEqual(Array(CLIENTS.length).fill('/loop'));
+  });
+});
+
 describe('TLS through CONNECT', () => {
   it('fetch, https.get, curl and python reach an https server by name, certificate checked', async () => {
     const dir = await tempDir();
@@ -432,27 +472,27 @@ describe('TLS through CONNECT', () => {
 });
 
 describe('the relay and its channel', () => {
-  it('the tool never holds the relay’s channel, and the proxy variables are set', async () => {
-    const r = await runSandboxed({
-      command: [
-        '/bin/sh',
-        '-c',
-        'ls /proc/self/fd | sort -n | tr "\\n" " "; echo; env | grep -e NODE_CHANNEL -e _proxy= -e _PROXY= | sort',
-      ],
-      network: granted([]),
-    });
-    const [fds, ...env] = r.stdout.toString().trim().split('\n');
-    expect(fds?.split(' ')).not.toContain('5');
-    expect(env).toEqual([
+  it('the tool never holds the relay’s channel, and the proxy variables are set (NO_PROXY only without loopback)', async () => {
+    const show = 'ls /proc/self/fd | sort -n | tr "\\n" " "; echo; env | grep -e NODE_CHANNEL -e _proxy= -e _PROXY= | sort';
+    const proxies = [
       'ALL_PROXY=socks5h://127.0.0.1:1080',
       'HTTPS_PROXY=http://127.0.0.1:3128',
       'HTTP_PROXY=http://127.0.0.1:3128',
-      'NO_PROXY=localhost,127.0.0.1,::1',
       'all_proxy=socks5h://127.0.0.1:1080',
       'http_proxy=http://127.0.0.1:3128',
       'https_proxy=http://127.0.0.1:3128',
-      'no_proxy=localhost,127.0.0.1,::1',
-    ]);
+    ];
+    // A profile's own proxy variables never survive: forge's route is the only one.
+    const env = { NO_PROXY: 'example.com', https_proxy: 'http://elsewhere:8080' };
+    for (const [grant, expected] of [
+      [{ loopback: 'allow' as const }, proxies],
+      [{ loopback: 'deny' as const }, [...proxies, 'NO_PROXY=localhost,127.0.0.1,::1', 'no_proxy=localhost,127.0.0.1,::1'].sort()],
+    ] as const) {
+      const r = await runSandboxed({ command: ['/bin/sh', '-c', show], env, network: granted([], grant) });
+      const [fds, ...lines] = r.stdout.toString().trim().split('\n');
+      expect(fds?.split(' ')).not.toContain('5');
+      expect(lines, grant.loopback).toEqual(expected);
+    }
   });
 
   it('when the relay cannot start, the tool does not run (sandbox_unavailable)', async () => {
@@ -464,6 +504,57 @@ describe('the relay and its channel', () => {
     }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'sandbox_unavailable' });
     expect(String((err as Error).message)).toMatch(/network relay did not start, so the tool did not run/);
+  });
+
+  it('the relay starts, and the tool does not when it cannot, with node outside /usr too', async () => {
+    // An embedding process whose node lives outside /usr (nvm, volta, a tarball): a copy of this one.
+    const dir = await tempDir();
+    const node = join(dir, 'node');
+    try {
+      linkSync(realpathSync(process.execPath), node);
+    } catch {
+      copyFileSync(realpathSync(process.execPath), node);
+    }
+    const r = await runInChild(
+      `const relayNode = (await import('node:fs')).realpathSync(process.execPath);
+      const network = { grant: { network: 'allow' } };
+      const ok = await module.runSandboxed({ command: ['/bin/sh', '-c', 'echo TOOL-RAN'], network });
+      const err = await module.runSandboxed({
+        command: ['/bin/sh', '-c', 'echo TOOL-RAN'],
+        mounts: [{ source: '/bin/false', target: relayNode, mode: 'ro' }],
+        network,
+      }).then((r) => r.stdout.toString().trim(), (e) => e.code + ' ' + /network relay did not start/.test(e.message));
+      console.log(relayNode, ok.stdout.toString().trim(), err);`,
+      { node },
+    );
+    expect(r.out.trim(), r.err).toBe(`${node} TOOL-RAN sandbox_unavailable true`);
+  });
+
+  it('leaves no preload file on the host: gone once mounted, after a run that fails, and in a process killed later', async () => {
+    const dir = await tempDir();
+    const r = await runInChild(
+      `process.env.TMPDIR = ${JSON.stringify(dir)};
+      const { readdirSync } = await import('node:fs');
+      const { createServer } = await import('node:http');
+      const preloads = () => readdirSync(${JSON.stringify(dir)}).filter((n) => n.startsWith('forge-sandbox-egress-'));
+      let during;
+      const server = createServer((req, res) => { during = preloads(); res.end('host'); }).listen(0, '127.0.0.1');
+      await new Promise((r) => server.once('listening', r));
+      const nd = (await module.resolveRuntimes()).get('node');
+      const network = { grant: { network: 'allow', loopback: 'allow' } };
+      const ran = await module.runSandboxed({
+        command: [nd.interpreter, '-e', 'fetch(process.argv[1]).then((r) => r.text()).then(console.log)', 'http://127.0.0.1:' + server.address().port],
+        mounts: nd.mounts.map((source) => ({ source, mode: 'ro' })),
+        network,
+      });
+      const after = preloads();
+      const failed = await module.runSandboxed({ command: ['/bin/true'], mounts: [{ source: 'relative', mode: 'ro' }], network }).catch((e) => e.code);
+      console.log(JSON.stringify({ out: ran.stdout.toString().trim(), during, after, failed, afterFailed: preloads() }));
+      process.kill(process.pid, 'SIGKILL');`,
+    );
+    expect(JSON.parse(r.out), r.err).toEqual({ out: 'host', during: [], after: [], failed: 'invalid_profile', afterFailed: [] });
+    expect(r.child.signalCode).toBe('SIGKILL');
+    expect(readdirSync(dir).filter((n) => n.startsWith('forge-sandbox-egress-'))).toEqual([]);
   });
 
   it('refuses a malformed grant before running anything (invalid_profile)', async () => {

@@ -32,13 +32,14 @@ export async function requireSandbox(): Promise<void> {
 
 /**
  * Runs `body` in a separate node process, with this package's source loaded as `module` (through
- * vite, as the tests load it), the way an embedding process uses the sandbox. `extraStdio` are the
+ * vite, as the tests load it), the way an embedding process uses the sandbox. `node` is the binary
+ * that runs it (default: this process's). `extraStdio` are the
  * child's descriptors past 0–2. Resolves once the child closed, with its exit code, output and
  * the process (for its pid). Killed when the test finishes.
  */
 export async function runInChild(
   body: string,
-  o: { extraStdio?: (StdioPipe | StdioNull | number)[] } = {},
+  o: { extraStdio?: (StdioPipe | StdioNull | number)[]; node?: string } = {},
 ): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
   const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
   const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
@@ -46,7 +47,7 @@ export async function runInChild(
     const { runnerImport } = await import(${JSON.stringify(vite)});
     const { module } = await runnerImport(${JSON.stringify(src)});
     ${body}`;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
+  const child = spawn(o.node ?? process.execPath, ['--input-type=module', '-e', code], {
     stdio: ['ignore', 'pipe', 'pipe', ...(o.extraStdio ?? [])],
     cwd: dirname(src),
   });

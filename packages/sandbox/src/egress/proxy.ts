@@ -333,8 +333,9 @@ export class EgressProxy {
     };
     client.setTimeout(this.#options.idleTimeoutMs, idle);
     upstream.setTimeout(this.#options.idleTimeoutMs, idle);
-    client.on('error', () => upstream.destroy());
-    upstream.on('error', () => client.destroy());
+    // A reset on one side is passed on as a reset: a plain close could pass for a complete reply.
+    client.on('error', () => upstream.resetAndDestroy());
+    upstream.on('error', () => client.resetAndDestroy());
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     forward(client, upstream);
