@@ -1,7 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { okData, py, setup } from './helpers.js';
+import { okData, py, setup, tool } from './helpers.js';
 
 /** A real HTTP server on the host's loopback, closed when the test ends. */
 async function hostServer(body: string): Promise<number> {
@@ -61,6 +61,39 @@ describe('network grants go through the egress proxy', () => {
     const called = fx.entries('forge.called').map((e) => e.data);
     expect(called[0]).toMatchObject({ ok: true, network: { connections: 1, denied: 0 } });
     expect(called[1]).toMatchObject({ ok: true, network: { denied: 1 } });
+  });
+
+  it('a persona granted loopback reaches a service on the host by 127.0.0.1 and localhost, from python and node alike', async () => {
+    const port = await hostServer('hello from the host loopback');
+    const nodeFetcher = tool(
+      'fetch_url_node',
+      'node',
+      `let s = ''; process.stdin.on('data', (d) => (s += d)).on('end', async () => {
+  const { url } = JSON.parse(s);
+  const data = await fetch(url).then(async (r) => ({ status: r.status, body: await r.text() }), (e) => ({ status: null, body: String(e.cause?.code ?? e.message) }));
+  console.log(JSON.stringify({ ok: true, data }));
+});`,
+      { input_schema: { type: 'object', properties: { url: { type: 'string' } }, required: ['url'] } },
+    );
+    const grant = { network: 'allow', loopback: 'allow' };
+    const fx = await setup({ workspacePolicy: { persona_sandbox_overrides: { browser: grant, plain: { network: 'allow' } } } });
+    for (const spec of [fetcher, nodeFetcher]) expect((await fx.forge.forgeTool(spec, { persona: 'browser' })).ok).toBe(true);
+    for (const name of ['fetch_url', 'fetch_url_node']) {
+      for (const host of ['127.0.0.1', 'localhost']) {
+        const env = await fx.forge.callTool(name, { url: `http://${host}:${port}/` }, { persona: 'browser' });
+        expect(okData(env), `${name} ${host}`).toEqual({ status: 200, body: 'hello from the host loopback' });
+        expect(env.meta.sandbox).toBe('bwrap+net+loopback');
+        // Network without loopback: 127.0.0.1 is the sandbox's own, where nothing listens.
+        const other = okData(await fx.forge.callTool(name, { url: `http://${host}:${port}/` }, { persona: 'plain' }));
+        expect(other, `${name} ${host} without loopback`).toMatchObject({ status: null });
+      }
+    }
+    expect(fx.entries('network.allowed').map((e) => (e.data as { host: string }).host)).toEqual([
+      '127.0.0.1',
+      'localhost',
+      '127.0.0.1',
+      'localhost',
+    ]);
   });
 
   it('a persona without a grant has no route at all: same tool, same host server', async () => {
