@@ -304,8 +304,13 @@ function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema'
       // Nothing was registered.
     }
   }
+  // A schema that may be costly always runs under the budget; a tree-shaped one only when the
+  // data is large enough that schema × data could approach it (the budget's watchdog thread
+  // costs ~50 µs a call, more than a small validation itself).
+  const directLimit = mayBeCostly(s) ? -1 : Math.floor(DIRECT_COST / schemaWeight(s));
   const validate: ToolDataValidator = (data) => {
-    const verdict = withinBudget(fn, data, label);
+    const direct = directLimit >= 0 && weightAtMost(data, directLimit);
+    const verdict = direct ? fn(data) && { ok: true as const } : withinBudget(fn, data, label);
     if (verdict !== false) return verdict;
     return validationFailure(ajvProblems(fn.errors, label), label);
   };
@@ -322,6 +327,67 @@ function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema'
 export const VALIDATION_BUDGET_MS = 500;
 
 let sandbox: { context: Context; script: Script } | undefined;
+
+/** Keywords under which validation may cost more than one visit per (subschema, value) pair. */
+const COSTLY = new Set(['$ref', '$dynamicRef', '$recursiveRef', 'uniqueItems', 'format']);
+
+/**
+ * Whether validating against `schema` may cost more than linear time in the data, so that it
+ * must run under the budget. Without these keywords a schema is a tree: ajv visits each value
+ * at most once per subschema and each pattern is linear (re2js), so validation costs
+ * O(schema × data), the order of parsing the data, which the server has already done. `$ref` (and
+ * its dynamic kin) can reach one subschema by many paths or recurse with the data, `uniqueItems`
+ * compares items pairwise, and `format` runs ajv-formats' own V8 expressions. Every key is looked
+ * at, even inside `const` or `default`: a false alarm only costs the budget's watchdog (~50 µs).
+ */
+function mayBeCostly(node: unknown): boolean {
+  if (typeof node !== 'object' || node === null) return false;
+  if (Array.isArray(node)) return node.some(mayBeCostly);
+  for (const [k, v] of Object.entries(node)) if (COSTLY.has(k) || mayBeCostly(v)) return true;
+  return false;
+}
+
+/**
+ * The most (schema weight × data weight) a tree-shaped schema validates without the budget: at a
+ * few hundred nanoseconds a unit (a pattern's step on one character, in the worst case), a few
+ * tens of milliseconds at worst, well under a millisecond for an ordinary call's input.
+ */
+const DIRECT_COST = 100_000;
+
+/** The objects and arrays in a schema: a bound on the subschemas that can apply to one value. */
+function schemaWeight(node: unknown): number {
+  if (typeof node !== 'object' || node === null) return 0;
+  let n = 1;
+  for (const v of Array.isArray(node) ? node : Object.values(node)) n += schemaWeight(v);
+  return n;
+}
+
+/** Whether `data` weighs at most `limit`: one per value and per key, plus every string's length. */
+function weightAtMost(data: unknown, limit: number): boolean {
+  let weight = 0;
+  const stack: unknown[] = [data];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    weight += 1;
+    if (typeof v === 'string') weight += v.length;
+    else if (Array.isArray(v)) {
+      // Counted before pushed, so a huge array is refused without walking it.
+      weight += v.length;
+      if (weight > limit) return false;
+      for (const x of v) stack.push(x);
+    } else if (typeof v === 'object' && v !== null) {
+      const keys = Object.keys(v);
+      weight += keys.length;
+      if (weight > limit) return false;
+      for (const k of keys) {
+        weight += k.length;
+        stack.push((v as Record<string, unknown>)[k]);
+      }
+    }
+    if (weight > limit) return false;
+  }
+  return true;
+}
 
 /**
  * `fn(data)` under `VALIDATION_BUDGET_MS`: `true` when valid, `false` when invalid (the errors

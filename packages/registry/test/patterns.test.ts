@@ -325,6 +325,21 @@ describe('validation time is bounded whatever the schema', () => {
     expect(c.validate({ rows: [{ i: 1 }, { i: 2 }] })).toEqual({ ok: true });
   });
 
+  it('stops a tree-shaped schema when its size times the data is too large, and checks small data directly', () => {
+    // 300 subschemas that each test every item: no $ref, but 300 × 1000 × 1000 pattern steps.
+    const items = { type: 'string', pattern: '^(a|aa)*$' };
+    const c = compileToolSchema({ type: 'object', properties: { list: { allOf: Array.from({ length: 300 }, () => ({ items })) } } });
+    if (!c.ok) throw new Error(c.message);
+    expect(c.validate({ list: Array.from({ length: 1000 }, () => 'a'.repeat(1000)) })).toMatchObject({
+      ok: false,
+      problems: [{ path: 'input', message: expect.stringContaining('stopped after') }],
+    });
+    expect(c.validate({ list: ['aaa', 'aa'] })).toEqual({ ok: true });
+    const bad = c.validate({ list: ['ab'] });
+    expect(bad.ok).toBe(false);
+    if (!bad.ok) expect(bad.problems[0]).toEqual({ path: 'input/list/0', message: 'must match pattern "^(a|aa)*$"' });
+  });
+
   it('refuses data nested deeper than the stack instead of throwing', () => {
     const c = compileToolSchema({ type: 'object', properties: { c: { $ref: '#' } } });
     if (!c.ok) throw new Error(c.message);
