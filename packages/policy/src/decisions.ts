@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
 import { type Budget, type EffectivePolicy, PROJECT_TOKEN } from './document.js';
-import { compileGlobs, firstMatch } from './glob.js';
+import { compileGlobs, firstMatch, type GlobMatcher } from './glob.js';
 import { type AllowRules, ruleAllows, subjectOf } from './rules.js';
 
 /** Error kinds a decision can refuse with (the strings of DESIGN's error kinds). */
@@ -48,9 +48,11 @@ export interface PolicySnapshot {
 }
 
 interface Compiled {
-  forbidden: RegExp;
-  runtimes: RegExp;
+  forbidden: GlobMatcher;
+  runtimes: GlobMatcher;
+  /** Each persona's namespace as a lower-cased prefix with its dot (names match regardless of case). */
   namespaces: [persona: string, prefix: string][];
+  operators: ReadonlySet<string>;
 }
 const compiled = new WeakMap<EffectivePolicy, Compiled>();
 
@@ -58,9 +60,10 @@ function compile(p: EffectivePolicy): Compiled {
   let c = compiled.get(p);
   if (!c) {
     c = {
-      forbidden: compileGlobs(p.forbidden_tool_names),
+      forbidden: compileGlobs(p.forbidden_tool_names, { ignoreCase: true }),
       runtimes: compileGlobs(p.runtimes.allow),
-      namespaces: Object.entries(p.persona_namespaces).map(([persona, ns]) => [persona, `${ns}.`]),
+      namespaces: Object.entries(p.persona_namespaces).map(([persona, ns]) => [persona, `${ns.toLowerCase()}.`]),
+      operators: new Set(p.operator_personas),
     };
     compiled.set(p, c);
   }
@@ -91,55 +94,108 @@ function canonical(v: unknown): string {
   return JSON.stringify(v);
 }
 
-/** Refuses names matching `forbidden_tool_names` (at forge time, and again at every call). */
+/** Refuses names matching `forbidden_tool_names`, regardless of case (at forge time, and again at every call). */
 export function checkToolName(snap: PolicySnapshot, name: string): Decision {
   if (!compile(snap.policy).forbidden.test(name)) return OK;
-  const pattern = firstMatch(snap.policy.forbidden_tool_names, name);
+  const exact = firstMatch(snap.policy.forbidden_tool_names, name);
+  const pattern = exact ?? firstMatch(snap.policy.forbidden_tool_names, name, { ignoreCase: true });
   return {
     ok: false,
     kind: 'name_forbidden',
-    message: `tool name "${name}" matches the forbidden pattern "${pattern}" (policy forbidden_tool_names); choose another name`,
+    message: `tool name "${name}" matches the forbidden pattern "${pattern}" (policy forbidden_tool_names${exact ? '' : ', matched regardless of case'}); choose another name`,
   };
 }
 
+/** What a persona does with a tool name: forge it (a new tool or a replacement), remove it, or promote it to the user scope. */
+export type ToolAction = 'forge' | 'remove' | 'promote';
+
+/** Whether `persona` is listed in `operator_personas` (may remove and promote tools it does not own). */
+export function isOperator(snap: PolicySnapshot, persona: string): boolean {
+  return compile(snap.policy).operators.has(persona);
+}
+
+/** `name` starts with the lower-cased `prefix` (with its dot), in any case. */
+function under(name: string, prefix: string): boolean {
+  return name.length > prefix.length && name.slice(0, prefix.length).toLowerCase() === prefix;
+}
+
+/** The namespace of `persona` as written in the policy, with its `.*`. */
+function shown(snap: PolicySnapshot, persona: string): string {
+  return `${entry(snap.policy.persona_namespaces, persona)}.*`;
+}
+
 /**
- * A persona with a namespace forges only under it (`coder` with `code` → `code.*`); a persona
- * without one may not forge under another persona's namespace.
+ * A persona with a namespace forges, removes and promotes only under it (`coder` with `code` →
+ * `code.*`); a persona without one may not touch names under another persona's namespace.
+ * Prefixes match regardless of case (`CODE.tool` is in `code.*`).
  */
-export function checkNamespace(snap: PolicySnapshot, persona: string, name: string): Decision {
+export function checkNamespace(snap: PolicySnapshot, persona: string, name: string, action: ToolAction = 'forge'): Decision {
   const c = compile(snap.policy);
   const own = entry(snap.policy.persona_namespaces, persona);
+  const elsewhere = (other: string): Decision => ({
+    ok: false,
+    kind: 'namespace_denied',
+    message:
+      action === 'forge'
+        ? `"${name}" is in the namespace of persona "${other}" (${shown(snap, other)}), and persona "${persona}" may not forge there; choose a name outside it`
+        : `"${name}" is in the namespace of persona "${other}" (${shown(snap, other)}), and persona "${persona}" may not ${action} tools there; ask persona "${other}" or an operator (policy operator_personas)`,
+  });
   if (own !== undefined) {
+    const mine = `${own.toLowerCase()}.`;
     // Inside its own namespace, unless that part is another persona's (a longer prefix).
     const deeper =
-      name.startsWith(`${own}.`) &&
-      c.namespaces.find(([other, prefix]) => other !== persona && prefix.length > own.length + 1 && name.startsWith(prefix));
-    if (deeper)
-      return {
-        ok: false,
-        kind: 'namespace_denied',
-        message: `"${name}" is in the namespace of persona "${deeper[0]}" (${deeper[1]}*), and persona "${persona}" may not forge there; choose a name outside it`,
-      };
-    if (name.startsWith(`${own}.`)) return OK;
+      under(name, mine) && c.namespaces.find(([other, prefix]) => other !== persona && prefix.length > mine.length && under(name, prefix));
+    if (deeper) return elsewhere(deeper[0]);
+    if (under(name, mine)) return OK;
     return {
       ok: false,
       kind: 'namespace_denied',
-      message: `persona "${persona}" may only forge tools named ${own}.<name> (policy persona_namespaces); rename "${name}" to ${own}.${name.split('.').pop()}`,
+      message:
+        action === 'forge'
+          ? `persona "${persona}" may only forge tools named ${own}.<name> (policy persona_namespaces); rename "${name}" to ${own}.${name.split('.').pop()}`
+          : `persona "${persona}" may only ${action} tools named ${own}.<name> (policy persona_namespaces), and "${name}" is not one; ask its owner or an operator (policy operator_personas)`,
     };
   }
-  for (const [other, prefix] of c.namespaces) {
-    if (name.startsWith(prefix))
-      return {
-        ok: false,
-        kind: 'namespace_denied',
-        message: `"${name}" is in the namespace of persona "${other}" (${prefix}*), and persona "${persona}" may not forge there; choose a name outside it`,
-      };
-  }
+  for (const [other, prefix] of c.namespaces) if (under(name, prefix)) return elsewhere(other);
   return OK;
 }
 
+/** Whether `name` lies under some persona's namespace (regardless of case). */
+function inAnyNamespace(snap: PolicySnapshot, name: string): boolean {
+  return compile(snap.policy).namespaces.some(([, prefix]) => under(name, prefix));
+}
+
+/**
+ * Who may remove, promote or replace an existing tool:
+ * - an operator persona (`operator_personas`): any tool;
+ * - a tool under a persona namespace belongs to that namespace: {@link checkNamespace} decides;
+ * - a tool outside every namespace belongs to the persona that forged it (`creator`, the tool's
+ *   `created_by.persona`; `undefined` when its file cannot say, and then only an operator may).
+ * Refuses with `namespace_denied` or `acl.persona_denied`.
+ */
+export function checkToolOwner(
+  snap: PolicySnapshot,
+  persona: string,
+  tool: { name: string; creator: string | undefined },
+  action: ToolAction,
+): Decision {
+  if (isOperator(snap, persona)) return OK;
+  if (inAnyNamespace(snap, tool.name) || entry(snap.policy.persona_namespaces, persona) !== undefined)
+    return checkNamespace(snap, persona, tool.name, action);
+  if (tool.creator === persona) return OK;
+  const verb = action === 'forge' ? 'replace' : action;
+  return {
+    ok: false,
+    kind: 'acl.persona_denied',
+    message:
+      tool.creator === undefined
+        ? `persona "${persona}" may not ${verb} "${tool.name}": its file does not say who forged it, so only an operator persona (policy operator_personas) may`
+        : `persona "${persona}" may not ${verb} "${tool.name}": it was forged by persona "${tool.creator}", and a tool outside every namespace can be ${verb === 'promote' ? 'promoted' : verb === 'remove' ? 'removed' : 'replaced'} only by the persona that forged it or an operator persona (policy operator_personas)`,
+  };
+}
+
 /** Which tools a persona may call: every tool, or the names and globs of `FORGE_ALLOWED_TOOLS`. */
-export type ToolAcl = { readonly all: true } | { readonly all: false; readonly patterns: readonly string[]; readonly match: RegExp };
+export type ToolAcl = { readonly all: true } | { readonly all: false; readonly patterns: readonly string[]; readonly match: GlobMatcher };
 
 /** Parses `FORGE_ALLOWED_TOOLS` (a comma list of names or globs; unset means every tool). */
 export function parseToolAcl(value: string | undefined): ToolAcl {

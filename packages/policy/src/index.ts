@@ -21,17 +21,20 @@ export {
   checkRuntime,
   checkSecrets,
   checkToolName,
+  checkToolOwner,
   clampBudget,
   createSnapshot,
   type Decision,
   type Denial,
   type DenialKind,
+  isOperator,
   type NetworkGrant,
   networkFor,
   type PolicySnapshot,
   type PolicySource,
   parseToolAcl,
   type ToolAcl,
+  type ToolAction,
 } from './decisions.js';
 export {
   type BreakerSettings,
@@ -47,6 +50,8 @@ export {
   type SandboxOverride,
 } from './document.js';
 export { POLICY_ERROR_CODES, PolicyError, type PolicyErrorCode } from './errors.js';
+export type { GlobMatcher } from './glob.js';
+export { POLICY_LIMITS } from './limits.js';
 export { createPolicy, type Policy, type PolicyEvent, type PolicyOptions, type PolicyState } from './policy.js';
 export {
   type AllowRules,

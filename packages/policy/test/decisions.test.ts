@@ -54,7 +54,7 @@ describe('checkToolName', () => {
       `"tool name "forge_list" matches the forbidden pattern "forge_*" (policy forbidden_tool_names); choose another name"`,
     );
     expect(checkToolName(plain, 'forge_')).toMatchObject({ ok: false, kind: 'name_forbidden' });
-    for (const name of ['forge', 'my_forge_x', 'forgelist', 'Forge_list', 'fib']) expect(checkToolName(plain, name), name).toEqual(OK);
+    for (const name of ['forge', 'my_forge_x', 'forgelist', 'fib']) expect(checkToolName(plain, name), name).toEqual(OK);
   });
 
   it('names the first matching pattern when several match', () => {
@@ -97,7 +97,7 @@ describe('checkNamespace', () => {
   });
 
   it('lets a persona without a namespace use names that merely start with the same letters', () => {
-    for (const name of ['fib', 'codex', 'code', 'code_fib', 'Code.fib', 'review.toolsx', 'review.fib', 'x.code.fib']) {
+    for (const name of ['fib', 'codex', 'code', 'code_fib', 'review.toolsx', 'review.fib', 'x.code.fib']) {
       expect(checkNamespace(snap, 'writer', name), name).toEqual(OK);
     }
   });
@@ -127,7 +127,7 @@ describe('parseToolAcl and checkPersonaAcl', () => {
   it('an empty string means no tool (meta-tools still callable)', () => {
     for (const value of ['', ' ', ',', ' , ,']) {
       const acl = parseToolAcl(value);
-      expect(acl).toEqual({ all: false, patterns: [], match: expect.any(RegExp) });
+      expect(acl).toEqual({ all: false, patterns: [], match: { test: expect.any(Function) } });
       expect(denied(checkPersonaAcl(acl, 'coder', 'fib'), 'acl.persona_denied')).toBe(
         'persona "coder" may not call "fib": it is not in FORGE_ALLOWED_TOOLS (empty); ask the operator to add it',
       );
@@ -137,7 +137,7 @@ describe('parseToolAcl and checkPersonaAcl', () => {
 
   it('reads a comma list of names and globs, trimming blanks', () => {
     const acl = parseToolAcl(' fib , code.* ,, sq? ');
-    expect(acl).toEqual({ all: false, patterns: ['fib', 'code.*', 'sq?'], match: expect.any(RegExp) });
+    expect(acl).toEqual({ all: false, patterns: ['fib', 'code.*', 'sq?'], match: { test: expect.any(Function) } });
     for (const name of ['fib', 'code.a', 'code.a.b', 'code.', 'sqr', 'sq.']) expect(checkPersonaAcl(acl, 'coder', name), name).toEqual(OK);
     for (const name of ['fibo', 'xfib', 'code', 'codex', 'sq', 'sqrt']) {
       expect(checkPersonaAcl(acl, 'coder', name).ok, name).toBe(false);

@@ -39,6 +39,7 @@ const FULL = `{
   "forbidden_tool_names": ["rm_*", "sh?ll", "sys.exec-1"],
   "breakers": { "per_tool_rpm": 30, "per_session_forge_count": 10, "failure_threshold": 3, "cooldown_s": 20 },
   "persona_namespaces": { "coder": "code", "Re-viewer_2": "review.tools" },
+  "operator_personas": ["ops", "Re-viewer_2"],
   "persona_sandbox_overrides": {
     "coder": {
       "network": "allow",
@@ -266,7 +267,7 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
 
   it('refuses an unknown key with nothing close, listing the keys it knows', () => {
     expect(message('{"per_tool_rpm": 3}')).toMatchInlineSnapshot(
-      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, runtimes)"`,
+      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, runtimes)"`,
     );
     expect(message('{"breakers": {"rpm": 3}}')).toMatchInlineSnapshot(
       `"policy.json:1:22: unknown key "rpm" in breakers (expected one of: per_tool_rpm, per_session_forge_count, failure_threshold, cooldown_s)"`,
@@ -528,6 +529,7 @@ describe('mergePolicies', () => {
       forbidden_tool_names: ['forge_*'],
       breakers: { per_tool_rpm: 60, per_session_forge_count: 50, failure_threshold: 5, cooldown_s: 60 },
       persona_namespaces: {},
+      operator_personas: [],
       persona_sandbox_overrides: {},
       persona_secret_allow: {},
       budgets: {

@@ -26,6 +26,7 @@ const ALL_KEYS = [
   'forbidden_tool_names',
   'breakers',
   'persona_namespaces',
+  'operator_personas',
   'persona_sandbox_overrides',
   'persona_secret_allow',
   'budgets',
