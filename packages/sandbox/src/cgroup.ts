@@ -1,21 +1,57 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { RunCgroups, Where } from './cgroup-find.js';
 
 /**
- * A pids cgroup per run, for hosts where RLIMIT_NPROC does not hold: the kernel never applies it
- * to processes whose real user is root, and a sandbox started by root keeps root as its real user
- * outside the namespace. The cgroup's `pids.max` caps every process and thread of the run.
+ * The cgroups of one run: made (or reused) with the run's limits, joined by its launcher, watched
+ * while it runs, and given back. Where they are made is found by `findRunCgroups` (cgroup-find.ts).
  */
-export interface PidsCgroups {
-  version: 1 | 2;
-  /** Directory under which one child cgroup per run is made. */
-  base: string;
+
+export {
+  type CgroupSearch,
+  describeRunLimits,
+  type EnforcedLimits,
+  enforcedBy,
+  type FindCgroupsOptions,
+  findPidsCgroups,
+  findRunCgroups,
+  type LimitMechanism,
+  type PidsCgroups,
+  type RunCgroups,
+  type RunLimitsReport,
+} from './cgroup-find.js';
+
+/** The limits a run's cgroup is given. Undefined ones are left unlimited. */
+export interface CgroupLimits {
+  processes: number;
+  memoryBytes?: number;
+  /** Cores' worth of CPU time per wall-clock second (the rate; the budget is enforced by polling). */
+  cpuCores?: number;
 }
 
-const BASE_NAME = 'forge-sandbox';
+/** One run's cgroup: a directory per hierarchy. Give it back with {@link releaseRunCgroup}. */
+export interface RunCgroup {
+  host: RunCgroups;
+  /** One directory per {@link RunCgroups.bases} entry. */
+  dirs: string[];
+  /** The first of {@link dirs}. */
+  dir: string;
+  /** The `cgroup.procs` files the run's launcher writes its pid into, each in turn. */
+  procs: string[];
+  /** Counters when the run took it: the limits hit and the CPU used before are not the run's. */
+  maxEventsBefore: number;
+  oomKillsBefore: number;
+  cpuUsecBefore: number;
+  /** What was last written to each limit file (a reused cgroup skips unchanged writes). */
+  written: Map<string, string>;
+}
 
-function tryWrite(path: string, text: string): boolean {
+/** The directory, in each hierarchy, under which the runs' cgroups are made. */
+export const BASE_NAME = 'forge-sandbox';
+const CPU_PERIOD_US = 100_000;
+
+export function tryWrite(path: string, text: string): boolean {
   try {
     writeFileSync(path, text);
     return true;
@@ -24,105 +60,151 @@ function tryWrite(path: string, text: string): boolean {
   }
 }
 
-/** Finds (and prepares) a writable pids cgroup hierarchy, or returns undefined. */
-export function findPidsCgroups(): PidsCgroups | undefined {
-  const v2root = '/sys/fs/cgroup';
+export function read(path: string): string | undefined {
   try {
-    if (existsSync(join(v2root, 'cgroup.controllers'))) {
-      const controllers = readFileSync(join(v2root, 'cgroup.controllers'), 'utf8').split(/\s+/);
-      if (!controllers.includes('pids')) return undefined;
-      const base = join(v2root, BASE_NAME);
-      mkdirSync(base, { recursive: true });
-      // Children of `base` get the pids controller only if both levels delegate it.
-      tryWrite(join(v2root, 'cgroup.subtree_control'), '+pids');
-      if (!tryWrite(join(base, 'cgroup.subtree_control'), '+pids')) return undefined;
-      return check({ version: 2, base });
-    }
-    const v1 = join(v2root, 'pids');
-    if (existsSync(join(v1, 'cgroup.procs'))) {
-      const base = join(v1, BASE_NAME);
-      mkdirSync(base, { recursive: true });
-      return check({ version: 1, base });
-    }
+    return readFileSync(path, 'utf8');
   } catch {
-    // not writable (not root, or a read-only cgroupfs in a container)
+    return undefined;
   }
-  return undefined;
-}
-
-function check(c: PidsCgroups): PidsCgroups | undefined {
-  sweepStale(c.base);
-  const dir = createRunCgroup(c, 1, 'probe');
-  if (!dir) return undefined;
-  rmdirSync(dir); // empty: no process ever joined it
-  return c;
 }
 
 let counter = 0;
-const idle: string[] = [];
-/** Released cgroups whose processes the kernel has not finished reaping yet. */
-const draining: string[] = [];
+
+interface Pool {
+  idle: string[][];
+  /** Released cgroups whose processes the kernel has not finished reaping yet. */
+  draining: string[][];
+}
+const pools = new Map<string, Pool>();
+
+function poolOf(c: RunCgroups): Pool {
+  const key = c.bases.join('\0');
+  let p = pools.get(key);
+  if (!p) {
+    p = { idle: [], draining: [] };
+    pools.set(key, p);
+  }
+  return p;
+}
+
+function path(dirs: readonly string[], w: Where): string {
+  return join(dirs[w[0]] as string, w[1]);
+}
+
+/** Whether no process (not even an exited one the kernel still counts) is left in `dirs`. */
+function isEmpty(c: RunCgroups, dirs: readonly string[]): boolean {
+  const f = c.files;
+  if (f.pidsCurrent) return readCount(path(dirs, f.pidsCurrent)) === 0;
+  if (f.populated) return /^populated 0$/m.test(read(path(dirs, f.populated)) ?? '');
+  return dirs.every((d) => read(join(d, 'cgroup.procs')) === '');
+}
 
 /**
- * A cgroup for one run with `pids.max = max`, reused from earlier runs when one is empty (making
- * and removing a cgroup costs more than the rest of a short run). Returns undefined when none can
+ * A cgroup for one run with `limits`, reused from earlier runs when one is empty (making and
+ * removing a cgroup costs more than the rest of a short run). Returns undefined when none can
  * be made. Give it back with {@link releaseRunCgroup}.
  */
-export function acquireRunCgroup(c: PidsCgroups, max: number): RunCgroup | undefined {
+export function acquireRunCgroup(c: RunCgroups, limits: CgroupLimits): RunCgroup | undefined {
+  const pool = poolOf(c);
   // Look at the oldest few draining cgroups only: checking each costs a read, and the list can
   // hold many while an init that is not ours takes its time reaping exited processes.
-  for (let i = 0; i < 4 && draining.length > 0; i++) {
-    const d = draining[0] as string;
-    if (readCount(join(d, 'pids.current')) !== 0) break;
-    draining.shift();
-    if (idle.length < 8) idle.push(d);
+  for (let i = 0; i < 4 && pool.draining.length > 0; i++) {
+    const d = pool.draining[0] as string[];
+    if (!isEmpty(c, d)) break;
+    pool.draining.shift();
+    if (pool.idle.length < 8) pool.idle.push(d);
     else void removeRunCgroup(d);
   }
-  let dir: string | undefined;
-  while (!dir && idle.length > 0) {
-    const d = idle.pop() as string;
-    if (readCount(join(d, 'pids.current')) === 0 && tryWrite(join(d, 'pids.max'), String(max))) dir = d;
+  while (pool.idle.length > 0) {
+    const dirs = pool.idle.pop() as string[];
+    const cg = runCgroup(c, dirs, idleWritten.get(dirs) ?? new Map());
+    if (isEmpty(c, dirs) && setRunLimits(cg, limits)) return cg;
+    void removeRunCgroup(dirs);
   }
-  dir ??= createRunCgroup(c, max);
-  if (!dir) return undefined;
-  return { dir, maxEventsBefore: maxEvents(dir) };
+  return createRunCgroup(c, limits);
 }
 
-export interface RunCgroup {
-  dir: string;
-  maxEventsBefore: number;
+/** What was written to an idle cgroup's limit files, kept while it waits to be reused. */
+const idleWritten = new WeakMap<string[], Map<string, string>>();
+
+function runCgroup(c: RunCgroups, dirs: string[], written: Map<string, string>): RunCgroup {
+  return {
+    host: c,
+    dirs,
+    dir: dirs[0] as string,
+    procs: dirs.map((d) => join(d, 'cgroup.procs')),
+    maxEventsBefore: 0,
+    oomKillsBefore: 0,
+    cpuUsecBefore: 0,
+    written,
+  };
 }
 
-/**
- * Sets a cgroup's process limit for the run about to use it (and starts counting limit hits from
- * now). False when the limit cannot be written.
- */
-export function setPidsMax(cg: RunCgroup, max: number): boolean {
-  if (!tryWrite(join(cg.dir, 'pids.max'), String(max))) return false;
-  cg.maxEventsBefore = maxEvents(cg.dir);
+function writeLimit(cg: RunCgroup, w: Where | undefined, value: string): boolean {
+  if (!w) return true;
+  const p = path(cg.dirs, w);
+  if (cg.written.get(p) === value) return true;
+  if (!tryWrite(p, value)) return false;
+  cg.written.set(p, value);
   return true;
 }
 
 /**
- * SIGKILLs every process in a run's cgroup, a few passes over (a fork may land between reading
- * the list and the kill). Killing the launcher's process group is not always enough: if it lands
- * while bwrap is still setting up, the sandbox's first process can miss its parent-death signal
- * and live on; as a member of the cgroup it cannot escape this.
+ * Sets a run cgroup's limits for the run about to use it, and starts counting from now: limit
+ * hits, OOM kills and CPU time before this call are not the run's. False when a limit cannot
+ * be written (the cgroup must then not be used).
+ */
+export function setRunLimits(cg: RunCgroup, limits: CgroupLimits): boolean {
+  const f = cg.host.files;
+  const v1 = cg.host.version === 1;
+  const mem = limits.memoryBytes === undefined ? (v1 ? '-1' : 'max') : String(limits.memoryBytes);
+  let ok = writeLimit(cg, f.pidsMax, String(limits.processes));
+  if (f.memoryMax) {
+    if (v1 && f.swapMax) {
+      // memsw (memory + swap) may never be below the memory limit: raise it first when growing,
+      // lower it last when shrinking. Equal to the memory limit: no swap at all.
+      ok &&=
+        (writeLimit(cg, f.memoryMax, mem) && writeLimit(cg, f.swapMax, mem)) ||
+        (writeLimit(cg, f.swapMax, mem) && writeLimit(cg, f.memoryMax, mem));
+    } else {
+      ok &&= writeLimit(cg, f.memoryMax, mem);
+      if (f.swapMax) ok &&= writeLimit(cg, f.swapMax, limits.memoryBytes === undefined ? 'max' : '0');
+    }
+    // v2: an OOM kill takes the whole run, not one process of it.
+    if (f.oomGroup) ok &&= writeLimit(cg, f.oomGroup, '1');
+  }
+  if (f.cpuMax) {
+    const quota = limits.cpuCores === undefined ? undefined : limits.cpuCores * CPU_PERIOD_US;
+    if (v1) ok &&= writeLimit(cg, f.cpuPeriod, String(CPU_PERIOD_US)) && writeLimit(cg, f.cpuMax, String(quota ?? -1));
+    else ok &&= writeLimit(cg, f.cpuMax, `${quota ?? 'max'} ${CPU_PERIOD_US}`);
+  }
+  if (!ok) return false;
+  cg.maxEventsBefore = maxEvents(cg);
+  cg.oomKillsBefore = oomKills(cg);
+  cg.cpuUsecBefore = cpuUsec(cg) ?? 0;
+  return true;
+}
+
+/**
+ * SIGKILLs every process in a run's cgroup: with `cgroup.kill` (v2, Linux 5.14+) at once, else a
+ * few passes over each directory's process list (a fork may land between reading the list and
+ * the kill). Killing the launcher's process group is not always enough: if it lands while bwrap
+ * is still setting up, the sandbox's first process can miss its parent-death signal and live
+ * on; as a member of the cgroup it cannot escape this.
  */
 export function killRunCgroup(cg: RunCgroup): void {
-  for (let pass = 0; pass < 5; pass++) {
-    let pids: number[];
-    try {
-      pids = readFileSync(join(cg.dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
-    } catch {
-      return;
-    }
-    if (pids.length === 0) return;
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // exited meanwhile
+  const k = cg.host.files.kill;
+  if (k && tryWrite(path(cg.dirs, k), '1')) return;
+  for (const dir of cg.dirs) {
+    for (let pass = 0; pass < 5; pass++) {
+      const text = read(join(dir, 'cgroup.procs'));
+      if (!text) break;
+      for (const pid of text.split('\n').filter(Boolean).map(Number)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // exited meanwhile
+        }
       }
     }
   }
@@ -130,7 +212,25 @@ export function killRunCgroup(cg: RunCgroup): void {
 
 /** Whether the run tried to pass its process limit (the cgroup's `max` event count grew). */
 export function pidsLimitHit(cg: RunCgroup): boolean {
-  return maxEvents(cg.dir) > cg.maxEventsBefore;
+  return maxEvents(cg) > cg.maxEventsBefore;
+}
+
+/** CPU time the run's processes used since it took the cgroup, in µs; undefined when unknown. */
+export function runCpuUsec(cg: RunCgroup): number | undefined {
+  const now = cpuUsec(cg);
+  return now === undefined ? undefined : Math.max(0, now - cg.cpuUsecBefore);
+}
+
+/**
+ * Which run-wide limit the run has passed, if any: `memory` when the kernel OOM-killed one of
+ * its processes (the caller then ends the whole run), `cpu` when its processes together used
+ * more than `cpuBudgetUsec` of CPU time.
+ */
+export function overRunLimit(cg: RunCgroup, cpuBudgetUsec: number): 'memory' | 'cpu' | undefined {
+  if (oomKills(cg) > cg.oomKillsBefore) return 'memory';
+  const used = runCpuUsec(cg);
+  if (used !== undefined && used > cpuBudgetUsec) return 'cpu';
+  return undefined;
 }
 
 /**
@@ -139,13 +239,15 @@ export function pidsLimitHit(cg: RunCgroup): boolean {
  * is not ours).
  */
 export function releaseRunCgroup(cg: RunCgroup): void {
-  if (readCount(join(cg.dir, 'pids.current')) === 0 && idle.length < 8) idle.push(cg.dir);
-  else if (draining.length < 1024) draining.push(cg.dir);
-  // Past that many, stop tracking: the directory stays until the next process's probe sweeps it.
+  const pool = poolOf(cg.host);
+  idleWritten.set(cg.dirs, cg.written);
+  if (isEmpty(cg.host, cg.dirs) && pool.idle.length < 8) pool.idle.push(cg.dirs);
+  else if (pool.draining.length < 1024) pool.draining.push(cg.dirs);
+  // Past that many, stop tracking: the directories stay until the next process's probe sweeps them.
 }
 
 /** Removes empty run cgroups left by processes that have exited (found at probe time). */
-function sweepStale(base: string): void {
+export function sweepStale(base: string): void {
   let names: string[];
   try {
     names = readdirSync(base);
@@ -173,47 +275,73 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-function readCount(path: string): number {
-  try {
-    return Number(readFileSync(path, 'utf8').trim());
-  } catch {
-    return Number.NaN;
-  }
+function readCount(p: string): number {
+  const t = read(p);
+  return t === undefined ? Number.NaN : Number(t.trim());
 }
 
-function maxEvents(dir: string): number {
-  try {
-    const m = /^max (\d+)/m.exec(readFileSync(join(dir, 'pids.events'), 'utf8'));
-    return m ? Number(m[1]) : 0;
-  } catch {
-    return 0;
-  }
+function maxEvents(cg: RunCgroup): number {
+  const w = cg.host.files.pidsEvents;
+  const m = w ? /^max (\d+)/m.exec(read(path(cg.dirs, w)) ?? '') : null;
+  return m ? Number(m[1]) : 0;
 }
 
-/** Makes the cgroup of one run with `pids.max = max`; returns its directory, or undefined. */
-function createRunCgroup(c: PidsCgroups, max: number, tag = 'run'): string | undefined {
-  const dir = join(c.base, `${tag}-${process.pid}-${++counter}`);
-  try {
-    mkdirSync(dir);
-  } catch {
+/** OOM kills in the cgroup so far (v1 `memory.oom_control`, v2 `memory.events`: `oom_kill N`). */
+function oomKills(cg: RunCgroup): number {
+  const w = cg.host.files.oomEvents;
+  if (!w) return 0;
+  const text = read(path(cg.dirs, w)) ?? '';
+  const m = /^oom_kill (\d+)/m.exec(text);
+  if (m) return Number(m[1]);
+  // Kernels before 4.13 (v1) report no kill count: a hit of the limit stands in for it.
+  const failcnt = cg.host.version === 1 ? readCount(join(cg.dirs[w[0]] as string, 'memory.failcnt')) : Number.NaN;
+  return Number.isNaN(failcnt) ? 0 : failcnt;
+}
+
+/** CPU time the cgroup's processes used, in µs (v1 `cpuacct.usage` is in ns). */
+function cpuUsec(cg: RunCgroup): number | undefined {
+  const w = cg.host.files.cpuUsage;
+  if (!w) return undefined;
+  const text = read(path(cg.dirs, w));
+  if (text === undefined) return undefined;
+  if (cg.host.version === 1) return Math.floor(Number(text.trim()) / 1000);
+  const m = /^usage_usec (\d+)/m.exec(text);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Makes the directories of one run with `limits`; returns its cgroup, or undefined. */
+export function createRunCgroup(c: RunCgroups, limits: CgroupLimits, tag = 'run'): RunCgroup | undefined {
+  const name = `${tag}-${process.pid}-${++counter}`;
+  const dirs: string[] = [];
+  for (const b of c.bases) {
+    const dir = join(b, name);
+    try {
+      mkdirSync(dir);
+    } catch {
+      for (const d of dirs) rmdirSync(d);
+      return undefined;
+    }
+    dirs.push(dir);
+  }
+  const cg = runCgroup(c, dirs, new Map());
+  if (!setRunLimits(cg, limits)) {
+    for (const d of dirs) rmdirSync(d);
     return undefined;
   }
-  if (!tryWrite(join(dir, 'pids.max'), String(max))) {
-    rmdirSync(dir);
-    return undefined;
-  }
-  return dir;
+  return cg;
 }
 
 /** Removes a cgroup once its processes are gone (retrying briefly while the kernel reaps them). */
-async function removeRunCgroup(dir: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    try {
-      rmdirSync(dir);
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-      await sleep(5);
+async function removeRunCgroup(dirs: readonly string[]): Promise<void> {
+  for (const dir of dirs) {
+    for (let i = 0; i < 100; i++) {
+      try {
+        rmdirSync(dir);
+        break;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') break;
+        await sleep(5);
+      }
     }
   }
 }

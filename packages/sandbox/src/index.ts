@@ -4,6 +4,13 @@
  * Public API. Everything exported here is a deliberate, documented decision.
  */
 export { type BindCheck, type BindRequest, type BindRules, type CheckedBind, checkBind, closeBinds, defaultDenyList } from './binds.js';
+export {
+  describeRunLimits,
+  type EnforcedLimits,
+  type LimitMechanism,
+  type RunCgroups,
+  type RunLimitsReport,
+} from './cgroup-find.js';
 export { type AddressClass, type AddressKind, classifyAddress } from './egress/address.js';
 export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard.js';
 export { EGRESS_PORTS } from './egress/inside.js';

@@ -1,6 +1,6 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import { acquireRunCgroup, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
+import { acquireRunCgroup, type CgroupLimits, type PidsCgroups, type RunCgroup, releaseRunCgroup, setRunLimits } from './cgroup.js';
 
 /**
  * The launcher is a /bin/sh that sets the run's rlimits (its `ulimit` builtin is setrlimit, as
@@ -22,6 +22,11 @@ export const BIND_FD = 6;
 /** Quotes `s` for /bin/sh on one line: newlines become "$NL", which the launcher defines. */
 export function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`).replaceAll('\n', `'"$NL"'`)}'`;
+}
+
+/** The shell step that moves the launcher into each of a run's cgroups (one per v1 hierarchy). */
+export function joinCgroup(cg: RunCgroup): string {
+  return cg.procs.map((p) => `echo $$ > ${shellQuote(p)}`).join(' && ');
 }
 
 /** Defines NL for {@link shellQuote}d lines. */
@@ -67,10 +72,10 @@ export function setHeld(child: ChildProcess, held: boolean): void {
 }
 
 /** Starts one ready launcher in a cgroup of its own; false when none could be made. */
-function prepare(cg: PidsCgroups, seccomp: Buffer, extra: (number | StdioNull)[]): boolean {
-  const cgroup = acquireRunCgroup(cg, 1);
+function prepare(cg: PidsCgroups, limits: CgroupLimits, seccomp: Buffer, extra: (number | StdioNull)[]): boolean {
+  const cgroup = acquireRunCgroup(cg, limits);
   if (!cgroup) return false;
-  const script = `${PRELUDE}; echo $$ > '${cgroup.dir}/cgroup.procs' && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
+  const script = `${PRELUDE}; ${joinCgroup(cgroup)} && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
   const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra];
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
   const entry: Ready = { child, cgroup };
@@ -98,8 +103,8 @@ export interface LaunchSpec {
   argv: string[];
   /** Checked bind descriptors, in order (they become BIND_FD, BIND_FD + 1, …). */
   bindFds: number[];
-  /** pids cgroups to use, with the run's process limit; undefined when rlimits suffice. */
-  cgroups?: { base: PidsCgroups; max: number };
+  /** The run's cgroups, with its limits; undefined when rlimits are all there is. */
+  cgroups?: { base: PidsCgroups; limits: CgroupLimits };
   seccomp: Buffer;
   /** What each launcher gets past the fixed descriptors: /dev/null over inherited descriptors. */
   cover: (fd: number) => (number | StdioNull)[];
@@ -138,12 +143,12 @@ export function launch(spec: LaunchSpec): Launched | undefined {
   let cgroup: RunCgroup | undefined;
   const steps = [...spec.steps];
   if (spec.cgroups) {
-    cgroup = acquireRunCgroup(spec.cgroups.base, spec.cgroups.max);
+    cgroup = acquireRunCgroup(spec.cgroups.base, spec.cgroups.limits);
     if (!cgroup) {
       inFlight--;
       return undefined;
     }
-    steps.unshift(`echo $$ > '${cgroup.dir}/cgroup.procs'`);
+    steps.unshift(joinCgroup(cgroup));
   }
   const script = `${PRELUDE}; ${controlLine(steps, spec.argv)}`;
   const fixed: (StdioPipe | StdioNull | 'ipc' | number)[] = [
@@ -171,7 +176,7 @@ function takeReady(spec: LaunchSpec): Launched | undefined {
   while (ready.length > 0) {
     const r = ready.shift() as Ready;
     const { child, cgroup } = r;
-    if (child.exitCode !== null || child.signalCode !== null || !child.pid || !setPidsMax(cgroup, cg.max)) {
+    if (child.exitCode !== null || child.signalCode !== null || !child.pid || !setRunLimits(cgroup, cg.limits)) {
       releaseRunCgroup(cgroup);
       continue;
     }
@@ -190,7 +195,8 @@ function refill(spec: LaunchSpec): void {
   const cg = spec.cgroups;
   if (!cg) return;
   while (ready.length < wanted) {
-    if (!prepare(cg.base, spec.seccomp, spec.cover(6))) return;
+    // A waiting launcher may start one process (itself); the run's own limits come when it is taken.
+    if (!prepare(cg.base, { ...cg.limits, processes: 1 }, spec.seccomp, spec.cover(6))) return;
   }
 }
 

@@ -17,9 +17,17 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Writable } from 'node:stream';
-import { acquireRunCgroup, isAlive, type PidsCgroups, type RunCgroup, releaseRunCgroup, setPidsMax } from './cgroup.js';
+import {
+  acquireRunCgroup,
+  type CgroupLimits,
+  isAlive,
+  type PidsCgroups,
+  type RunCgroup,
+  releaseRunCgroup,
+  setRunLimits,
+} from './cgroup.js';
 import { SandboxError } from './errors.js';
-import { controlLine, type Launched, PRELUDE, setHeld, streams } from './launcher.js';
+import { controlLine, joinCgroup, type Launched, PRELUDE, setHeld, streams } from './launcher.js';
 
 /**
  * Sandboxes built ahead of time. bwrap's own work (namespaces, mounts, the seccomp filter) takes
@@ -189,13 +197,13 @@ function build(pool: Pool): boolean {
   if (shape.cgroups) {
     // Room for what building takes (bwrap, its namespace's init, the waiting shell); the run's
     // own limit is set when a run takes it.
-    cgroup = acquireRunCgroup(shape.cgroups, 8);
+    cgroup = acquireRunCgroup(shape.cgroups, { processes: 8 });
     if (!cgroup) {
       rmSync(dir, { recursive: true, force: true });
       return false;
     }
   }
-  const steps = cgroup ? [`echo $$ > '${cgroup.dir}/cgroup.procs'`] : [];
+  const steps = cgroup ? [joinCgroup(cgroup)] : [];
   const script = `${PRELUDE}; ${controlLine(steps, [shape.bwrap, '--args', '3', '--', ...INNER_COMMAND])}`;
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
     stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)],
@@ -275,7 +283,7 @@ function fill(b: Built, slots: readonly ('ro' | 'rw')[], sources: readonly strin
  * `line`; or, when none is waiting, returns a claim without one (the run then builds its own).
  * Either way another is built for the next run.
  */
-export function takePrebuilt(shape: Shape, sources: readonly string[], line: string, processes: number): PrebuiltClaim {
+export function takePrebuilt(shape: Shape, sources: readonly string[], line: string, limits: CgroupLimits): PrebuiltClaim {
   let pool = pools.get(shape.key);
   if (!pool) {
     // Forget shapes that have nothing waiting and nothing running, once there are many.
@@ -292,7 +300,7 @@ export function takePrebuilt(shape: Shape, sources: readonly string[], line: str
     // One already built if there is one; else the furthest along.
     const up = pool.ready.findIndex((r) => r.up);
     const b = pool.ready.splice(Math.max(0, up), 1)[0] as Built;
-    if (b.child.exitCode !== null || b.child.signalCode !== null || !b.child.pid || (b.cgroup && !setPidsMax(b.cgroup, processes))) {
+    if (b.child.exitCode !== null || b.child.signalCode !== null || !b.child.pid || (b.cgroup && !setRunLimits(b.cgroup, limits))) {
       discard(b);
       continue;
     }

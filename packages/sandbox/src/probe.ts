@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { findPidsCgroups, type PidsCgroups } from './cgroup.js';
+import { findRunCgroups, type PidsCgroups, type RunCgroups } from './cgroup.js';
 import { hostSeccompArch, type SeccompArch } from './seccomp.js';
 import { which } from './which.js';
 
@@ -46,6 +46,12 @@ export interface HostInfo {
    * ignores that limit) a pids cgroup per run.
    */
   processLimit?: 'rlimit' | { cgroup: PidsCgroups };
+  /**
+   * Where each run gets cgroups of its own (run-wide memory, CPU and process limits); undefined
+   * when this process cannot make them, and then {@link cgroupsUnavailable} says why.
+   */
+  cgroups?: RunCgroups;
+  cgroupsUnavailable?: string;
 }
 
 export interface ProbeOptions {
@@ -88,8 +94,11 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
     });
   }
 
+  const found = findRunCgroups();
+  if (found.ok) info.cgroups = found.cgroups;
+  else info.cgroupsUnavailable = found.why;
   if (process.getuid?.() === 0) {
-    const cg = findPidsCgroups();
+    const cg = found.ok && found.cgroups.pids ? found.cgroups : undefined;
     if (cg) info.processLimit = { cgroup: cg };
     else {
       problems.push({
@@ -100,7 +109,7 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
       });
     }
   } else {
-    info.processLimit = 'rlimit';
+    info.processLimit = found.ok && found.cgroups.pids ? { cgroup: found.cgroups } : 'rlimit';
   }
 
   const bwrap = bwrapPath ?? which('bwrap', ['/usr/bin', '/bin']);

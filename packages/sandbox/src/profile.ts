@@ -9,8 +9,25 @@ import type { RootEntry } from './probe.js';
 export interface Limits {
   /** Wall-clock time before the whole sandbox is killed (`timeout`). */
   timeoutMs: number;
-  /** CPU seconds (RLIMIT_CPU); past it the tool gets SIGXCPU (`cpu`). */
+  /**
+   * CPU seconds. Where the run has a cgroup (`RunResult.enforced.cpu`), a budget for all its
+   * processes together: past it the whole run is killed (`cpu`). Each process also gets it as
+   * RLIMIT_CPU (SIGXCPU, `cpu`), which is all there is without a cgroup.
+   */
   cpuSeconds: number;
+  /**
+   * CPU cores' worth of time the run may use per second of wall clock, all processes together
+   * (cgroup `cpu.max` / `cpu.cfs_quota_us`), where a cgroup enforces it; else not limited.
+   */
+  cpuCores: number;
+  /**
+   * Memory of the whole run: every process's resident memory plus what it writes to its tmpfs
+   * `/tmp` and `/dev/shm`, with no swap (cgroup `memory.max` + `memory.swap.max = 0`, v1
+   * `memory.limit_in_bytes` + `memsw`), where a cgroup enforces it. When the kernel kills a
+   * process for it, the whole run is killed (`memory`). Without a cgroup only
+   * {@link addressSpaceBytes} applies, per process.
+   */
+  memoryBytes: number;
   /** Largest file the tool may write (RLIMIT_FSIZE); past it, SIGXFSZ (`file_size`). */
   fileSizeBytes: number;
   /** Open file descriptors (RLIMIT_NOFILE). */
@@ -32,6 +49,13 @@ export interface Limits {
 export const DEFAULT_LIMITS: Readonly<Limits> = {
   timeoutMs: 30_000,
   cpuSeconds: 30,
+  // Two cores: a runtime's helper threads (V8's compiler and GC, a BLAS pool) keep a
+  // single-threaded tool at full speed, and no run takes more than two of the host's cores.
+  cpuCores: 2,
+  // 1 GiB: well above what the runtimes need to start (node ~50 MB, python ~10 MB) and a tool's
+  // usual working set, both tmpfs mounts at their cap, and small enough that a few runs at
+  // once do not crowd out the host.
+  memoryBytes: 2 ** 30,
   fileSizeBytes: 64 << 20,
   openFiles: 256,
   processes: 64,
@@ -43,6 +67,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = {
 };
 
 const MIN_ADDRESS_SPACE = 4 * 2 ** 30;
+/** Below this, bwrap and a shell cannot start, so no run could. */
+const MIN_MEMORY = 16 * 2 ** 20;
 
 /** A trusted mount chosen by the program embedding the sandbox (not by the tool or agent). */
 export interface Mount {
@@ -135,6 +161,12 @@ export function resolveLimits(partial: Partial<Limits> = {}): Limits {
     throw new SandboxError(
       'invalid_profile',
       `limits.addressSpaceBytes must be at least 4 GiB (V8 alone reserves that much); got ${limits.addressSpaceBytes}`,
+    );
+  }
+  if (limits.memoryBytes < MIN_MEMORY) {
+    throw new SandboxError(
+      'invalid_profile',
+      `limits.memoryBytes must be at least 16 MiB (the sandbox itself needs that); got ${limits.memoryBytes}`,
     );
   }
   return limits;

@@ -16,7 +16,7 @@ import { Server } from 'node:net';
 import { constants, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import type { Writable } from 'node:stream';
-import { killRunCgroup, pidsLimitHit } from './cgroup.js';
+import { type EnforcedLimits, enforcedBy, killRunCgroup, overRunLimit, pidsLimitHit, runCpuUsec } from './cgroup.js';
 import { checkGrant, hostAddresses } from './egress/guard.js';
 import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
 import { preloadFile } from './egress/preload.js';
@@ -83,6 +83,13 @@ export interface RunResult {
   durationMs: number;
   /** True when the tool tried to exceed `limits.processes` (known where a pids cgroup enforces it). */
   processLimitHit: boolean;
+  /**
+   * How this run's memory, CPU and process limits were enforced: `cgroup`, for the whole run;
+   * `rlimit`, per process only (so several processes together could use more).
+   */
+  enforced: EnforcedLimits;
+  /** What the whole run used, where its cgroup measured it: CPU time of all its processes. */
+  usage?: { cpuMs: number };
   /** The limits that applied. */
   limits: Limits;
   /** What the run's network did; present when the profile granted network. */
@@ -247,6 +254,8 @@ function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pi
 /** Signal names by number, from the host's own table. */
 const SIGNALS = new Map(Object.entries(constants.signals).map(([name, n]) => [n as number, name]));
 const SPILL_BACKLOG = 8 << 20;
+/** How often a run's cgroup is checked against its CPU budget and for OOM kills. */
+const WATCH_MS = 100;
 const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
 
 /**
@@ -312,7 +321,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
   ];
   const optionCount = args.length - profile.command.length - 1;
-  const cgroups = typeof host.processLimit === 'object' ? { base: host.processLimit.cgroup, max: limits.processes } : undefined;
+  const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
+  const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
 
   // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
   // command, the environment and the per-run mounts' sources.
@@ -342,7 +352,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
     // bwrap starts itself does; it adds the run's own.
     const line = controlLine([`export ${env.join(' ')}`, ...steps], profile.command);
-    claim = takePrebuilt(shape, staged, line, limits.processes);
+    claim = takePrebuilt(shape, staged, line, cgroupLimits);
   }
   preload?.write(); // (a run with network is never served by a sandbox built ahead: no claim to end)
   const started = performance.now();
@@ -361,10 +371,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   if (!launched) {
     if (claim) finishPrebuilt(claim);
     preload?.remove();
-    const base = typeof host.processLimit === 'object' ? host.processLimit.cgroup.base : 'the pids hierarchy';
+    const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
     throw new SandboxError(
       'sandbox_unavailable',
-      `cannot create a pids cgroup under ${base}, so the process limit cannot be enforced; nothing was run`,
+      `cannot create the run's cgroups under ${bases}, so its memory, CPU and process limits cannot be enforced; nothing was run (check that the directories are writable and not full: cgroup.max.descendants)`,
     );
   }
   const { child, cgroup } = launched;
@@ -422,6 +432,15 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     if (cgroup) killRunCgroup(cgroup);
   };
   const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
+  // The run-wide limits its cgroup cannot stop by itself: the CPU budget (cgroups count CPU time
+  // but never stop at a total), and an OOM kill of one process, which ends the whole run.
+  const cpuBudgetUsec = limits.cpuSeconds * 1e6;
+  const watch = cgroup
+    ? setInterval(() => {
+        const over = overRunLimit(cgroup, cpuBudgetUsec);
+        if (over) kill(over);
+      }, WATCH_MS)
+    : undefined;
   const onAbort = () => kill('signal');
   options.signal?.addEventListener('abort', onAbort);
   if (options.signal?.aborted) onAbort();
@@ -470,6 +489,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     child.on('close', (c, s) => resolve({ code: c, signal: s }));
   }).finally(() => {
     clearTimeout(timer);
+    clearInterval(watch);
     options.signal?.removeEventListener('abort', onAbort);
     // The tool is gone: so are its connections, and the sockets in its namespace.
     proxy?.close();
@@ -484,7 +504,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   }
   const stderrTail = stderr.subarray(Math.max(0, stderr.length - limits.stderrTailBytes)).toString('utf8');
   let reason: EndReason = ended ?? (sig ? 'signal' : 'exit');
-  if (!ended) {
+  // Over a run-wide limit since the last look (the tool may have ended by itself meanwhile).
+  const over = cgroup && !ended ? overRunLimit(cgroup, cpuBudgetUsec) : undefined;
+  if (over) reason = over;
+  else if (!ended) {
     if (sig === 'SIGXCPU') reason = 'cpu';
     else if (sig === 'SIGXFSZ') reason = 'file_size';
     else if (exitCode !== 0 && OOM_RE.test(stderrTail)) reason = 'memory';
@@ -494,6 +517,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     sig = 'SIGKILL';
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
+  const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
   if (claim) finishPrebuilt(claim, staged);
   if (!claim?.built) finished(launched);
   if (network && relayed < 2 && !ended) {
@@ -522,6 +546,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     stderrTail,
     durationMs: Math.round(performance.now() - started),
     processLimitHit,
+    enforced: enforcedBy(cgroup?.host),
+    ...(cpuUsec !== undefined ? { usage: { cpuMs: Math.round(cpuUsec / 1000) } } : {}),
     limits,
     ...(proxy ? { network: proxy.usage } : {}),
     prebuilt: claim?.built !== undefined,

@@ -1,0 +1,307 @@
+/**
+ * Run-wide limits: a run's processes together, not each one, are held to its memory, CPU and
+ * process limits where forge can make cgroups, and every run (and `describeRunLimits`) says
+ * which limits held for the whole run and which only per process.
+ *
+ * The cgroup v1 cases run for real wherever the host gives its controllers to v1 hierarchies
+ * and the tests run as root. The cgroup v2 cases run against a real cgroup2 mount: the
+ * controllers a host has bound to v1 cannot be had in v2 at the same time, so there they check
+ * what v2 always has (the tree, moving processes, `cgroup.kill`, `cpu.stat`).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describeRunLimits, type HostInfo, type Mount, probe, resolveRuntimes, runSandboxed } from '../src/index.js';
+import { requireSandbox, tempDir } from './helpers.js';
+
+let host: HostInfo;
+let python: { interpreter: string; mounts: Mount[] };
+beforeAll(async () => {
+  await requireSandbox();
+  host = await probe();
+  const rt = (await resolveRuntimes()).get('python3');
+  if (!rt) throw new Error('these tests need python3 (apt-get install -y python3)');
+  python = { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+});
+
+const mountinfo = () => readFileSync('/proc/self/mountinfo', 'utf8');
+/** Whether the memory (or another) controller is bound to a cgroup v1 hierarchy here. */
+const onV1 = (controller: string) => new RegExp(` - cgroup \\S+ \\S*\\b${controller}\\b`).test(mountinfo());
+const isRoot = process.getuid?.() === 0;
+/** Runs the rest of a command line as uid and gid 65534 (after a root shell moved it into a cgroup). */
+const DROP = 'setpriv --reuid 65534 --regid 65534 --clear-groups';
+
+describe('cgroup v1, for real (root, controllers on v1 hierarchies)', () => {
+  it('the host report and every run say memory, CPU and processes hold for the whole run', async () => {
+    expect(isRoot && onV1('memory') && onV1('cpuacct') && onV1('pids'), 'this host must be root with cgroup v1 controllers').toBe(true);
+    const report = describeRunLimits(host);
+    expect(report).toMatchObject({ memory: 'cgroup', cpu: 'cgroup', pids: 'cgroup', notes: [] });
+    expect(report.cgroup).toMatchObject({ version: 1, mode: 'root', cpuRate: true });
+    // One directory per hierarchy that holds one of the controllers.
+    expect(report.cgroup?.bases.every((b) => b.endsWith('/forge-sandbox') && existsSync(b))).toBe(true);
+    const r = await runSandboxed({ command: ['/bin/true'] });
+    expect(r.enforced).toEqual({ memory: 'cgroup', cpu: 'cgroup', pids: 'cgroup' });
+    expect(r.usage?.cpuMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it('three processes of 400 MB each under a 1 GiB run limit: the run is killed, reason memory', async () => {
+    // bytes * n writes every byte: the pages are really used (a calloc'ed buffer would not be).
+    const hold = "import time; b = b'x' * (400 << 20); print('held', flush=True); time.sleep(30)";
+    const r = await runSandboxed({
+      command: [
+        '/bin/sh',
+        '-c',
+        'for i in 1 2 3; do "$0" -I -c "$1" & sleep 0.5; done; wait; echo ESCAPE:all-exited',
+        python.interpreter,
+        hold,
+      ],
+      mounts: python.mounts,
+      limits: { memoryBytes: 2 ** 30, timeoutMs: 15_000 },
+    });
+    expect(r.reason, r.stderrTail).toBe('memory');
+    expect(r.enforced.memory).toBe('cgroup');
+    const held = r.stdout.toString().match(/held/g)?.length ?? 0;
+    expect(held, r.stdout.toString()).toBeLessThan(3);
+    expect(r.stdout.toString()).not.toContain('ESCAPE');
+    expect(r.durationMs).toBeLessThan(10_000); // ended by the limit, not the wall clock
+  });
+
+  it('a run-wide limit is the sum: two processes of 400 MB under 1 GiB run to the end', async () => {
+    const hold = "b = b'x' * (400 << 20); print('held', flush=True)";
+    const r = await runSandboxed({
+      command: ['/bin/sh', '-c', '"$0" -I -c "$1" & "$0" -I -c "$1"; wait', python.interpreter, hold],
+      mounts: python.mounts,
+      limits: { memoryBytes: 2 ** 30 },
+    });
+    expect(r.reason, r.stderrTail).toBe('exit');
+    expect(r.stdout.toString()).toBe('held\nheld\n');
+  });
+
+  it('three busy processes with cpuSeconds 1: killed with reason cpu well before 3 CPU-seconds', async () => {
+    const r = await runSandboxed({
+      command: ['/bin/sh', '-c', 'for i in 1 2 3; do (while :; do :; done) & done; wait; echo ESCAPE:all-exited'],
+      limits: { cpuSeconds: 1, timeoutMs: 15_000 },
+    });
+    expect(r.reason, r.stderrTail).toBe('cpu');
+    expect(r.enforced.cpu).toBe('cgroup');
+    expect(r.stdout.toString()).not.toContain('ESCAPE');
+    // Polled every 100 ms with at most cpuCores (2) cores at work: about 1.2 s, never 3.
+    expect(r.usage?.cpuMs).toBeGreaterThanOrEqual(1000);
+    expect(r.usage?.cpuMs).toBeLessThan(2000);
+  });
+
+  it('cpuCores 1: three busy processes get one core between them', async () => {
+    const r = await runSandboxed({
+      command: ['/bin/sh', '-c', 'for i in 1 2 3; do (while :; do :; done) & done; wait'],
+      limits: { cpuCores: 1, timeoutMs: 1500 },
+    });
+    expect(r.reason).toBe('timeout');
+    // 1.5 s of wall clock at one core (plus setup), where two cores would give about 3 s.
+    expect(r.usage?.cpuMs).toBeLessThan(1900);
+  });
+
+  it('a reused cgroup counts only its new run: CPU time, OOM kills and process-limit hits start at zero', async () => {
+    const busy = await runSandboxed({ command: ['/bin/sh', '-c', 'while :; do :; done'], limits: { cpuSeconds: 1 } });
+    expect(busy.reason).toBe('cpu');
+    for (let i = 0; i < 3; i++) {
+      const r = await runSandboxed({ command: ['/bin/true'], limits: { cpuSeconds: 1 } });
+      expect(r.reason, r.stderrTail).toBe('exit');
+      expect(r.processLimitHit).toBe(false);
+      expect(r.usage?.cpuMs).toBeLessThan(500);
+    }
+  });
+});
+
+describe('hosts where runs get no cgroup', () => {
+  it('a non-root process on a cgroup v1 host: the report says each limit is per process, why, and the fix', async () => {
+    expect(isRoot && onV1('memory'), 'this case drops from root to uid 65534 on a cgroup v1 host').toBe(true);
+    const { code, out, err } = await nodeAs(
+      `const { probe } = await load('probe.ts');
+       const { describeRunLimits } = await load('cgroup-find.ts');
+       const host = await probe();
+       console.log(JSON.stringify({ ok: host.ok, cgroups: host.cgroups ?? null, report: describeRunLimits(host) }));`,
+      { wrap: DROP.split(' ') },
+    );
+    expect(code, err).toBe(0);
+    const { cgroups, report } = JSON.parse(out);
+    expect(cgroups).toBeNull();
+    expect(report).toMatchObject({ memory: 'rlimit', cpu: 'rlimit', pids: 'rlimit' });
+    expect(report.notes).toHaveLength(3);
+    expect(report.notes[0]).toMatch(/^memory: limits\.memoryBytes is not enforced.*RLIMIT_AS.*need root.*fix: run forge as root/);
+    expect(report.notes[1]).toMatch(/^cpu: limits\.cpuSeconds holds per process only \(RLIMIT_CPU\)/);
+  });
+});
+
+describe('cgroup v2, against a real cgroup2 mount', () => {
+  it('as root in a cgroup namespace: the tree is made under its root, a run joins it, the CPU budget and cgroup.kill end it', async () => {
+    expect(isRoot, 'this case needs root (it makes a cgroup and a cgroup namespace)').toBe(true);
+    const top = testCgroup();
+    const mnt = await tempDir('forge-sandbox-cg2-');
+    // The child moves into the test's cgroup, then into a new cgroup and mount namespace where
+    // a fresh cgroup2 mount shows that cgroup as its root (as a container sees its own).
+    const { code, out, err } = await nodeAs(
+      `${V2_RUN}
+       const found = cg.findRunCgroups({ v2Mount: ${JSON.stringify(mnt)}, root: true });
+       console.log(JSON.stringify(await budgetRun(found)));`,
+      {
+        wrap: [
+          '/bin/sh',
+          '-c',
+          `echo $$ > ${top}/cgroup.procs && exec unshare -C -m /bin/sh -c 'mount -t cgroup2 none ${mnt} && exec "$0" "$@"' "$0" "$@"`,
+        ],
+      },
+    );
+    expect(code, err).toBe(0);
+    const res = JSON.parse(out);
+    expectV2(res, 'root', top);
+    // Everything it made is inside the test's cgroup.
+    expect(readdirSync(top).filter((n) => !n.includes('.'))).toEqual(['forge-sandbox']);
+  });
+
+  it('a non-root process in a delegated subtree: it moves itself into forge-main, runs go under forge-sandbox', async () => {
+    expect(isRoot, 'this case needs root to delegate a cgroup to uid 65534').toBe(true);
+    const top = testCgroup();
+    // What systemd does for Delegate=yes: the directory and its procs, threads and subtree_control files.
+    for (const p of [top, ...['cgroup.procs', 'cgroup.threads', 'cgroup.subtree_control'].map((f) => join(top, f))])
+      chownSync(p, 65534, 65534);
+    const mount = cgroup2Mount();
+    const { code, out, err } = await nodeAs(
+      `${V2_RUN}
+       const found = cg.findRunCgroups({ v2Mount: ${JSON.stringify(mount)}, root: false });
+       const self = readFileSync('/proc/self/cgroup', 'utf8');
+       console.log(JSON.stringify({ ...(await budgetRun(found)), self }));`,
+      { wrap: ['/bin/sh', '-c', `echo $$ > ${top}/cgroup.procs && exec ${DROP} "$0" "$@"`] },
+    );
+    expect(code, err).toBe(0);
+    const res = JSON.parse(out);
+    expectV2(res, 'delegated', top);
+    expect(res.self).toContain(`0::${top.slice(mount.length)}/forge-main\n`);
+    expect(
+      readdirSync(top)
+        .filter((n) => !n.includes('.'))
+        .sort(),
+    ).toEqual(['forge-main', 'forge-sandbox']);
+  });
+
+  it('a process whose cgroup is not delegated to it gets no cgroups, and is told why', async () => {
+    expect(isRoot, 'this case drops from root to uid 65534').toBe(true);
+    const top = testCgroup(); // owned by root: not delegated to uid 65534
+    const mount = cgroup2Mount();
+    const { code, out, err } = await nodeAs(
+      `const cg = await load('cgroup.ts');
+       console.log(JSON.stringify(cg.findRunCgroups({ v2Mount: ${JSON.stringify(mount)}, root: false })));`,
+      { wrap: ['/bin/sh', '-c', `echo $$ > ${top}/cgroup.procs && exec ${DROP} "$0" "$@"`] },
+    );
+    expect(code, err).toBe(0);
+    const res = JSON.parse(out);
+    expect(res.ok).toBe(false);
+    expect(res.why).toMatch(/is not delegated to it \(not writable\): start forge in a delegated cgroup/);
+    expect(readdirSync(top).filter((n) => !n.includes('.'))).toEqual([]);
+  });
+});
+
+/**
+ * In the child: takes a run cgroup from `found`, starts a busy shell in it the way a launcher
+ * joins (`joinCgroup`), polls the 300 ms CPU budget, kills the run through the cgroup and says
+ * what happened.
+ */
+const V2_RUN = `
+  const cg = await load('cgroup.ts');
+  const { joinCgroup } = await load('launcher.ts');
+  const { spawn } = await import('node:child_process');
+  const { readFileSync } = await import('node:fs');
+  async function budgetRun(found) {
+    if (!found.ok) return { found };
+    const c = found.cgroups;
+    const run = cg.acquireRunCgroup(c, { processes: 8, memoryBytes: 64 << 20, cpuCores: 1 });
+    if (!run) return { found, run: null };
+    const child = spawn('/bin/sh', ['-c', joinCgroup(run) + ' && exec /bin/sh -c "while :; do :; done"'], { stdio: 'ignore' });
+    let over;
+    const t0 = Date.now();
+    while (!over && Date.now() - t0 < 10000) {
+      await new Promise((r) => setTimeout(r, 50));
+      over = cg.overRunLimit(run, 300000);
+    }
+    const members = readFileSync(run.procs[0], 'utf8').trim().split('\\n').filter(Boolean).map(Number);
+    const cpuMs = Math.round(cg.runCpuUsec(run) / 1000);
+    cg.killRunCgroup(run);
+    const signal = await new Promise((r) => child.on('exit', (_c, s) => r(s)));
+    cg.releaseRunCgroup(run);
+    return { c: { version: c.version, mode: c.mode, bases: c.bases, memory: c.memory, cpuRate: c.cpuRate, pids: c.pids, cpuBudget: c.cpuBudget },
+      procs: run.procs, member: members.includes(child.pid), over, cpuMs, signal };
+  }`;
+
+function expectV2(res: Record<string, unknown> & { c: { bases: string[] } }, mode: string, top: string): void {
+  expect(res.c).toMatchObject({ version: 2, mode, cpuBudget: true });
+  expect(res.c.bases).toHaveLength(1);
+  expect(res.procs).toHaveLength(1); // one v2 directory to join
+  expect(res.member).toBe(true);
+  expect(res.over).toBe('cpu');
+  expect(res.cpuMs as number).toBeGreaterThanOrEqual(300);
+  expect(res.cpuMs as number).toBeLessThan(1000);
+  expect(res.signal).toBe('SIGKILL');
+  // What the controllers a v2 host offers decides the rest; here they are what the top offers.
+  const offered = readFileSync(join(top, 'cgroup.controllers'), 'utf8');
+  expect(res.c).toMatchObject({ memory: offered.includes('memory'), pids: offered.includes('pids') });
+}
+
+function cgroup2Mount(): string {
+  const line = mountinfo()
+    .split('\n')
+    .find((l) => / - cgroup2 /.test(l));
+  const path = line?.split(' ')[4];
+  if (!path) throw new Error('this test needs a cgroup2 mount (mount -t cgroup2 none /sys/fs/cgroup/unified)');
+  return path;
+}
+
+/** A fresh cgroup of this test under the cgroup2 mount; it and everything under it go when the test ends. */
+function testCgroup(): string {
+  const dir = join(cgroup2Mount(), `forge-sandbox-test-${process.pid}-${Math.random().toString(16).slice(2, 8)}`);
+  mkdirSync(dir);
+  onTestFinished(() => removeTree(dir));
+  return dir;
+}
+
+function removeTree(dir: string): void {
+  if (!existsSync(dir)) return;
+  for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) removeTree(join(dir, e.name));
+  for (let i = 0; i < 50; i++) {
+    try {
+      rmdirSync(dir);
+      return;
+    } catch {
+      // its last process is still being reaped
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+    }
+  }
+}
+
+/**
+ * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
+ * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
+ */
+async function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
+  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
+  const src = fileURLToPath(new URL('../src/', import.meta.url));
+  const code = `
+    const { runnerImport } = await import(${JSON.stringify(vite)});
+    const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;
+    ${body}`;
+  const argv = [...(o.wrap ?? []), process.execPath, '--input-type=module', '-e', code];
+  const child: ChildProcess = spawn(argv[0] as string, argv.slice(1), {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: src,
+  });
+  onTestFinished(() => {
+    child.kill('SIGKILL');
+  });
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+  const exit = await new Promise<number | null>((r) => child.on('close', r));
+  return { code: exit, out, err };
+}
