@@ -25,6 +25,7 @@ export {
   createRegistry,
   type ListedTool,
   type LoadReport,
+  type OwnerCheck,
   type PromoteOptions,
   type PromoteOutcome,
   type PromoteResult,

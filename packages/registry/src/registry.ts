@@ -50,12 +50,22 @@ export interface ListedTool extends ResolvedTool {
   shadowedBy?: Scope;
 }
 
+/**
+ * Decides, under the name's lock, whether the caller may replace or remove `existing`: the live
+ * tool, or `undefined` for a file that cannot be read (so nobody can say who wrote it). A returned
+ * failure becomes the result and nothing is written. The registry knows no personas: the caller
+ * brings the rule (forge's runner: the tool's creator, its namespace, or an operator).
+ */
+export type OwnerCheck = (existing: StoredTool | undefined) => Failure<string> | undefined;
+
 /** Options of `Registry.create`. */
 export interface CreateOptions {
   scope: Scope;
   createdBy: CreatedBy;
   /** Replace an existing tool of that name in that scope (its version is kept, see `versions`). */
   overwrite?: boolean;
+  /** Asked before `overwrite` replaces a tool (see {@link OwnerCheck}). */
+  authorize?: OwnerCheck;
 }
 
 /** A written tool and, for a replace, what it replaced. */
@@ -65,10 +75,10 @@ export interface WriteOk {
   previous?: { version: number; digest: string };
 }
 
-/** What `Registry.create` returns. */
-export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 'name_forbidden'>;
-/** What `Registry.remove` returns: the removed version (still recoverable). */
-export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'>;
+/** What `Registry.create` returns (a refusal of `authorize` as it gave it). */
+export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 'name_forbidden'> | Failure<string>;
+/** What `Registry.remove` returns: the removed version (still recoverable), or a refusal of `authorize`. */
+export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'> | Failure<string>;
 /** What `Registry.recover` returns. */
 export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden'>;
 
@@ -83,8 +93,8 @@ export type PromoteOutcome =
   /** `force` replaced a user tool from elsewhere (the old version is kept). */
   | 'replaced';
 
-/** What `Registry.promote` returns. */
-export type PromoteResult = (WriteOk & { outcome: PromoteOutcome }) | Failure<'unknown_tool' | 'promote_conflict'>;
+/** What `Registry.promote` returns (a refusal of `authorize` as it gave it). */
+export type PromoteResult = (WriteOk & { outcome: PromoteOutcome }) | Failure<'unknown_tool' | 'promote_conflict'> | Failure<string>;
 
 /** Options of `Registry.promote`. */
 export interface PromoteOptions {
@@ -94,6 +104,11 @@ export interface PromoteOptions {
   from?: Exclude<Scope, 'user'>;
   /** Stamped as `created_by` of the user version (default: the source tool's). */
   createdBy?: CreatedBy;
+  /**
+   * Asked for the source tool before anything is written, and for the user tool a promote would
+   * replace (`updated` or `replaced`; see {@link OwnerCheck}).
+   */
+  authorize?: OwnerCheck;
 }
 
 /**
@@ -119,16 +134,26 @@ export interface Registry {
    * version of that name ever kept in the scope), `digest`, `created_at`, `created_by`,
    * `scope` and `state: "active"`. Stamps in `spec` are ignored. Without `overwrite`, an
    * existing name is `name_taken` (a create can never clobber, even across processes); with it,
-   * the previous version stays recoverable.
+   * the previous version stays recoverable. A name that differs only by case from a tool in
+   * any scope of this registry (`CODE.tool` beside `code.tool`) is `name_taken` too, naming
+   * that tool; only the same name with `overwrite` replaces.
    */
   create(spec: unknown, options: CreateOptions): Promise<CreateResult>;
-  /** Removes `name` from `scope`; the removed version stays recoverable (`versions`, `recover`). */
-  remove(name: string, options: { scope: Scope }): Promise<RemoveResult>;
+  /**
+   * Removes `name` from `scope`; the removed version stays recoverable (`versions`, `recover`).
+   * `authorize` is asked first, under the name's lock.
+   */
+  remove(name: string, options: { scope: Scope; authorize?: OwnerCheck }): Promise<RemoveResult>;
   /**
    * The tool `name` resolves to, most specific scope first, or undefined (also for a built-in
    * name: the caller serves those). O(1).
    */
   resolve(name: string): ResolvedTool | undefined;
+  /**
+   * A tool whose name differs from `name` only by case (`code.tool` for `CODE.tool`), most
+   * specific scope first, or undefined; never `name` itself. O(1).
+   */
+  caseVariantOf(name: string): ResolvedTool | undefined;
   /**
    * Tools sorted by name: the effective ones (what `resolve` returns for each name), or with
    * `scope` every tool of that scope, hidden ones marked `shadowedBy`. The array is shared and
@@ -141,7 +166,8 @@ export interface Registry {
    * Copies a project tool (or `from` another scope) to the user scope, stamped with
    * `origin: {project, digest}`. Same digest as the user tool: `unchanged`, nothing written. A
    * user tool promoted earlier from this same project: `updated`. A different tool from
-   * elsewhere: `promote_conflict` unless `force` (the old one stays recoverable).
+   * elsewhere: `promote_conflict` unless `force` (the old one stays recoverable). A user tool
+   * whose name differs only by case is `promote_conflict`, `force` or not.
    */
   promote(name: string, options?: PromoteOptions): Promise<PromoteResult>;
   /** Every kept version of `name` in `scope` (replaced and removed ones, then the live one). */
@@ -189,6 +215,8 @@ export function createRegistry(options: RegistryOptions): Registry {
     tables.set(s, new Map());
   }
   const index = new Map<string, ResolvedTool>();
+  /** Lower-cased name → the names in `index` that fold to it (almost always one). */
+  const folded = new Map<string, Set<string>>();
   let listCache = new Map<Scope | 'all', readonly ListedTool[]>();
   let watcher: Watcher | undefined;
 
@@ -209,8 +237,34 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (!winner) winner = { tool: t, scope: s, shadows: NO_SCOPES };
       else winner.shadows = [...winner.shadows, s];
     }
-    if (winner) index.set(name, winner);
-    else index.delete(name);
+    const key = name.toLowerCase();
+    if (winner) {
+      index.set(name, winner);
+      let names = folded.get(key);
+      if (!names) folded.set(key, (names = new Set()));
+      names.add(name);
+    } else {
+      index.delete(name);
+      const names = folded.get(key);
+      names?.delete(name);
+      if (names?.size === 0) folded.delete(key);
+    }
+  }
+
+  /** A tool of any scope whose name folds like `name` but is not `name`. */
+  function caseVariant(name: string): ResolvedTool | undefined {
+    const names = folded.get(name.toLowerCase());
+    if (!names) return undefined;
+    for (const n of names) if (n !== name) return index.get(n);
+    return undefined;
+  }
+
+  function caseTaken(name: string, other: string, where: Scope): Failure<'name_taken'> {
+    return {
+      ok: false,
+      kind: 'name_taken',
+      message: `tool "${name}" differs only by case from the existing tool "${other}" (${where} scope), and names are compared regardless of case; choose another name, or forge "${other}" with overwrite to replace that tool`,
+    };
   }
 
   /** Puts (or deletes) a tool in memory; returns true when the effective content changed. */
@@ -291,6 +345,7 @@ export function createRegistry(options: RegistryOptions): Registry {
         report.loaded[s] = fresh.size;
       }
       index.clear();
+      folded.clear();
       const names = new Set<string>();
       for (const t of tables.values()) for (const n of t.keys()) names.add(n);
       for (const n of names) reindex(n);
@@ -318,6 +373,14 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (!v.ok) return v;
       const name = v.spec.name;
       const result = await dir.put<CreateResult>(name, (current, next): Decision<CreateResult> => {
+        // Only the very name, replaced on purpose, may stand beside a case variant (one that
+        // existed before names were compared this way).
+        if (current.status === 'missing' || !opts.overwrite) {
+          const onDisk = dir.caseVariants(name)[0];
+          if (onDisk !== undefined) return { value: caseTaken(name, onDisk, opts.scope) };
+          const seen = caseVariant(name);
+          if (seen) return { value: caseTaken(name, seen.tool.name, seen.scope) };
+        }
         if (current.status !== 'missing' && !opts.overwrite) {
           const what = current.status === 'ok' ? `version ${current.tool.version}` : `an unreadable file (${current.failure.reason})`;
           return {
@@ -327,6 +390,10 @@ export function createRegistry(options: RegistryOptions): Registry {
               message: `tool "${name}" already exists in the ${opts.scope} scope (${what}); choose another name or pass overwrite to replace it`,
             },
           };
+        }
+        if (current.status !== 'missing' && opts.authorize) {
+          const refused = opts.authorize(current.status === 'ok' ? current.tool : undefined);
+          if (refused) return { value: refused };
         }
         const tool = stamp(v.spec, v.digest, next, opts.scope, opts.createdBy);
         const previous = current.status === 'ok' ? { version: current.tool.version, digest: current.tool.digest } : undefined;
@@ -340,7 +407,15 @@ export function createRegistry(options: RegistryOptions): Registry {
       const dir = dirOf(opts.scope);
       const invalid = badName(name);
       if (invalid) return invalid;
-      const r = await dir.remove(name);
+      const r = await dir.remove(
+        name,
+        opts.authorize && ((current) => opts.authorize?.(current.status === 'ok' ? current.tool : undefined)),
+      );
+      if (r.status === 'refused') {
+        // Nothing was removed: memory keeps what the file holds.
+        refresh(opts.scope, name);
+        return r.failure;
+      }
       setTool(opts.scope, name, undefined);
       if (r.status === 'missing') return unknownTool(name, `the ${opts.scope} scope`);
       if (r.status === 'bad') {
@@ -355,6 +430,10 @@ export function createRegistry(options: RegistryOptions): Registry {
 
     resolve(name) {
       return index.get(name);
+    },
+
+    caseVariantOf(name) {
+      return caseVariant(name);
     },
 
     list(opts = {}) {
@@ -399,9 +478,23 @@ export function createRegistry(options: RegistryOptions): Registry {
         return unknownTool(name, `the ${from} scope${why}`);
       }
       const src = source.tool;
+      const mayPromote = opts.authorize?.(src);
+      if (mayPromote) return mayPromote;
       const project = projectDir ?? dirOf(from).root;
       const result = await user.put<PromoteResult>(name, (current, next): Decision<PromoteResult> => {
         let outcome: PromoteOutcome = 'created';
+        if (current.status === 'missing') {
+          const variant = user.caseVariants(name)[0];
+          if (variant !== undefined) {
+            return {
+              value: {
+                ok: false,
+                kind: 'promote_conflict',
+                message: `the user scope already has "${variant}", which differs from "${name}" only by case, and names are compared regardless of case; rename the tool before promoting it`,
+              },
+            };
+          }
+        }
         if (current.status === 'ok') {
           const cur = current.tool;
           if (cur.digest === src.digest) return { value: { ok: true, outcome: 'unchanged', tool: cur } };
@@ -428,6 +521,10 @@ export function createRegistry(options: RegistryOptions): Registry {
             };
           }
           outcome = 'replaced';
+        }
+        if (current.status !== 'missing' && opts.authorize) {
+          const refused = opts.authorize(current.status === 'ok' ? current.tool : undefined);
+          if (refused) return { value: refused };
         }
         const tool: StoredTool = {
           ...stamp(src, src.digest, next, 'user', opts.createdBy ?? src.created_by),

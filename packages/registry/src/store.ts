@@ -160,6 +160,26 @@ export class ScopeDir {
     return this.readFile(this.pathOf(name), `${name}.json`);
   }
 
+  /**
+   * Live tool files whose name differs from `name` only by case (`CODE.tool` for `code.tool`),
+   * read from the directory itself: another process may have written one since the last load.
+   */
+  caseVariants(name: string): string[] {
+    let files: string[];
+    try {
+      files = readdirSync(this.root);
+    } catch (err) {
+      if (errno(err) === 'ENOENT') return [];
+      throw unusable(this.root, err);
+    }
+    const want = `${name.toLowerCase()}.json`;
+    const out: string[] = [];
+    for (const f of files) {
+      if (f.length === want.length && f !== `${name}.json` && f.toLowerCase() === want && !f.startsWith('.')) out.push(f.slice(0, -5));
+    }
+    return out.sort();
+  }
+
   private async ensureRoot(): Promise<void> {
     try {
       await ensureDir(this.root);
@@ -170,14 +190,19 @@ export class ScopeDir {
     }
   }
 
-  /** Runs `fn` holding the cross-process lock of `name`. */
+  /**
+   * Runs `fn` holding the cross-process lock of `name`. Names that differ only by case share one
+   * lock (`.locks/<lower-case name>.lock`), so two processes forging `CODE.tool` and `code.tool`
+   * at once are serialized and the second sees the first's file (and on a case-insensitive file
+   * system, where both are one file, the lock is one lock too).
+   */
   private async withLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
     await this.ensureRoot();
     let release: () => Promise<void>;
     try {
       release = await lockfile().lock(this.pathOf(name), {
         realpath: false,
-        lockfilePath: join(this.root, LOCKS_DIR, `${name}.lock`),
+        lockfilePath: join(this.root, LOCKS_DIR, `${name.toLowerCase()}.lock`),
         stale: 10_000,
         retries: { retries: 400, factor: 1.2, minTimeout: 2, maxTimeout: 50, randomize: true },
         // A compromised lock means this process stalled past the stale time while writing.
@@ -279,11 +304,16 @@ export class ScopeDir {
     });
   }
 
-  /** Removes the live file of `name` under its lock, keeping it in the history. */
-  async remove(name: string): Promise<ReadResult> {
+  /**
+   * Removes the live file of `name` under its lock, keeping it in the history. `check` sees what
+   * is there first; a failure it returns is passed back and nothing is removed.
+   */
+  async remove<F>(name: string, check?: (current: ReadResult) => F | undefined): Promise<ReadResult | { status: 'refused'; failure: F }> {
     return this.withLock(name, async () => {
       const current = this.read(name);
       if (current.status === 'missing') return current;
+      const failure = check?.(current);
+      if (failure !== undefined) return { status: 'refused' as const, failure };
       await this.keepLive(name, current.status === 'ok' ? current.tool.version : undefined);
       await unlink(this.pathOf(name));
       await syncDir(this.root);
