@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 /**
@@ -12,6 +13,8 @@ export function packageTests(options: { testTimeout?: number } = {}) {
       testTimeout: options.testTimeout ?? 60_000,
       hookTimeout: 60_000,
       maxWorkers: 2,
+      // Test workers are torn down without their exit handlers: sweep what they left in /tmp.
+      globalSetup: [fileURLToPath(new URL('./sweep-tmp.ts', import.meta.url))],
       reporters: process.env.CI ? ['default', ['json', { outputFile: 'test-results.json' }]] : ['default'],
     },
   });

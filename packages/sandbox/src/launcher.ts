@@ -14,10 +14,14 @@ import { acquireRunCgroup, type CgroupLimits, type PidsCgroups, type RunCgroup, 
  * ready pays only for that line and the exec.
  *
  * Descriptors, in both kinds: 3 carries bwrap's arguments, 4 the seccomp program, 5 the control
- * line (ready launchers) or the egress relay's IPC channel (runs with network), and binds start
- * at {@link BIND_FD}.
+ * line (ready launchers) or the egress relay's IPC channel (runs with network), 6 the channel of
+ * the holder (a run with a per-run output directory: the shell inside that says when the tool is
+ * done and waits while its output is copied out), and binds start at {@link BIND_FD}, followed
+ * by the mounts made from descriptors.
  */
-export const BIND_FD = 6;
+export const BIND_FD = 7;
+/** The holder's channel in a run that builds its own sandbox. */
+export const HOLDER_FD = 6;
 
 /** Quotes `s` for /bin/sh on one line: newlines become "$NL", which the launcher defines. */
 export function shellQuote(s: string): string {
@@ -76,7 +80,7 @@ function prepare(cg: PidsCgroups, limits: CgroupLimits, seccomp: Buffer, extra: 
   const cgroup = acquireRunCgroup(cg, limits);
   if (!cgroup) return false;
   const script = `${PRELUDE}; ${joinCgroup(cgroup)} && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
-  const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra];
+  const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra];
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
   const entry: Ready = { child, cgroup };
   child.on('error', () => {}); // a launcher that cannot start is dropped below
@@ -158,6 +162,7 @@ export function launch(spec: LaunchSpec): Launched | undefined {
     'pipe',
     'pipe',
     spec.ipc ? 'ipc' : 'ignore',
+    'pipe',
     ...spec.bindFds,
   ];
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
@@ -196,7 +201,7 @@ function refill(spec: LaunchSpec): void {
   if (!cg) return;
   while (ready.length < wanted) {
     // A waiting launcher may start one process (itself); the run's own limits come when it is taken.
-    if (!prepare(cg.base, { ...cg.limits, processes: 1 }, spec.seccomp, spec.cover(6))) return;
+    if (!prepare(cg.base, { ...cg.limits, processes: 1 }, spec.seccomp, spec.cover(BIND_FD))) return;
   }
 }
 

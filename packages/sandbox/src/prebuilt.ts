@@ -2,14 +2,12 @@ import { type StdioNull, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   closeSync,
-  cpSync,
   fstatSync,
   ftruncateSync,
   mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
-  renameSync,
   rmSync,
   statSync,
   writeFileSync,
@@ -26,8 +24,7 @@ import {
   releaseRunCgroup,
   setRunLimits,
 } from './cgroup.js';
-import { SandboxError } from './errors.js';
-import { controlLine, joinCgroup, type Launched, PRELUDE, setHeld, streams } from './launcher.js';
+import { controlLine, joinCgroup, type Launched, PRELUDE, setHeld, shellQuote, streams } from './launcher.js';
 
 /**
  * Sandboxes built ahead of time. bwrap's own work (namespaces, mounts, the seccomp filter) takes
@@ -48,10 +45,22 @@ import { controlLine, joinCgroup, type Launched, PRELUDE, setHeld, streams } fro
  */
 
 // Descriptor 5 is a socket pair (as every piped descriptor of Node's children): the shell says
-// it is up on it, then reads its run's line from it.
-const INNER = `${PRELUDE}; echo >&5 && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
+// it is up on it, then reads its run's line from it. The line closes it for the tool; a run with
+// an output directory keeps it as the holder's channel (see {@link runLine}).
+const INNER = `${PRELUDE}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
 /** The command a sandbox built ahead is built with: say it is built, read one line, become the run. */
 export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbox'];
+
+/**
+ * The line a sandbox built ahead runs: its steps, then the command. With `hold`, the shell stays
+ * as the run's holder: it runs the command (without the channel), says `done <status>` on descriptor
+ * 5 when it is done, and waits there until its output directories have been copied out.
+ */
+export function runLine(steps: readonly string[], argv: readonly string[], hold: boolean): string {
+  if (!hold) return controlLine([...steps, 'exec 5<&-'], argv);
+  const cmd = argv.map(shellQuote).join(' ');
+  return `${[...steps].join(' && ')}${steps.length ? ' && ' : ''}{ ${cmd} 5>&-; s=$?; echo "done $s" >&5; IFS= read -r x <&5; exit "$s"; }`;
+}
 
 /** Largest per-run read-only file copied into a sandbox built ahead. */
 export const MAX_STAGED_FILE = 1 << 20;
@@ -67,11 +76,15 @@ export interface Shape {
   key: string;
   /** Where the per-run mounts' placeholders are made (see {@link RunOptions.prebuild}). */
   stageDir: string;
-  /** The per-run mounts, in the order of the profile's mounts. */
-  slots: readonly ('ro' | 'rw')[];
-  bwrap: string;
-  /** bwrap's options (all before `--`) for a sandbox whose slots are at `paths`. */
-  options: (paths: readonly string[]) => string[];
+  /** The per-run read-only files, in the order of the profile's mounts (each gets a placeholder). */
+  slots: readonly 'ro'[];
+  /** bwrap, behind what drops root when this process is root (see `SandboxIdentity`). */
+  bwrap: readonly string[];
+  /**
+   * bwrap's options (all before `--`) for a sandbox whose slots are at `paths`, and the shell
+   * steps that open the sources of the mounts made from descriptors (run before root is dropped).
+   */
+  options: (paths: readonly string[]) => { options: string[]; opens: string[]; prefix: string[]; remove: () => void };
   cgroups?: PidsCgroups;
   seccomp: Buffer;
   cover: (fd: number) => (number | StdioNull)[];
@@ -87,6 +100,8 @@ interface Built extends Launched {
   /** A run has it (and ends it with {@link finishPrebuilt}). */
   taken: boolean;
   cleaned: boolean;
+  /** Removes the mount points its sources were staged on (see staging.ts). */
+  unstage: () => void;
 }
 
 interface Pool {
@@ -154,6 +169,7 @@ function cleanUp(b: Built): void {
   b.cleaned = true;
   if (b.cgroup) releaseRunCgroup(b.cgroup);
   if (b.dir) rmSync(b.dir, { recursive: true, force: true });
+  b.unstage();
 }
 
 /** Drops a sandbox that will serve no run: its processes, cgroup and placeholders. */
@@ -184,8 +200,9 @@ function build(pool: Pool): boolean {
     }
     shape.slots.forEach((mode, i) => {
       const p = join(dir, String(i));
-      if (mode === 'ro') writeFileSync(p, '', { mode: 0o600, flag: 'wx' });
-      else mkdirSync(p, { mode: 0o700 });
+      // Readable by the sandbox's uid, which may not be this process's: the directories above
+      // it stay 0700, and the sandbox reaches it by descriptor.
+      if (mode === 'ro') writeFileSync(p, '', { mode: 0o644, flag: 'wx' });
       paths.push(p);
       inodes.push(statSync(p).ino);
     });
@@ -203,14 +220,33 @@ function build(pool: Pool): boolean {
       return false;
     }
   }
-  const steps = cgroup ? [joinCgroup(cgroup)] : [];
-  const script = `${PRELUDE}; ${controlLine(steps, [shape.bwrap, '--args', '3', '--', ...INNER_COMMAND])}`;
+  let planned: ReturnType<Shape['options']>;
+  try {
+    planned = shape.options(paths);
+  } catch {
+    if (cgroup) releaseRunCgroup(cgroup);
+    rmSync(dir, { recursive: true, force: true });
+    return false;
+  }
+  const { options, opens, prefix } = planned;
+  const steps = [...(cgroup ? [joinCgroup(cgroup)] : []), ...opens];
+  const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', '3', '--', ...INNER_COMMAND])}`;
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
     stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)],
     detached: true, // its own process group, as every launcher
     env: {},
   });
-  const built: Built = { child, ...(cgroup ? { cgroup } : {}), dir, paths, inodes, up: false, taken: false, cleaned: false };
+  const built: Built = {
+    child,
+    ...(cgroup ? { cgroup } : {}),
+    dir,
+    paths,
+    inodes,
+    up: false,
+    taken: false,
+    cleaned: false,
+    unstage: planned.remove,
+  };
   child.on('error', () => {}); // one that cannot start exits, below
   for (const s of streams(child)) s.on('error', () => {});
   child.once('exit', () => {
@@ -223,7 +259,7 @@ function build(pool: Pool): boolean {
   control.once('data', () => {
     built.up = true;
   });
-  (child.stdio[3] as Writable).end(`${shape.options(paths).join('\0')}\0`);
+  (child.stdio[3] as Writable).end(`${options.join('\0')}\0`);
   (child.stdio[4] as Writable).end(shape.seccomp);
   setHeld(child, false);
   pool.ready.push(built);
@@ -258,10 +294,9 @@ export interface PrebuiltClaim {
  * is still the inode the sandbox mounted (the stage directory may have been removed or replaced
  * meanwhile). False when one is not, or a source cannot be read: that sandbox cannot serve the run.
  */
-function fill(b: Built, slots: readonly ('ro' | 'rw')[], sources: readonly string[]): boolean {
+function fill(b: Built, sources: readonly string[]): boolean {
   try {
     return b.paths.every((p, i) => {
-      if (slots[i] === 'rw') return statSync(p).ino === b.inodes[i];
       const bytes = readFileSync(sources[i] as string);
       const fd = openSync(p, 'r+'); // never creates: a new file would not be the one mounted
       try {
@@ -304,13 +339,14 @@ export function takePrebuilt(shape: Shape, sources: readonly string[], line: str
       discard(b);
       continue;
     }
-    if (!fill(b, shape.slots, sources)) {
+    if (!fill(b, sources)) {
       discard(b);
       continue;
     }
     b.taken = true;
     setHeld(b.child, true);
-    (b.child.stdio as unknown as Writable[])[5]?.end(`${line}\n`);
+    // Written, not ended: the channel stays open for the holder (see runLine).
+    (b.child.stdio as unknown as Writable[])[5]?.write(`${line}\n`);
     stats.served++;
     return { pool, built: b };
   }
@@ -318,47 +354,12 @@ export function takePrebuilt(shape: Shape, sources: readonly string[], line: str
   return { pool };
 }
 
-/**
- * Ends a claim once its run is over: moves what the tool wrote into each read-write slot to its
- * `sources` entry (an empty directory) and removes the sandbox's placeholders; without `sources`
- * (the run failed to start) nothing is moved. Throws `output_unmoved` when the output cannot be
- * moved; it is then left where the message says.
- */
-export function finishPrebuilt(claim: PrebuiltClaim, sources?: readonly string[]): void {
+/** Ends a claim once its run is over: gives back the sandbox's cgroup and placeholders. */
+export function finishPrebuilt(claim: PrebuiltClaim): void {
   if (claim.done) return;
   claim.done = true;
   claim.pool.inFlight--;
-  const b = claim.built;
-  if (!b) return;
-  try {
-    claim.pool.shape.slots.forEach((mode, i) => {
-      if (mode !== 'rw' || !sources) return;
-      const from = b.paths[i] as string;
-      const to = sources[i] as string;
-      try {
-        renameSync(from, to); // over the empty directory: one step, nothing copied
-      } catch {
-        try {
-          cpSync(from, to, { recursive: true, verbatimSymlinks: true, errorOnExist: false, force: false });
-        } catch (err) {
-          // Kept beside this process's directory (which goes at exit), under a name no sweep removes.
-          let kept = join(claim.pool.shape.stageDir, `unmoved-${process.pid}-${randomBytes(4).toString('hex')}`);
-          try {
-            renameSync(from, kept);
-          } catch {
-            kept = from;
-            b.dir = ''; // cleaning up must not remove it
-          }
-          throw new SandboxError(
-            'output_unmoved',
-            `cannot move the run's output from the sandbox to ${to}: ${(err as Error).message}; it stays at ${kept}`,
-          );
-        }
-      }
-    });
-  } finally {
-    cleanUp(b);
-  }
+  if (claim.built) cleanUp(claim.built);
 }
 
 /**

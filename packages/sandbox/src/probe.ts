@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { findRunCgroups, type PidsCgroups, type RunCgroups } from './cgroup.js';
+import { SANDBOX_UID } from './profile.js';
 import { hostSeccompArch, type SeccompArch } from './seccomp.js';
 import { which } from './which.js';
 
@@ -17,6 +18,9 @@ export interface HostProblem {
     | 'proc_unmountable'
     | 'arch_unsupported'
     | 'pids_unlimited'
+    | 'setpriv_missing'
+    | 'sandbox_uid_invalid'
+    | 'root_mapping'
     | 'sandbox_failed';
   /** What is wrong, in one sentence. */
   message: string;
@@ -52,7 +56,30 @@ export interface HostInfo {
    */
   cgroups?: RunCgroups;
   cgroupsUnavailable?: string;
+  /** The host uid and gid the sandbox's processes run as (never 0), and how forge gets there. */
+  identity?: SandboxIdentity;
 }
+
+/**
+ * Who a sandbox runs as on the host. Inside it is always uid and gid {@link SANDBOX_UID}; outside
+ * it is the caller's own uid, except when the caller is root: then the launcher drops to
+ * {@link ROOT_SANDBOX_UID} (or `FORGE_SANDBOX_UID`) with `setpriv` before bwrap starts, so that no
+ * uid of the sandbox maps to host root.
+ */
+export interface SandboxIdentity {
+  uid: number;
+  gid: number;
+  /** `setpriv` and its arguments, put before bwrap when the caller is root; empty otherwise. */
+  drop: readonly string[];
+}
+
+/**
+ * The host uid (and gid) sandboxes run as when the caller is root: 2000000000, outside the ranges
+ * Debian and useradd hand out (system and user accounts, subordinate ids up to 600100000) and
+ * those systemd allocates (dynamic users, container ranges up to 1879048191, the foreign range from
+ * 2147352576). It owns no file on the host. `FORGE_SANDBOX_UID` picks another.
+ */
+export const ROOT_SANDBOX_UID = 2_000_000_000;
 
 export interface ProbeOptions {
   /** bwrap to use (default: `bwrap` on PATH). */
@@ -94,10 +121,13 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
     });
   }
 
+  const root = process.getuid?.() === 0;
+  const identity = sandboxIdentity(root, problems);
+  if (identity) info.identity = identity;
   const found = findRunCgroups();
   if (found.ok) info.cgroups = found.cgroups;
   else info.cgroupsUnavailable = found.why;
-  if (process.getuid?.() === 0) {
+  if (root) {
     const cg = found.ok && found.cgroups.pids ? found.cgroups : undefined;
     if (cg) info.processLimit = { cgroup: cg };
     else {
@@ -140,18 +170,62 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
     return info;
   }
 
-  // A trial run with the namespaces and mounts every sandbox uses.
+  if (!identity) return info;
+
+  // A trial run with the namespaces and mounts every sandbox uses, as the uid every sandbox runs
+  // as: it must not be host root, whatever the user namespace says inside.
   const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL'];
-  args.push('--ro-bind', '/usr', '/usr');
+  args.push('--uid', String(SANDBOX_UID), '--gid', String(SANDBOX_UID), '--ro-bind', '/usr', '/usr');
   for (const r of info.roots) args.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/usr/bin/test', '-d', '/proc/self');
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/bin/sh', '-c', 'test -d /proc/self && echo "$(id -u) $(id -g)"');
+  const [cmd, ...rest] = [...identity.drop, bwrap, ...args] as [string, ...string[]];
   try {
-    await run(bwrap, args, { timeout: 10_000 });
+    const { stdout } = await run(cmd, rest, { timeout: 10_000 });
+    if (stdout.trim() !== `${SANDBOX_UID} ${SANDBOX_UID}`) {
+      problems.push({
+        code: 'sandbox_failed',
+        message: `a trial sandbox ran as "${stdout.trim()}" inside instead of ${SANDBOX_UID}`,
+        fix: 'check that bwrap is the distribution package (not setuid): apt-get install --reinstall -y bubblewrap',
+      });
+    }
   } catch (err) {
     problems.push(classifyFailure(String((err as { stderr?: string }).stderr ?? (err as Error).message)));
   }
   info.ok = problems.length === 0;
   return info;
+}
+
+/**
+ * The host identity of every sandbox, or undefined (with the problem recorded) when it cannot be
+ * one that is not root: fail closed, since a sandbox uid mapped to host root can write what root can.
+ */
+function sandboxIdentity(root: boolean, problems: HostProblem[]): SandboxIdentity | undefined {
+  if (!root) {
+    const uid = process.getuid?.() ?? -1;
+    const gid = process.getgid?.() ?? -1;
+    return { uid, gid, drop: [] };
+  }
+  const asked = process.env.FORGE_SANDBOX_UID;
+  const uid = asked === undefined || asked === '' ? ROOT_SANDBOX_UID : Number(asked);
+  if (!Number.isSafeInteger(uid) || uid <= 0 || uid >= 4294967295 || uid === 65535) {
+    problems.push({
+      code: 'sandbox_uid_invalid',
+      message: `FORGE_SANDBOX_UID=${JSON.stringify(asked)} is not a usable uid: running as root, sandboxes need an unprivileged host uid (1 to 4294967294, not 65535)`,
+      fix: `unset FORGE_SANDBOX_UID (the default is ${ROOT_SANDBOX_UID}) or set it to an unused uid such as ${ROOT_SANDBOX_UID}`,
+    });
+    return undefined;
+  }
+  const setpriv = which('setpriv', ['/usr/bin', '/bin', '/usr/sbin', '/sbin']);
+  if (!setpriv) {
+    problems.push({
+      code: 'setpriv_missing',
+      message:
+        'running as root, sandboxes must drop to an unprivileged uid before bwrap starts, and setpriv (util-linux) is not installed: a sandbox would run as host root',
+      fix: 'apt-get install -y util-linux (or run forge as an ordinary user)',
+    });
+    return undefined;
+  }
+  return { uid, gid: uid, drop: [setpriv, `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--'] };
 }
 
 /** Turns bwrap's complaint about the trial run into a problem with its fix. */

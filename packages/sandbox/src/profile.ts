@@ -38,6 +38,11 @@ export interface Limits {
   addressSpaceBytes: number;
   /** Size of the sandbox's private /tmp. */
   tmpBytes: number;
+  /**
+   * Size of each per-run read-write directory ({@link Mount.perRun}): a tmpfs of this size inside,
+   * copied out when the run ends, so the run can never leave more than this on the host's disk.
+   */
+  outputDirBytes: number;
   /** Stdout kept in memory; the rest is spilled to `stdoutFile` when given. */
   outputBytes: number;
   /** Stdout accepted in all (memory plus spill) before the run is killed (`output_cap`). */
@@ -61,6 +66,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = {
   processes: 64,
   addressSpaceBytes: 8 * 2 ** 30,
   tmpBytes: 64 << 20,
+  outputDirBytes: 64 << 20,
   outputBytes: 1 << 20,
   outputHardBytes: 64 << 20,
   stderrTailBytes: 8 << 10,
@@ -78,10 +84,13 @@ export interface Mount {
   mode: 'ro' | 'rw';
   /**
    * The source belongs to this run only (the tool's code, the run's output directory) rather
-   * than to every run of its kind (an interpreter's prefix). Such mounts let a run take a sandbox
-   * built ahead of time ({@link RunOptions.prebuild}): a `ro` one must then be a regular file of
-   * at most 1 MiB, whose bytes are copied in when the run starts; a `rw` one an empty directory,
-   * which holds what the tool wrote once the run is over. Otherwise the run builds its own.
+   * than to every run of its kind (an interpreter's prefix). A `ro` one is a regular file of at
+   * most 1 MiB whose bytes are copied into the sandbox (it is not bound: its host path never
+   * shows inside). A `rw` one is an empty directory: inside, the tool writes to a tmpfs of
+   * `limits.outputDirBytes`, whose content is copied into the directory when the run ends (files
+   * 0600, directories 0700, symbolic links as links, nothing else), so the host's disk holds at
+   * most that much and nothing the tool marked executable. Such mounts also let a run take a
+   * sandbox built ahead of time ({@link RunOptions.prebuild}).
    */
   perRun?: boolean;
 }
@@ -133,7 +142,41 @@ export interface HostLayout {
   etcDir: string;
   /** The host's {@link ETC_DIRS} that exist, bound read-only at the same path. */
   etcDirs: readonly string[];
+  /** What of /proc is read-only or hidden ({@link procCover}); empty lists when undefined. */
+  proc?: ProcCover;
 }
+
+/**
+ * procfs as the OCI runtimes leave it to a container (runc's read-only and masked paths): the
+ * kernel's knobs read-only, the views of kernel memory, keys and timers hidden. Only the entries
+ * this host's /proc has are listed (bwrap cannot cover what does not exist).
+ */
+export interface ProcCover {
+  /** Bound read-only over themselves: `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs`. */
+  readOnly: readonly string[];
+  /** Files hidden behind an empty read-only file (`emptyFile`): `/proc/kcore`, `/proc/keys`, … */
+  maskFiles: readonly string[];
+  /** Directories hidden behind an empty read-only tmpfs: `/proc/acpi`, `/proc/scsi`, … */
+  maskDirs: readonly string[];
+  /** An empty host file, readable by the sandbox, bound over each masked file. */
+  emptyFile: string;
+}
+
+/** runc's read-only paths. */
+export const PROC_READ_ONLY = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
+/** runc's masked paths under /proc. */
+export const PROC_MASKED = [
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/interrupts',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+];
 
 /** Small /etc files a program needs to start and resolve users (copied into the /etc shown). */
 export const ETC_FILES = ['/etc/ld.so.cache', '/etc/ld.so.conf', '/etc/nsswitch.conf', '/etc/localtime'];
@@ -147,6 +190,18 @@ export const SANDBOX_UID = 1000;
 export interface FdPlan {
   seccomp: number;
   binds: number[];
+  /**
+   * Per mount (the index of `profile.mounts`), the descriptor its source is open on, for mounts
+   * made from a descriptor rather than a path: a `perRun` `ro` file's bytes are then copied in
+   * (`--ro-bind-data`), any other mount is bound by descriptor. A launcher that drops root opens
+   * every source before it drops.
+   */
+  mounts?: readonly (number | undefined)[];
+  /**
+   * Per bind, a path that holds the checked inode already (staged by a launcher that drops root,
+   * see staging.ts), mounted instead of the descriptor.
+   */
+  bindSources?: readonly (string | undefined)[];
 }
 
 /** Fills in and checks the limits of a profile; throws `invalid_profile` naming the bad field. */
@@ -231,19 +286,31 @@ export function buildBwrapArgs(
   for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
   a.push('--ro-bind', host.etcDir, '/etc');
   for (const d of host.etcDirs) a.push('--ro-bind', d, d);
-  a.push('--proc', '/proc', '--dev', '/dev');
+  a.push('--proc', '/proc');
+  const proc = host.proc;
+  for (const p of proc?.readOnly ?? []) a.push('--ro-bind', p, p);
+  for (const p of proc?.maskFiles ?? []) a.push('--ro-bind', proc?.emptyFile as string, p);
+  for (const p of proc?.maskDirs ?? []) a.push('--perms', '0555', '--size', '4096', '--tmpfs', p, '--remount-ro', p);
+  a.push('--dev', '/dev');
   // The only writable scratch space: a capped /tmp, and a capped /dev/shm (POSIX semaphores and
   // shared memory, as Python's multiprocessing uses). Both count against tmpBytes each.
   a.push('--perms', '1777', '--size', String(limits.tmpBytes), '--tmpfs', '/tmp');
   a.push('--perms', '1777', '--size', String(limits.tmpBytes), '--tmpfs', '/dev/shm');
-  for (const m of profile.mounts ?? []) {
+  (profile.mounts ?? []).forEach((m, i) => {
     if (!isAbsolute(m.source) || (m.target !== undefined && !isAbsolute(m.target))) {
       throw new SandboxError('invalid_profile', `mount paths must be absolute (got ${JSON.stringify(m)})`);
     }
-    a.push(m.mode === 'rw' ? '--bind' : '--ro-bind', m.source, m.target ?? m.source);
-  }
+    const target = m.target ?? m.source;
+    const fd = fds.mounts?.[i];
+    if (m.perRun && m.mode === 'rw') a.push('--perms', '0700', '--size', String(limits.outputDirBytes), '--tmpfs', target);
+    else if (fd !== undefined && m.perRun) a.push('--perms', '0444', '--ro-bind-data', String(fd), target);
+    else if (fd !== undefined) a.push(m.mode === 'rw' ? '--bind-fd' : '--ro-bind-fd', String(fd), target);
+    else a.push(m.mode === 'rw' ? '--bind' : '--ro-bind', m.source, target);
+  });
   (profile.binds ?? []).forEach((b, i) => {
-    a.push(b.mode === 'rw' ? '--bind-fd' : '--ro-bind-fd', String(fds.binds[i]), b.path);
+    const staged = fds.bindSources?.[i];
+    if (staged !== undefined) a.push(b.mode === 'rw' ? '--bind' : '--ro-bind', staged, b.path);
+    else a.push(b.mode === 'rw' ? '--bind-fd' : '--ro-bind-fd', String(fds.binds[i]), b.path);
   });
   // The sandbox root and /dev are bwrap's own tmpfs mounts, with no size cap: make them read-only
   // once every mount point exists, so /tmp and /dev/shm stay the only places to write.

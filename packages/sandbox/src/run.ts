@@ -1,7 +1,8 @@
 import {
+  chmodSync,
   existsSync,
+  lstatSync,
   mkdirSync,
-  mkdtempSync,
   openSync,
   readdirSync,
   readFileSync,
@@ -13,17 +14,20 @@ import {
 } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import { Server } from 'node:net';
-import { constants, tmpdir } from 'node:os';
+import { constants } from 'node:os';
 import { basename, join } from 'node:path';
-import type { Writable } from 'node:stream';
+import type { Duplex, Writable } from 'node:stream';
+import type { CheckedBind } from './binds.js';
 import { type EnforcedLimits, enforcedBy, killRunCgroup, overRunLimit, pidsLimitHit, runCpuUsec } from './cgroup.js';
+import { COPY_LIMITS, type CopiedOutput, copyOut } from './copyout.js';
 import { checkGrant, hostAddresses } from './egress/guard.js';
 import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
 import { preloadFile } from './egress/preload.js';
 import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
-import { BIND_FD, controlLine, finished, type Launched, launch, shellQuote } from './launcher.js';
-import { finishPrebuilt, INNER_COMMAND, MAX_STAGED_FILE, type PrebuiltClaim, type Shape, takePrebuilt } from './prebuilt.js';
+import { type BindGrant, grantBinds } from './identity.js';
+import { BIND_FD, finished, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
+import { finishPrebuilt, INNER_COMMAND, MAX_STAGED_FILE, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import { type HostInfo, probe } from './probe.js';
 import {
   buildBwrapArgs,
@@ -31,13 +35,19 @@ import {
   ETC_FILES,
   type HostLayout,
   type Limits,
+  type Mount,
   type NetworkAccess,
+  PROC_MASKED,
+  PROC_READ_ONLY,
+  type ProcCover,
   resolveLimits,
   SANDBOX_UID,
   type SandboxProfile,
   sandboxEnv,
 } from './profile.js';
 import { buildSeccompFilter } from './seccomp.js';
+import { reachable, type Staged, type StageRequest, stage } from './staging.js';
+import { processTempDir } from './tmp.js';
 
 /** Why a run ended. */
 export type EndReason = 'exit' | 'signal' | 'timeout' | 'cpu' | 'memory' | 'file_size' | 'output_cap';
@@ -94,9 +104,18 @@ export interface RunResult {
   limits: Limits;
   /** What the run's network did; present when the profile granted network. */
   network?: NetworkUsage;
+  /**
+   * The per-run output directories ({@link Mount.perRun} `rw`), in the profile's order: what was
+   * copied out of each, or why nothing was (`lost`). `full` says the tool filled it
+   * (`limits.outputDirBytes`); `truncated`, that the copy stopped at its entry or depth limit.
+   */
+  outputs?: RunOutput[];
   /** True when the run was served by a sandbox built ahead ({@link RunOptions.prebuild}). */
   prebuilt: boolean;
 }
+
+/** What became of one per-run output directory. */
+export type RunOutput = ({ path: string; lost?: undefined } & CopiedOutput) | { path: string; lost: string };
 
 let etcDir: string | undefined;
 const etcCopies = new Map<string, string>(); // host file → identity of the copy made
@@ -110,9 +129,11 @@ let seccomp: Buffer | undefined;
  */
 function prepareEtc(): string {
   if (!etcDir) {
-    const dir = mkdtempSync(join(tmpdir(), 'forge-sandbox-etc-'));
-    // Removed when the process exits (a sandbox still running then is killed with its parent).
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const dir = processTempDir('etc');
+    // Readable by the sandbox's uid, which is not this process's when this process is root: it
+    // holds nothing that is not public (synthesized users, copies of public /etc files).
+    chmodSync(dir, 0o755);
+    writeFileSync(join(dir, '.empty'), '', { mode: 0o444 }); // bound over the masked /proc files
     const u = SANDBOX_UID;
     writeFileSync(
       join(dir, 'passwd'),
@@ -242,8 +263,8 @@ function withEgress(profile: SandboxProfile, preload: string): SandboxProfile {
 }
 
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
-function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch'>> {
-  if (host.ok && host.bwrap && host.arch) return;
+function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch' | 'identity'>> {
+  if (host.ok && host.bwrap && host.arch && host.identity) return;
   const lines = host.problems.map((p) => `${p.message} — fix: ${p.fix}`);
   throw new SandboxError(
     'sandbox_unavailable',
@@ -259,24 +280,57 @@ const WATCH_MS = 100;
 const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
 
 /**
- * The sources of a run's per-run mounts, when a sandbox built ahead can take them (a small
- * regular file, an empty directory); undefined when it cannot. Only looks: a file's bytes are
- * read when a waiting sandbox is there to take them.
+ * The profile's mounts as a run makes them: a per-run `ro` mount that is not a regular file of at
+ * most 1 MiB is bound like any other (its bytes are not copied in); a per-run `rw` one must be an
+ * empty directory (its content is copied there when the run ends). Throws `invalid_profile`.
  */
-function perRunSources(profile: SandboxProfile): string[] | undefined {
-  const sources: string[] = [];
-  for (const m of profile.mounts ?? []) {
-    if (!m.perRun) continue;
+function perRunMounts(mounts: readonly Mount[]): Mount[] {
+  return mounts.map((m) => {
+    if (!m.perRun) return m;
+    let st: ReturnType<typeof statSync>;
     try {
-      const st = statSync(m.source);
-      const fits = m.mode === 'ro' ? st.isFile() && st.size <= MAX_STAGED_FILE : st.isDirectory() && readdirSync(m.source).length === 0;
-      if (!fits) return undefined;
-    } catch {
-      return undefined; // a missing source: building its own sandbox reports it
+      st = statSync(m.source);
+    } catch (err) {
+      throw new SandboxError('invalid_profile', `the per-run mount ${m.source} cannot be used: ${(err as NodeJS.ErrnoException).code}`);
     }
-    sources.push(m.source);
-  }
-  return sources;
+    if (m.mode === 'ro') return st.isFile() && st.size <= MAX_STAGED_FILE ? m : { ...m, perRun: false };
+    if (!st.isDirectory() || readdirSync(m.source).length > 0) {
+      throw new SandboxError(
+        'invalid_profile',
+        `a per-run rw mount must be an empty directory: ${m.source} ${st.isDirectory() ? 'is not empty' : 'is not a directory'}`,
+      );
+    }
+    return m;
+  });
+}
+
+/**
+ * The holder of a run with output directories that builds its own sandbox: runs the command
+ * without the channel, says `done <status>` on it, waits there for the host, exits with the status.
+ */
+const HOLDER_COMMAND: readonly string[] = [
+  '/bin/sh',
+  '-c',
+  `"$@" ${HOLDER_FD}>&-; s=$?; echo "done $s" >&${HOLDER_FD}; IFS= read -r x <&${HOLDER_FD}; exit "$s"`,
+  'sandbox',
+];
+
+let cover: ProcCover | undefined;
+
+/** What of this host's /proc a sandbox sees read-only or not at all (found once). */
+function procCover(): ProcCover {
+  if (cover) return cover;
+  const kind = (p: string) => {
+    const st = lstatSync(p, { throwIfNoEntry: false });
+    return st?.isDirectory() ? 'dir' : st ? 'file' : undefined;
+  };
+  cover = {
+    readOnly: PROC_READ_ONLY.filter((p) => kind(p) !== undefined),
+    maskFiles: PROC_MASKED.filter((p) => kind(p) === 'file'),
+    maskDirs: PROC_MASKED.filter((p) => kind(p) === 'dir'),
+    emptyFile: join(prepareEtc(), '.empty'),
+  };
+  return cover;
 }
 
 /**
@@ -295,12 +349,74 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
   if (preload) profile = withEgress(profile, preload.path);
   const binds = profile.binds ?? [];
-  // fd 3: the argument list, fd 4: the seccomp program, binds from BIND_FD (see launcher.ts).
-  const fds = { seccomp: 4, binds: binds.map((_, i) => BIND_FD + i) };
+  const identity = host.identity;
+  const dropping = identity.drop.length > 0;
+  const given = profile.mounts ?? [];
+  profile = { ...profile, mounts: perRunMounts(given) };
+  const mounts = profile.mounts ?? [];
+  const outputs = mounts.filter((m) => m.perRun && m.mode === 'rw');
+  // A run with output directories runs behind a holder: a shell inside that says when the tool is
+  // done and keeps the sandbox (its tmpfs) alive while the host copies them out.
+  const hold = outputs.length > 0;
+  if (hold) profile = { ...profile, command: [...HOLDER_COMMAND, ...profile.command] };
+  // fd 3: the argument list, fd 4: the seccomp program, binds from BIND_FD, then one descriptor
+  // per per-run file, whose bytes bwrap copies in (so its host path never shows inside).
+  const fdsFor = (ms: readonly Mount[], first: number) => {
+    let next = first;
+    return ms.map((m) => (m.perRun && m.mode === 'ro' ? next++ : undefined));
+  };
+  const opensFor = (ms: readonly Mount[], fds: readonly (number | undefined)[]) =>
+    ms.flatMap((m, i) => (fds[i] === undefined ? [] : [`exec ${fds[i]}<${shellQuote(m.source)}`]));
   etcDirs ??= ETC_DIRS.filter((d) => existsSync(d));
-  const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(), etcDirs };
-  const args = buildBwrapArgs(profile, layout, fds, limits);
+  const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(), etcDirs, proc: procCover() };
   seccomp ??= buildSeccompFilter(host.arch);
+  // bwrap, behind setpriv when this process is root: the sandbox then runs as an unprivileged
+  // host uid, so no uid of it maps to host root.
+  const bwrapArgv = [...identity.drop, host.bwrap.path];
+  /**
+   * The mounts and binds of a sandbox as bwrap is to make them: when root is dropped, those whose
+   * source the sandbox uid cannot reach are staged (see staging.ts). `dry` stages nothing (for
+   * the key of sandboxes built ahead).
+   */
+  const plan = (ms: readonly Mount[], bs: readonly CheckedBind[], dry = false) => {
+    const requests: StageRequest[] = [];
+    const at: { mount?: number; bind?: number }[] = [];
+    if (dropping && !dry) {
+      ms.forEach((m, i) => {
+        if (m.perRun || reachable(m.source, identity)) return;
+        requests.push({ from: m.source, kind: statSync(m.source).isDirectory() ? 'directory' : 'file' });
+        at.push({ mount: i });
+      });
+      bs.forEach((b, i) => {
+        if (reachable(b.path, identity)) return;
+        requests.push({ from: `/proc/self/fd/${BIND_FD + i}`, kind: b.kind, closeFd: BIND_FD + i });
+        at.push({ bind: i });
+      });
+    }
+    let staged: Staged;
+    try {
+      staged = stage(requests, identity);
+    } catch (err) {
+      throw new SandboxError('sandbox_unavailable', `${(err as Error).message}; nothing was run`);
+    }
+    const mounted = [...ms];
+    const bindSources: (string | undefined)[] = bs.map(() => undefined);
+    at.forEach((w, k) => {
+      const point = staged.points[k] as string;
+      if (w.mount !== undefined) {
+        const m = mounted[w.mount] as Mount;
+        mounted[w.mount] = { ...m, source: point, target: m.target ?? m.source };
+      }
+      if (w.bind !== undefined) bindSources[w.bind] = point;
+    });
+    const mfds = fdsFor(mounted, BIND_FD + bs.length);
+    return {
+      mounts: mounted,
+      fds: { seccomp: 4, binds: bs.map((_, i) => BIND_FD + i), bindSources, mounts: mfds },
+      opens: opensFor(mounted, mfds),
+      staged,
+    };
+  };
 
   // bwrap takes the command only from its real command line; its options, with the environment
   // (which may hold secrets), go through fd 3, out of the host's process list.
@@ -316,33 +432,45 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     `ulimit -H -t ${cpu}`,
     `ulimit -f ${Math.max(1, Math.floor(cap('Max file size', limits.fileSizeBytes) / 512))}`, // 512-byte blocks
     `ulimit -n ${cap('Max open files', limits.openFiles)}`,
-    `ulimit -p ${cap('Max processes', limits.processes)}`,
     'ulimit -c 0',
     `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
   ];
-  const optionCount = args.length - profile.command.length - 1;
   const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
   const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
+  // RLIMIT_NPROC counts every process of the user, here of every sandbox at once: only where no
+  // pids cgroup counts the run's own (and where it does, it would also count across runs of the
+  // shared sandbox uid). Root without a pids cgroup does not get this far (see probe()).
+  if (!cgroups?.base.pids) steps.push(`ulimit -p ${cap('Max processes', limits.processes)}`);
 
   // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
   // command, the environment and the per-run mounts' sources.
-  const staged = options.prebuild && !network && binds.length === 0 ? perRunSources(profile) : undefined;
+  const staged =
+    // A per-run file too large to copy in is bound as it is: a sandbox built ahead would keep the
+    // inode it was built with, not this run's.
+    options.prebuild && !network && binds.length === 0 && mounts.every((m, i) => m.perRun === given[i]?.perRun)
+      ? mounts.filter((m) => m.perRun && m.mode === 'ro').map((m) => m.source)
+      : undefined;
   let claim: PrebuiltClaim | undefined;
   if (options.prebuild && staged) {
-    const slots = (profile.mounts ?? []).filter((m) => m.perRun).map((m) => m.mode);
-    const optionsFor = (paths: readonly string[]) => {
+    const slots = staged.map(() => 'ro' as const);
+    // In a sandbox built ahead, each per-run file is a placeholder bound like any other mount,
+    // whose bytes are copied in when a run takes it.
+    const optionsFor = (paths: readonly string[], dry = false) => {
       let i = 0;
-      const mounts = (profile.mounts ?? []).map((m) => (m.perRun ? { ...m, source: paths[i++] as string } : m));
-      const a = buildBwrapArgs({ ...profile, command: INNER_COMMAND, mounts }, layout, fds, limits, { setenv: false });
-      return a.slice(0, a.length - INNER_COMMAND.length - 1);
+      const ms = mounts.map((m) => (m.perRun && m.mode === 'ro' ? { ...m, source: paths[i++] as string, perRun: false } : m));
+      const p = plan(ms, [], dry);
+      const a = buildBwrapArgs({ ...profile, command: INNER_COMMAND, mounts: p.mounts }, layout, p.fds, limits, { setenv: false });
+      return { options: a.slice(0, a.length - INNER_COMMAND.length - 1), opens: p.opens, prefix: p.staged.prefix, remove: p.staged.remove };
     };
+    const keyOf = optionsFor(
+      slots.map((_, i) => `/\0slot${i}`),
+      true,
+    );
     const shape: Shape = {
-      key: [host.bwrap.path, options.prebuild.stageDir, cgroups?.base.base ?? '', ...optionsFor(slots.map((_, i) => `/\0slot${i}`))].join(
-        '\0',
-      ),
+      key: [...bwrapArgv, options.prebuild.stageDir, cgroups?.base.bases.join(':') ?? '', ...keyOf.options, ...keyOf.opens].join('\0'),
       stageDir: options.prebuild.stageDir,
       slots,
-      bwrap: host.bwrap.path,
+      bwrap: bwrapArgv,
       options: optionsFor,
       ...(cgroups ? { cgroups: cgroups.base } : {}),
       seccomp,
@@ -351,16 +479,39 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
     // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
     // bwrap starts itself does; it adds the run's own.
-    const line = controlLine([`export ${env.join(' ')}`, ...steps], profile.command);
+    const inner = hold ? profile.command.slice(HOLDER_COMMAND.length) : profile.command;
+    const line = runLine([`export ${env.join(' ')}`, ...steps], inner, hold);
     claim = takePrebuilt(shape, staged, line, cgroupLimits);
   }
   preload?.write(); // (a run with network is never served by a sandbox built ahead: no claim to end)
+  // rw binds are handed to the sandbox's uid for the run when it is not this process's (root).
+  let grant: BindGrant;
+  try {
+    grant = grantBinds(binds, identity);
+  } catch (err) {
+    if (claim) finishPrebuilt(claim);
+    throw err;
+  }
+  // The run's own sandbox, when no sandbox built ahead serves it.
+  let cold: { args: string[]; optionCount: number; opens: string[]; staged: Staged } | undefined;
+  if (!claim?.built) {
+    try {
+      const p = plan(mounts, binds);
+      const args = buildBwrapArgs({ ...profile, mounts: p.mounts }, layout, p.fds, limits);
+      cold = { args, optionCount: args.length - profile.command.length - 1, opens: p.opens, staged: p.staged };
+    } catch (err) {
+      if (claim) finishPrebuilt(claim);
+      grant.restore();
+      throw err;
+    }
+  }
   const started = performance.now();
   const launched: Launched | undefined =
     claim?.built ??
     launch({
-      steps,
-      argv: [host.bwrap.path, '--args', '3', ...args.slice(optionCount)],
+      // The holder's channel is closed for the tool by the holder, or here when there is none.
+      steps: [...steps, ...(cold?.opens ?? []), ...(hold ? [] : [`exec ${HOLDER_FD}<&-`])],
+      argv: [...(cold?.staged.prefix ?? []), ...bwrapArgv, '--args', '3', ...(cold?.args.slice(cold.optionCount) ?? [])],
       bindFds: binds.map((b) => b.fd),
       ...(cgroups ? { cgroups } : {}),
       seccomp,
@@ -370,6 +521,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     });
   if (!launched) {
     if (claim) finishPrebuilt(claim);
+    grant.restore();
+    cold?.staged.remove();
     preload?.remove();
     const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
     throw new SandboxError(
@@ -418,12 +571,45 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     stream.on('error', () => {}); // the tool may exit without reading: not an error of ours
     stream.end(data);
   };
-  if (!claim?.built) write(child.stdio[3] as Writable, `${args.slice(0, optionCount).join('\0')}\0`);
+  if (cold) write(child.stdio[3] as Writable, `${cold.args.slice(0, cold.optionCount).join('\0')}\0`);
   write(child.stdin, options.stdin ?? '');
+
+  // The holder says `done <status>` on its channel once the tool has exited; its output
+  // directories are then copied out, and the holder released (which ends the sandbox).
+  let copied: RunOutput[] | undefined;
+  let unmoved: Error | undefined;
+  const copyOutputs = () => {
+    if (!hold || copied) return;
+    const pid = child.pid ? sandboxPid(child.pid) : undefined;
+    if (!pid) return;
+    copied = outputs.map((m) => {
+      try {
+        const got = copyOut(`/proc/${pid}/root${m.target ?? m.source}`, m.source, { ...COPY_LIMITS, bytes: limits.outputDirBytes });
+        return got ? { path: m.source, ...got } : { path: m.source, lost: 'the sandbox was not set up yet' };
+      } catch (err) {
+        unmoved ??= err as Error;
+        return { path: m.source, lost: (err as Error).message };
+      }
+    });
+  };
+  const channel = hold ? (child.stdio as unknown as (Duplex | null)[])[claim?.built ? 5 : HOLDER_FD] : undefined;
+  if (channel) {
+    let heard = '';
+    channel.on('error', () => {});
+    const onData = (chunk: Buffer) => {
+      heard += chunk.toString('latin1');
+      if (!/(^|\n)done \d+\n/.test(heard)) return;
+      channel.off('data', onData);
+      copyOutputs();
+      channel.end('\n');
+    };
+    channel.on('data', onData);
+  }
 
   let ended: EndReason | undefined;
   const kill = (why: EndReason) => {
     ended ??= why;
+    copyOutputs(); // what the tool wrote so far is kept, as a run that ends by itself keeps it
     try {
       if (child.pid) process.kill(-child.pid, 'SIGKILL');
     } catch {
@@ -484,6 +670,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
     child.on('error', (err) => {
       if (claim) finishPrebuilt(claim);
+      grant.restore();
+      cold?.staged.remove();
       reject(err);
     });
     child.on('close', (c, s) => resolve({ code: c, signal: s }));
@@ -518,14 +706,22 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   }
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
   const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
-  if (claim) finishPrebuilt(claim, staged);
+  if (claim) finishPrebuilt(claim);
   if (!claim?.built) finished(launched);
+  grant.restore();
+  cold?.staged.remove();
   if (network && relayed < 2 && !ended) {
     await spillWrites.catch(() => {});
     if (spill) await (await spill).close();
     throw new SandboxError(
       'sandbox_unavailable',
       `the sandbox's network relay did not start, so the tool did not run (exit ${exitCode ?? sig}): ${stderrTail.trim() || 'no message'}`,
+    );
+  }
+  if (unmoved) {
+    throw new SandboxError(
+      'output_unmoved',
+      `the run ended, but its output could not be copied out of the sandbox into ${outputs.map((m) => m.source).join(', ')}: ${unmoved.message}`,
     );
   }
   let stdoutFile: string | undefined;
@@ -550,6 +746,37 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(cpuUsec !== undefined ? { usage: { cpuMs: Math.round(cpuUsec / 1000) } } : {}),
     limits,
     ...(proxy ? { network: proxy.usage } : {}),
+    ...(hold ? { outputs: copied ?? outputs.map((m) => ({ path: m.source, lost: LOST })) } : {}),
     prebuilt: claim?.built !== undefined,
   };
+}
+
+const LOST = 'the sandbox ended before its holder said the tool was done (the tool may have killed it), so nothing was copied out';
+
+/**
+ * The process of a sandbox whose root is read through /proc: the command bwrap started (the
+ * holder), else bwrap's init in the sandbox. Found from the launcher, which became bwrap.
+ */
+function sandboxPid(bwrap: number): number | undefined {
+  const init = childrenOf(bwrap)[0];
+  return init === undefined ? undefined : (childrenOf(init)[0] ?? init);
+}
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
+  } catch {
+    // No /proc/<pid>/task/<pid>/children on this kernel: every process's parent, from its stat.
+    const out: number[] = [];
+    for (const p of readdirSync('/proc')) {
+      if (!/^\d+$/.test(p)) continue;
+      try {
+        const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+        if (Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(p));
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return out.sort((a, b) => a - b);
+  }
 }

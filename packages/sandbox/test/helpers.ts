@@ -1,4 +1,5 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -60,4 +61,33 @@ export async function runInChild(
   child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
   const exit = await new Promise<number | null>((r) => child.on('close', r));
   return { code: exit, out, err, child };
+}
+
+/**
+ * The processes descended from `root` (default: this process), found from every process's parent
+ * in /proc/<pid>/stat. Tests look only at their own processes: other test workers and anything
+ * else on the host run their own sandboxes.
+ */
+export function descendants(root = process.pid): number[] {
+  const parents = new Map<number, number>();
+  for (const p of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    try {
+      const s = readFileSync(`/proc/${p}/stat`, 'utf8');
+      parents.set(Number(p), Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const mine = new Set([root]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [p, pp] of parents) {
+      if (!mine.has(p) && mine.has(pp)) {
+        mine.add(p);
+        grew = true;
+      }
+    }
+  }
+  mine.delete(root);
+  return [...mine];
 }

@@ -13,6 +13,8 @@ async function fakeBwrap(version: string, trialStderr: string): Promise<string> 
     `#!/bin/sh\nif [ "$1" = "--version" ]; then echo "bubblewrap ${version}"; exit 0; fi\necho ${JSON.stringify(trialStderr)} >&2\nexit 1\n`,
   );
   chmodSync(path, 0o755);
+  // As root the trial runs as the sandbox's uid, which must be able to run it.
+  chmodSync(dir, 0o755);
   return path;
 }
 
