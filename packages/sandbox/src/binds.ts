@@ -1,6 +1,6 @@
-import { closeSync, constants as fsc, fstatSync, openSync, readlinkSync, realpathSync } from 'node:fs';
+import { closeSync, constants as fsc, fstatSync, lstatSync, openSync, readdirSync, realpathSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { dirname, isAbsolute, join, sep } from 'node:path';
+import { isAbsolute, join, sep } from 'node:path';
 
 /** A path the caller (ultimately an agent) asks to see inside the sandbox. Hostile input. */
 export interface BindRequest {
@@ -18,6 +18,8 @@ export interface BindRules {
   roots: readonly string[];
   /** Paths that may never be bound, nor any directory containing them (defaults: {@link defaultDenyList}). */
   deny?: readonly string[];
+  /** Exact paths an operator allows although {@link CODE_PATH_NAMES} would refuse them. */
+  allow?: readonly string[];
 }
 
 /** A bind that passed every check, held open by an `O_PATH` descriptor: the checked inode is the one mounted. */
@@ -72,12 +74,62 @@ function tryRealpath(p: string): string | undefined {
 }
 
 /**
- * Checks one bind request and opens the path with `O_PATH | O_NOFOLLOW`. Refuses (`bind_denied`,
- * with the reason) a relative path, any `..` segment, a path that goes through a symbolic link, a
- * path outside every root, a path that is (or contains) a denied one, and anything but a regular
- * file or a directory (sockets, FIFOs, devices). After opening, the descriptor's own path is read
- * back from /proc and must be the checked one, so a rename or symlink swap between the check and
- * the open is caught, and the inode that was checked is the one bwrap mounts (`--bind-fd`).
+ * Files and directories through which a program on the host runs code or takes settings when a
+ * person next works there: a git repository's config and hooks (`core.fsmonitor`, `core.pager`,
+ * hooks), other version control, direnv, editors' workspace settings, shell start-up files, agent
+ * and MCP configuration. A bind whose path has such a name as any component is refused, and so is
+ * a `rw` bind of a directory that holds one directly, unless {@link BindRules.allow} names it.
+ */
+export const CODE_PATH_NAMES: readonly string[] = [
+  '.git',
+  '.gitconfig',
+  '.gitmodules',
+  '.hg',
+  '.hgrc',
+  '.svn',
+  '.bzr',
+  '.envrc',
+  '.direnv',
+  '.vscode',
+  '.idea',
+  '.devcontainer',
+  '.bashrc',
+  '.bash_profile',
+  '.bash_login',
+  '.bash_logout',
+  '.profile',
+  '.zshrc',
+  '.zshenv',
+  '.zprofile',
+  '.zlogin',
+  '.cshrc',
+  '.tcshrc',
+  '.kshrc',
+  '.inputrc',
+  '.mcp.json',
+  '.claude',
+  '.cursor',
+  '.ripgreprc',
+  '.pre-commit-config.yaml',
+];
+
+const O_DIRECTORY = fsc.O_DIRECTORY;
+
+function errno(err: unknown): string {
+  return (err as NodeJS.ErrnoException).code ?? 'error';
+}
+
+/**
+ * Checks one bind request and opens the path without ever re-walking it by name: each component
+ * is opened relative to the descriptor of the one before (`/proc/self/fd/<dir>/<name>` with
+ * `O_PATH | O_NOFOLLOW`, as `openat` does), so a symbolic link anywhere on the way, or one swapped
+ * in while checking (a rename or `RENAME_EXCHANGE` race), stops the walk instead of being
+ * followed. A `rw` + `create` bind creates its file relative to the parent's descriptor with
+ * `O_CREAT | O_EXCL | O_NOFOLLOW`. Refuses (`bind_denied`, with the reason) a relative path, any
+ * `..` segment, a path outside every root, a path that is (or contains) a denied one, a path
+ * through which a host program runs code ({@link CODE_PATH_NAMES}), anything but a regular file
+ * or a directory, and a `rw` file with other hard links. The descriptor is the inode that was
+ * checked and is the one bwrap mounts (`--bind-fd`).
  */
 export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
   const mode = req.mode ?? 'ro';
@@ -95,63 +147,98 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
 
   const roots = rules.roots.map((r) => tryRealpath(r)).filter((r): r is string => r !== undefined);
   if (roots.length === 0) return deny('no bind roots are configured, so nothing may be bound');
-  const inRoots = (p: string) => roots.some((r) => within(p, r));
-
-  const denied = (p: string): BindCheck | undefined => {
-    for (const d of rules.deny ?? defaultDenyList()) {
-      const dr = tryRealpath(d) ?? d;
-      if (within(p, dr)) return deny(`${dr} is never bound (credentials or forge's own state)`);
-      if (within(dr, p)) return deny(`it contains ${dr}, which is never bound; bind a narrower path`);
-    }
-    return undefined;
-  };
-
-  let real = tryRealpath(wanted);
-  if (real === undefined) {
-    if (!(mode === 'rw' && req.create)) return deny('it does not exist');
-    // Create the file first, inside an allowed root, never through a symlink, and never where
-    // the deny list forbids (an empty file there can be harm enough: a policy file, say).
-    const parent = tryRealpath(dirname(wanted));
-    if (parent === undefined || parent !== dirname(wanted)) return deny('its directory does not exist or goes through a symbolic link');
-    if (!inRoots(parent)) return deny(`it is outside the allowed roots (${roots.join(', ')})`);
-    const refused = denied(wanted);
-    if (refused) return refused;
-    try {
-      closeSync(openSync(wanted, fsc.O_CREAT | fsc.O_EXCL | fsc.O_WRONLY | fsc.O_NOFOLLOW, 0o600));
-    } catch (err) {
-      return deny(`it could not be created (${(err as NodeJS.ErrnoException).code})`);
-    }
-    real = wanted;
+  if (!roots.some((r) => within(wanted, r))) return deny(`it is outside the allowed roots (${roots.join(', ')})`);
+  for (const d of rules.deny ?? defaultDenyList()) {
+    const dr = tryRealpath(d) ?? d;
+    if (within(wanted, dr)) return deny(`${dr} is never bound (credentials or forge's own state)`);
+    if (within(dr, wanted)) return deny(`it contains ${dr}, which is never bound; bind a narrower path`);
   }
-  if (real !== wanted) return deny(`it goes through a symbolic link (it resolves to ${real}); bind the real path instead`);
-  if (!inRoots(real)) return deny(`it is outside the allowed roots (${roots.join(', ')})`);
-  const refused = denied(real);
-  if (refused) return refused;
+  const allowed = new Set((rules.allow ?? []).map((a) => tryRealpath(a) ?? a));
+  const codeName = wanted.split('/').find((seg) => CODE_PATH_NAMES.includes(seg));
+  if (codeName && !allowed.has(wanted)) {
+    return deny(
+      `${codeName} is where a program on the host finds code to run (a repository's config and hooks, shell or editor settings), so it is never bound by default; bind another path, or have an operator allow this one in policy (bind_allow)`,
+    );
+  }
 
-  let fd: number;
+  // The walk: "/" first, then one component at a time from the descriptor of the one before.
+  const parts = wanted.split('/').filter(Boolean);
+  let dir: number;
   try {
-    fd = openSync(real, O_PATH | fsc.O_NOFOLLOW);
+    dir = openSync('/', O_PATH | O_DIRECTORY);
   } catch (err) {
-    return deny(`it could not be opened (${(err as NodeJS.ErrnoException).code})`);
+    return deny(`"/" could not be opened (${errno(err)})`);
+  }
+  const through = (i: number) => `/${parts.slice(0, i + 1).join('/')}`;
+  const symlinkAt = (i: number) => {
+    const real = tryRealpath(through(i));
+    return i === parts.length - 1 && real
+      ? `it goes through a symbolic link (it resolves to ${real}); bind the real path instead`
+      : `it goes through a symbolic link (${through(i)}); bind the real path instead`;
+  };
+  for (let i = 0; i < parts.length - 1; i++) {
+    let next: number;
+    try {
+      next = openSync(`/proc/self/fd/${dir}/${parts[i]}`, O_PATH | O_DIRECTORY | fsc.O_NOFOLLOW);
+    } catch (err) {
+      closeSync(dir);
+      const code = errno(err);
+      if (code === 'ELOOP' || code === 'ENOTDIR') {
+        const st = lstatSync(through(i), { throwIfNoEntry: false });
+        return deny(st?.isSymbolicLink() ? symlinkAt(i) : `${through(i)} is not a directory`);
+      }
+      return deny(code === 'ENOENT' ? `its directory ${through(i)} does not exist` : `${through(i)} could not be opened (${code})`);
+    }
+    closeSync(dir);
+    dir = next;
+  }
+  const name = parts[parts.length - 1] as string;
+  const at = `/proc/self/fd/${dir}/${name}`;
+  let fd: number | undefined;
+  try {
+    try {
+      fd = openSync(at, O_PATH | fsc.O_NOFOLLOW);
+    } catch (err) {
+      if (errno(err) !== 'ENOENT') return deny(`it could not be opened (${errno(err)})`);
+      if (!(mode === 'rw' && req.create)) return deny('it does not exist');
+      // Created in the directory that was walked to, never through a name that could be swapped.
+      try {
+        closeSync(openSync(at, fsc.O_CREAT | fsc.O_EXCL | fsc.O_WRONLY | fsc.O_NOFOLLOW, 0o600));
+        fd = openSync(at, O_PATH | fsc.O_NOFOLLOW);
+      } catch (e) {
+        return deny(`it could not be created (${errno(e)})`);
+      }
+    }
+  } finally {
+    closeSync(dir);
   }
   const refuse = (message: string): BindCheck => {
-    closeSync(fd);
+    closeSync(fd as number);
     return deny(message);
   };
   const st = fstatSync(fd);
+  if (st.isSymbolicLink()) return refuse(symlinkAt(parts.length - 1));
   const kind = st.isFile() ? 'file' : st.isDirectory() ? 'directory' : undefined;
   if (!kind) {
-    const what = st.isSocket() ? 'a socket' : st.isFIFO() ? 'a FIFO' : st.isSymbolicLink() ? 'a symbolic link' : 'a device or special file';
+    const what = st.isSocket() ? 'a socket' : st.isFIFO() ? 'a FIFO' : 'a device or special file';
     return refuse(`it is ${what}; only regular files and directories can be bound`);
   }
-  let opened: string;
-  try {
-    opened = readlinkSync(`/proc/self/fd/${fd}`);
-  } catch {
-    return refuse('its opened descriptor cannot be checked (/proc is not mounted)');
+  if (mode === 'rw' && kind === 'file' && st.nlink > 1) {
+    return refuse(`it has ${st.nlink} hard links, so writing it would change every other name of it too; bind a file with one link`);
   }
-  if (opened !== real) return refuse(`it changed while being checked (now ${opened}); try again`);
-  return { ok: true, bind: { path: real, mode, kind, fd } };
+  if (mode === 'rw' && kind === 'directory') {
+    try {
+      const held = readdirSync(`/proc/self/fd/${fd}`).find((n) => CODE_PATH_NAMES.includes(n));
+      if (held && !allowed.has(wanted)) {
+        return refuse(
+          `it holds ${held}, where a program on the host finds code to run, and a rw bind would let the tool change it; bind a narrower directory, or have an operator allow this one in policy (bind_allow)`,
+        );
+      }
+    } catch (err) {
+      return refuse(`it could not be read (${errno(err)})`);
+    }
+  }
+  return { ok: true, bind: { path: wanted, mode, kind, fd } };
 }
 
 /** Closes the descriptors of checked binds (after the run that used them). */

@@ -1,5 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, linkSync, mkdirSync, readdirSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -94,5 +94,115 @@ describe('checkBind', () => {
       expect(msg).toContain('is never bound');
       expect(existsSync(join(state, name))).toBe(false);
     }
+  });
+});
+
+describe('checkBind against a racing swap of a parent directory', () => {
+  it('never creates or opens anything outside the walked directories while a parent is exchanged with a symlink (RENAME_EXCHANGE)', async () => {
+    const root = await tempDir();
+    const secret = await tempDir(); // stands for FORGE_HOME: outside the roots
+    writeFileSync(join(secret, 'vault.json'), '{}');
+    mkdirSync(join(root, 'dir'));
+    writeFileSync(join(root, 'dir', 'vault.json'), 'decoy');
+    symlinkSync(secret, join(root, 'link'));
+    // A racer exchanging root/dir and root/link as fast as it can, for a bounded time.
+    const racer = spawn(
+      'python3',
+      [
+        '-c',
+        `import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = ${JSON.stringify(join(root, 'dir'))}.encode(), ${JSON.stringify(join(root, 'link'))}.encode()
+end = time.time() + 4
+while time.time() < end:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        raise SystemExit('renameat2: errno %d' % ctypes.get_errno())`,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let racerErr = '';
+    racer.stderr.on('data', (c: Buffer) => (racerErr += c.toString()));
+    const exited = new Promise<number | null>((r) => racer.on('exit', r));
+    onTestFinished(() => void racer.kill('SIGKILL'));
+    let created = 0;
+    let opened = 0;
+    let refused = 0;
+    const deadline = Date.now() + 3000;
+    for (let i = 0; Date.now() < deadline; i++) {
+      const made = checkBind({ path: join(root, 'dir', `new-${i}.txt`), mode: 'rw', create: true }, { roots: [root], deny: [] });
+      const read = checkBind({ path: join(root, 'dir', 'vault.json'), mode: 'rw' }, { roots: [root], deny: [] });
+      for (const r of [made, read]) {
+        if (r.ok) {
+          // The descriptor must be inside the root, never in the directory the symlink points at.
+          expect(readlinkSync(`/proc/self/fd/${r.bind.fd}`).startsWith(`${root}/`)).toBe(true);
+          closeBinds([r.bind]);
+          r === made ? created++ : opened++;
+        } else refused++;
+      }
+      if (i % 50 === 0) await new Promise((r) => setImmediate(r));
+    }
+    expect(await exited, racerErr).toBe(0);
+    expect(readdirSync(secret)).toEqual(['vault.json']); // nothing was created there
+    expect(created + opened + refused).toBeGreaterThan(100);
+    expect(created).toBeGreaterThan(0); // the race did not just refuse everything
+  });
+});
+
+describe('checkBind and the files a host program runs code from', () => {
+  it('refuses .git, .envrc, editor, shell and agent settings, ro and rw, unless the exact path is allowed', async () => {
+    const root = await tempDir();
+    mkdirSync(join(root, '.git', 'hooks'), { recursive: true });
+    writeFileSync(join(root, '.git', 'config'), '[core]\n');
+    mkdirSync(join(root, '.vscode'));
+    writeFileSync(join(root, '.vscode', 'settings.json'), '{}');
+    for (const name of ['.envrc', '.bashrc', '.zshrc', '.profile', '.mcp.json', '.gitconfig']) writeFileSync(join(root, name), '');
+    mkdirSync(join(root, '.claude'));
+    const rules = { roots: [root], deny: [] };
+    for (const p of [
+      '.git/config',
+      '.git/hooks',
+      '.git',
+      '.vscode/settings.json',
+      '.envrc',
+      '.bashrc',
+      '.zshrc',
+      '.profile',
+      '.mcp.json',
+      '.gitconfig',
+      '.claude',
+    ]) {
+      for (const mode of ['ro', 'rw'] as const) {
+        expect(denied(checkBind({ path: join(root, p), mode }, rules)), `${p} ${mode}`).toContain(
+          'where a program on the host finds code to run',
+        );
+      }
+    }
+    // Creating one is refused too, and creates nothing.
+    expect(denied(checkBind({ path: join(root, '.git', 'hooks', 'pre-commit'), mode: 'rw', create: true }, rules))).toContain('.git');
+    expect(existsSync(join(root, '.git', 'hooks', 'pre-commit'))).toBe(false);
+    // A rw bind of the directory that holds them directly is refused; ro is fine, and so is a narrower rw one.
+    expect(denied(checkBind({ path: root, mode: 'rw' }, rules))).toContain('it holds .');
+    mkdirSync(join(root, 'out'));
+    for (const r of [checkBind({ path: root, mode: 'ro' }, rules), checkBind({ path: join(root, 'out'), mode: 'rw' }, rules)]) {
+      if (!r.ok) throw new Error(r.message);
+      closeBinds([r.bind]);
+    }
+    // An operator's explicit allow re-opens exactly that path.
+    const allowed = checkBind({ path: join(root, '.git', 'config'), mode: 'rw' }, { ...rules, allow: [join(root, '.git', 'config')] });
+    if (!allowed.ok) throw new Error(allowed.message);
+    closeBinds([allowed.bind]);
+    expect(
+      denied(checkBind({ path: join(root, '.git', 'HEAD'), mode: 'ro' }, { ...rules, allow: [join(root, '.git', 'config')] })),
+    ).toContain('.git');
+  });
+
+  it('refuses a rw bind of a file with other hard links', async () => {
+    const root = await tempDir();
+    writeFileSync(join(root, 'a'), 'x');
+    linkSync(join(root, 'a'), join(root, 'b'));
+    expect(denied(checkBind({ path: join(root, 'a'), mode: 'rw' }, { roots: [root], deny: [] }))).toContain('2 hard links');
+    const ro = checkBind({ path: join(root, 'a'), mode: 'ro' }, { roots: [root], deny: [] });
+    if (!ro.ok) throw new Error(ro.message);
+    closeBinds([ro.bind]);
   });
 });
