@@ -53,6 +53,7 @@ import { readAnnotations } from './annotations.js';
 import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
 import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
+import { caseVariantIn, checkManage, eventTypeOf, ownerCheck } from './gates.js';
 import { HitLog, listArtifacts, newId, newRunId, writeJsonAtomic } from './manifest.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
 import {
@@ -448,6 +449,11 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     for (const d of decisions) if (!d.ok) return refuse(d as Refusal);
     const ns = checkNamespace(snap, ctx.persona, tool.name);
     if (!ns.ok) return refuse(ns as Refusal, 'tool.namespace_denied');
+    // Taken too: a name that differs only by case from a visible tool (the registry checks its own
+    // scopes; the session and task scopes are registries of their own).
+    const visible = await layers(ctx);
+    const variant = o.overwrite === true && resolveIn(visible, tool.name) ? undefined : caseVariantIn(visible, tool.name);
+    if (variant) return refuse(variant);
     const rt = checkRuntime(snap, tool.runtime);
     if (!rt.ok) return refuse(rt as Refusal);
     // On PATH is not enough (a version manager's shim for a version it has not installed): the
@@ -462,8 +468,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const count = breakersOf(ctx.session).checkForge(ctx.session, snap.policy.breakers);
     if (!count.ok) return refuse({ ok: false, kind: count.kind, message: count.message });
     const reg = await registryFor(scope, ctx);
-    const written = await reg.create(tool, { scope, createdBy: who, overwrite: o.overwrite === true });
-    if (!written.ok) return refuse(written as Refusal);
+    // A replace needs the replaced tool to be the persona's (asked under the name's lock).
+    const written = await reg.create(tool, {
+      scope,
+      createdBy: who,
+      overwrite: o.overwrite === true,
+      authorize: ownerCheck(snap, ctx.persona, tool.name, 'forge'),
+    });
+    if (!written.ok) return refuse(written as Refusal, eventTypeOf(written.kind, 'forge.created'));
     await record('forge.created', {
       ok: true,
       ...who,
@@ -1024,15 +1036,31 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       .sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
   };
 
+  /**
+   * Remove and promote pass the gates of forging (persona ACL, forbidden names, allow-rules,
+   * persona namespace; see gates.ts), then the registry asks, under the name's lock, whether the
+   * tool is the persona's: its namespace, its creator, or an operator (policy operator_personas).
+   */
   const promoteTool = async (name: string, o: { force?: boolean } & CallContext = {}): Promise<ForgeResult & { outcome?: string }> => {
     const ctx = context(o);
     const who = { persona: ctx.persona, session: ctx.session };
-    if (closing) return { ok: false, kind: 'internal', message: 'forge is shutting down; try again after it restarts' };
-    const r = await base.promote(name, { ...(o.force ? { force: true } : {}), createdBy: who });
-    if (!r.ok) {
-      await record('forge.promoted', { ok: false, name, ...who, kind: r.kind, message: r.message });
-      return r as Refusal;
-    }
+    const refuse = async (kind: string, message: string, eventType = 'forge.promoted'): Promise<Refusal> => {
+      await record(eventType, { ok: false, name, ...who, ...(eventType !== 'forge.promoted' ? { action: 'promote' } : {}), kind, message });
+      return { ok: false, kind, message };
+    };
+    if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    const bad = contextProblem(ctx);
+    if (bad) return refuse('validation_failed', bad);
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol.kind, pol.message);
+    const gate = checkManage(pol.snap, ctx, name, 'promote', 'forge.promoted');
+    if (gate) return refuse(gate.kind, gate.message, gate.eventType);
+    const r = await base.promote(name, {
+      ...(o.force ? { force: true } : {}),
+      createdBy: who,
+      authorize: ownerCheck(pol.snap, ctx.persona, name, 'promote'),
+    });
+    if (!r.ok) return refuse(r.kind, r.message, eventTypeOf(r.kind, 'forge.promoted'));
     await record('forge.promoted', { ok: true, name, ...who, outcome: r.outcome, version: r.tool.version, digest: r.tool.digest });
     if (r.outcome !== 'unchanged') notifyChanged(['user'], [name]);
     return { ok: true, tool: r.tool, outcome: r.outcome, ...(r.previous ? { previous: r.previous } : {}) };
@@ -1041,18 +1069,35 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   const removeTool = async (name: string, o: { scope?: Scope } & CallContext = {}): Promise<ForgeResult> => {
     const ctx = context(o);
     const who = { persona: ctx.persona, session: ctx.session };
-    const refuse = async (kind: string, message: string, extra: Record<string, unknown> = {}): Promise<Refusal> => {
-      await record('forge.removed', { ok: false, name, ...who, ...extra, kind, message });
+    const refuse = async (
+      kind: string,
+      message: string,
+      extra: Record<string, unknown> = {},
+      eventType = 'forge.removed',
+    ): Promise<Refusal> => {
+      await record(eventType, {
+        ok: false,
+        name,
+        ...who,
+        ...(eventType !== 'forge.removed' ? { action: 'remove' } : {}),
+        ...extra,
+        kind,
+        message,
+      });
       return { ok: false, kind, message };
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
     const bad = contextProblem(ctx);
     if (bad) return refuse('validation_failed', bad);
     if (o.scope === 'task' && !ctx.task) return refuse('validation_failed', 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)');
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol.kind, pol.message);
+    const gate = checkManage(pol.snap, ctx, name, 'remove', 'forge.removed');
+    if (gate) return refuse(gate.kind, gate.message, {}, gate.eventType);
     const scope = o.scope ?? resolveIn(await layers(ctx), name)?.scope;
     if (!scope) return refuse('unknown_tool', `no forged tool is named "${name}"; call forge_list to see the tools`);
-    const r = await (await registryFor(scope, ctx)).remove(name, { scope });
-    if (!r.ok) return refuse(r.kind, r.message, { scope });
+    const r = await (await registryFor(scope, ctx)).remove(name, { scope, authorize: ownerCheck(pol.snap, ctx.persona, name, 'remove') });
+    if (!r.ok) return refuse(r.kind, r.message, { scope }, eventTypeOf(r.kind, 'forge.removed'));
     await record('forge.removed', { ok: true, name, ...who, scope, version: r.removed.version, digest: r.removed.digest });
     notifyChanged([scope], [name]);
     return { ok: true, tool: r.removed };
