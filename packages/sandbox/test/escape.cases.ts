@@ -43,7 +43,7 @@ import {
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { builtSoon, requireSandbox, runInChild, tempDir } from './helpers.js';
+import { builtSoon, descendants, requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 
@@ -944,6 +944,166 @@ print('CONTROL:ran')`,
       expect(r.stdout.length).toBe(input.length);
       expect(r.stdout.equals(input)).toBe(true);
     });
+  });
+
+  describe('no uid of the sandbox is host root, and the kernel stays out of reach', () => {
+    const root = process.getuid?.() === 0;
+
+    it('every process of the sandbox runs as an unprivileged host uid (as root: the dedicated sandbox uid, never 0)', async () => {
+      const host = await probe();
+      const tag = `9.${Date.now() % 1000}${Math.floor(Math.random() * 1000)}`;
+      const running = sh(`sleep ${tag} & echo CONTROL:started; wait`);
+      // The sandbox's processes, seen from the host while the tool sleeps.
+      let uids: number[][] = [];
+      for (let i = 0; i < 200 && uids.length === 0; i++) {
+        await sleep(20);
+        uids = descendants()
+          .filter((p) => {
+            try {
+              return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(tag);
+            } catch {
+              return false;
+            }
+          })
+          .map(
+            (p) =>
+              /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m
+                .exec(readFileSync(`/proc/${p}/status`, 'utf8'))
+                ?.slice(1)
+                .map(Number) ?? [],
+          );
+      }
+      for (const p of descendants()) {
+        try {
+          if (readFileSync(`/proc/${p}/cmdline`, 'utf8') === `sleep\0${tag}\0`) process.kill(p, 'SIGKILL');
+        } catch {
+          // gone
+        }
+      }
+      const r = await running;
+      expectControls(r, 'started');
+      expect(uids.length, 'the tool process was seen from the host').toBeGreaterThan(0);
+      const expected = root ? (host.identity?.uid as number) : (process.getuid?.() as number);
+      if (root) expect(expected).toBe(2_000_000_000);
+      for (const u of uids) expect(u).toEqual([expected, expected, expected, expected]);
+    });
+
+    it('cannot write kernel.core_pattern or any sysctl, nor trigger sysrq: /proc/sys, /proc/sysrq-trigger, /proc/irq, /proc/bus, /proc/fs are read-only', async () => {
+      const before = readFileSync('/proc/sys/kernel/core_pattern', 'utf8');
+      const r = await sh(`
+      printf '|/forge/artifacts/h.sh' > /proc/sys/kernel/core_pattern 2>/dev/null && echo ESCAPE:core_pattern
+      echo 1 > /proc/sys/kernel/sysrq 2>/dev/null && echo ESCAPE:sysrq
+      echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo ESCAPE:drop_caches
+      echo 1 > /proc/sys/net/ipv4/ip_forward 2>/dev/null && echo ESCAPE:ip_forward
+      [ -e /proc/sysrq-trigger ] && { echo h > /proc/sysrq-trigger 2>/dev/null && echo ESCAPE:sysrq-trigger; }
+      for d in /proc/sys /proc/irq /proc/bus /proc/fs; do
+        [ -d $d ] || continue
+        grep -q " $d ro," /proc/self/mountinfo && echo CONTROL:ro$d
+      done
+      cat /proc/sys/kernel/core_pattern >/dev/null && echo CONTROL:readable`);
+      expectNoEscape(r);
+      expectControls(r, 'readable', 'ro/proc/sys');
+      for (const d of ['/proc/irq', '/proc/bus', '/proc/fs']) if (existsSync(d)) expectControls(r, `ro${d}`);
+      expect(readFileSync('/proc/sys/kernel/core_pattern', 'utf8')).toBe(before);
+    });
+
+    it('kernel memory, keys, timers and the ACPI/SCSI views are masked (empty or unreadable)', async () => {
+      const r = await sh(`
+      for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/interrupts /proc/latency_stats /proc/timer_stats; do
+        [ -e $f ] || continue
+        [ -s $f ] && echo "ESCAPE:size $f"
+        n=$(head -c 64 $f 2>/dev/null | wc -c); [ "$n" -gt 0 ] && echo "ESCAPE:read $f"
+        echo CONTROL:checked
+      done
+      for d in /proc/acpi /proc/scsi /proc/asound; do
+        [ -d $d ] || continue
+        [ -n "$(ls -A $d)" ] && echo "ESCAPE:listed $d"
+        touch $d/x 2>/dev/null && echo "ESCAPE:wrote $d"
+      done
+      [ -r /proc/self/status ] && echo CONTROL:proc`);
+      expectNoEscape(r);
+      expectControls(r, 'proc');
+      if (['/proc/kcore', '/proc/keys', '/proc/timer_list', '/proc/sched_debug', '/proc/interrupts'].some((f) => existsSync(f))) {
+        expectControls(r, 'checked');
+      }
+    });
+
+    it("the mount table shows no host path of the run's code or output: they are copied in and out", async () => {
+      const dir = await tempDir();
+      const code = join(dir, 'code.sh');
+      writeFileSync(code, 'cat /proc/self/mountinfo; echo out > /out/f; echo CONTROL:ran\n', { mode: 0o400 });
+      mkdirSync(join(dir, 'artifacts'));
+      const r = await run({
+        command: ['/bin/sh', '/in/code.sh'],
+        mounts: [
+          { source: code, target: '/in/code.sh', mode: 'ro', perRun: true },
+          { source: join(dir, 'artifacts'), target: '/out', mode: 'rw', perRun: true },
+        ],
+      });
+      expectControls(r, 'ran');
+      expect(r.stdout.toString(), describeRun(r)).not.toContain(dir);
+      expect(r.stdout.toString()).toMatch(/ \/out rw,nosuid,nodev[^ ]* - tmpfs /);
+      expect(readFileSync(join(dir, 'artifacts', 'f'), 'utf8')).toBe('out\n');
+    });
+
+    it('an output flood stops at outputDirBytes: the tool meets ENOSPC, the host keeps at most that much, marked full, with no exec bit', async () => {
+      const dir = await tempDir();
+      const out = join(dir, 'artifacts');
+      mkdirSync(out);
+      const r = await run({
+        command: [
+          '/bin/sh',
+          '-c',
+          'i=0; while [ $i -lt 40 ]; do head -c 262144 /dev/zero > /out/f$i || { echo CONTROL:enospc; break; }; i=$((i+1)); done; chmod 4755 /out/f0; printf "#!/bin/sh\n" > /out/x; chmod +x /out/x; ln -s /etc/shadow /out/l; mkfifo /out/p; echo CONTROL:done',
+        ],
+        mounts: [{ source: out, target: '/out', mode: 'rw', perRun: true }],
+        limits: { outputDirBytes: 1 << 20 },
+      });
+      expectControls(r, 'enospc');
+      const o = r.outputs?.[0];
+      expect(o, describeRun(r)).toMatchObject({ path: out, full: true });
+      let total = 0;
+      for (const name of readdirSync(out)) {
+        const st = lstatSync(join(out, name));
+        if (st.isFile()) {
+          total += st.size;
+          expect((st.mode & 0o7777).toString(8), name).toBe('600');
+        }
+      }
+      expect(total).toBeLessThanOrEqual(1 << 20);
+      expect(lstatSync(join(out, 'l')).isSymbolicLink()).toBe(true); // kept as a link, never followed
+      expect(existsSync(join(out, 'p'))).toBe(false); // a FIFO is not copied
+    });
+
+    it.runIf(root)(
+      'as root: a rw bind of a root-owned file is writable for the run and root-owned again after; a ro bind the sandbox uid cannot read is refused',
+      async () => {
+        const dir = await tempDir(); // 0700, root's: the sandbox uid cannot search it (staged)
+        writeFileSync(join(dir, 'data.txt'), 'in\n', { mode: 0o644 });
+        mkdirSync(join(dir, 'out'), { mode: 0o755 });
+        const file = mustBind({ path: join(dir, 'data.txt'), mode: 'rw' }, [dir]);
+        const out = mustBind({ path: join(dir, 'out'), mode: 'rw' }, [dir]);
+        const r = await run({
+          command: [
+            '/bin/sh',
+            '-c',
+            'cat "$0" && echo more >> "$0" && mkdir "$1/sub" && echo x > "$1/sub/f" && echo CONTROL:wrote',
+            file.path,
+            out.path,
+          ],
+          binds: [file, out],
+        });
+        expectControls(r, 'wrote');
+        expect(readFileSync(join(dir, 'data.txt'), 'utf8')).toBe('in\nmore\n');
+        for (const p of ['data.txt', 'out', 'out/sub', 'out/sub/f']) expect(statSync(join(dir, p)).uid, p).toBe(0);
+        writeFileSync(join(dir, 'private.txt'), 'secret', { mode: 0o600 });
+        const priv = mustBind({ path: join(dir, 'private.txt'), mode: 'ro' }, [dir]);
+        await expect(run({ command: ['/bin/cat', priv.path], binds: [priv] })).rejects.toMatchObject({
+          code: 'bind_denied',
+          message: expect.stringContaining('cannot read it (owner uid 0, mode 0600)'),
+        });
+      },
+    );
   });
 
   describe('the sandbox fails closed', () => {
