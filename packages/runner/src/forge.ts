@@ -1129,6 +1129,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         await tick();
       }
       await Promise.all([...pendingAudit]);
+      // The runtime probe writes its cache file under the home: nothing may write there after close().
+      await runtimesReady.catch(() => {});
       discardPrebuilt(stageDir);
       await base.close();
       for (const r of scoped.values()) await (await r).close();
