@@ -490,6 +490,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     grant = grantBinds(binds, identity);
   } catch (err) {
     if (claim) finishPrebuilt(claim);
+    preload?.remove();
     throw err;
   }
   // The run's own sandbox, when no sandbox built ahead serves it.
@@ -502,6 +503,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     } catch (err) {
       if (claim) finishPrebuilt(claim);
       grant.restore();
+      preload?.remove();
       throw err;
     }
   }

@@ -8,9 +8,9 @@
  * Each client prints one line per URL: `REACHED <url> <body>` when the server answered,
  * `REFUSED <url> <why>` when the proxy refused, `FAILED <url> <why>` when there was no route.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFileSync, linkSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
+import { chmodSync, copyFileSync, linkSync, readdirSync, readFileSync, realpathSync, utimesSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer, type Server, type Socket } from 'node:net';
@@ -532,6 +532,7 @@ describe('the relay and its channel', () => {
 
   it('leaves no preload file on the host: gone once mounted, after a run that fails, and in a process killed later', async () => {
     const dir = await tempDir();
+    chmodSync(dir, 0o711); // the child's temp dir: a sandbox that runs as another uid (forge as root) passes through it
     const r = await runInChild(
       `process.env.TMPDIR = ${JSON.stringify(dir)};
       const { readdirSync } = await import('node:fs');
@@ -548,13 +549,42 @@ describe('the relay and its channel', () => {
         network,
       });
       const after = preloads();
-      const failed = await module.runSandboxed({ command: ['/bin/true'], mounts: [{ source: 'relative', mode: 'ro' }], network }).catch((e) => e.code);
+      const failed = await module.runSandboxed({ command: ['/bin/true'], env: { 'NOT A NAME': 'x' }, network }).catch((e) => e.code);
       console.log(JSON.stringify({ out: ran.stdout.toString().trim(), during, after, failed, afterFailed: preloads() }));
       process.kill(process.pid, 'SIGKILL');`,
     );
+    expect(r.out, r.err).toMatch(/^\{/);
     expect(JSON.parse(r.out), r.err).toEqual({ out: 'host', during: [], after: [], failed: 'invalid_profile', afterFailed: [] });
     expect(r.child.signalCode).toBe('SIGKILL');
     expect(readdirSync(dir).filter((n) => n.startsWith('forge-sandbox-egress-'))).toEqual([]);
+  });
+
+  it('the first preload a process writes removes those of processes that died mid-setup (older than a minute)', async () => {
+    const dir = await tempDir();
+    chmodSync(dir, 0o711);
+    const gone = spawnSync('/bin/true').pid as number; // a process that has exited
+    const old = new Date(Date.now() - 120_000);
+    const files = {
+      stale: `forge-sandbox-egress-${gone}-0123456789ab.cjs`,
+      young: `forge-sandbox-egress-${gone}-ba9876543210.cjs`,
+      alive: `forge-sandbox-egress-${process.pid}-0123456789ab.cjs`,
+      other: `forge-sandbox-egress-${gone}-notours.cjs`,
+    };
+    for (const [what, name] of Object.entries(files)) {
+      writeFileSync(join(dir, name), '');
+      if (what !== 'young') utimesSync(join(dir, name), old, old);
+    }
+    const r = await runInChild(
+      `process.env.TMPDIR = ${JSON.stringify(dir)};
+      const ran = await module.runSandboxed({ command: ['/bin/true'], network: { grant: { network: 'allow' } } });
+      console.log(ran.exitCode);`,
+    );
+    expect(r.out.trim(), r.err).toBe('0');
+    expect(
+      readdirSync(dir)
+        .filter((n) => n.startsWith('forge-sandbox-egress-'))
+        .sort(),
+    ).toEqual([files.young, files.alive, files.other].sort());
   });
 
   it('refuses a malformed grant before running anything (invalid_profile)', async () => {
