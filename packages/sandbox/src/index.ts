@@ -3,7 +3,16 @@
  *
  * Public API. Everything exported here is a deliberate, documented decision.
  */
-export { type BindCheck, type BindRequest, type BindRules, type CheckedBind, checkBind, closeBinds, defaultDenyList } from './binds.js';
+export {
+  type BindCheck,
+  type BindRequest,
+  type BindRules,
+  type CheckedBind,
+  CODE_PATH_NAMES,
+  checkBind,
+  closeBinds,
+  defaultDenyList,
+} from './binds.js';
 export {
   describeRunLimits,
   type EnforcedLimits,
@@ -16,8 +25,16 @@ export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard
 export { EGRESS_PORTS } from './egress/inside.js';
 export type { EgressProtocol, NetworkEvent, NetworkUsage } from './egress/proxy.js';
 export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
-export { discardPrebuilt, type PrebuiltStats, prebuiltStats } from './prebuilt.js';
-export { type HostInfo, type HostProblem, type ProbeOptions, probe, type RootEntry } from './probe.js';
+export { discardPrebuilt, makeStageDir, type PrebuiltStats, prebuiltStats } from './prebuilt.js';
+export {
+  type HostInfo,
+  type HostProblem,
+  type ProbeOptions,
+  probe,
+  ROOT_SANDBOX_UID,
+  type RootEntry,
+  type SandboxIdentity,
+} from './probe.js';
 export {
   buildBwrapArgs,
   DEFAULT_LIMITS,
@@ -32,6 +49,6 @@ export {
   SANDBOX_UID,
   type SandboxProfile,
 } from './profile.js';
-export { type EndReason, type RunOptions, type RunResult, runSandboxed } from './run.js';
+export { type EndReason, type RunOptions, type RunOutput, type RunResult, runSandboxed } from './run.js';
 export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRuntimes, runtimeNames } from './runtimes.js';
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';

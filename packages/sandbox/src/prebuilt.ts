@@ -25,6 +25,7 @@ import {
   setRunLimits,
 } from './cgroup.js';
 import { controlLine, joinCgroup, type Launched, PRELUDE, setHeld, shellQuote, streams } from './launcher.js';
+import { processTempDir } from './tmp.js';
 
 /**
  * Sandboxes built ahead of time. bwrap's own work (namespaces, mounts, the seccomp filter) takes
@@ -360,6 +361,15 @@ export function finishPrebuilt(claim: PrebuiltClaim): void {
   claim.done = true;
   claim.pool.inFlight--;
   if (claim.built) cleanUp(claim.built);
+}
+
+/**
+ * A new stage directory for {@link RunOptions.prebuild} under the system's temporary directory
+ * (0700, this process's; removed at exit, and by a later process when this one died without its
+ * exit handlers). Its path tells a tool nothing about the host: a sandbox's mount table shows it.
+ */
+export function makeStageDir(): string {
+  return processTempDir('prebuilt');
 }
 
 /**

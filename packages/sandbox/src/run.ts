@@ -28,7 +28,7 @@ import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
 import { BIND_FD, finished, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
 import { finishPrebuilt, INNER_COMMAND, MAX_STAGED_FILE, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
-import { type HostInfo, probe } from './probe.js';
+import { type HostInfo, probe, type SandboxIdentity } from './probe.js';
 import {
   buildBwrapArgs,
   ETC_DIRS,
@@ -112,6 +112,8 @@ export interface RunResult {
   outputs?: RunOutput[];
   /** True when the run was served by a sandbox built ahead ({@link RunOptions.prebuild}). */
   prebuilt: boolean;
+  /** The host uid the tool's processes ran as: this process's, or the sandbox's own when this process is root (never 0). */
+  hostUid: number;
 }
 
 /** What became of one per-run output directory. */
@@ -127,9 +129,9 @@ let seccomp: Buffer | undefined;
  * whenever the host file changes (one stat each per run), written by rename so a running
  * sandbox never sees half a file.
  */
-function prepareEtc(): string {
+function prepareEtc(id?: SandboxIdentity): string {
   if (!etcDir) {
-    const dir = processTempDir('etc');
+    const dir = processTempDir('etc', id);
     // Readable by the sandbox's uid, which is not this process's when this process is root: it
     // holds nothing that is not public (synthesized users, copies of public /etc files).
     chmodSync(dir, 0o755);
@@ -368,7 +370,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const opensFor = (ms: readonly Mount[], fds: readonly (number | undefined)[]) =>
     ms.flatMap((m, i) => (fds[i] === undefined ? [] : [`exec ${fds[i]}<${shellQuote(m.source)}`]));
   etcDirs ??= ETC_DIRS.filter((d) => existsSync(d));
-  const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(), etcDirs, proc: procCover() };
+  const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(identity), etcDirs, proc: procCover() };
   seccomp ??= buildSeccompFilter(host.arch);
   // bwrap, behind setpriv when this process is root: the sandbox then runs as an unprivileged
   // host uid, so no uid of it maps to host root.
@@ -750,6 +752,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(proxy ? { network: proxy.usage } : {}),
     ...(hold ? { outputs: copied ?? outputs.map((m) => ({ path: m.source, lost: LOST })) } : {}),
     prebuilt: claim?.built !== undefined,
+    hostUid: identity.uid,
   };
 }
 

@@ -1,7 +1,10 @@
-import { chmodSync, chownSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { SandboxIdentity } from './probe.js';
 import { processTempDir } from './tmp.js';
+
+export { reachable } from './tmp.js';
+
 import { which } from './which.js';
 
 /**
@@ -24,29 +27,11 @@ let serial = 0;
 /** This process's staging directory: made on first use (0710, group: the sandbox's), removed at exit. */
 function stagingRoot(id: SandboxIdentity): string {
   if (root) return root;
-  const dir = processTempDir('stage');
+  const dir = processTempDir('stage', id);
   chownSync(dir, process.getuid?.() ?? 0, id.gid);
   chmodSync(dir, 0o710);
   root = dir;
   return dir;
-}
-
-/**
- * Whether `id` can reach `path` by name: search permission on every directory above it (from
- * their mode bits; this process is root, so access() would not tell).
- */
-export function reachable(path: string, id: SandboxIdentity): boolean {
-  for (let d = dirname(path); ; d = dirname(d)) {
-    let st: ReturnType<typeof statSync>;
-    try {
-      st = statSync(d);
-    } catch {
-      return false;
-    }
-    const bits = st.uid === id.uid ? st.mode >> 6 : st.gid === id.gid ? st.mode >> 3 : st.mode;
-    if ((bits & 1) === 0) return false;
-    if (d === '/') return true;
-  }
 }
 
 /** One source to stage: a path (a trusted mount) or `/proc/self/fd/N` (a checked bind's descriptor). */

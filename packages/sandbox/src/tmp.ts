@@ -1,6 +1,7 @@
-import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { lstatSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import type { SandboxIdentity } from './probe.js';
 
 /**
  * Temporary directories of this package (the /etc shown, the staging directory): one of each per
@@ -10,10 +11,16 @@ import { join } from 'node:path';
  */
 const NAME = /^forge-sandbox-([a-z]+)-(\d+)-[A-Za-z0-9]{6}$/;
 
-/** Makes this process's directory of `kind` (0700), after sweeping those of dead processes. */
-export function processTempDir(kind: string): string {
+/**
+ * Makes this process's directory of `kind` (0700), after sweeping those of dead processes. With
+ * `reachableBy`, under a temporary directory that identity can search: the system's, else /tmp
+ * or /dev/shm (a TMPDIR of root's own, 0700, is common), for what the sandbox's uid mounts.
+ */
+export function processTempDir(kind: string, reachableBy?: SandboxIdentity): string {
   sweepTempDirs(kind);
-  const dir = mkdtempSync(join(tmpdir(), `forge-sandbox-${kind}-${process.pid}-`));
+  const base = reachableBy ? [tmpdir(), '/tmp', '/dev/shm'].find((d) => reachable(join(d, 'x'), reachableBy)) : tmpdir();
+  if (!base) throw new Error(`no temporary directory the sandbox's uid ${reachableBy?.uid} can search (${tmpdir()}, /tmp, /dev/shm)`);
+  const dir = mkdtempSync(join(base, `forge-sandbox-${kind}-${process.pid}-`));
   process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return dir;
 }
@@ -24,19 +31,25 @@ export function processTempDir(kind: string): string {
  */
 export function sweepTempDirs(kind?: string): number {
   let removed = 0;
+  const uid = process.getuid?.();
+  for (const base of new Set([tmpdir(), '/tmp', '/dev/shm'])) removed += sweepIn(base, kind, uid);
+  return removed;
+}
+
+function sweepIn(base: string, kind: string | undefined, uid: number | undefined): number {
+  let removed = 0;
   let names: string[];
   try {
-    names = readdirSync(tmpdir());
+    names = readdirSync(base);
   } catch {
     return 0;
   }
-  const uid = process.getuid?.();
   for (const name of names) {
     const m = NAME.exec(name);
     if (!m || (kind !== undefined && m[1] !== kind)) continue;
     const pid = Number(m[2]);
     if (pid === process.pid || alive(pid)) continue;
-    const path = join(tmpdir(), name);
+    const path = join(base, name);
     const st = lstatSync(path, { throwIfNoEntry: false });
     if (!st?.isDirectory() || st.uid !== uid) continue; // another user's, or not ours to judge
     rmSync(path, { recursive: true, force: true });
@@ -51,5 +64,23 @@ function alive(pid: number): boolean {
     return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Whether `id` can reach `path` by name: search permission on every directory above it, from
+ * their mode bits (this process may be root, for whom access() would say yes).
+ */
+export function reachable(path: string, id: SandboxIdentity): boolean {
+  for (let d = dirname(path); ; d = dirname(d)) {
+    let st: ReturnType<typeof statSync>;
+    try {
+      st = statSync(d);
+    } catch {
+      return false;
+    }
+    const bits = st.uid === id.uid ? st.mode >> 6 : st.gid === id.gid ? st.mode >> 3 : st.mode;
+    if ((bits & 1) === 0) return false;
+    if (d === '/') return true;
   }
 }
