@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
-import { type Budget, type EffectivePolicy, PROJECT_TOKEN } from './document.js';
+import { BUDGET_FIELDS, type Budget, type EffectivePolicy, PROJECT_TOKEN } from './document.js';
 import { compileGlobs, firstMatch, type GlobMatcher } from './glob.js';
 import { type AllowRules, ruleAllows, subjectOf } from './rules.js';
 
@@ -303,7 +303,7 @@ export function clampBudget(snap: PolicySnapshot, requested: Partial<Budget> = {
   const { defaults, ceilings } = snap.policy.budgets;
   const budget = { ...defaults };
   const clamped: ClampedField[] = [];
-  for (const field of ['timeout_ms', 'cpu_s', 'output_cap'] as const) {
+  for (const field of BUDGET_FIELDS) {
     const want = requested[field];
     if (want === undefined || !Number.isSafeInteger(want) || want <= 0) continue;
     budget[field] = Math.min(want, ceilings[field]);
@@ -317,9 +317,21 @@ export function clampBudget(snap: PolicySnapshot, requested: Partial<Budget> = {
  * (entries using it are left out when there is no project).
  */
 export function bindRoots(snap: PolicySnapshot, where: { project?: string; home?: string } = {}): string[] {
+  return expandPaths(snap.policy.bind_roots, where);
+}
+
+/**
+ * The paths `bind_allow` names, as absolute paths (expanded as {@link bindRoots} expands its
+ * entries): binds the sandbox would refuse as places a host program finds code to run.
+ */
+export function bindAllow(snap: PolicySnapshot, where: { project?: string; home?: string } = {}): string[] {
+  return expandPaths(snap.policy.bind_allow, where);
+}
+
+function expandPaths(entries: readonly string[], where: { project?: string; home?: string }): string[] {
   const home = where.home ?? homedir();
   const out: string[] = [];
-  for (const r of snap.policy.bind_roots) {
+  for (const r of entries) {
     let p: string;
     if (r === '~' || r.startsWith('~/')) p = home + r.slice(1);
     else if (r.startsWith(PROJECT_TOKEN)) {

@@ -11,7 +11,12 @@ export interface Budget {
   cpu_s: number;
   /** Stdout bytes kept; the rest is spilled to an artifact. */
   output_cap: number;
+  /** Bytes the tool may write to its artifacts directory in all (a capped tmpfs inside the sandbox). */
+  artifacts_bytes: number;
 }
+
+/** The budget fields, in the order they are documented. */
+export const BUDGET_FIELDS = ['timeout_ms', 'cpu_s', 'output_cap', 'artifacts_bytes'] as const;
 
 /** Sandbox axes a persona may have opened (all closed by default). */
 export interface SandboxOverride {
@@ -41,6 +46,7 @@ export interface PolicyDocument {
   persona_secret_allow?: Record<string, string[]>;
   budgets?: { defaults?: Partial<Budget>; ceilings?: Partial<Budget> };
   bind_roots?: string[];
+  bind_allow?: string[];
   runtimes?: { allow?: string[] };
 }
 
@@ -55,6 +61,8 @@ export interface EffectivePolicy {
   persona_secret_allow: Readonly<Record<string, readonly string[]>>;
   budgets: { readonly defaults: Readonly<Budget>; readonly ceilings: Readonly<Budget> };
   bind_roots: readonly string[];
+  /** Exact paths that may be bound although they are where a host program finds code to run. */
+  bind_allow: readonly string[];
   runtimes: { readonly allow: readonly string[] };
 }
 
@@ -74,10 +82,11 @@ export const DEFAULT_POLICY: EffectivePolicy = deepFreeze({
   persona_sandbox_overrides: {},
   persona_secret_allow: {},
   budgets: {
-    defaults: { timeout_ms: 30_000, cpu_s: 30, output_cap: 1 << 20 },
-    ceilings: { timeout_ms: 300_000, cpu_s: 300, output_cap: 16 << 20 },
+    defaults: { timeout_ms: 30_000, cpu_s: 30, output_cap: 1 << 20, artifacts_bytes: 64 << 20 },
+    ceilings: { timeout_ms: 300_000, cpu_s: 300, output_cap: 16 << 20, artifacts_bytes: 1 << 30 },
   },
   bind_roots: [PROJECT_TOKEN],
+  bind_allow: [],
   runtimes: { allow: ['python3', 'python3.*', 'node', 'bash', 'sh'] },
 });
 
@@ -105,6 +114,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     persona_secret_allow: { ...d.persona_secret_allow } as Record<string, readonly string[]>,
     budgets: { defaults: { ...d.budgets.defaults }, ceilings: { ...d.budgets.ceilings } },
     bind_roots: [...d.bind_roots],
+    bind_allow: [...d.bind_allow],
     runtimes: { allow: [...d.runtimes.allow] },
   };
   const union = (into: string[], more: readonly string[] | undefined) => {
@@ -113,6 +123,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
   for (const doc of docs) {
     union(out.forbidden_tool_names, doc.forbidden_tool_names);
     union(out.bind_roots, doc.bind_roots);
+    union(out.bind_allow, doc.bind_allow);
     union(out.operator_personas, doc.operator_personas);
     Object.assign(out.breakers, doc.breakers);
     Object.assign(out.budgets.defaults, doc.budgets?.defaults);
@@ -122,7 +133,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     for (const [p, names] of Object.entries(doc.persona_secret_allow ?? {})) out.persona_secret_allow[p] = [...names];
     if (doc.runtimes?.allow) out.runtimes.allow = [...doc.runtimes.allow];
   }
-  for (const k of ['timeout_ms', 'cpu_s', 'output_cap'] as const) {
+  for (const k of BUDGET_FIELDS) {
     out.budgets.defaults[k] = Math.min(out.budgets.defaults[k], out.budgets.ceilings[k]);
   }
   return deepFreeze(out);
@@ -165,7 +176,7 @@ export function parsePolicyDocument(text: string, file: string): ParseResult<Pol
   if (!parsed.ok) return fail(parsed.offset, `not valid JSON: ${parsed.reason}`);
   if (validator(parsed.value)) {
     const doc = parsed.value as PolicyDocument;
-    for (const k of ['timeout_ms', 'cpu_s', 'output_cap'] as const) {
+    for (const k of BUDGET_FIELDS) {
       const def = doc.budgets?.defaults?.[k];
       const ceil = doc.budgets?.ceilings?.[k];
       if (def !== undefined && ceil !== undefined && def > ceil) {
@@ -279,7 +290,7 @@ function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason:
     case 'pattern': {
       const def = /\$defs\/(\w+)\/pattern$/.exec(e.schemaPath)?.[1];
       if (def && PATTERN_HELP[def]) return { pointer, reason: `${name} must be ${PATTERN_HELP[def]} ${got(value)}` };
-      if (pointer.startsWith('/bind_roots/'))
+      if (pointer.startsWith('/bind_roots/') || pointer.startsWith('/bind_allow/'))
         return { pointer, reason: `${name} must be an absolute path, ~/… or \${project}/… ${got(value)}` };
       return { pointer, reason: `${name} must match ${e.params.pattern} ${got(value)}` };
     }

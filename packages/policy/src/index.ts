@@ -13,6 +13,7 @@ export {
   type ToolBreakerState,
 } from './breakers.js';
 export {
+  bindAllow,
   bindRoots,
   type ClampedField,
   checkAllowRule,
@@ -38,6 +39,7 @@ export {
 } from './decisions.js';
 export {
   type BreakerSettings,
+  BUDGET_FIELDS,
   type Budget,
   DEFAULT_POLICY,
   type EffectivePolicy,

@@ -5,6 +5,7 @@
 import { homedir } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import {
+  bindAllow,
   bindRoots,
   checkAllowRule,
   checkNamespace,
@@ -294,21 +295,24 @@ describe('clampBudget', () => {
   });
 
   it('gives the defaults when nothing is asked', () => {
-    expect(clampBudget(snap)).toEqual({ budget: { timeout_ms: 5000, cpu_s: 5, output_cap: 4096 }, clamped: [] });
-    expect(clampBudget(snap, {})).toEqual({ budget: { timeout_ms: 5000, cpu_s: 5, output_cap: 4096 }, clamped: [] });
+    expect(clampBudget(snap)).toEqual({ budget: { timeout_ms: 5000, cpu_s: 5, output_cap: 4096, artifacts_bytes: 64 << 20 }, clamped: [] });
+    expect(clampBudget(snap, {})).toEqual({
+      budget: { timeout_ms: 5000, cpu_s: 5, output_cap: 4096, artifacts_bytes: 64 << 20 },
+      clamped: [],
+    });
     expect(clampBudget(snapshotOf())).toEqual({ budget: DEFAULT_POLICY.budgets.defaults, clamped: [] });
   });
 
   it('gives what is asked up to the ceiling, below the default too', () => {
     expect(clampBudget(snap, { timeout_ms: 60_000, cpu_s: 1 })).toEqual({
-      budget: { timeout_ms: 60_000, cpu_s: 1, output_cap: 4096 },
+      budget: { timeout_ms: 60_000, cpu_s: 1, output_cap: 4096, artifacts_bytes: 64 << 20 },
       clamped: [],
     });
   });
 
   it('lowers each field above its ceiling and reports it', () => {
     expect(clampBudget(snap, { timeout_ms: 60_001, cpu_s: 10, output_cap: 1 << 30 })).toEqual({
-      budget: { timeout_ms: 60_000, cpu_s: 10, output_cap: 65_536 },
+      budget: { timeout_ms: 60_000, cpu_s: 10, output_cap: 65_536, artifacts_bytes: 64 << 20 },
       clamped: [
         { field: 'timeout_ms', requested: 60_001, applied: 60_000 },
         { field: 'output_cap', requested: 1 << 30, applied: 65_536 },
@@ -319,10 +323,23 @@ describe('clampBudget', () => {
   it('ignores requests that are not positive safe integers', () => {
     for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
       expect(clampBudget(snap, { timeout_ms: bad, cpu_s: bad, output_cap: bad }), String(bad)).toEqual({
-        budget: { timeout_ms: 5000, cpu_s: 5, output_cap: 4096 },
+        budget: { timeout_ms: 5000, cpu_s: 5, output_cap: 4096, artifacts_bytes: 64 << 20 },
         clamped: [],
       });
     }
+  });
+
+  it('lowers artifacts_bytes above its ceiling and reports it, the bundle ceiling being 1 GiB', () => {
+    const own = snapshotOf({ budgets: { defaults: { artifacts_bytes: 8192 }, ceilings: { artifacts_bytes: 1 << 20 } } });
+    expect(clampBudget(own, { artifacts_bytes: (1 << 20) + 1 })).toEqual({
+      budget: { timeout_ms: 30_000, cpu_s: 30, output_cap: 1 << 20, artifacts_bytes: 1 << 20 },
+      clamped: [{ field: 'artifacts_bytes', requested: (1 << 20) + 1, applied: 1 << 20 }],
+    });
+    expect(clampBudget(own, { artifacts_bytes: 4096 })).toMatchObject({ budget: { artifacts_bytes: 4096 }, clamped: [] });
+    expect(clampBudget(snapshotOf(), { artifacts_bytes: 2 ** 31 })).toMatchObject({
+      budget: { artifacts_bytes: 1 << 30 },
+      clamped: [{ field: 'artifacts_bytes', requested: 2 ** 31, applied: 1 << 30 }],
+    });
   });
 
   it('does not change the snapshot', () => {
@@ -427,5 +444,31 @@ describe('createSnapshot', () => {
     const other = snapshotOf({}, 'allow a_t tool:x execute\nallow b_t tool:z execute');
     expect(new Set([none.digest, empty.digest, one.digest, other.digest]).size).toBe(4);
     expect(same.digest).toBe(one.digest);
+  });
+});
+
+describe('bindAllow', () => {
+  it('expands ~ and the project token to absolute paths, in order, without duplicates', () => {
+    const snap = snapshotOf({
+      bind_allow: ['~/.bashrc', `\${project}/.git`, '/srv/data/.envrc', '~/./.bashrc', `\${project}/.vscode/`],
+    });
+    expect(bindAllow(snap, { project: '/work/p', home: '/home/u' })).toEqual([
+      '/home/u/.bashrc',
+      '/work/p/.git',
+      '/srv/data/.envrc',
+      '/work/p/.vscode',
+    ]);
+    expect(bindAllow(snap, { home: '/home/u' })).toEqual(['/home/u/.bashrc', '/srv/data/.envrc']);
+  });
+
+  it('is empty by default, and independent of bind_roots', () => {
+    expect(bindAllow(snapshotOf(), { project: '/work/p', home: '/home/u' })).toEqual([]);
+    const snap = snapshotOf({ bind_roots: ['/srv'], bind_allow: ['/srv/.git'] });
+    expect(bindRoots(snap, { home: '/home/u' })).toEqual(['/srv']);
+    expect(bindAllow(snap, { home: '/home/u' })).toEqual(['/srv/.git']);
+  });
+
+  it('uses the user’s home directory by default', () => {
+    expect(bindAllow(snapshotOf({ bind_allow: ['~/.zshrc'] }))).toEqual([`${homedir()}/.zshrc`]);
   });
 });

@@ -52,10 +52,11 @@ const FULL = `{
   },
   "persona_secret_allow": { "coder": ["GITHUB_TOKEN", "_x1"], "reviewer": [] },
   "budgets": {
-    "defaults": { "timeout_ms": 10000, "cpu_s": 5, "output_cap": 2048 },
-    "ceilings": { "timeout_ms": 60000, "cpu_s": 60, "output_cap": 4096 }
+    "defaults": { "timeout_ms": 10000, "cpu_s": 5, "output_cap": 2048, "artifacts_bytes": 8192 },
+    "ceilings": { "timeout_ms": 60000, "cpu_s": 60, "output_cap": 4096, "artifacts_bytes": 1048576 }
   },
   "bind_roots": ["/srv/data", "~", "~/cache", "\${project}", "\${project}/out"],
+  "bind_allow": ["/srv/data/.git", "~/.bashrc", "\${project}/.vscode"],
   "runtimes": { "allow": ["python3.*", "deno"] }
 }
 `;
@@ -87,7 +88,10 @@ describe('parsePolicyDocument: valid documents', () => {
     const doc = {
       breakers: { per_tool_rpm: 1, per_session_forge_count: 1, failure_threshold: 1, cooldown_s: 1 },
       persona_sandbox_overrides: { a: { allow_ports: [1, 65535] } },
-      budgets: { defaults: { timeout_ms: 100, cpu_s: 1, output_cap: 1024 }, ceilings: { timeout_ms: 100, cpu_s: 1, output_cap: 1024 } },
+      budgets: {
+        defaults: { timeout_ms: 100, cpu_s: 1, output_cap: 1024, artifacts_bytes: 4096 },
+        ceilings: { timeout_ms: 100, cpu_s: 1, output_cap: 1024, artifacts_bytes: 4096 },
+      },
     };
     expect(parsePolicyDocument(JSON.stringify(doc), 'p.json')).toEqual({ ok: true, value: doc });
   });
@@ -247,6 +251,15 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
     expect(message('{"budgets": {"ceilings": {"output_cap": 1023}}}')).toMatchInlineSnapshot(
       `"policy.json:1:41: budgets.ceilings.output_cap must be at least 1024 (got 1023)"`,
     );
+    expect(message('{"budgets": {"defaults": {"artifacts_bytes": 4095}}}')).toMatchInlineSnapshot(
+      `"policy.json:1:46: budgets.defaults.artifacts_bytes must be at least 4096 (got 4095)"`,
+    );
+    expect(message('{"budgets": {"ceilings": {"artifacts_bytes": 0}}}')).toMatchInlineSnapshot(
+      `"policy.json:1:46: budgets.ceilings.artifacts_bytes must be at least 4096 (got 0)"`,
+    );
+    expect(message('{"budgets": {"defaults": {"artifacts_bytes": 65536.5}}}')).toMatchInlineSnapshot(
+      `"policy.json:1:46: budgets.defaults.artifacts_bytes must be an integer (got 65536.5)"`,
+    );
   });
 
   it('refuses an unknown key, suggesting the closest known key', () => {
@@ -267,7 +280,7 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
 
   it('refuses an unknown key with nothing close, listing the keys it knows', () => {
     expect(message('{"per_tool_rpm": 3}')).toMatchInlineSnapshot(
-      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, runtimes)"`,
+      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, bind_allow, runtimes)"`,
     );
     expect(message('{"breakers": {"rpm": 3}}')).toMatchInlineSnapshot(
       `"policy.json:1:22: unknown key "rpm" in breakers (expected one of: per_tool_rpm, per_session_forge_count, failure_threshold, cooldown_s)"`,
@@ -379,6 +392,22 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
     }
   });
 
+  it('refuses a bind_allow entry that is not an absolute path, ~/… or the project token, as it refuses a bind root', () => {
+    const text = '{\n  "bind_allow": [\n    "~/.bashrc",\n    ".git"\n  ]\n}';
+    const p = problem(text);
+    expect(p).toMatchObject({ pointer: '/bind_allow/1', ...where(text, '".git"') });
+    expect(p.message).toMatchInlineSnapshot(`"policy.json:4:5: bind_allow[1] must be an absolute path, ~/… or \${project}/… (got ".git")"`);
+    for (const bad of ['~user/.bashrc', `\${project}.git`, '$HOME/.zshrc', './.envrc', '']) {
+      expect(problem(JSON.stringify({ bind_allow: [bad] })).reason).toBe(
+        `bind_allow[0] must be an absolute path, ~/… or \${project}/… (got ${JSON.stringify(bad)})`,
+      );
+    }
+    expect(message('{"bind_allow": "/srv/.git"}')).toMatchInlineSnapshot(
+      `"policy.json:1:16: bind_allow must be an array (got "/srv/.git")"`,
+    );
+    expect(message('{"bind_allow": [7]}')).toMatchInlineSnapshot(`"policy.json:1:17: bind_allow[0] must be a string (got 7)"`);
+  });
+
   it('refuses a default budget above the ceiling set by the same document, at the default', () => {
     const text = '{\n  "budgets": {\n    "ceilings": { "cpu_s": 10 },\n    "defaults": { "cpu_s": 50 }\n  }\n}';
     expect(problem(text)).toEqual({
@@ -393,6 +422,12 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
     );
     expect(message('{"budgets": {"defaults": {"output_cap": 4096}, "ceilings": {"output_cap": 2048}}}')).toMatchInlineSnapshot(
       `"policy.json:1:41: budgets.defaults.output_cap (4096) is above budgets.ceilings.output_cap (2048)"`,
+    );
+    const art =
+      '{\n  "budgets": {\n    "defaults": { "artifacts_bytes": 1048577 },\n    "ceilings": { "artifacts_bytes": 1048576 }\n  }\n}';
+    expect(problem(art)).toMatchObject({ pointer: '/budgets/defaults/artifacts_bytes', ...where(art, '1048577') });
+    expect(problem(art).message).toMatchInlineSnapshot(
+      `"policy.json:3:38: budgets.defaults.artifacts_bytes (1048577) is above budgets.ceilings.artifacts_bytes (1048576)"`,
     );
   });
 
@@ -417,6 +452,16 @@ describe('mergePolicies', () => {
     expect(p.bind_roots).toEqual([`\${project}`, '/srv', '~', '/opt']);
   });
 
+  it('unions bind_allow in order, without duplicates, starting from none', () => {
+    const p = mergePolicies(
+      { bind_allow: ['~/.bashrc', `\${project}/.git`] },
+      {},
+      { bind_allow: [`\${project}/.git`, '/srv/.envrc', '~/.bashrc'] },
+    );
+    expect(p.bind_allow).toEqual(['~/.bashrc', `\${project}/.git`, '/srv/.envrc']);
+    expect(mergePolicies({ bind_roots: ['/srv'] }).bind_allow).toEqual([]);
+  });
+
   it('merges breakers and budgets field by field, the later document winning', () => {
     const p = mergePolicies(
       { breakers: { per_tool_rpm: 10, cooldown_s: 5 }, budgets: { defaults: { cpu_s: 7 }, ceilings: { timeout_ms: 90_000 } } },
@@ -424,8 +469,8 @@ describe('mergePolicies', () => {
     );
     expect(p.breakers).toEqual({ per_tool_rpm: 20, per_session_forge_count: 50, failure_threshold: 2, cooldown_s: 5 });
     expect(p.budgets).toEqual({
-      defaults: { timeout_ms: 30_000, cpu_s: 7, output_cap: 4096 },
-      ceilings: { timeout_ms: 90_000, cpu_s: 300, output_cap: 16 << 20 },
+      defaults: { timeout_ms: 30_000, cpu_s: 7, output_cap: 4096, artifacts_bytes: 64 << 20 },
+      ceilings: { timeout_ms: 90_000, cpu_s: 300, output_cap: 16 << 20, artifacts_bytes: 1 << 30 },
     });
   });
 
@@ -462,11 +507,13 @@ describe('mergePolicies', () => {
       { budgets: { ceilings: { timeout_ms: 20_000, output_cap: 4096 } } },
     );
     expect(p.budgets).toEqual({
-      defaults: { timeout_ms: 20_000, cpu_s: 40, output_cap: 2048 },
-      ceilings: { timeout_ms: 20_000, cpu_s: 300, output_cap: 4096 },
+      defaults: { timeout_ms: 20_000, cpu_s: 40, output_cap: 2048, artifacts_bytes: 64 << 20 },
+      ceilings: { timeout_ms: 20_000, cpu_s: 300, output_cap: 4096, artifacts_bytes: 1 << 30 },
     });
     // The bundle's own defaults too, when a document lowers only the ceiling.
     expect(mergePolicies({ budgets: { ceilings: { cpu_s: 3 } } }).budgets.defaults.cpu_s).toBe(3);
+    expect(mergePolicies({ budgets: { ceilings: { artifacts_bytes: 1 << 20 } } }).budgets.defaults.artifacts_bytes).toBe(1 << 20);
+    expect(mergePolicies({ budgets: { defaults: { artifacts_bytes: 2 ** 31 } } }).budgets.defaults.artifacts_bytes).toBe(1 << 30);
   });
 
   it('returns a deeply frozen policy', () => {
@@ -485,6 +532,7 @@ describe('mergePolicies', () => {
       p.budgets.defaults,
       p.budgets.ceilings,
       p.bind_roots,
+      p.bind_allow,
       p.runtimes,
       p.runtimes.allow,
     ];
@@ -533,10 +581,11 @@ describe('mergePolicies', () => {
       persona_sandbox_overrides: {},
       persona_secret_allow: {},
       budgets: {
-        defaults: { timeout_ms: 30_000, cpu_s: 30, output_cap: 1_048_576 },
-        ceilings: { timeout_ms: 300_000, cpu_s: 300, output_cap: 16_777_216 },
+        defaults: { timeout_ms: 30_000, cpu_s: 30, output_cap: 1_048_576, artifacts_bytes: 67_108_864 },
+        ceilings: { timeout_ms: 300_000, cpu_s: 300, output_cap: 16_777_216, artifacts_bytes: 1_073_741_824 },
       },
       bind_roots: [`\${project}`],
+      bind_allow: [],
       runtimes: { allow: ['python3', 'python3.*', 'node', 'bash', 'sh'] },
     });
   });

@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import {
   Breakers,
+  bindAllow,
   checkAllowRule,
   checkToolName,
   createPolicy,
@@ -31,6 +32,7 @@ const ALL_KEYS = [
   'persona_secret_allow',
   'budgets',
   'bind_roots',
+  'bind_allow',
   'runtimes',
 ];
 
@@ -107,6 +109,31 @@ describe('initial load', () => {
     ]);
     const bare = createPolicy();
     expect(bare.current()).toEqual({ ok: true, snapshot: expect.objectContaining({ policy: mergePolicies(), rules: null, sources: [] }) });
+  });
+
+  it('unions bind_allow across the user and the workspace files, and bindAllow expands ~ and the project token', async () => {
+    const f = await layout();
+    const home = join(f.dir, 'home');
+    const project = join(f.dir, 'project');
+    writeDoc(f.userFile, { bind_allow: ['~/.bashrc', `\${project}/.envrc`] });
+    writeDoc(f.workspaceFile, { bind_allow: [`\${project}/.git`, '~/.bashrc', '/srv/data/.vscode'] });
+    const { policy } = open(f);
+    const s = snap(policy);
+    expect(s.policy.bind_allow).toEqual(['~/.bashrc', `\${project}/.envrc`, `\${project}/.git`, '/srv/data/.vscode']);
+    expect(bindAllow(s, { project, home })).toEqual([
+      join(home, '.bashrc'),
+      join(project, '.envrc'),
+      join(project, '.git'),
+      '/srv/data/.vscode',
+    ]);
+    // Without a project, the entries relative to it name nothing.
+    expect(bindAllow(s, { home })).toEqual([join(home, '.bashrc'), '/srv/data/.vscode']);
+
+    // An edit of either file changes the union at the next call; a bad entry keeps the last good policy.
+    writeDoc(f.workspaceFile, {});
+    expect(bindAllow(snap(policy), { project, home })).toEqual([join(home, '.bashrc'), join(project, '.envrc')]);
+    writeDoc(f.userFile, { bind_allow: ['.git'] });
+    expect(snap(policy).policy.bind_allow).toEqual(['~/.bashrc', `\${project}/.envrc`]);
   });
 
   it('accepts a file starting with a byte order mark', async () => {
