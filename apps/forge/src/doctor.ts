@@ -1,5 +1,5 @@
 import { existsSync, lstatSync, readFileSync, statSync } from 'node:fs';
-import { probe, resolveRuntimes } from '@forge/sandbox';
+import { describeRunLimits, probe, resolveRuntimes } from '@forge/sandbox';
 import { checkPolicies } from './policy-check.js';
 
 /** One thing `forge doctor` looked at. */
@@ -17,6 +17,10 @@ export interface DoctorReport {
   ok: boolean;
   checks: Check[];
   bwrap?: { path: string; version: string };
+  /** The host uid and gid every sandbox runs as. */
+  sandboxUser?: { uid: number; gid: number; droppedFromRoot: boolean };
+  /** How each limit holds: for the whole run (cgroup) or per process (rlimit). */
+  limits?: { memory: string; cpu: string; pids: string; notes: string[] };
   runtimes: { name: string; version: string; interpreter: string }[];
   paths: { home: string; project: string; auditLog: string; vault: string; userPolicy: string; workspacePolicy: string; rules: string };
 }
@@ -45,14 +49,33 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   const runtimes = { list: await table.all() };
 
   if (host.ok) {
-    const limit = host.processLimit === 'rlimit' ? 'RLIMIT_NPROC' : 'a pids cgroup per run';
     checks.push({
       name: 'sandbox',
       ok: true,
-      detail: `bwrap ${host.bwrap?.version} at ${host.bwrap?.path}; namespaces and /proc work; process limit by ${limit}`,
+      detail: `bwrap ${host.bwrap?.version} at ${host.bwrap?.path}; namespaces and /proc work`,
     });
   }
   for (const p of host.problems) checks.push({ name: 'sandbox', ok: false, detail: `${p.message} [${p.code}]`, fix: p.fix });
+  // Who the tool runs as on the host: never root (the probe refuses, with the fix, where it cannot say so).
+  if (host.identity) {
+    const root = host.identity.drop.length > 0;
+    checks.push({
+      name: 'sandbox uid',
+      ok: host.identity.uid !== 0,
+      detail: root
+        ? `forge runs as root, so every sandbox runs as the unprivileged host uid ${host.identity.uid} (gid ${host.identity.gid}; FORGE_SANDBOX_UID picks another), dropped with setpriv before bwrap starts; no uid of a sandbox maps to host root`
+        : `every sandbox runs as this user (host uid ${host.identity.uid}), uid 1000 inside`,
+    });
+  }
+  // Which limits hold for a whole run, and which only per process (never silently).
+  const limits = describeRunLimits(host);
+  checks.push({
+    name: 'limits',
+    ok: true,
+    detail: `per run: memory by ${limits.memory}, cpu by ${limits.cpu}, processes by ${limits.pids}${
+      limits.cgroup ? ` (cgroup v${limits.cgroup.version}, ${limits.cgroup.mode}: ${limits.cgroup.bases.join(', ')})` : ''
+    }${limits.notes.length ? `; ${limits.notes.join('; ')}` : ''}`,
+  });
 
   const found = new Map(runtimes.list.map((r) => [r.name, r]));
   for (const name of EXPECTED_RUNTIMES) {
@@ -93,6 +116,10 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     ok: checks.every((c) => c.ok),
     checks,
     ...(host.bwrap ? { bwrap: host.bwrap } : {}),
+    ...(host.identity
+      ? { sandboxUser: { uid: host.identity.uid, gid: host.identity.gid, droppedFromRoot: host.identity.drop.length > 0 } }
+      : {}),
+    limits: { memory: limits.memory, cpu: limits.cpu, pids: limits.pids, notes: limits.notes },
     runtimes: runtimes.list.map((r) => ({ name: r.name, version: r.version, interpreter: r.interpreter })),
     paths,
   };

@@ -160,6 +160,27 @@ describe('forge (commands)', () => {
     expect(r.ok).toBe(true);
     expect(r.checks.find((c: { name: string }) => c.name === 'sandbox')).toMatchObject({ ok: true });
     expect(r.runtimes.map((x: { name: string }) => x.name)).toEqual(expect.arrayContaining(['python3', 'node', 'bash']));
+    // Who the tool runs as on the host, and how each limit holds.
+    const root = process.getuid?.() === 0;
+    expect(r.sandboxUser).toEqual(
+      root
+        ? { uid: 2_000_000_000, gid: 2_000_000_000, droppedFromRoot: true }
+        : { uid: process.getuid?.(), gid: process.getgid?.(), droppedFromRoot: false },
+    );
+    expect(r.checks.find((c: { name: string }) => c.name === 'sandbox uid')).toMatchObject({
+      ok: true,
+      detail: expect.stringContaining(root ? 'unprivileged host uid 2000000000' : 'runs as this user'),
+    });
+    expect(r.checks.find((c: { name: string }) => c.name === 'limits')?.detail).toMatch(
+      /^per run: memory by (cgroup|rlimit), cpu by (cgroup|rlimit), processes by (cgroup|rlimit)/,
+    );
+    if (root) {
+      // Root with a sandbox uid that would be root: refused, with the fix, and nothing may run.
+      const zero = await runCli(['doctor'], { ...o, env: { ...s.env, FORGE_SANDBOX_UID: '0' } });
+      expect(zero.code).toBe(1);
+      expect(zero.stdout).toContain('FORGE_SANDBOX_UID="0" is not a usable uid');
+      expect(zero.stdout).toContain('fix: unset FORGE_SANDBOX_UID');
+    }
 
     writeFileSync(join(s.home, 'secrets.json'), '{"TOKEN": "x"}', { mode: 0o644 });
     const bad = await runCli(['doctor'], o);

@@ -74,8 +74,9 @@ describe('a catastrophic schema on one session does not stall another', () => {
     // B measures forge_list round trips for as long as A's hostile calls last.
     // Each round trip is filed under the schema A was calling when it started.
     let hostileDone = false;
-    let phase: 'pattern' | 'refdag' = 'pattern';
-    const latencies: Record<typeof phase, number[]> = { pattern: [], refdag: [] };
+    type Phase = 'pattern' | 'refdag';
+    let phase = 'pattern' as Phase;
+    const latencies: Record<Phase, number[]> = { pattern: [], refdag: [] };
     const bystander = (async () => {
       while (!hostileDone) {
         const during = phase;
