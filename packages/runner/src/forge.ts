@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { type AuditLog, type JsonValue, openAuditLog } from '@forge/audit-chain';
 import {
   Breakers,
+  bindAllow,
   bindRoots,
   checkAllowRule,
   checkNamespace,
@@ -41,6 +42,7 @@ import {
   discardPrebuilt,
   runtimeNames as findRuntimeNames,
   type Mount,
+  makeStageDir,
   type NetworkEvent,
   type Resolver,
   type RunResult,
@@ -385,9 +387,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
 
   const cache = options.cache === false ? undefined : new ResultCache(paths.cacheDir, options.cache ?? {}, now);
   const hits = new HitLog(join(paths.runsDir, 'hits.jsonl'));
-  // Sandboxes built ahead keep their per-run mount points here: beside the run directories, so a
-  // run's artifacts reach its directory by rename.
-  const stageDir = join(paths.runsDir, '.sandboxes');
+  // Sandboxes built ahead keep their per-run files' placeholders in a directory of their own under
+  // the system's temporary directory (made at the first call that may use one): a tool's mount
+  // table then shows nothing of the project's or the home's paths.
+  let stageDir: string | undefined;
   const calls = new Map<string, number>();
   /** Sandboxes running now (aborted by close() after its grace period). */
   const running = new Set<AbortController>();
@@ -584,10 +587,11 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         // Binds from x-bind: hostile paths, checked and held by descriptor.
         const roots = bindRoots(snap, { project: paths.project });
         const deny = [...defaultDenyList(), paths.home, paths.projectForge, paths.vault];
+        const allow = bindAllow(snap, { project: paths.project });
         const binds: CheckedBind[] = [];
         try {
           for (const b of bindRequests) {
-            const c = checkBind({ path: b.path, mode: b.mode, create: b.mode === 'rw' }, { roots, deny });
+            const c = checkBind({ path: b.path, mode: b.mode, create: b.mode === 'rw' }, { roots, deny, allow });
             if (!c.ok)
               throw new RefusalError('bind_denied', `input${b.pointer}: ${c.message} (policy bind_roots: ${roots.join(', ') || 'none'})`);
             binds.push(c.bind);
@@ -722,7 +726,12 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           env: { ...runtime.env, FORGE_ARTIFACTS: '/forge/artifacts', FORGE_RUN_ID: runId, ...r.secretEnv },
           mounts,
           binds: r.binds,
-          limits: { timeoutMs: budget.timeout_ms, cpuSeconds: budget.cpu_s, outputBytes: budget.output_cap },
+          limits: {
+            timeoutMs: budget.timeout_ms,
+            cpuSeconds: budget.cpu_s,
+            outputBytes: budget.output_cap,
+            outputDirBytes: budget.artifacts_bytes,
+          },
           cwd: '/tmp',
           ...(net
             ? {
@@ -752,7 +761,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           stdin: JSON.stringify(r.input ?? {}),
           stdoutFile: spill,
           signal: ac.signal,
-          ...(options.prebuild === false ? {} : { prebuild: { stageDir } }),
+          ...(options.prebuild === false ? {} : { prebuild: { stageDir: (stageDir ??= makeStageDir()) } }),
           ...(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {}),
         },
       );
@@ -831,6 +840,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         envelope = failure('resource_limit', `the tool hit its ${result.reason} limit${tail(stderr, secrets)}`, meta, {
           limit: result.reason,
         });
+      } else if (result.outputs?.some((o) => o.lost === undefined && o.full)) {
+        outcome = 'failure';
+        envelope = failure(
+          'resource_limit',
+          `the tool filled its artifacts directory (${result.limits.outputDirBytes} bytes, policy budget artifacts_bytes); what it wrote up to that is kept in ${artifacts} — write less, or raise budgets.defaults.artifacts_bytes (ceiling ${snap.policy.budgets.ceilings.artifacts_bytes})${tail(stderr, secrets)}`,
+          meta,
+          { limit: 'artifacts_bytes' },
+        );
       } else {
         const parsed = parseToolOutput(result.stdout, secrets);
         if (!parsed.ok) {
@@ -884,6 +901,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         sandbox: {
           label: sandboxLabel,
           prebuilt: result.prebuilt,
+          // Who the tool ran as on the host, and how each limit held: for the whole run (cgroup)
+          // or per process only (rlimit).
+          host_uid: result.hostUid,
+          enforced: result.enforced,
           argv: command,
           mounts: mounts.map((m) => `${m.mode}:${m.target ?? m.source}`),
           binds: r.binds.map((b) => `${b.mode}:${b.path}`),
@@ -900,6 +921,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         stdout_bytes: result.stdoutBytes,
         ...(result.network ? { network: result.network } : {}),
         artifacts: listArtifacts(artifacts),
+        ...(result.usage ? { usage: { cpu_ms: result.usage.cpuMs } } : {}),
+        ...(result.outputs?.[0] ? { artifacts_copy: outputFacts(result.outputs[0]) } : {}),
         ...(scrubbed ? { redaction: scrubbed } : {}),
         stderr_tail: stderr,
       };
@@ -1131,7 +1154,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       await Promise.all([...pendingAudit]);
       // The runtime probe writes its cache file under the home: nothing may write there after close().
       await runtimesReady.catch(() => {});
-      discardPrebuilt(stageDir);
+      if (stageDir) {
+        discardPrebuilt(stageDir);
+        rmSync(stageDir, { recursive: true, force: true });
+      }
       await base.close();
       for (const r of scoped.values()) await (await r).close();
       auditClosed = true;
@@ -1157,6 +1183,20 @@ class RefusalError extends Error {
 function foldRedacted(e: object, secrets: SecretList): Record<string, unknown> {
   if (secrets.length === 0) return { ...e };
   return Object.fromEntries(Object.entries(e).map(([k, v]) => [k, typeof v === 'string' ? redactTextFolded(v, secrets) : v]));
+}
+
+/** What the sandbox copied out of the run's artifacts directory, for the manifest. */
+function outputFacts(o: NonNullable<RunResult['outputs']>[number]): Record<string, unknown> {
+  if (o.lost !== undefined) return { lost: o.lost };
+  return {
+    files: o.files,
+    directories: o.directories,
+    symlinks: o.symlinks,
+    bytes: o.bytes,
+    skipped: o.skipped,
+    truncated: o.truncated,
+    full: o.full,
+  };
 }
 
 /** The end of a (redacted) stderr tail for a message, cut only after redacting. */

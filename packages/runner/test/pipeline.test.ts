@@ -138,7 +138,9 @@ describe('forge → call, the canonical examples', () => {
     );
     expect((await fx.forge.forgeTool(spec)).ok).toBe(true);
     const f = fx.file('data/keep.txt', 'original');
-    expect(okData(await fx.forge.callTool('try_write', { path: f }))).toBe(30); // EROFS
+    // EROFS; or EACCES first when forge runs as root, since the tool then runs as the sandbox's
+    // own uid, which does not own the file.
+    expect(process.getuid?.() === 0 ? [13, 30] : [30]).toContain(okData(await fx.forge.callTool('try_write', { path: f })));
     expect(readFileSync(f, 'utf8')).toBe('original');
   });
 

@@ -3,7 +3,8 @@
  * without x-bind or network starts in a sandbox already set up. Each must still run its own
  * tool's code, keep its own artifacts, and be recorded as such; close() stops the waiting ones.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { prebuiltStats } from '@forge/sandbox';
@@ -68,6 +69,7 @@ describe('calls in sandboxes built ahead', () => {
   });
 
   it('prebuild: false builds every sandbox at call time', async () => {
+    const before = stageDirs();
     const fx = await setup({ forge: { prebuild: false } });
     expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
     for (let n = 1; n <= 3; n++) {
@@ -76,26 +78,31 @@ describe('calls in sandboxes built ahead', () => {
       expect(env.ok).toBe(true);
       expect(prebuilt(fx.manifest(env.meta.run_id as string))).toBe(false);
     }
-    expect(existsSync(join(fx.project, '.forge', 'runs', '.sandboxes'))).toBe(false);
+    expect(stageDirs().filter((d) => !before.includes(d))).toEqual([]);
   });
 
-  it('close() stops the waiting sandboxes and removes their stage directory', async () => {
+  it('close() stops the waiting sandboxes and removes their stage directory (a neutral one under the temporary directory)', async () => {
+    const earlier = stageDirs();
     const fx = await setup();
     const spec = py('quick', 'print(json.dumps({"ok": True, "data": 1}))');
     expect((await fx.forge.forgeTool(spec)).ok).toBe(true);
     expect((await fx.forge.callTool('quick', {})).ok).toBe(true);
     await builtSoon();
-    const stageDir = join(fx.project, '.forge', 'runs', '.sandboxes');
-    const mine = () => readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`));
+    const mine = () => stageDirs().filter((d) => !earlier.includes(d));
     expect(mine()).toHaveLength(1);
+    expect(existsSync(join(fx.project, '.forge', 'runs', '.sandboxes'))).toBe(false);
     const before = prebuiltStats().ready;
     expect(before).toBeGreaterThan(0);
     await fx.forge.close();
     expect(prebuiltStats().ready).toBeLessThan(before);
     expect(mine()).toEqual([]);
     // A second engine over the same project builds afresh.
-    mkdirSync(stageDir, { recursive: true });
     const again = await fx.reopen();
     expect((await again.callTool('quick', {})).ok).toBe(true);
   });
 });
+
+/** This process's stage directories of sandboxes built ahead (see makeStageDir). */
+function stageDirs(): string[] {
+  return readdirSync(tmpdir()).filter((n) => n.startsWith(`forge-sandbox-prebuilt-${process.pid}-`));
+}
