@@ -384,14 +384,17 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     const requests: StageRequest[] = [];
     const at: { mount?: number; bind?: number }[] = [];
     if (dropping && !dry) {
+      // Staged: what the sandbox uid cannot reach, and every rw source (remounted noexec).
       ms.forEach((m, i) => {
-        if (m.perRun || reachable(m.source, identity)) return;
-        requests.push({ from: m.source, kind: statSync(m.source).isDirectory() ? 'directory' : 'file' });
+        const rw = m.mode === 'rw';
+        if (m.perRun || (!rw && reachable(m.source, identity))) return;
+        requests.push({ from: m.source, kind: statSync(m.source).isDirectory() ? 'directory' : 'file', noexec: rw });
         at.push({ mount: i });
       });
       bs.forEach((b, i) => {
-        if (reachable(b.path, identity)) return;
-        requests.push({ from: `/proc/self/fd/${BIND_FD + i}`, kind: b.kind, closeFd: BIND_FD + i });
+        const rw = b.mode === 'rw';
+        if (!rw && reachable(b.path, identity)) return;
+        requests.push({ from: `/proc/self/fd/${BIND_FD + i}`, kind: b.kind, closeFd: BIND_FD + i, noexec: rw });
         at.push({ bind: i });
       });
     }

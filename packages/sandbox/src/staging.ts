@@ -40,6 +40,11 @@ export interface StageRequest {
   kind: 'file' | 'directory';
   /** A descriptor `from` refers to, closed once staged (bwrap never sees it, so would pass it on). */
   closeFd?: number;
+  /**
+   * Remount the staged point `noexec,nosuid,nodev` (a `rw` source): bwrap keeps a bind's flags, so
+   * nothing the tool writes there can be executed or carry privileges, inside or through it.
+   */
+  noexec?: boolean;
 }
 
 /** What staging a run's sources gives: where each is mounted, the launcher's prefix, and the cleanup. */
@@ -77,9 +82,10 @@ export function stage(requests: readonly StageRequest[], id: SandboxIdentity): S
   // Sources and points go as arguments (never inside the script): any byte of a path is safe.
   // mount resolves the source's path itself (it refuses a /proc/self/fd link uncanonicalized), so
   // the point is then checked to be the very inode of the source (`-ef`: same device and inode).
-  const binds = requests.map((_, i) => {
+  const binds = requests.map((r, i) => {
     const [a, b] = [`"\${${2 * i + 1}}"`, `"\${${2 * i + 2}}"`];
-    return `${mount} --bind ${a} ${b} && [ ${a} -ef ${b} ]`;
+    const flags = r.noexec ? ` && ${mount} -o remount,bind,noexec,nosuid,nodev ${b}` : '';
+    return `${mount} --bind ${a} ${b} && [ ${a} -ef ${b} ]${flags}`;
   });
   const args = requests.flatMap((r, i) => [r.from, points[i] as string]);
   const closes = requests.flatMap((r) => (r.closeFd === undefined ? [] : [`exec ${r.closeFd}<&-`]));

@@ -72,6 +72,7 @@ function alive(pid: number): boolean {
  * their mode bits (this process may be root, for whom access() would say yes).
  */
 export function reachable(path: string, id: SandboxIdentity): boolean {
+  if (!path.startsWith('/')) return false; // (a relative source is refused later, as invalid_profile)
   for (let d = dirname(path); ; d = dirname(d)) {
     let st: ReturnType<typeof statSync>;
     try {

@@ -953,31 +953,27 @@ print('CONTROL:ran')`,
       const host = await probe();
       const tag = `9.${Date.now() % 1000}${Math.floor(Math.random() * 1000)}`;
       const running = sh(`sleep ${tag} & echo CONTROL:started; wait`);
-      // The sandbox's processes, seen from the host while the tool sleeps.
+      // The tool's own process (its sleep), seen from the host while it sleeps, and its parent.
+      const isSleep = (p: number) => {
+        try {
+          return readFileSync(`/proc/${p}/cmdline`, 'utf8') === `sleep\0${tag}\0`;
+        } catch {
+          return false;
+        }
+      };
+      const uidOf = (p: number) =>
+        /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m
+          .exec(readFileSync(`/proc/${p}/status`, 'utf8'))
+          ?.slice(1)
+          .map(Number) ?? [];
+      const ppidOf = (p: number) => Number(/^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]);
       let uids: number[][] = [];
       for (let i = 0; i < 200 && uids.length === 0; i++) {
         await sleep(20);
-        uids = descendants()
-          .filter((p) => {
-            try {
-              return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(tag);
-            } catch {
-              return false;
-            }
-          })
-          .map(
-            (p) =>
-              /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m
-                .exec(readFileSync(`/proc/${p}/status`, 'utf8'))
-                ?.slice(1)
-                .map(Number) ?? [],
-          );
-      }
-      for (const p of descendants()) {
-        try {
-          if (readFileSync(`/proc/${p}/cmdline`, 'utf8') === `sleep\0${tag}\0`) process.kill(p, 'SIGKILL');
-        } catch {
-          // gone
+        const found = descendants().find(isSleep);
+        if (found) {
+          uids = [uidOf(found), uidOf(ppidOf(found))];
+          process.kill(found, 'SIGKILL');
         }
       }
       const r = await running;
@@ -1102,6 +1098,27 @@ print('CONTROL:ran')`,
           code: 'bind_denied',
           message: expect.stringContaining('cannot read it (owner uid 0, mode 0600)'),
         });
+      },
+    );
+
+    it.runIf(root)(
+      'as root: every rw bind is mounted noexec,nosuid,nodev inside, so what the tool writes there cannot be run',
+      async () => {
+        const dir = await tempDir();
+        mkdirSync(join(dir, 'out'), { mode: 0o755 });
+        const out = mustBind({ path: join(dir, 'out'), mode: 'rw' }, [dir]);
+        const r = await run({
+          command: [
+            '/bin/sh',
+            '-c',
+            'cp /bin/true "$0/t" && chmod 755 "$0/t" && echo CONTROL:copied; "$0/t" && echo ESCAPE:exec; grep " $0 " /proc/self/mountinfo',
+            out.path,
+          ],
+          binds: [out],
+        });
+        expectNoEscape(r);
+        expectControls(r, 'copied');
+        expect(r.stdout.toString(), describeRun(r)).toMatch(/ rw,nosuid,nodev,noexec[, ]/);
       },
     );
   });
