@@ -296,8 +296,9 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
 
 function checkTokens(tokens: Record<string, HttpTokenGrant>): Map<Buffer, HttpTokenGrant> {
   const out = new Map<Buffer, HttpTokenGrant>();
-  for (const [token, grant] of Object.entries(tokens)) {
-    const shown = `${token.slice(0, 4)}…`;
+  for (const [index, [token, grant]] of Object.entries(tokens).entries()) {
+    // Named by a fingerprint, never by any of its characters (a message may reach a log).
+    const shown = `#${index + 1} (sha256 ${sha256(token).toString('hex').slice(0, 8)})`;
     if (token.length < MIN_TOKEN || !/^[\x21-\x7e]+$/.test(token))
       throw new ForgeMcpError(
         'invalid_options',

@@ -104,6 +104,10 @@ describe('Streamable HTTP transport', () => {
     await expect(serveHttp(forge, { tokens: { [TOKEN_ADMIN]: { persona: 'not a persona' } } })).rejects.toMatchObject({
       code: 'invalid_options',
     });
+    // A refused token is named by its place and a fingerprint, never by any of its characters.
+    const err = await serveHttp(forge, { tokens: { [TOKEN_ADMIN]: { persona: 'not a persona' } } }).catch((e: Error) => e);
+    expect((err as Error).message).toMatch(/token #1 \(sha256 [0-9a-f]{8}\)/);
+    expect((err as Error).message).not.toContain(TOKEN_ADMIN.slice(0, 4));
   });
 
   it('tokens: a missing or wrong token is 401; a token maps to its persona and ACL', async () => {
