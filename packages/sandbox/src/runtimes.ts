@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import {
   closeSync,
+  existsSync,
   fstatSync,
   mkdirSync,
   openSync,
@@ -125,7 +126,9 @@ function readCache(file: string | undefined): Map<string, CacheEntry> {
 
 function writeCache(file: string, entries: Map<string, CacheEntry>): void {
   try {
-    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+    // Only the cache's own directory is made: when the directory above it is gone (its owner was
+    // removed while interpreters were asked), nothing is recreated there.
+    if (!existsSync(dirname(file))) mkdirSync(dirname(file), { mode: 0o700 });
     const tmp = `${file}.tmp-${process.pid}`;
     writeFileSync(tmp, JSON.stringify({ version: CACHE_VERSION, entries: Object.fromEntries(entries) }), { mode: 0o600 });
     renameSync(tmp, file);

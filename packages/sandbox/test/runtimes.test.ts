@@ -96,6 +96,17 @@ describe('the runtime cache file', () => {
     expect(JSON.parse(readFileSync(cacheFile, 'utf8')).entries.bash.runtime.version).toBe(real);
     await resolveRuntimes({ refresh: true });
   });
+
+  it('makes its own directory, but never recreates one above it that is gone (a removed home stays removed)', async () => {
+    const dir = await tempDir();
+    const made = join(dir, 'cache', 'runtimes.json');
+    await resolveRuntimes({ refresh: true, cacheFile: made });
+    expect(existsSync(made)).toBe(true);
+    const gone = join(dir, 'home', 'cache', 'runtimes.json');
+    await resolveRuntimes({ refresh: true, cacheFile: gone });
+    expect(existsSync(join(dir, 'home'))).toBe(false);
+    await resolveRuntimes({ refresh: true });
+  });
 });
 
 describe('node in the sandbox', () => {
