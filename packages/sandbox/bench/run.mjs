@@ -145,3 +145,90 @@ const rawRate = await throughput(() => raw(['/bin/true']));
 console.log(
   `${ours >= 150 ? ' ' : '!'} /bin/true, 4 in flight  ${ours.toFixed(0)} runs/s (target ≥ 150)   raw bwrap ${rawRate.toFixed(0)} runs/s, ratio ${(ours / rawRate).toFixed(2)}×`,
 );
+
+// What each hardening step costs, measured on raw bwrap running /bin/true, one step added at a
+// time against the plain run next to it (paired, as above). The steps a run takes depend on the
+// host: root drops to the sandbox uid (setpriv) and stages what that uid cannot reach (unshare +
+// mount); every run covers /proc; a run with an output directory runs behind a holder shell and
+// has it copied out.
+console.log('\n  cost of each step, on raw bwrap /bin/true (paired medians):');
+const { existsSync: exists, statSync: stat } = await import('node:fs');
+const cover = [];
+for (const p of ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger']) if (exists(p)) cover.push('--ro-bind', p, p);
+for (const p of [
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/interrupts',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+]) {
+  if (!exists(p)) continue;
+  if (stat(p).isDirectory()) cover.push('--perms', '0555', '--size', '4096', '--tmpfs', p, '--remount-ro', p);
+  else cover.push('--ro-bind', '/dev/null', p);
+}
+function run(argv) {
+  return new Promise((resolve, reject) => {
+    const c = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
+    c.on('error', reject);
+    c.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${argv[0]} exited ${code}`))));
+  });
+}
+const plain = () => run([host.bwrap.path, ...rawArgs(['/bin/true'])]);
+const withArgs = (extra, command = ['/bin/true']) => {
+  const a = rawArgs(command);
+  const at = a.indexOf('--dev');
+  return [host.bwrap.path, ...a.slice(0, at), ...extra, ...a.slice(at)];
+};
+async function step(name, argv) {
+  const r = await paired(
+    () => run(argv),
+    () => plain(),
+  );
+  console.log(`    ${name.padEnd(44)} +${ms(r.ours.p50 - r.raw.p50)}  (p50 ${ms(r.ours.p50)} against ${ms(r.raw.p50)})`);
+}
+await step(`/proc read-only and masked (${cover.filter((x) => x.startsWith('/proc')).length / 1} args)`, withArgs(cover));
+await step('holder shell around the command', withArgs([], ['/bin/sh', '-c', '"$@"; s=$?; exit $s', 'sandbox', '/bin/true']));
+if (host.identity?.drop.length) {
+  await step(`drop root: setpriv to uid ${host.identity.uid}`, [...host.identity.drop, ...withArgs(['--uid', '1000', '--gid', '1000'])]);
+  const src = mkdtempSync(join(tmpdir(), 'forge-sandbox-bench-src-'));
+  const point = mkdtempSync(join(tmpdir(), 'forge-sandbox-bench-point-'));
+  process.on('exit', () => rmSync(src, { recursive: true, force: true }) || rmSync(point, { recursive: true, force: true }));
+  await step('stage one source (unshare -m, mount --bind, -ef)', [
+    'unshare',
+    '--mount',
+    '--propagation',
+    'private',
+    '--',
+    '/bin/sh',
+    '-c',
+    'mount --bind "$1" "$2" && [ "$1" -ef "$2" ] && shift 2 && exec "$@"',
+    'stage',
+    src,
+    point,
+    ...withArgs(['--ro-bind', point, '/data']),
+  ]);
+}
+// The whole path through runSandboxed: a run with a per-run output directory (tmpfs inside, the
+// holder, the copy out) against the same run without one.
+const outRoot = mkdtempSync(join(tmpdir(), 'forge-sandbox-bench-out-'));
+process.on('exit', () => rmSync(outRoot, { recursive: true, force: true }));
+let outN = 0;
+const { mkdirSync: mkdir } = await import('node:fs');
+const withOut = async () => {
+  const dir = join(outRoot, String(outN++));
+  mkdir(dir);
+  const r = await runSandboxed({
+    command: ['/bin/sh', '-c', 'echo x > /out/f'],
+    mounts: [{ source: dir, target: '/out', mode: 'rw', perRun: true }],
+  });
+  if (r.exitCode !== 0 || r.outputs?.[0]?.files !== 1) throw new Error(`output run failed: ${r.stderrTail}`);
+};
+const o = await paired(withOut, () => sandboxed(['/bin/sh', '-c', 'echo x > /dev/null']));
+console.log(
+  `    ${'output directory: tmpfs, holder, copy out'.padEnd(44)} +${ms(o.ours.p50 - o.raw.p50)}  (p50 ${ms(o.ours.p50)} against ${ms(o.raw.p50)}, through runSandboxed)`,
+);
