@@ -1,21 +1,8 @@
-/**
- * Run-wide limits: a run's processes together, not each one, are held to its memory, CPU and
- * process limits where forge can make cgroups, and every run (and `describeRunLimits`) says
- * which limits held for the whole run and which only per process.
- *
- * The cgroup v1 cases run for real wherever the host gives its controllers to v1 hierarchies
- * and the tests run as root. The cgroup v2 cases run against a real cgroup2 mount: the
- * controllers a host has bound to v1 cannot be had in v2 at the same time, so there they check
- * what v2 always has (the tree, moving processes, `cgroup.kill`, `cpu.stat`).
- */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { describeRunLimits, type HostInfo, type Mount, probe, resolveRuntimes, runSandboxed } from '../src/index.js';
-import { requireSandbox, tempDir } from './helpers.js';
+import { nodeAs, requireSandbox, tempDir } from './helpers.js';
 
 let host: HostInfo;
 let python: { interpreter: string; mounts: Mount[] };
@@ -277,31 +264,4 @@ function removeTree(dir: string): void {
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
     }
   }
-}
-
-/**
- * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
- * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
- */
-async function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
-  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
-  const src = fileURLToPath(new URL('../src/', import.meta.url));
-  const code = `
-    const { runnerImport } = await import(${JSON.stringify(vite)});
-    const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;
-    ${body}`;
-  const argv = [...(o.wrap ?? []), process.execPath, '--input-type=module', '-e', code];
-  const child: ChildProcess = spawn(argv[0] as string, argv.slice(1), {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    cwd: src,
-  });
-  onTestFinished(() => {
-    child.kill('SIGKILL');
-  });
-  let out = '';
-  let err = '';
-  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-  const exit = await new Promise<number | null>((r) => child.on('close', r));
-  return { code: exit, out, err };
 }

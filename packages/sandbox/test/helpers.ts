@@ -91,3 +91,30 @@ export function descendants(root = process.pid): number[] {
   mine.delete(root);
   return [...mine];
 }
+
+/**
+ * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
+ * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
+ */
+export async function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
+  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
+  const src = fileURLToPath(new URL('../src/', import.meta.url));
+  const code = `
+    const { runnerImport } = await import(${JSON.stringify(vite)});
+    const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;
+    ${body}`;
+  const argv = [...(o.wrap ?? []), process.execPath, '--input-type=module', '-e', code];
+  const child: ChildProcess = spawn(argv[0] as string, argv.slice(1), {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: src,
+  });
+  onTestFinished(() => {
+    child.kill('SIGKILL');
+  });
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+  const exit = await new Promise<number | null>((r) => child.on('close', r));
+  return { code: exit, out, err };
+}
