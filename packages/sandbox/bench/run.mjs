@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { prebuiltStats, probe, resolveRuntimes, runSandboxed } from '../dist/index.js';
+import { PROC_MASKED, PROC_READ_ONLY, prebuiltStats, probe, resolveRuntimes, runSandboxed } from '../dist/index.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 100);
 const host = await probe();
@@ -155,20 +155,8 @@ console.log('\n  cost of each step, on raw bwrap /bin/true (paired medians):');
 const { existsSync: exists, statSync: stat } = await import('node:fs');
 const cover = [];
 let coverPaths = 0;
-for (const p of ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'])
-  if (exists(p)) coverPaths += cover.push('--ro-bind', p, p) && 1;
-for (const p of [
-  '/proc/acpi',
-  '/proc/asound',
-  '/proc/interrupts',
-  '/proc/kcore',
-  '/proc/keys',
-  '/proc/latency_stats',
-  '/proc/sched_debug',
-  '/proc/scsi',
-  '/proc/timer_list',
-  '/proc/timer_stats',
-]) {
+for (const p of PROC_READ_ONLY) if (exists(p)) coverPaths += cover.push('--ro-bind', p, p) && 1;
+for (const p of PROC_MASKED) {
   if (!exists(p)) continue;
   coverPaths++;
   if (stat(p).isDirectory()) cover.push('--perms', '0555', '--size', '4096', '--tmpfs', p, '--remount-ro', p);

@@ -1,6 +1,7 @@
 import { lstatSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { isAlive } from './cgroup.js';
 import type { SandboxIdentity } from './probe.js';
 
 /**
@@ -48,7 +49,7 @@ function sweepIn(base: string, kind: string | undefined, uid: number | undefined
     const m = NAME.exec(name);
     if (!m || (kind !== undefined && m[1] !== kind)) continue;
     const pid = Number(m[2]);
-    if (pid === process.pid || alive(pid)) continue;
+    if (pid === process.pid || isAlive(pid)) continue;
     const path = join(base, name);
     const st = lstatSync(path, { throwIfNoEntry: false });
     if (!st?.isDirectory() || st.uid !== uid) continue; // another user's, or not ours to judge
@@ -56,15 +57,6 @@ function sweepIn(base: string, kind: string | undefined, uid: number | undefined
     removed++;
   }
   return removed;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**

@@ -33,25 +33,41 @@ export async function requireSandbox(): Promise<void> {
 
 /**
  * Runs `body` in a separate node process, with this package's source loaded as `module` (through
- * vite, as the tests load it), the way an embedding process uses the sandbox. `node` is the binary
- * that runs it (default: this process's). `extraStdio` are the
- * child's descriptors past 0–2. Resolves once the child closed, with its exit code, output and
- * the process (for its pid). Killed when the test finishes.
+ * vite, as the tests load it), the way an embedding process uses the sandbox. `extraStdio` are the
+ * child's descriptors past 0–2; `node` another node binary. Resolves once the child closed, with
+ * its exit code, output and the process (for its pid). Killed when the test finishes.
  */
-export async function runInChild(
+export function runInChild(
   body: string,
   o: { extraStdio?: (StdioPipe | StdioNull | number)[]; node?: string } = {},
 ): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
-  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
   const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
-  const code = `
-    const { runnerImport } = await import(${JSON.stringify(vite)});
-    const { module } = await runnerImport(${JSON.stringify(src)});
-    ${body}`;
-  const child = spawn(o.node ?? process.execPath, ['--input-type=module', '-e', code], {
-    stdio: ['ignore', 'pipe', 'pipe', ...(o.extraStdio ?? [])],
+  return nodeChild(`const { module } = await runnerImport(${JSON.stringify(src)});\n${body}`, {
+    argv: [o.node ?? process.execPath],
     cwd: dirname(src),
+    extraStdio: o.extraStdio ?? [],
   });
+}
+
+/**
+ * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
+ * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
+ */
+export function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
+  const src = fileURLToPath(new URL('../src/', import.meta.url));
+  const load = `const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;`;
+  return nodeChild(`${load}\n${body}`, { argv: [...(o.wrap ?? []), process.execPath], cwd: src, extraStdio: [] });
+}
+
+/** A node child running `code` after `runnerImport` (vite's) is in scope; killed when the test finishes. */
+async function nodeChild(
+  code: string,
+  o: { argv: string[]; cwd: string; extraStdio: (StdioPipe | StdioNull | number)[] },
+): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
+  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
+  const script = `const { runnerImport } = await import(${JSON.stringify(vite)});\n${code}`;
+  const argv = [...o.argv, '--input-type=module', '-e', script];
+  const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe', ...o.extraStdio], cwd: o.cwd });
   onTestFinished(() => {
     child.kill('SIGKILL');
   });
@@ -90,31 +106,4 @@ export function descendants(root = process.pid): number[] {
   }
   mine.delete(root);
   return [...mine];
-}
-
-/**
- * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
- * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
- */
-export async function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
-  const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
-  const src = fileURLToPath(new URL('../src/', import.meta.url));
-  const code = `
-    const { runnerImport } = await import(${JSON.stringify(vite)});
-    const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;
-    ${body}`;
-  const argv = [...(o.wrap ?? []), process.execPath, '--input-type=module', '-e', code];
-  const child: ChildProcess = spawn(argv[0] as string, argv.slice(1), {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    cwd: src,
-  });
-  onTestFinished(() => {
-    child.kill('SIGKILL');
-  });
-  let out = '';
-  let err = '';
-  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-  const exit = await new Promise<number | null>((r) => child.on('close', r));
-  return { code: exit, out, err };
 }

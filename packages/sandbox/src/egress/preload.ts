@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, fchmodSync, lstatSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isAlive } from '../cgroup.js';
 
 /**
  * `fetch` gets an agent of the built-in undici's own class with a connector that tunnels
@@ -273,19 +274,10 @@ function sweepStale(): void {
   const uid = process.getuid?.();
   for (const name of names) {
     const pid = Number(NAME.exec(name)?.[1]);
-    if (!pid || pid === process.pid || alive(pid)) continue;
+    if (!pid || pid === process.pid || isAlive(pid)) continue;
     const file = join(tmpdir(), name);
     const st = lstatSync(file, { throwIfNoEntry: false });
     if (!st?.isFile() || st.uid !== uid || Date.now() - st.mtimeMs < 60_000) continue;
     rmSync(file, { force: true });
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
