@@ -29,6 +29,11 @@ fi
 apt_missing=()
 command -v bwrap >/dev/null 2>&1 || apt_missing+=(bubblewrap)
 command -v python3 >/dev/null 2>&1 || apt_missing+=(python3)
+# As root, sandboxes drop to their own uid (setpriv) and stage what it cannot reach (unshare, mount).
+if [ "$(id -u)" -eq 0 ]; then
+  { command -v setpriv && command -v unshare; } >/dev/null 2>&1 || apt_missing+=(util-linux)
+  command -v mount >/dev/null 2>&1 || apt_missing+=(mount)
+fi
 if [ "${#apt_missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq >/dev/null
