@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { createForge } from '@forge/runner';
 import { probe } from '@forge/sandbox';
 import { loadExample } from '../../../examples/index.mjs';
+import { serveChild } from './serve.mjs';
 
 const run = promisify(execFile);
 const here = dirname(fileURLToPath(import.meta.url));
@@ -56,43 +57,7 @@ const stats = (xs) => {
 const ms = (x) => `${x.toFixed(x < 10 ? 2 : 0)} ms`;
 const mark = (ok) => (ok ? ' ' : '!');
 
-/** `forge serve` as a child speaking raw JSON-RPC lines, so the figures hold no client library. */
-function serve(cwd) {
-  const t0 = performance.now();
-  const child = spawn(process.execPath, [CLI, 'serve'], { cwd, env, stdio: ['pipe', 'pipe', 'ignore'] });
-  const waiting = new Map();
-  let buf = '';
-  child.stdout.on('data', (d) => {
-    buf += d;
-    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
-      const msg = JSON.parse(buf.slice(0, i));
-      buf = buf.slice(i + 1);
-      waiting.get(msg.id)?.(msg);
-      waiting.delete(msg.id);
-    }
-  });
-  let id = 0;
-  const request = (method, params) =>
-    new Promise((resolve) => {
-      const n = ++id;
-      waiting.set(n, resolve);
-      child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id: n, method, params })}\n`);
-    });
-  const ready = request('initialize', {
-    protocolVersion: '2025-06-18',
-    capabilities: {},
-    clientInfo: { name: 'bench', version: '1' },
-  }).then(() => {
-    child.stdin.write('{"jsonrpc":"2.0","method":"notifications/initialized"}\n');
-    return performance.now() - t0;
-  });
-  const stop = () =>
-    new Promise((r) => {
-      child.on('exit', r);
-      child.stdin.end();
-    });
-  return { child, ready, request, stop, t0 };
-}
+const serve = (cwd) => serveChild(CLI, cwd, env);
 
 console.log(
   `forge CLI benchmark — node ${process.version}, ${availableParallelism()} cores, bwrap ${host.bwrap.version}, ${RUNS} runs each`,
