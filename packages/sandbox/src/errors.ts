@@ -9,8 +9,8 @@ export const SANDBOX_ERROR_CODES = [
   /** The profile is malformed (relative paths, bad limits, …); the message names the field. */
   'invalid_profile',
   /**
-   * A run served by a sandbox built ahead ended, but what the tool wrote to a per-run directory
-   * could not be moved to that directory; the message says where it stays.
+   * The run ended, but what the tool wrote to a per-run output directory could not be copied out
+   * of the sandbox into that directory (not writable, for one); the message names it.
    */
   'output_unmoved',
 ] as const;

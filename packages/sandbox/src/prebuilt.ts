@@ -37,8 +37,8 @@ import { processTempDir } from './tmp.js';
  * fit are served this way: no binds (each is checked for its run and mounted by descriptor), no
  * network (the relay needs the run's IPC channel), and per-run mounts ({@link Mount.perRun})
  * that are a small file (its bytes are copied into a placeholder the sandbox already mounts) or
- * an empty directory (the sandbox's own is moved there once the run is over). Sandboxes are
- * pooled by the shape they were built for; every other run builds its own, as before.
+ * an empty directory (the sandbox's own tmpfs, copied out by its holder once the tool is done).
+ * Sandboxes are pooled by the shape they were built for; every other run builds its own, as before.
  *
  * A sandbox serves one run only. Waiting ones never keep the process alive and die with it
  * (`--die-with-parent`); their placeholders live under the embedding program's stage directory,

@@ -67,8 +67,8 @@ export interface RunOptions {
    * latency. Applies to runs without binds or network whose {@link Mount.perRun} mounts fit (a
    * `ro` regular file of at most 1 MiB, a `rw` empty directory); any other run builds its own,
    * which is also what the first run of a shape does. `stageDir` holds the waiting sandboxes'
-   * per-run mount points (a directory per process, 0700) and must be on the filesystem of the
-   * `rw` per-run sources, so the output is moved there by rename.
+   * placeholders of per-run files (a directory per process, 0700); a sandbox's mount table shows
+   * it, so `makeStageDir()` makes a neutral one.
    */
   prebuild?: { stageDir: string };
 }
