@@ -20,7 +20,6 @@ export interface HostProblem {
     | 'pids_unlimited'
     | 'setpriv_missing'
     | 'sandbox_uid_invalid'
-    | 'root_mapping'
     | 'sandbox_failed';
   /** What is wrong, in one sentence. */
   message: string;
