@@ -54,7 +54,7 @@ export {
 export { POLICY_ERROR_CODES, PolicyError, type PolicyErrorCode } from './errors.js';
 export type { GlobMatcher } from './glob.js';
 export { POLICY_LIMITS } from './limits.js';
-export { createPolicy, type Policy, type PolicyEvent, type PolicyOptions, type PolicyState } from './policy.js';
+export { createPolicy, POLICY_SETTLE_MS, type Policy, type PolicyEvent, type PolicyOptions, type PolicyState } from './policy.js';
 export {
   type AllowRules,
   parseRules,

@@ -13,7 +13,19 @@ export interface PolicyOptions {
   rulesFile?: string;
   /** Receives `policy.reloaded` and `policy.reload_failed` (the runner audits them). */
   onEvent?: (event: PolicyEvent) => void;
+  /**
+   * How long a changed file may settle before it is judged, in ms (default
+   * {@link POLICY_SETTLE_MS}). Editors and shells that write in place truncate the file, then
+   * write it: a read in between finds it empty or cut short. A file that is invalid while its
+   * last change is younger than this keeps its last good version in force without a
+   * `policy.reload_failed`, and is judged again at each call; once it is older and still invalid,
+   * the failure is recorded, once per distinct content. 0 judges every change at once.
+   */
+  settleMs?: number;
 }
+
+/** The default settle window: a file changed within the last second is not judged invalid yet. */
+export const POLICY_SETTLE_MS = 1000;
 
 export type PolicyEvent =
   | {
@@ -56,6 +68,12 @@ interface Source<T> {
   good: T | undefined;
   status: PolicySource['status'];
   problem?: PolicyProblem;
+  /** The inode last read (an edit in place keeps it; a rename over the file changes it). */
+  ino?: bigint;
+  /** The text whose problem was last reported (a new content with the same message is a new edit). */
+  reportedText?: string;
+  /** A text read while the file was settling, with its verdict (so an unchanged file is not reparsed at each call). */
+  pending?: { text: string; problem: PolicyProblem | undefined };
 }
 
 /**
@@ -66,6 +84,8 @@ interface Source<T> {
  */
 export function createPolicy(options: PolicyOptions = {}): Policy {
   const emit = options.onEvent ?? (() => {});
+  const settleNs = BigInt(Math.max(0, Math.floor(options.settleMs ?? POLICY_SETTLE_MS))) * 1_000_000n;
+  let initial = true;
   const docs: Source<PolicyDocument>[] = [];
   if (options.userFile) docs.push({ file: options.userFile, kind: 'policy', stamp: undefined, good: undefined, status: 'absent' });
   if (options.workspaceFile)
@@ -110,13 +130,22 @@ export function createPolicy(options: PolicyOptions = {}): Policy {
       // A stamp taken within a second of the file's last change can miss an edit that follows in
       // the same clock tick with the same size ("racily clean"): keep comparing the text until
       // the change is older than that.
-      const racy = BigInt(Date.now()) * 1_000_000n - st.ctimeNs < 1_000_000_000n; // ctime moves with every write
+      const age = BigInt(Date.now()) * 1_000_000n - st.ctimeNs; // ctime moves with every write
+      const racy = age < 1_000_000_000n;
       const trusted = racy ? undefined : stamp;
       if (text === s.text && s.status !== 'invalid' && s.status !== 'kept') {
         s.stamp = trusted;
+        delete s.pending;
         return 'same';
       }
-      s.text = text;
+      // Settling is for a file changed in place (the same inode, or a file that was absent):
+      // a file renamed over the old one was written whole before it got the name, and at start
+      // there is nothing in force to keep, so both are judged at once.
+      const previousIno = s.ino;
+      s.ino = st.ino;
+      const inPlace = !initial && (s.status === 'absent' || previousIno === st.ino);
+      const settling = inPlace && settleNs > 0n && age < settleNs;
+      if (settling && s.pending?.text === text && s.pending.problem) return 'same'; // still settling, still invalid
       const parsed =
         s.kind === 'policy'
           ? (() => {
@@ -127,7 +156,17 @@ export function createPolicy(options: PolicyOptions = {}): Policy {
               const r = parseRules(text, s.file);
               return r.ok ? { ok: true as const, value: r.rules as unknown } : { ok: false as const, problem: r.problem };
             })();
-      if (!parsed.ok) return fail(s, trusted, parsed.problem);
+      // Written in place and caught between the truncation and the last write: an invalid text,
+      // or one that may be a cut-short valid one (an empty file; a rules file whose last line has
+      // no line feed yet, where "tool:fib" cut short is "tool:fi"). Keep what is in force and
+      // judge it again at the next call, without recording anything until the file has settled.
+      if (settling && (!parsed.ok || text === '' || (s.kind === 'rules' && !text.endsWith('\n')))) {
+        s.pending = { text, problem: parsed.ok ? undefined : parsed.problem };
+        return 'same';
+      }
+      delete s.pending;
+      s.text = text;
+      if (!parsed.ok) return fail(s, trusted, parsed.problem, text);
       s.stamp = trusted;
       s.good = parsed.value;
       s.status = 'loaded';
@@ -138,12 +177,20 @@ export function createPolicy(options: PolicyOptions = {}): Policy {
     }
   };
 
-  const fail = (s: Source<unknown>, stamp: string | undefined, p: Partial<PolicyProblem> & { reason: string }): 'failed' | 'same' => {
+  const fail = (
+    s: Source<unknown>,
+    stamp: string | undefined,
+    p: Partial<PolicyProblem> & { reason: string },
+    text?: string,
+  ): 'failed' | 'same' => {
     if (stamp !== undefined && stamp === s.stamp) return 'same';
     s.stamp = stamp;
+    delete s.pending;
     const problem: PolicyProblem = { ...p, file: s.file, message: p.message ?? `${s.file}: ${p.reason}` };
-    const reported = s.problem?.message === problem.message;
+    // Reported once per distinct bad content: the same text reread (a touch, a racy stamp) is not a new edit.
+    const reported = s.problem?.message === problem.message && s.reportedText === text && s.status !== 'absent';
     s.problem = problem;
+    s.reportedText = text;
     s.status = s.good === undefined ? 'invalid' : 'kept';
     if (reported) return 'same'; // the same problem, already reported and already in force
     const { file, line, column, pointer, reason, message } = problem;
@@ -194,6 +241,7 @@ export function createPolicy(options: PolicyOptions = {}): Policy {
   };
 
   for (const s of all) refresh(s);
+  initial = false;
   rebuild(true, all);
 
   return {

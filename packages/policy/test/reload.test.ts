@@ -57,11 +57,14 @@ function writeDoc(file: string, doc: PolicyDocument): void {
   writeFileSync(file, `${JSON.stringify(doc, null, 2)}\n`);
 }
 
-/** createPolicy over `files`, recording its events. */
-function open(files: Partial<Files>): { policy: Policy; events: PolicyEvent[] } {
+/**
+ * createPolicy over `files`, recording its events. These tests judge every change at once
+ * (`settleMs: 0`) to pin down what is reported; settle.test.ts covers the settle window.
+ */
+function open(files: Partial<Files>, settleMs = 0): { policy: Policy; events: PolicyEvent[] } {
   const events: PolicyEvent[] = [];
   const { userFile, workspaceFile, rulesFile } = files;
-  const policy = createPolicy({ userFile, workspaceFile, rulesFile, onEvent: (e) => events.push(e) });
+  const policy = createPolicy({ userFile, workspaceFile, rulesFile, settleMs, onEvent: (e) => events.push(e) });
   return { policy, events };
 }
 
