@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type AuditLog, type JsonValue, openAuditLog } from '@forge/audit-chain';
+import { type AuditLog, openAuditLog } from '@forge/audit-chain';
 import {
   Breakers,
   bindAllow,
@@ -52,6 +52,7 @@ import {
 } from '@forge/sandbox';
 import stableStringify from 'fast-json-stable-stringify';
 import { readAnnotations } from './annotations.js';
+import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
 import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
 import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
@@ -219,32 +220,35 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   const changeListeners = new Set<(e: ToolsChanged) => void>();
   const pendingAudit = new Set<Promise<unknown>>();
   let auditClosed = false;
+  // Fail closed: once an append fails, nothing is answered or changed until the log takes the
+  // recovery entry (auditGate.ts).
+  const auditGate = new AuditGate(audit, now, (f) => process.emitWarning(`forge: ${f.message}`));
   /**
-   * Appends one entry; resolves once it is durable. Never throws into a pipeline. `secrets` are
-   * the values of the call the entry belongs to: redacted before any string is shortened.
+   * Appends one entry; resolves once it is durable (to undefined), or to why it could not be
+   * written. Never throws into a pipeline. `secrets` are the values of the call the entry belongs
+   * to: redacted before any string is shortened.
    */
-  const record = (type: string, raw: Record<string, unknown>, secrets: SecretList = []): Promise<void> => {
+  const record = (type: string, raw: Record<string, unknown>, secrets: SecretList = []): Promise<AuditFailure | undefined> => {
     const data = auditSafe(raw, secrets) as Record<string, unknown>;
     for (const l of auditListeners) l({ type, data });
-    if (auditClosed) return Promise.resolve();
-    const p = audit.append(type, data as JsonValue).then(
-      () => {},
-      (err) => {
-        // An entry that cannot be written is a host problem; the call's answer stands.
-        process.emitWarning(`forge: audit append of ${type} failed: ${(err as Error).message}`);
-      },
-    );
+    if (auditClosed) return Promise.resolve(undefined);
+    const p = auditGate.append(type, data);
     checkpoints.appended();
     return track(p);
   };
+  /** `message` for a refusal the log could not take: it still refuses, as `audit_unavailable`. */
+  const unaudited = (f: AuditFailure, kind: string, message: string) => `${f.message} (refused first: ${kind}: ${message})`;
   // Checkpoints make truncating or rolling back the log detectable, not only edits.
   const checkpoints = new CheckpointSchedule(audit, {
     onError: (err) => process.emitWarning(`forge: audit checkpoint failed: ${err.message}`),
     track: (p) => void track(p),
   });
   /** Keeps `p` until it settles, so close() can wait for it. */
-  function track(p: Promise<void>): Promise<void> {
-    const q = p.catch((err) => process.emitWarning(`forge: background write failed: ${(err as Error).message}`));
+  function track<T>(p: Promise<T>): Promise<T | undefined> {
+    const q = p.catch((err) => {
+      process.emitWarning(`forge: background write failed: ${(err as Error).message}`);
+      return undefined;
+    });
     pendingAudit.add(q);
     void q.finally(() => pendingAudit.delete(q));
     return q;
@@ -424,10 +428,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const name = typeof (spec as { name?: unknown })?.name === 'string' ? (spec as { name: string }).name : undefined;
     const refuse = async (r: Refusal, eventType = 'forge.created'): Promise<Refusal> => {
       const { ok: _ok, ...detail } = r;
-      await record(eventType, { ok: false, ...who, scope, ...(name ? { name } : {}), ...detail });
-      return r;
+      const f = await record(eventType, { ok: false, ...who, scope, ...(name ? { name } : {}), ...detail });
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, r.kind, r.message), refused: r.kind } : r;
     };
     if (closing) return refuse({ ok: false, kind: 'internal', message: 'forge is shutting down; try again after it restarts' });
+    // Refused before anything is written while the log takes no appends (the check is a real append).
+    const down = await auditGate.ready();
+    if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
     const bad = contextProblem(ctx);
     if (bad) return refuse({ ok: false, kind: 'validation_failed', message: bad });
     if (scope === 'task' && !ctx.task)
@@ -479,7 +486,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       authorize: ownerCheck(snap, ctx.persona, tool.name, 'forge'),
     });
     if (!written.ok) return refuse(written as Refusal, eventTypeOf(written.kind, 'forge.created'));
-    await record('forge.created', {
+    const unrecorded = await record('forge.created', {
       ok: true,
       ...who,
       scope,
@@ -490,6 +497,11 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       ...(written.previous ? { replaced: written.previous } : {}),
       policy: snap.digest,
     });
+    if (unrecorded) {
+      // A forge the log does not show did not happen: the write is taken back.
+      const undone = await undoCreate(reg, scope, written.tool.name, written.previous, who);
+      return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${written.tool.name}" was not forged: ${undone}` };
+    }
     notifyChanged([scope], [written.tool.name]);
     return { ok: true, tool: written.tool, ...(written.previous ? { previous: written.previous } : {}) };
   };
@@ -509,10 +521,18 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       extra: Record<string, unknown> = {},
     ): Promise<Envelope> => {
       const text = redactText(message, callSecrets);
-      await record(eventType, { ok: false, name, ...who, kind, message: text, input_digest: digestOfInput, ...extra }, callSecrets);
+      const f = await record(
+        eventType,
+        { ok: false, name, ...who, kind, message: text, input_digest: digestOfInput, ...extra },
+        callSecrets,
+      );
+      if (f) return failure(AUDIT_UNAVAILABLE, unaudited(f, kind, text), { duration_ms: now() - started, cache: 'off' }, { refused: kind });
       return failure(kind, text, { duration_ms: now() - started, cache: 'off' }, extra);
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    // Nothing runs while the log takes no appends (the check is a real append of the recovery entry).
+    const down = await auditGate.ready();
+    if (down) return failure(AUDIT_UNAVAILABLE, down.message, { duration_ms: now() - started, cache: 'off' });
     const bad = contextProblem(ctx);
     if (bad) return refuse('validation_failed', bad);
 
@@ -639,7 +659,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         if (!flight.shared) return r.envelope;
         // Another caller ran it: its answer, recorded for this call too.
         if (r.envelope.ok) return await cacheHit({ ...hitOf(r.envelope, r.runId), shared: true });
-        await record('forge.called', {
+        const unrecorded = await record('forge.called', {
           ok: false,
           ...calledFacts(stored, ctx, digestOfInput),
           kind: r.envelope.error.kind,
@@ -648,6 +668,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           seed_run: r.runId,
           policy: snap.digest,
         });
+        if (unrecorded) return failure(AUDIT_UNAVAILABLE, unrecorded.message, r.envelope.meta);
         return r.envelope;
       }
       const r = await execute();
@@ -927,10 +948,9 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         stderr_tail: stderr,
       };
     }
-    if (envelope.ok && r.key && cache) cache.set(r.key, envelope, runId);
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
     // The manifest is written while the audit entry's durable append is under way.
-    await Promise.all([
+    const [unrecorded] = await Promise.all([
       record(
         'forge.called',
         {
@@ -953,8 +973,30 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       // Redacted whole (artifact names, network hosts a tool chose), never cut before that.
       manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), redactValue(manifest, r.secrets)),
     ]);
-    if (r.secretNames.length > 0 && result)
-      await record('tool.secrets_injected', { name: stored.name, run_id: runId, secrets: r.secretNames, persona: ctx.persona });
+    const unrecordedSecrets =
+      !unrecorded && r.secretNames.length > 0 && result
+        ? await record('tool.secrets_injected', { name: stored.name, run_id: runId, secrets: r.secretNames, persona: ctx.persona })
+        : undefined;
+    const lost = unrecorded ?? unrecordedSecrets;
+    if (lost) {
+      // Answered only once audited: the tool's answer is withheld, and the run says why.
+      if (manifest) {
+        const audit_append = {
+          ok: false,
+          entry: unrecorded ? 'forge.called' : 'tool.secrets_injected',
+          errno: lost.errno,
+          at: lost.at,
+          message: lost.message,
+        };
+        await writeJsonAtomic(
+          join(runDir, 'run_manifest.json'),
+          redactValue({ ...manifest, answered: AUDIT_UNAVAILABLE, audit_append }, r.secrets),
+        );
+      }
+      return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome };
+    }
+    // Cached only once audited: a later hit names a seed run the log shows.
+    if (envelope.ok && r.key && cache) cache.set(r.key, envelope, runId);
     return { envelope, runId, outcome };
   };
 
@@ -997,7 +1039,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       }),
     );
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
-    await record('forge.called', {
+    const unrecorded = await record('forge.called', {
       ok: true,
       ...calledFacts(stored, ctx, inputDigest),
       run_id: runId,
@@ -1006,6 +1048,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       ...(shared ? { shared_flight: true } : {}),
       policy: snap.digest,
     });
+    if (unrecorded) return failure(AUDIT_UNAVAILABLE, unrecorded.message, envelope.meta);
     return envelope;
   };
 
@@ -1068,10 +1111,19 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const ctx = context(o);
     const who = { persona: ctx.persona, session: ctx.session };
     const refuse = async (kind: string, message: string, eventType = 'forge.promoted'): Promise<Refusal> => {
-      await record(eventType, { ok: false, name, ...who, ...(eventType !== 'forge.promoted' ? { action: 'promote' } : {}), kind, message });
-      return { ok: false, kind, message };
+      const f = await record(eventType, {
+        ok: false,
+        name,
+        ...who,
+        ...(eventType !== 'forge.promoted' ? { action: 'promote' } : {}),
+        kind,
+        message,
+      });
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, kind, message), refused: kind } : { ok: false, kind, message };
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    const down = await auditGate.ready();
+    if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
     const bad = contextProblem(ctx);
     if (bad) return refuse('validation_failed', bad);
     const pol = policyNow();
@@ -1084,8 +1136,23 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       authorize: ownerCheck(pol.snap, ctx.persona, name, 'promote'),
     });
     if (!r.ok) return refuse(r.kind, r.message, eventTypeOf(r.kind, 'forge.promoted'));
-    await record('forge.promoted', { ok: true, name, ...who, outcome: r.outcome, version: r.tool.version, digest: r.tool.digest });
+    const unrecorded = await record('forge.promoted', {
+      ok: true,
+      name,
+      ...who,
+      outcome: r.outcome,
+      version: r.tool.version,
+      digest: r.tool.digest,
+    });
     if (r.outcome !== 'unchanged') notifyChanged(['user'], [name]);
+    // Not taken back (a promote may replace another project's user tool): reported, and listed in
+    // the recovery entry.
+    if (unrecorded)
+      return {
+        ok: false,
+        kind: AUDIT_UNAVAILABLE,
+        message: `${unrecorded.message}; "${name}" was promoted (${r.outcome}, user version ${r.tool.version}) but the log does not show it yet`,
+      };
     return { ok: true, tool: r.tool, outcome: r.outcome, ...(r.previous ? { previous: r.previous } : {}) };
   };
 
@@ -1098,7 +1165,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       extra: Record<string, unknown> = {},
       eventType = 'forge.removed',
     ): Promise<Refusal> => {
-      await record(eventType, {
+      const f = await record(eventType, {
         ok: false,
         name,
         ...who,
@@ -1107,9 +1174,11 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         kind,
         message,
       });
-      return { ok: false, kind, message };
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, kind, message), refused: kind } : { ok: false, kind, message };
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    const down = await auditGate.ready();
+    if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
     const bad = contextProblem(ctx);
     if (bad) return refuse('validation_failed', bad);
     if (o.scope === 'task' && !ctx.task) return refuse('validation_failed', 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)');
@@ -1121,7 +1190,22 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (!scope) return refuse('unknown_tool', `no forged tool is named "${name}"; call forge_list to see the tools`);
     const r = await (await registryFor(scope, ctx)).remove(name, { scope, authorize: ownerCheck(pol.snap, ctx.persona, name, 'remove') });
     if (!r.ok) return refuse(r.kind, r.message, { scope }, eventTypeOf(r.kind, 'forge.removed'));
-    await record('forge.removed', { ok: true, name, ...who, scope, version: r.removed.version, digest: r.removed.digest });
+    const unrecorded = await record('forge.removed', {
+      ok: true,
+      name,
+      ...who,
+      scope,
+      version: r.removed.version,
+      digest: r.removed.digest,
+    });
+    if (unrecorded) {
+      // A removal the log does not show did not happen: the removed version is made live again.
+      const back = await (await registryFor(scope, ctx)).recover(name, r.removed.version, { scope, createdBy: r.removed.created_by });
+      const undone = back.ok
+        ? `it is live again as version ${back.tool.version}`
+        : `it could not be restored (${back.message}); recover version ${r.removed.version} by hand`;
+      return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${name}" was not removed: ${undone}` };
+    }
     notifyChanged([scope], [name]);
     return { ok: true, tool: r.removed };
   };
@@ -1167,6 +1251,19 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     },
   };
   return forge;
+}
+
+/** Takes back a registry write whose `forge.created` entry could not be written; says what happened. */
+async function undoCreate(
+  reg: Registry,
+  scope: Scope,
+  name: string,
+  previous: { version: number } | undefined,
+  who: { persona: string; session: string },
+): Promise<string> {
+  const r = previous ? await reg.recover(name, previous.version, { scope, createdBy: who }) : await reg.remove(name, { scope });
+  if (r.ok) return previous ? `version ${previous.version} is live again` : 'the registry write was taken back';
+  return `taking the registry write back failed too (${r.message}); remove or recover "${name}" in scope ${scope} by hand`;
 }
 
 class RefusalError extends Error {

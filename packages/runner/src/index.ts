@@ -4,6 +4,7 @@
  *
  * Public API. Everything exported here is a deliberate, documented decision.
  */
+export { AUDIT_RECOVERED, AUDIT_UNAVAILABLE } from './auditGate.js';
 export { type CacheLimits, DEFAULT_CACHE_LIMITS } from './cache.js';
 export type { Envelope, EnvelopeMeta, ErrorEnvelope, OkEnvelope } from './envelope.js';
 export {
