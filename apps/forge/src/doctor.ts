@@ -1,4 +1,5 @@
-import { existsSync, lstatSync, readFileSync, statSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, readFileSync, statfsSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { describeRunLimits, probe, resolveRuntimes } from '@forge/sandbox';
 import { checkPolicies } from './policy-check.js';
 
@@ -30,8 +31,8 @@ const EXPECTED_RUNTIMES = ['python3', 'node', 'bash'];
 
 /**
  * Probes the host the way a call would: the sandbox (bwrap, namespaces, /proc, limits), the
- * runtimes found, forge's home, the vault's permissions and the policy files. Every problem
- * carries its fix. Reads only; creates nothing.
+ * runtimes found, forge's home, whether the audit log takes appends, the vault's permissions and
+ * the policy files. Every problem carries its fix. Reads only; creates nothing.
  */
 export async function diagnose(o: { home: string; project: string; env: NodeJS.ProcessEnv; bwrapPath?: string }): Promise<DoctorReport> {
   const paths = {
@@ -95,6 +96,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   if (others.length > 0) checks.push({ name: 'runtimes', ok: true, detail: `also: ${others.join(', ')}` });
 
   checks.push(homeCheck(o.home));
+  checks.push(auditLogCheck(paths.auditLog));
   checks.push(vaultCheck(paths.vault));
   const policy = checkPolicies({ home: o.home, project: o.project });
   for (const f of policy.files.filter((x) => x.status !== 'absent')) {
@@ -139,6 +141,56 @@ function homeCheck(home: string): Check {
     };
   }
   return { name: 'home', ok: true, detail: `${home} (mode ${octal(st.mode)})` };
+}
+
+/** Below this much free space on the audit log's filesystem, forge is about to refuse every call. */
+export const AUDIT_MIN_FREE_BYTES = 1 << 20;
+
+/**
+ * Whether forge can append to its audit log, without writing an entry: the directory takes new
+ * files (lock, checkpoints), the log opens for append, and the filesystem has space and inodes
+ * left. forge answers nothing it cannot audit (`audit_unavailable`), so each of these stops it.
+ */
+export function auditLogCheck(log: string): Check {
+  const dir = dirname(log);
+  const name = 'audit log';
+  if (!existsSync(dir)) return { name, ok: true, detail: `${dir} (created on first use)` };
+  const unwritable = (what: string, err: unknown): Check => {
+    const code = (err as NodeJS.ErrnoException).code ?? 'unknown';
+    return {
+      name,
+      ok: false,
+      detail: `${what} cannot be written (${code}): forge refuses every call and forge with audit_unavailable`,
+      fix:
+        code === 'EROFS'
+          ? `remount the filesystem holding ${dir} read-write, or point FORGE_HOME at a writable place`
+          : `make ${dir} writable by this user (chown $(id -u) ${dir}; chmod 700 ${dir})`,
+    };
+  };
+  try {
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    return unwritable(dir, err);
+  }
+  if (existsSync(log)) {
+    try {
+      // Opened for append and closed: the append path works, and nothing is written.
+      closeSync(openSync(log, constants.O_WRONLY | constants.O_APPEND));
+    } catch (err) {
+      return unwritable(log, err);
+    }
+  }
+  const fs = statfsSync(dir);
+  const free = fs.bavail * fs.bsize;
+  if (free < AUDIT_MIN_FREE_BYTES || (fs.files > 0 && fs.ffree === 0)) {
+    return {
+      name,
+      ok: false,
+      detail: `${dir} has ${free} bytes${fs.files > 0 ? ` and ${fs.ffree} inodes` : ''} free (under ${AUDIT_MIN_FREE_BYTES}): appends fail with ENOSPC soon or now, and forge then refuses every call and forge with audit_unavailable`,
+      fix: `free space on the filesystem holding ${dir} (or raise the quota); forge takes calls again at the next call once an append succeeds`,
+    };
+  }
+  return { name, ok: true, detail: `${log} is writable (${Math.floor(free / 1048576)} MiB free)` };
 }
 
 /** The vault's rules as the runner enforces them: a regular file, mode 0600, ours, a JSON object of strings. */
