@@ -63,6 +63,9 @@ export class AuditGate {
    * rejects). While the gate is closed nothing is attempted: the entry is counted as lost.
    */
   async append(type: string, data: Record<string, unknown>): Promise<AuditFailure | undefined> {
+    // An entry that arrives while a probe is under way waits for it: lost now, it would be
+    // missing from the recovery entry the probe is writing.
+    if (this.failure && this.probe && !(await this.probe)) return this.append(type, data);
     if (this.failure) {
       this.lose(type, data);
       return this.failure;
