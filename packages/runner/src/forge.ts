@@ -499,7 +499,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     });
     if (unrecorded) {
       // A forge the log does not show did not happen: the write is taken back.
-      const undone = await undoCreate(reg, scope, written.tool.name, written.previous, who);
+      const undone = await undoCreate(reg, scope, written.tool.name, written.previous);
       return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${written.tool.name}" was not forged: ${undone}` };
     }
     notifyChanged([scope], [written.tool.name]);
@@ -1144,15 +1144,12 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       version: r.tool.version,
       digest: r.tool.digest,
     });
+    if (unrecorded) {
+      // A promote the log does not show did not happen: the user scope is put back as it was.
+      const undone = r.outcome === 'unchanged' ? 'nothing was written' : await undoCreate(base, 'user', name, r.previous);
+      return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${name}" was not promoted: ${undone}` };
+    }
     if (r.outcome !== 'unchanged') notifyChanged(['user'], [name]);
-    // Not taken back (a promote may replace another project's user tool): reported, and listed in
-    // the recovery entry.
-    if (unrecorded)
-      return {
-        ok: false,
-        kind: AUDIT_UNAVAILABLE,
-        message: `${unrecorded.message}; "${name}" was promoted (${r.outcome}, user version ${r.tool.version}) but the log does not show it yet`,
-      };
     return { ok: true, tool: r.tool, outcome: r.outcome, ...(r.previous ? { previous: r.previous } : {}) };
   };
 
@@ -1253,15 +1250,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   return forge;
 }
 
-/** Takes back a registry write whose `forge.created` entry could not be written; says what happened. */
-async function undoCreate(
-  reg: Registry,
-  scope: Scope,
-  name: string,
-  previous: { version: number } | undefined,
-  who: { persona: string; session: string },
-): Promise<string> {
-  const r = previous ? await reg.recover(name, previous.version, { scope, createdBy: who }) : await reg.remove(name, { scope });
+/**
+ * Takes back a registry write (a forge or a promote) whose entry could not be written: a new tool
+ * is removed, a replaced one's previous version made live again (its own creator kept). Says what
+ * happened, for the refusal's message.
+ */
+async function undoCreate(reg: Registry, scope: Scope, name: string, previous: { version: number } | undefined): Promise<string> {
+  const r = previous ? await reg.recover(name, previous.version, { scope }) : await reg.remove(name, { scope });
   if (r.ok) return previous ? `version ${previous.version} is live again` : 'the registry write was taken back';
   return `taking the registry write back failed too (${r.message}); remove or recover "${name}" in scope ${scope} by hand`;
 }

@@ -219,3 +219,55 @@ describe('audit log failing with EIO or EDQUOT (injected at the write, a real lo
     });
   }
 });
+
+describe('promote and remove whose entries cannot be written (EIO injected at the write)', () => {
+  it('are taken back: the user scope and the project scope are as before, and the recovery entry lists them', async () => {
+    await requireSandbox();
+    const root = mkdtempSync(join(tmpdir(), 'forge-audit-undo-'));
+    let failing = false;
+    const log = await openAuditLog(join(root, 'audit.log'), {
+      io: {
+        async write(handle, data) {
+          if (failing) throw Object.assign(new Error('EIO: injected, write'), { code: 'EIO', syscall: 'write' });
+          let off = 0;
+          while (off < data.length) off += (await handle.write(data, off, data.length - off)).bytesWritten;
+        },
+      },
+    });
+    const forge = await createForge({ env: {}, home: join(root, 'home'), project: join(root, 'project'), audit: log });
+    onTestFinished(async () => {
+      await forge.close({ graceMs: 2000 });
+      await log.close();
+      rmSync(root, { recursive: true, force: true });
+    });
+    expect(await forge.forgeTool(echo)).toMatchObject({ ok: true });
+    const names = async (scope: 'user' | 'project') => (await forge.listTools({ scope })).map((t) => `${t.tool.name}@${t.tool.version}`);
+
+    failing = true;
+    const promoted = await forge.promoteTool('fs.echo');
+    expect(promoted).toMatchObject({ ok: false, kind: 'audit_unavailable' });
+    expect(promoted.ok || promoted.message).toContain('"fs.echo" was not promoted: the registry write was taken back');
+    expect(await names('user')).toEqual([]);
+    failing = false;
+    expect(okData(await forge.callTool('fs.echo', { n: 1 }))).toEqual({ n: 1 });
+
+    failing = true;
+    const removed = await forge.removeTool('fs.echo');
+    expect(removed).toMatchObject({ ok: false, kind: 'audit_unavailable' });
+    expect(removed.ok || removed.message).toContain('"fs.echo" was not removed: it is live again as version 2');
+    expect(await names('project')).toEqual(['fs.echo@2']);
+    failing = false;
+    expect(okData(await forge.callTool('fs.echo', { n: 2 }))).toEqual({ n: 2 });
+
+    await log.flush();
+    expect((await verifyLog(join(root, 'audit.log'))).ok).toBe(true);
+    const rec = readFileSync(join(root, 'audit.log'), 'utf8')
+      .split('\n')
+      .filter((l) => l.includes('"forge.audit_recovered"'))
+      .map((l) => (JSON.parse(l) as Entry).data);
+    expect(rec).toEqual([
+      expect.objectContaining({ failed_appends: 1, lost: [expect.objectContaining({ type: 'forge.promoted', name: 'fs.echo' })] }),
+      expect.objectContaining({ failed_appends: 1, lost: [expect.objectContaining({ type: 'forge.removed', name: 'fs.echo' })] }),
+    ]);
+  });
+});
