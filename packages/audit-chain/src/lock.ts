@@ -17,6 +17,13 @@ import { AuditError } from './errors.js';
  *
  * Acquiring renames a prepared directory (owner file already inside) onto `<path>`: rename onto
  * a non-empty directory fails, so the lock never exists without its owner record.
+ *
+ * What a process killed mid-operation leaves beside the lock (staging `<path>.<token>.tmp`,
+ * removal `<path>.<token>.released` / `.dead`, break markers `<path>.break-<token>`) is removed at
+ * acquire time (see {@link DirLock.sweep}): a leftover goes once its owner record names a process
+ * provably dead, or, with no owner record yet, once it is older than the stale period (so a
+ * directory another process is creating right now stays); a marker goes once its victim no longer
+ * holds the lock. A live holder's directories are never touched.
  */
 export interface LockOptions {
   /** A lock whose mtime is older than this, and whose holder cannot be inspected, is broken. */
@@ -36,6 +43,10 @@ interface Owner {
 }
 
 const BREAK_MARKER_TTL_MS = 10 * 60_000;
+/** A lock instance sweeps leftovers at its first acquire, after each break, and at most this often otherwise. */
+const SWEEP_EVERY_MS = 60_000;
+/** Leftover names after `<path>.`: break markers, then staging and removal directories. */
+const LEFTOVER = /^(?:break-(.+)|([0-9a-f]{24})\.(?:tmp|dead|released))$/;
 
 let selfIdentity: Omit<Owner, 'token' | 'time'> | undefined;
 
@@ -100,6 +111,9 @@ export class DirLock {
   /** The next acquisition's directory, owner record inside, made ahead of need (see prepare()). */
   private prepared: { token: string; staging: string; at: number } | undefined;
   private preparing: Promise<void> | undefined;
+  /** When this instance last swept leftovers (0: never; reset by a break). */
+  private swept = 0;
+  private sweeping: Promise<void> | undefined;
 
   constructor(path: string, options: LockOptions = {}) {
     this.path = path;
@@ -138,9 +152,60 @@ export class DirLock {
     if (p) await rm(p.staging, { recursive: true, force: true });
   }
 
-  /** Removes what crashed processes left beside the lock (old markers, staging and removal directories). */
+  /**
+   * Removes what dead processes left beside the lock: staging and removal directories whose owner
+   * record names a process provably dead (same host and pid namespace, the way a dead holder's
+   * lock is proven), or that have no owner record and are older than the stale period; break
+   * markers whose victim no longer holds the lock (a victim's token never comes back), or whose
+   * own breaker is provably dead; and, as before, anything older than ten minutes. Never throws.
+   */
   sweep(): Promise<void> {
-    return this.sweepMarkers();
+    this.swept = Date.now();
+    this.sweeping ??= this.sweepNow().finally(() => {
+      this.sweeping = undefined;
+    });
+    return this.sweeping;
+  }
+
+  private async sweepNow(): Promise<void> {
+    const dir = dirname(this.path);
+    const base = `${basename(this.path)}.`;
+    const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.startsWith(base) && LEFTOVER.test(n.slice(base.length)));
+    if (names.length === 0) return;
+    const holder = await this.currentToken();
+    const now = Date.now();
+    for (const name of names) {
+      const m = LEFTOVER.exec(name.slice(base.length));
+      const p = join(dir, name);
+      const st = await stat(p).catch(() => undefined);
+      if (!m || !st?.isDirectory()) continue;
+      const owner = await readOwnerIn(p);
+      const victim = m[1];
+      let remove: boolean;
+      if (now - st.mtimeMs > BREAK_MARKER_TTL_MS) remove = true;
+      else if (victim !== undefined) {
+        // A marker only stops a second waiter breaking the same holder; once that holder is gone
+        // (its lock renamed away; tokens are random) a waiter that still wants to break it finds
+        // another token when it rereads the owner, so the marker is no longer needed.
+        const gone = !victim.startsWith('unknown-') && holder !== undefined && holder !== victim;
+        remove = gone || (owner ? ownerIsDead(owner) : now - st.mtimeMs > this.staleMs);
+      } else {
+        // The owner record inside names the process that made it (staging, released) or the
+        // holder it belonged to (dead): either way, a live one is at work on it.
+        remove = owner ? owner.token === m[2] && ownerIsDead(owner) : now - st.mtimeMs > this.staleMs;
+      }
+      if (remove) await rm(p, { recursive: true, force: true }).catch(() => {});
+    }
+  }
+
+  /** The token of the lock's holder, null when there is no lock, undefined when that cannot be told. */
+  private async currentToken(): Promise<string | null | undefined> {
+    try {
+      const owner = JSON.parse(await readFile(join(this.path, 'owner'), 'utf8')) as Owner;
+      return typeof owner?.token === 'string' ? owner.token : undefined;
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'ENOENT' ? null : undefined;
+    }
   }
 
   private async stage(token: string, staging: string): Promise<void> {
@@ -167,9 +232,14 @@ export class DirLock {
     const token = prepared?.token ?? randomBytes(12).toString('hex');
     const staging = prepared?.staging ?? `${this.path}.${token}.tmp`;
     if (!prepared) await this.stage(token, staging);
+    // At the first acquire (and once a minute): what dead processes left goes before this one
+    // takes the lock (a sweep already under way, from opening the log say, is waited for).
+    if (this.sweeping) await this.sweeping;
+    else if (Date.now() - this.swept > SWEEP_EVERY_MS) await this.sweep();
     try {
       const deadline = Date.now() + this.timeoutMs;
       let delay = 1;
+      let broke = false;
       for (;;) {
         try {
           await rename(staging, this.path);
@@ -188,6 +258,9 @@ export class DirLock {
             Math.max(50, Math.floor(this.staleMs / 3)),
           );
           this.refresh.unref();
+          // A holder died and this waiter broke its lock: remove its marker and what else the
+          // dead left, now that the lock is ours.
+          if (broke) await this.sweep();
           return;
         } catch (err) {
           if (prepared && (err as NodeJS.ErrnoException).code === 'ENOENT') {
@@ -198,7 +271,10 @@ export class DirLock {
           }
           if (!isBusy(err)) throw err;
         }
-        if (await this.tryBreak()) continue;
+        if (await this.tryBreak()) {
+          broke = true;
+          continue;
+        }
         if (Date.now() > deadline) {
           const holder = await this.readOwner();
           throw new AuditError(
@@ -227,13 +303,8 @@ export class DirLock {
     await rm(gone, { recursive: true, force: true });
   }
 
-  private async readOwner(): Promise<Owner | undefined> {
-    try {
-      const owner = JSON.parse(await readFile(join(this.path, 'owner'), 'utf8')) as Owner;
-      return typeof owner?.token === 'string' && typeof owner.pid === 'number' ? owner : undefined;
-    } catch {
-      return undefined;
-    }
+  private readOwner(): Promise<Owner | undefined> {
+    return readOwnerIn(this.path);
   }
 
   /**
@@ -258,6 +329,14 @@ export class DirLock {
     } catch {
       return false; // another waiter is breaking (or broke) this holder
     }
+    try {
+      // Who is breaking: a marker whose breaker died before finishing can then be swept.
+      await writeFile(join(marker, 'owner'), `${JSON.stringify({ ...identity(), token: victim, time: new Date().toISOString() })}\n`, {
+        mode: 0o600,
+      });
+    } catch {
+      return true; // swept meanwhile (its victim is gone): look again
+    }
     const again = await this.readOwner();
     if ((again?.token ?? `unknown-${Math.floor(mtimeMs)}`) === victim) {
       const dead = `${this.path}.${victim}.dead`;
@@ -268,21 +347,16 @@ export class DirLock {
         // Vanished meanwhile: nothing to break.
       }
     }
-    await this.sweepMarkers();
     return true;
   }
+}
 
-  private async sweepMarkers(): Promise<void> {
-    const dir = dirname(this.path);
-    const base = basename(this.path);
-    const leftover = /\.(?:break-.+|[0-9a-f]{24}\.(?:tmp|dead|released))$/;
-    const now = Date.now();
-    for (const name of await readdir(dir).catch(() => [] as string[])) {
-      // Break markers, and staging or removal dirs of processes that died mid-operation.
-      if (!name.startsWith(`${base}.`) || !leftover.test(name.slice(base.length))) continue;
-      const p = join(dir, name);
-      const st = await stat(p).catch(() => undefined);
-      if (st && now - st.mtimeMs > BREAK_MARKER_TTL_MS) await rm(p, { recursive: true, force: true }).catch(() => {});
-    }
+/** The owner record in the directory `dir`, or undefined (absent, torn, not one). */
+async function readOwnerIn(dir: string): Promise<Owner | undefined> {
+  try {
+    const owner = JSON.parse(await readFile(join(dir, 'owner'), 'utf8')) as Owner;
+    return typeof owner?.token === 'string' && typeof owner.pid === 'number' ? owner : undefined;
+  } catch {
+    return undefined;
   }
 }
