@@ -19,7 +19,10 @@ export interface PolicyOptions {
    * write it: a read in between finds it empty or cut short. A file that is invalid while its
    * last change is younger than this keeps its last good version in force without a
    * `policy.reload_failed`, and is judged again at each call; once it is older and still invalid,
-   * the failure is recorded, once per distinct content. 0 judges every change at once.
+   * the failure is recorded, once per distinct content. An empty file, and a rules file whose
+   * last line has no line feed, count as unsettled too while young. A file renamed over the old
+   * one (written whole first) and every file at start are judged at once. 0 judges every change
+   * at once.
    */
   settleMs?: number;
 }
