@@ -432,6 +432,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, r.kind, r.message), refused: r.kind } : r;
     };
     if (closing) return refuse({ ok: false, kind: 'internal', message: 'forge is shutting down; try again after it restarts' });
+    if (o.signal?.aborted) return refuse({ ok: false, kind: 'cancelled', message: `${stopReason(o.signal)}; nothing was forged` });
     // Refused before anything is written while the log takes no appends (the check is a real append).
     const down = await auditGate.ready();
     if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
@@ -530,6 +531,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       return failure(kind, text, { duration_ms: now() - started, cache: 'off' }, extra);
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    if (ctx.signal?.aborted) return refuse('cancelled', `${stopReason(ctx.signal)}; the tool did not run`);
     // Nothing runs while the log takes no appends (the check is a real append of the recovery entry).
     const down = await auditGate.ready();
     if (down) return failure(AUDIT_UNAVAILABLE, down.message, { duration_ms: now() - started, cache: 'off' });
@@ -734,9 +736,9 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const sandboxLabel = net ? (r.grant.loopback === 'allow' ? 'bwrap+net+loopback' : 'bwrap+net') : 'bwrap';
     const ac = new AbortController();
     running.add(ac);
-    const onAbort = () => ac.abort();
+    const onAbort = () => ac.abort(ctx.signal?.reason);
     ctx.signal?.addEventListener('abort', onAbort);
-    if (ctx.signal?.aborted) ac.abort();
+    if (ctx.signal?.aborted) ac.abort(ctx.signal.reason);
     let result: RunResult | undefined;
     let sandboxError: Refusal | undefined;
     let manifest: Record<string, unknown> | undefined;
@@ -833,11 +835,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       const stderr = redactTail(result.stderrTail, secrets, Buffer.byteLength(result.stderrTail) >= result.limits.stderrTailBytes);
       if (ac.signal.aborted && result.reason === 'signal') {
         outcome = 'none';
-        envelope = failure(
-          'internal',
-          closing ? 'forge shut down while the tool ran; it was stopped' : 'the call was cancelled; the tool was stopped',
-          meta,
-        );
+        envelope = failure('cancelled', `${stopReason(ac.signal)}; the tool was killed`, meta);
       } else if (result.stdoutTruncated) {
         outcome = 'failure';
         meta.stdout_truncated = true;
@@ -1122,6 +1120,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, kind, message), refused: kind } : { ok: false, kind, message };
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    if (ctx.signal?.aborted) return refuse('cancelled', `${stopReason(ctx.signal)}; nothing was promoted`);
     const down = await auditGate.ready();
     if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
     const bad = contextProblem(ctx);
@@ -1174,6 +1173,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, kind, message), refused: kind } : { ok: false, kind, message };
     };
     if (closing) return refuse('internal', 'forge is shutting down; try again after it restarts');
+    if (ctx.signal?.aborted) return refuse('cancelled', `${stopReason(ctx.signal)}; nothing was removed`);
     const down = await auditGate.ready();
     if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
     const bad = contextProblem(ctx);
@@ -1223,13 +1223,15 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     async close(o = {}) {
       if (closing) return;
       closing = true;
-      const deadline = Date.now() + (o.graceMs ?? 10_000);
+      const graceMs = o.graceMs ?? 10_000;
+      const deadline = Date.now() + graceMs;
       const tick = () => new Promise((r) => setTimeout(r, 10));
       while (active > 0 && Date.now() < deadline) await tick();
       // Past the grace period: stop the sandboxes still running; their calls then finish.
-      for (const ac of running) ac.abort();
+      const why = new Error(`forge is shutting down and the grace period of ${graceMs} ms ended`);
+      for (const ac of running) ac.abort(why);
       while (active > 0) {
-        for (const ac of running) ac.abort();
+        for (const ac of running) ac.abort(why);
         await tick();
       }
       await Promise.all([...pendingAudit]);
@@ -1259,6 +1261,18 @@ async function undoCreate(reg: Registry, scope: Scope, name: string, previous: {
   const r = previous ? await reg.recover(name, previous.version, { scope }) : await reg.remove(name, { scope });
   if (r.ok) return previous ? `version ${previous.version} is live again` : 'the registry write was taken back';
   return `taking the registry write back failed too (${r.message}); remove or recover "${name}" in scope ${scope} by hand`;
+}
+
+/**
+ * Why a call's signal was aborted, for its `cancelled` answer: the reason's message (forge serve
+ * says "forge is shutting down (SIGTERM) and the grace period of 1000 ms ended"), else a plain
+ * "the call was cancelled" (an abort() without a reason).
+ */
+function stopReason(signal: AbortSignal): string {
+  const r: unknown = signal.reason;
+  if (typeof r === 'string' && r !== '') return r;
+  if (r instanceof Error && r.name !== 'AbortError' && r.message !== '') return r.message;
+  return 'the call was cancelled';
 }
 
 class RefusalError extends Error {
