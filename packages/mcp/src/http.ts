@@ -60,8 +60,14 @@ export interface HttpServerHandle {
   url: string;
   /** Open sessions (their ids are also their forge session ids). */
   sessions(): string[];
-  /** Stops accepting, lets calls in flight finish (within the grace period), closes every session. The Forge stays open. */
-  close(): Promise<void>;
+  /**
+   * Stops opening sessions (503) and refuses new calls in open ones (a `cancelled` tool result),
+   * lets calls in flight finish within the grace period, then has the runner kill those still
+   * running; once every call was answered, closes every session and the listener. The Forge stays open.
+   * @param options.reason why, as the refusals and the answers of killed calls say it (default
+   *   `the forge server is shutting down`)
+   */
+  close(options?: { reason?: string }): Promise<void>;
 }
 
 interface Session {
@@ -127,6 +133,8 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   const inflight = new Inflight();
   const sessions = new Map<string, Session>();
   let closing: Promise<void> | undefined;
+  /** Responses to POSTs of open sessions not yet ended: close() lets them finish writing. */
+  const posting = new Set<ServerResponse>();
 
   const hostAllowed = (header: string | undefined): boolean => {
     if (!header) return false;
@@ -176,7 +184,10 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    if (closing) return fail(res, 503, 'the forge server is shutting down');
+    // While it closes, only open sessions are served: a call there gets its refusal as a tool result.
+    const open = req.headers['mcp-session-id'];
+    if (closing && !(typeof open === 'string' && sessions.has(open)))
+      return fail(res, 503, 'the forge server is shutting down: it opens no new sessions; try again once it is back');
     const path = (req.url ?? '/').split('?')[0];
     if (path !== '/mcp') return fail(res, 404, `not found: the MCP endpoint is /mcp`);
     if (!hostAllowed(req.headers.host)) return fail(res, 403, `Host header ${JSON.stringify(req.headers.host ?? '')} is not allowed`);
@@ -199,6 +210,10 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       if (!s) return fail(res, 404, 'session not found: it was closed or never existed; initialize a new one');
       if (s.principal !== caller.principal) return fail(res, 403, 'this session belongs to another credential');
       s.open++;
+      if (req.method === 'POST') {
+        posting.add(res);
+        res.once('close', () => posting.delete(res));
+      }
       try {
         await s.transport.handleRequest(req, res, body);
         // A notification stream (GET) stays open after handleRequest returns: count it until it closes.
@@ -277,11 +292,17 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   return {
     url: `http://${urlHost}:${port}/mcp`,
     sessions: () => [...sessions.keys()],
-    close() {
+    close(o: { reason?: string } = {}) {
       closing ??= (async () => {
         clearInterval(sweep);
+        // Still listening while calls drain: a client's next request gets an answer, not a refused connection.
+        await inflight.drain(options.graceMs ?? 10_000, o.reason);
         const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
-        await inflight.drain(options.graceMs ?? 10_000);
+        // Every answer was handed to its transport; let the streams carrying them finish writing.
+        await settled(
+          [...posting].map((r) => new Promise<void>((done) => (r.writableFinished ? done() : r.once('close', () => done())))),
+          5000,
+        );
         for (const [id, s] of [...sessions]) {
           drop(id);
           await s.server.close().catch(() => {});
@@ -314,6 +335,13 @@ function checkTokens(tokens: Record<string, HttpTokenGrant>): Map<Buffer, HttpTo
     out.set(sha256(token), grant);
   }
   return out;
+}
+
+/** Waits for `all`, at most `ms`. */
+async function settled(all: Promise<void>[], ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(all), new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
 }
 
 const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();

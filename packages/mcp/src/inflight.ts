@@ -1,39 +1,55 @@
-/** Requests in flight on one or more servers, so close() can let them finish. */
+/**
+ * Tool calls in flight on one or more servers, so close() can let them finish and answer them.
+ * A call counts from the moment its handler starts until its answer has been handed to the
+ * transport (or the client cancelled it, so no answer is due): the SDK sends a handler's result
+ * a few promise turns after the handler returns, and a transport closed in between drops it.
+ */
 export class Inflight {
   #active = 0;
   #waiters: (() => void)[] = [];
-  /** Set by drain(): new tool calls are refused from then on. */
+  /** Set by drain(): tool calls arriving from then on are refused (see {@link reason}). */
   closing = false;
-  /** Aborted when the grace period ends: the runner kills the sandboxes of calls still running. */
+  /** Why the servers are stopping, once drain() began (e.g. `forge is shutting down (SIGTERM)`). */
+  reason: string | undefined;
+  /**
+   * Aborted when the grace period ends, with an Error saying why (the runner kills the sandboxes
+   * of calls still running and answers them `cancelled` with that message).
+   */
   readonly controller = new AbortController();
 
   get active(): number {
     return this.#active;
   }
 
-  async run<T>(op: () => Promise<T>): Promise<T> {
+  /** Counts one call until the returned release runs (idempotent). */
+  begin(): () => void {
     this.#active++;
-    try {
-      return await op();
-    } finally {
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
       if (--this.#active === 0) for (const w of this.#waiters.splice(0)) w();
-    }
+    };
   }
 
   idle(): Promise<void> {
     return this.#active === 0 ? Promise.resolve() : new Promise((resolve) => this.#waiters.push(resolve));
   }
 
-  /** Refuses new calls, waits up to `graceMs` for those in flight, then aborts them and waits for their answers. */
-  async drain(graceMs: number): Promise<void> {
+  /**
+   * Refuses new calls, waits up to `graceMs` for those in flight, then aborts them (the abort
+   * reason: "`reason` and the grace period of `graceMs` ms ended") and waits for their answers.
+   */
+  async drain(graceMs: number, reason = 'the forge server is shutting down'): Promise<void> {
     this.closing = true;
+    this.reason ??= reason;
     let timer: NodeJS.Timeout | undefined;
     const expired = new Promise<boolean>((resolve) => {
       timer = setTimeout(() => resolve(true), graceMs);
     });
     const done = await Promise.race([this.idle().then(() => false), expired]);
     clearTimeout(timer);
-    if (done) this.controller.abort(new Error('the server is shutting down'));
+    if (done) this.controller.abort(new Error(`${this.reason} and the grace period of ${graceMs} ms ended`));
     await this.idle();
   }
 }

@@ -1,7 +1,13 @@
 import type { CallContext, Envelope, Forge } from '@forge/runner';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  ListToolsRequestSchema,
+  type RequestId,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import type { jsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/types.js';
 // Inlined by the build: nothing is read from disk at run time, and a bundle of this package works.
@@ -55,11 +61,15 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
     { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS, jsonSchemaValidator: lazyValidator() },
   );
 
+  // Calls whose answer is not yet handed to the transport, by request id: each releases its
+  // place in `inflight` once its answer is sent (see Inflight for why the handler's end is not enough).
+  const unanswered = new Map<RequestId, () => void>();
   // Whatever the transport, malformed tools/call and tools/list params get -32602 (guardParams).
   const connect = server.connect.bind(server);
   server.connect = async (transport: Transport) => {
     await connect(transport);
     guardParams(transport);
+    watchAnswers(transport, unanswered);
   };
 
   // The engine once open; until then requests wait on `opening`.
@@ -144,28 +154,41 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
     const { name, arguments: args } = request.params;
-    if (inflight.closing) return toResult(shuttingDown());
-    return inflight.run(async () => {
-      const signals = [extra.signal, inflight.controller.signal, ctx.signal].filter((s): s is AbortSignal => s !== undefined);
-      const callCtx: CallContext = { ...ctx, signal: AbortSignal.any(signals) };
-      try {
-        if (isMetaTool(name)) {
-          const before = { sent, reported };
-          const envelope = await runMetaTool(await ready(), name, args, callCtx);
-          // The client hears list_changed before it reads the answer to its own forge/promote/remove,
-          // even when what it sees did not change (a promoted tool still shadowed by the project's).
-          if (checking) await checking;
-          if (envelope.ok && reported > before.reported && sent === before.sent) await notify();
-          return toResult(envelope);
-        }
-        let view = visible?.get(name);
-        if (!view) view = (await refresh()).views.get(name);
-        return toResult(await (await ready()).callTool(name, args ?? {}, callCtx), view);
-      } catch (err) {
-        // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
-        return toResult({ ok: false, error: { kind: 'internal', message: `forge mcp: ${(err as Error).message}` }, meta: {} });
+    // Counted until its answer is sent, or until the SDK aborted the request (the client
+    // cancelled it, or the transport closed): then no answer is due.
+    const release = inflight.begin();
+    unanswered.set(extra.requestId, release);
+    const forget = () => {
+      if (unanswered.get(extra.requestId) === release) unanswered.delete(extra.requestId);
+      release();
+    };
+    extra.signal.addEventListener('abort', forget, { once: true });
+    if (extra.signal.aborted) forget();
+    // After the shutdown began, a call is refused, and audited by the runner like any refusal:
+    // it is handed to it with its signal already aborted for that reason.
+    const late = inflight.closing ? AbortSignal.abort(new Error(lateReason(inflight.reason))) : undefined;
+    if (late && name === 'forge_list') return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was listed`));
+    const signals = [late, clientSignal(extra.signal), inflight.controller.signal, ctx.signal].filter(
+      (s): s is AbortSignal => s !== undefined,
+    );
+    const callCtx: CallContext = { ...ctx, signal: AbortSignal.any(signals) };
+    try {
+      if (isMetaTool(name)) {
+        const before = { sent, reported };
+        const envelope = await runMetaTool(await ready(), name, args, callCtx);
+        // The client hears list_changed before it reads the answer to its own forge/promote/remove,
+        // even when what it sees did not change (a promoted tool still shadowed by the project's).
+        if (checking) await checking;
+        if (envelope.ok && reported > before.reported && sent === before.sent) await notify();
+        return toResult(envelope);
       }
-    });
+      let view = visible?.get(name);
+      if (!view) view = (await refresh()).views.get(name);
+      return toResult(await (await ready()).callTool(name, args ?? {}, callCtx), view);
+    } catch (err) {
+      // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
+      return toResult(refusal('internal', `forge mcp: ${(err as Error).message}`));
+    }
   });
 
   return {
@@ -227,11 +250,43 @@ function isPromiseLike(x: Forge | PromiseLike<Forge>): x is PromiseLike<Forge> {
   return typeof (x as PromiseLike<Forge>).then === 'function';
 }
 
-const shuttingDown = (): Envelope => ({
-  ok: false,
-  error: { kind: 'internal', message: 'the forge server is shutting down; try again after it restarts' },
-  meta: {},
-});
+const refusal = (kind: string, message: string): Envelope => ({ ok: false, error: { kind, message }, meta: {} });
+
+/** The refusal text of a call that arrives after the shutdown began. */
+const lateReason = (reason: string | undefined): string =>
+  `${reason ?? 'the forge server is shutting down'} and takes no new calls (call again once it is back)`;
+
+/**
+ * The request's own signal, aborted with a reason that says who stopped the call: the SDK aborts
+ * it when the client cancels (`notifications/cancelled`, with its reason) or the transport closes.
+ */
+function clientSignal(signal: AbortSignal): AbortSignal {
+  const because = (r: unknown) =>
+    new Error(typeof r === 'string' && r !== '' ? `the client cancelled the call (${r})` : 'the client cancelled the call or went away');
+  if (signal.aborted) return AbortSignal.abort(because(signal.reason));
+  const ac = new AbortController();
+  signal.addEventListener('abort', () => ac.abort(because(signal.reason)), { once: true });
+  return ac.signal;
+}
+
+/**
+ * Releases a tool call's place in flight once the transport took its answer (`send` settled):
+ * only then may close() close the transport.
+ */
+function watchAnswers(transport: Transport, unanswered: Map<RequestId, () => void>): void {
+  const send = transport.send.bind(transport);
+  transport.send = async (message, options) => {
+    const id = (message as { id?: RequestId }).id;
+    const release = id !== undefined && ('result' in message || 'error' in message) ? unanswered.get(id) : undefined;
+    if (!release || id === undefined) return send(message, options);
+    unanswered.delete(id);
+    try {
+      return await send(message, options);
+    } finally {
+      release();
+    }
+  };
+}
 
 /**
  * An envelope as a tool result: the envelope as JSON text, `isError: !ok`, and

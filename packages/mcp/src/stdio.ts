@@ -23,8 +23,13 @@ export interface ServeStdioOptions {
 export interface StdioServerHandle {
   /** Resolves once the server stopped: stdin ended (EOF) or close() was called, and calls in flight answered. */
   closed: Promise<void>;
-  /** Stops reading, lets calls in flight finish (within the grace period), then closes the transport. */
-  close(): Promise<void>;
+  /**
+   * Refuses new calls, lets calls in flight finish within the grace period, then has the runner
+   * kill those still running; closes the transport once every call was answered.
+   * @param options.reason why, as the refusals and the answers of killed calls say it (default
+   *   `the forge server is shutting down`; `forge serve` says `forge is shutting down (SIGTERM)`)
+   */
+  close(options?: { reason?: string }): Promise<void>;
 }
 
 /**
@@ -49,12 +54,12 @@ export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: Ser
     markClosed = resolve;
   });
   let closing: Promise<void> | undefined;
-  const close = (): Promise<void> => {
+  const close = (o: { reason?: string } = {}): Promise<void> => {
     closing ??= (async () => {
       stdin.off('end', onEnd);
-      stdout.off('error', onEnd);
+      stdout.off('error', onGone);
       // Answers still go out on stdout after stdin ended; the transport closes after them.
-      await inflight.drain(options.graceMs ?? 10_000);
+      await inflight.drain(options.graceMs ?? 10_000, o.reason);
       dispose();
       await server.close().catch(() => {});
       restoreConsole();
@@ -62,10 +67,11 @@ export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: Ser
     })();
     return closing;
   };
-  const onEnd = () => void close();
+  const onEnd = () => void close({ reason: 'forge is shutting down (its client closed stdin)' });
   stdin.once('end', onEnd);
   // A client that went away (EPIPE) ends the session like EOF.
-  stdout.on('error', onEnd);
+  const onGone = () => void close({ reason: 'forge is shutting down (its client stopped reading stdout)' });
+  stdout.on('error', onGone);
   server.onclose = () => void close();
   await server.connect(transport);
   // The SDK's stdio transport drops a line it cannot read with no answer. JSON-RPC wants one:

@@ -20,6 +20,9 @@ function untilSignal(): { promise: Promise<string>; dispose(): void } {
   return { promise, dispose };
 }
 
+/** What a refused or killed call is told: "forge is shutting down (SIGTERM)". */
+const shutdownReason = (signal: string): string => `forge is shutting down (${signal})`;
+
 export const serve: Command = {
   words: 'serve',
   usage:
@@ -36,7 +39,8 @@ export const serve: Command = {
     '                     default: an even share of --max-sessions among the tokens; past it: 429',
     '                     naming the cap; DELETE a session or let one idle out to free a slot',
     '--session-idle-ms N  a session with nothing open this long is closed (default 1800000)',
-    '--grace-ms N         how long calls in flight may finish at shutdown (default 10000)',
+    '--grace-ms N         how long calls in flight may finish at shutdown (default 10000); then their',
+    '                     tools are killed and they are answered (kind cancelled) and audited',
     'On stdio nothing but protocol goes to stdout; logs go to stderr.',
   ],
   options: {
@@ -79,6 +83,13 @@ export const serve: Command = {
       );
 
     const stop = untilSignal();
+    /** Says on stderr that the shutdown began (tests and operators wait for it); returns its reason. */
+    const stopping = (signal: string): string => {
+      out.note(
+        `forge: ${signal}: shutting down; new calls are refused, calls in flight have ${graceMs} ms to finish, then their tools are killed`,
+      );
+      return shutdownReason(signal);
+    };
     try {
       if (listen) {
         // Nothing to answer before the engine is open: open it while the MCP library loads.
@@ -101,8 +112,7 @@ export const serve: Command = {
           }
           if (out.json) out.data({ url: http.url, project: w.project, home: w.home });
           out.note(`forge ${VERSION}: MCP over Streamable HTTP at ${http.url} (project ${w.project}); Ctrl-C stops`);
-          await stop.promise;
-          await http.close();
+          await http.close({ reason: stopping(await stop.promise) });
         } finally {
           await forge.close({ graceMs });
         }
@@ -125,7 +135,7 @@ export const serve: Command = {
         }
         try {
           out.note(`forge ${VERSION}: MCP on stdio (project ${opened.w.project}, home ${opened.w.home})`);
-          await Promise.race([stdio.closed, stop.promise.then(() => stdio.close())]);
+          await Promise.race([stdio.closed, stop.promise.then((signal) => stdio.close({ reason: stopping(signal) }))]);
         } finally {
           await opened.forge.close({ graceMs });
         }
