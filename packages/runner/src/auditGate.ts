@@ -28,6 +28,8 @@ interface LostEntry {
 }
 
 const MAX_LOST_LISTED = 20;
+/** What `ready()` gives while the log takes appends: one settled promise, nothing allocated per call. */
+const WRITABLE: Promise<undefined> = Promise.resolve(undefined);
 
 /**
  * Fail-closed state of forge's audit log. Every append goes through {@link AuditGate.append};
@@ -62,21 +64,24 @@ export class AuditGate {
    * Appends one entry; resolves to undefined once it is durable, or to the failure (never
    * rejects). While the gate is closed nothing is attempted: the entry is counted as lost.
    */
-  async append(type: string, data: Record<string, unknown>): Promise<AuditFailure | undefined> {
+  append(type: string, data: Record<string, unknown>): Promise<AuditFailure | undefined> {
+    if (this.failure) return this.appendWhileClosed(type, data);
+    return this.log.append(type, data as JsonValue).then(
+      () => undefined,
+      (err) => {
+        this.lose(type, data);
+        return this.fail(err);
+      },
+    );
+  }
+
+  private async appendWhileClosed(type: string, data: Record<string, unknown>): Promise<AuditFailure | undefined> {
     // An entry that arrives while a probe is under way waits for it: lost now, it would be
     // missing from the recovery entry the probe is writing.
-    if (this.failure && this.probe && !(await this.probe)) return this.append(type, data);
-    if (this.failure) {
-      this.lose(type, data);
-      return this.failure;
-    }
-    try {
-      await this.log.append(type, data as JsonValue);
-      return undefined;
-    } catch (err) {
-      this.lose(type, data);
-      return this.fail(err);
-    }
+    if (this.probe && !(await this.probe)) return this.append(type, data);
+    if (!this.failure) return this.append(type, data);
+    this.lose(type, data);
+    return this.failure;
   }
 
   /**
@@ -84,14 +89,15 @@ export class AuditGate {
    * recovery entry (one probe at a time; concurrent callers share it): on success the gate opens
    * again, else the failure is returned and the caller refuses (counted in `refused`).
    */
-  async ready(): Promise<AuditFailure | undefined> {
-    if (!this.failure) return undefined;
+  ready(): Promise<AuditFailure | undefined> {
+    if (!this.failure) return WRITABLE;
     this.probe ??= this.recover().finally(() => {
       this.probe = undefined;
     });
-    const f = await this.probe;
-    if (f) this.refused++;
-    return f;
+    return this.probe.then((f) => {
+      if (f) this.refused++;
+      return f;
+    });
   }
 
   private async recover(): Promise<AuditFailure | undefined> {
