@@ -1,3 +1,6 @@
+/** How long drain() waits by default for the answers of killed calls before it gives up on them. */
+const ANSWER_WAIT_MS = 10_000;
+
 /**
  * Tool calls in flight on one or more servers, so close() can let them finish and answer them.
  * A call counts from the moment its handler starts until its answer has been handed to the
@@ -16,6 +19,12 @@ export class Inflight {
    * of calls still running and answers them `cancelled` with that message).
    */
   readonly controller = new AbortController();
+  readonly #answerWaitMs: number;
+
+  /** @param options.answerWaitMs how long drain() waits for the answers of killed calls (default 10 s). */
+  constructor(options: { answerWaitMs?: number } = {}) {
+    this.#answerWaitMs = options.answerWaitMs ?? ANSWER_WAIT_MS;
+  }
 
   get active(): number {
     return this.#active;
@@ -49,7 +58,22 @@ export class Inflight {
     });
     const done = await Promise.race([this.idle().then(() => false), expired]);
     clearTimeout(timer);
-    if (done) this.controller.abort(new Error(`${this.reason} and the grace period of ${graceMs} ms ended`));
-    await this.idle();
+    if (!done) return;
+    this.controller.abort(new Error(`${this.reason} and the grace period of ${graceMs} ms ended`));
+    // The killed calls are answered within moments; a transport that cannot take an answer (a
+    // client that stopped reading) must not hold the shutdown forever. Their outcomes are audited
+    // whatever happens here: the runner writes the entry before it answers.
+    let wait: NodeJS.Timeout | undefined;
+    const answered = await Promise.race([
+      this.idle().then(() => true),
+      new Promise<false>((resolve) => {
+        wait = setTimeout(() => resolve(false), this.#answerWaitMs);
+      }),
+    ]);
+    clearTimeout(wait);
+    if (!answered)
+      process.emitWarning(
+        `forge mcp: ${this.#active} call(s) not answered within ${this.#answerWaitMs} ms after their tools were killed; closing the transport anyway (their outcomes are in the audit log)`,
+      );
   }
 }
