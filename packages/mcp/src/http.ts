@@ -7,6 +7,7 @@ import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/se
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { ForgeMcpError } from './errors.js';
 import { Inflight } from './inflight.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
 import { buildServer } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
 
@@ -128,7 +129,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
         `allowedOrigins: "${o}" must be a scheme and host with no path, like https://app.example.com`,
       );
   const allowedHosts = options.allowedHosts?.map((h) => h.toLowerCase());
-  const maxBody = options.maxBodyBytes ?? 16 * 1024 * 1024;
+  const maxBody = options.maxBodyBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const limits = resolveSessionLimits(options, grants.size);
   const inflight = new Inflight();
   const sessions = new Map<string, Session>();
@@ -203,6 +204,9 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       const read = await readJson(req, maxBody);
       if (!read.ok) return fail(res, read.status, read.message, read.code);
       body = read.value;
+      // The SDK would call it a parse error with id null; JSON-RPC wants -32602 with the id.
+      const bad = paramsNotObject(body);
+      if (bad) return fail(res, 400, bad.error.message, bad.error.code, bad.id);
     }
     const sid = req.headers['mcp-session-id'];
     if (typeof sid === 'string') {
@@ -364,7 +368,13 @@ async function readJson(req: IncomingMessage, limit: number): Promise<ReadResult
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > limit) return { ok: false, status: 413, code: -32600, message: `request body over ${limit} bytes` };
+    if (size > limit)
+      return {
+        ok: false,
+        status: 413,
+        code: -32600,
+        message: `request body too large: over the limit of ${limit} bytes (maxBodyBytes; forge serve --max-message-bytes); send smaller messages or raise the limit`,
+      };
     chunks.push(chunk);
   }
   try {

@@ -1,8 +1,10 @@
 import type { Readable, Writable } from 'node:stream';
 import type { CallContext, Forge } from '@forge/runner';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { ForgeMcpError } from './errors.js';
 import { Inflight } from './inflight.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING } from './jsonrpc.js';
 import { buildServer } from './server.js';
+import { BoundedStdioTransport } from './stdioTransport.js';
 
 /** Options of {@link serveStdio}. */
 export interface ServeStdioOptions {
@@ -14,6 +16,13 @@ export interface ServeStdioOptions {
   stdin?: Readable;
   /** Default `process.stdout`. */
   stdout?: Writable;
+  /**
+   * Largest message line in bytes, without its newline (default 16 MiB, at most 256 MiB). A longer
+   * line is discarded as it streams, never held, and answered with JSON-RPC -32600 naming the
+   * limit; the session goes on at the next newline. Input that ends inside one ends the session
+   * with {@link StdioServerHandle.failure} set.
+   */
+  maxMessageBytes?: number;
   /** Server name and version in the initialize answer. */
   name?: string;
   version?: string;
@@ -23,6 +32,12 @@ export interface ServeStdioOptions {
 export interface StdioServerHandle {
   /** Resolves once the server stopped: stdin ended (EOF) or close() was called, and calls in flight answered. */
   closed: Promise<void>;
+  /**
+   * Why the session could not go on, once `closed` resolved: `message_too_large` when stdin ended
+   * inside a line over `maxMessageBytes` (the message is the reason to print; exit non-zero).
+   * Undefined after a clean EOF or close().
+   */
+  readonly failure: ForgeMcpError | undefined;
   /**
    * Refuses new calls, lets calls in flight finish within the grace period, then has the runner
    * kill those still running; closes the transport once every call was answered.
@@ -40,13 +55,16 @@ export interface StdioServerHandle {
  *
  * `forge` may be a promise of the engine still opening, so `initialize` is answered while it
  * opens (see {@link createForgeMcpServer}); if it fails, close this server and report why.
+ *
+ * @throws ForgeMcpError `invalid_options` for a `maxMessageBytes` that is not a whole number of
+ *   bytes from 1 to 256 MiB.
  */
 export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: ServeStdioOptions = {}): Promise<StdioServerHandle> {
   const stdin = options.stdin ?? process.stdin;
   const stdout = options.stdout ?? process.stdout;
   const inflight = new Inflight();
   const { server, dispose } = buildServer(forge, { ...(options.ctx ? { ctx: options.ctx } : {}), ...pick(options) }, inflight);
-  const transport = new StdioServerTransport(stdin, stdout);
+  const transport = new BoundedStdioTransport(stdin, stdout, maxMessageBytes(options.maxMessageBytes));
   const restoreConsole = stdout === process.stdout ? consoleToStderr() : () => {};
 
   let markClosed!: () => void;
@@ -74,19 +92,23 @@ export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: Ser
   stdout.on('error', onGone);
   server.onclose = () => void close();
   await server.connect(transport);
-  // The SDK's stdio transport drops a line it cannot read with no answer. JSON-RPC wants one:
-  // -32700 for text that is not JSON, -32600 for JSON that is not a JSON-RPC message. The id is
-  // unknown, so it is null; the session goes on.
-  const protocolError = transport.onerror;
-  transport.onerror = (error: Error) => {
-    const code = error instanceof SyntaxError ? -32700 : error.name === 'ZodError' ? -32600 : undefined;
-    if (code !== undefined) {
-      const message = code === -32700 ? 'Parse error: the line is not JSON' : 'Invalid Request: not a JSON-RPC 2.0 message';
-      void transport.send({ jsonrpc: '2.0', id: null, error: { code, message } } as never).catch(() => {});
-    }
-    protocolError?.(error);
+  return {
+    closed,
+    close,
+    get failure() {
+      return transport.failure;
+    },
   };
-  return { closed, close };
+}
+
+function maxMessageBytes(n: number | undefined): number {
+  if (n === undefined) return DEFAULT_MAX_MESSAGE_BYTES;
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_MESSAGE_BYTES_CEILING)
+    throw new ForgeMcpError(
+      'invalid_options',
+      `maxMessageBytes must be a whole number of bytes from 1 to ${MAX_MESSAGE_BYTES_CEILING} (got ${n})`,
+    );
+  return n;
 }
 
 function pick(o: { name?: string; version?: string }): { name?: string; version?: string } {

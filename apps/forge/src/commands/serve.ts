@@ -26,7 +26,7 @@ const shutdownReason = (signal: string): string => `forge is shutting down (${si
 export const serve: Command = {
   words: 'serve',
   usage:
-    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N]',
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--max-message-bytes N]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
@@ -41,6 +41,10 @@ export const serve: Command = {
     '--session-idle-ms N  a session with nothing open this long is closed (default 1800000)',
     '--grace-ms N         how long calls in flight may finish at shutdown (default 10000); then their',
     '                     tools are killed and they are answered (kind cancelled) and audited',
+    '--max-message-bytes N',
+    '                     largest protocol message: a stdio line, an HTTP body (default 16777216,',
+    '                     16 MiB; at most 268435456). A longer stdio line is answered with a JSON-RPC',
+    '                     error naming the limit and the session goes on; a longer HTTP body gets 413',
     'On stdio nothing but protocol goes to stdout; logs go to stderr.',
   ],
   options: {
@@ -48,6 +52,7 @@ export const serve: Command = {
     token: { type: 'string', multiple: true },
     'allow-origin': { type: 'string', multiple: true },
     'grace-ms': { type: 'string' },
+    'max-message-bytes': { type: 'string' },
     'max-sessions': { type: 'string' },
     'max-sessions-per-principal': { type: 'string' },
     'session-idle-ms': { type: 'string' },
@@ -62,6 +67,7 @@ export const serve: Command = {
     const graceMs = values['grace-ms'] === undefined ? 10_000 : Number(values['grace-ms']);
     if (!Number.isInteger(graceMs) || graceMs < 0)
       throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
+    const maxMessageBytes = parseMaxMessageBytes(values['max-message-bytes'], this.usage);
     const limits: { maxSessions?: number; maxSessionsPerPrincipal?: number; sessionIdleMs?: number } = {};
     for (const [flag, key] of [
       ['max-sessions', 'maxSessions'],
@@ -82,6 +88,7 @@ export const serve: Command = {
         this.usage,
       );
 
+    let failed = false;
     const stop = untilSignal();
     /** Says on stderr that the shutdown began (tests and operators wait for it); returns its reason. */
     const stopping = (signal: string): string => {
@@ -103,6 +110,7 @@ export const serve: Command = {
               ...(tokenArgs.length ? { tokens } : {}),
               ...(origins.length ? { allowedOrigins: origins } : {}),
               ...limits,
+              ...(maxMessageBytes !== undefined ? { maxBodyBytes: maxMessageBytes } : {}),
               graceMs,
               name: 'forge',
               version: VERSION,
@@ -124,7 +132,13 @@ export const serve: Command = {
         const opening = where().then(async (w) => ({ w, forge: await openForge(w, { server: true }) }));
         const stdio = await mcp.serveStdio(
           opening.then((o) => o.forge),
-          { ctx: callContext(envFromFlags(values)), graceMs, name: 'forge', version: VERSION },
+          {
+            ctx: callContext(envFromFlags(values)),
+            graceMs,
+            ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
+            name: 'forge',
+            version: VERSION,
+          },
         );
         let opened: Awaited<typeof opening>;
         try {
@@ -136,6 +150,11 @@ export const serve: Command = {
         try {
           out.note(`forge ${VERSION}: MCP on stdio (project ${opened.w.project}, home ${opened.w.home})`);
           await Promise.race([stdio.closed, stop.promise.then((signal) => stdio.close({ reason: stopping(signal) }))]);
+          // Input that ended inside an oversized line: the session could not go on (exit 1, why on stderr).
+          if (stdio.failure) {
+            out.note(`forge: ${stdio.failure.message}`);
+            failed = true;
+          }
         } finally {
           await opened.forge.close({ graceMs });
         }
@@ -143,6 +162,15 @@ export const serve: Command = {
     } finally {
       stop.dispose();
     }
-    return 0;
+    return failed ? 1 : 0;
   },
 };
+
+/** `--max-message-bytes`: a whole number of bytes from 1 to 256 MiB (what one string can hold, with room). */
+function parseMaxMessageBytes(v: unknown, usage: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (typeof v !== 'string' || !/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < 1 || n > 268_435_456)
+    throw new UsageError(`--max-message-bytes expects a whole number of bytes from 1 to 268435456 (got "${String(v)}")`, usage);
+  return n;
+}
