@@ -8,11 +8,17 @@ beforeAll(requireCliAndSandbox);
 const MiB = 1024 * 1024;
 const DEFAULT_LIMIT = 16 * MiB;
 
-/** Writes `text` to the server's stdin in 1 MiB pieces, waiting for each to drain (as a client piping a big message does). */
+/**
+ * Writes `text` to the server's stdin in 1 MiB pieces, waiting for each to drain (as a client piping
+ * a big message does); stops if the server exits (the test then fails on its answers or exit code).
+ */
 async function write(srv: RawServer, ...texts: string[]): Promise<void> {
+  let exited = false;
+  void srv.exit.then(() => (exited = true));
   for (const text of texts)
-    for (let i = 0; i < text.length; i += MiB) {
-      if (!srv.child.stdin.write(text.slice(i, i + MiB))) await new Promise((r) => srv.child.stdin.once('drain', r));
+    for (let i = 0; i < text.length && !exited; i += MiB) {
+      if (!srv.child.stdin.write(text.slice(i, i + MiB)))
+        await Promise.race([new Promise((r) => srv.child.stdin.once('drain', r)), srv.exit]);
     }
 }
 
