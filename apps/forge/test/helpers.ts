@@ -231,3 +231,26 @@ export function py(name: string, body: string, extra: Record<string, unknown> = 
     ...extra,
   };
 }
+
+/** `forge serve --http 127.0.0.1:0 --json …` until it prints its URL; stopped with SIGTERM when the test finishes. */
+export async function serveHttp(s: Scratch, extra: string[] = []): Promise<{ url: URL; child: ChildProcessWithoutNullStreams }> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--http', '127.0.0.1:0', '--json', ...extra], { cwd: s.project, env: s.env });
+  onTestFinished(async () => {
+    if (child.exitCode !== null) return;
+    const exited = new Promise((r) => child.on('exit', r));
+    child.kill('SIGTERM');
+    await exited;
+  });
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', (d) => {
+      out += d;
+      const line = out.split('\n')[0];
+      if (out.includes('\n') && line) resolve((JSON.parse(line) as { url: string }).url);
+    });
+    child.on('exit', (code) => reject(new Error(`forge serve --http exited ${code}: ${err}`)));
+  });
+  return { url: new URL(url), child };
+}

@@ -1,34 +1,10 @@
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { request } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, py, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+import { py, requireCliAndSandbox, runCli, scratch, serveHttp } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
-
-/** `forge serve --http 127.0.0.1:0 --json …` until it prints its URL. */
-async function serveHttp(s: Scratch, extra: string[] = []): Promise<{ url: URL; child: ChildProcessWithoutNullStreams }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--http', '127.0.0.1:0', '--json', ...extra], { cwd: s.project, env: s.env });
-  onTestFinished(async () => {
-    if (child.exitCode !== null) return;
-    const exited = new Promise((r) => child.on('exit', r));
-    child.kill('SIGTERM');
-    await exited;
-  });
-  let out = '';
-  let err = '';
-  child.stderr.on('data', (d) => (err += d));
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout.on('data', (d) => {
-      out += d;
-      const line = out.split('\n')[0];
-      if (out.includes('\n') && line) resolve((JSON.parse(line) as { url: string }).url);
-    });
-    child.on('exit', (code) => reject(new Error(`forge serve --http exited ${code}: ${err}`)));
-  });
-  return { url: new URL(url), child };
-}
 
 /** A raw POST of an initialize request with the given headers; resolves to the status code. */
 function post(url: URL, headers: Record<string, string>): Promise<number> {

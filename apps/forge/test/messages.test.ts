@@ -1,7 +1,6 @@
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, INIT, type RawServer, rawServer, requireCliAndSandbox, type Scratch, scratch } from './helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { INIT, type RawServer, rawServer, requireCliAndSandbox, type Scratch, scratch, serveHttp } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
@@ -151,28 +150,6 @@ describe('forge serve (stdio): oversized messages', () => {
 });
 
 describe('forge serve --http: oversized bodies', () => {
-  /** `forge serve --http` on an ephemeral loopback port until it prints its URL. */
-  async function serveHttp(s: Scratch, extra: string[]): Promise<URL> {
-    const child = spawn(process.execPath, [CLI, 'serve', '--http', '127.0.0.1:0', '--json', ...extra], { cwd: s.project, env: s.env });
-    onTestFinished(async () => {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((r) => child.on('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-    });
-    let out = '';
-    let err = '';
-    child.stderr.on('data', (d) => (err += d));
-    return new URL(
-      await new Promise<string>((resolve, reject) => {
-        child.stdout.on('data', (d) => {
-          out += d;
-          if (out.includes('\n')) resolve((JSON.parse(out.split('\n')[0] ?? '') as { url: string }).url);
-        });
-        child.on('exit', (code) => reject(new Error(`forge serve --http exited ${code}: ${err}`)));
-      }),
-    );
-  }
   const initialize = (padBytes: number) =>
     JSON.stringify({
       jsonrpc: '2.0',
@@ -191,7 +168,7 @@ describe('forge serve --http: oversized bodies', () => {
 
   it('a body over the limit gets 413 naming it: 16 MiB by default, --max-message-bytes sets it', async () => {
     const s = scratch();
-    const byDefault = await serveHttp(s, []);
+    const { url: byDefault } = await serveHttp(s);
     const big = await post(byDefault, initialize(17 * MiB));
     expect(big.status).toBe(413);
     expect(JSON.parse(big.text)).toMatchObject({
@@ -199,7 +176,7 @@ describe('forge serve --http: oversized bodies', () => {
     });
     expect((await post(byDefault, initialize(2 * MiB))).status).toBe(200);
 
-    const small = await serveHttp(s, ['--max-message-bytes', String(MiB)]);
+    const { url: small } = await serveHttp(s, ['--max-message-bytes', String(MiB)]);
     const refused = await post(small, initialize(2 * MiB));
     expect(refused.status).toBe(413);
     expect(JSON.parse(refused.text)).toEqual({
