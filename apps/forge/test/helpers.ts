@@ -38,8 +38,8 @@ export interface Scratch {
   otherProject(name: string): string;
 }
 
-export function scratch(): Scratch {
-  const root = mkdtempSync(join(tmpdir(), 'forge-cli-test-'));
+export function scratch(prefix = 'forge-cli-test-'): Scratch {
+  const root = mkdtempSync(join(tmpdir(), prefix));
   const home = join(root, 'home');
   const project = join(root, 'project');
   mkdirSync(home, { mode: 0o700 });

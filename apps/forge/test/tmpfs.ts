@@ -1,9 +1,8 @@
 import { execFileSync } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { closeSync, mkdirSync, openSync, unlinkSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
 import { onTestFinished } from 'vitest';
-import type { Scratch } from './helpers.js';
+import { type Scratch, scratch } from './helpers.js';
 
 /** A scratch home whose audit directory is its own 256 KiB tmpfs, and a project beside it. */
 export interface TmpfsHome extends Scratch {
@@ -15,31 +14,25 @@ export interface TmpfsHome extends Scratch {
 }
 
 /**
- * Mounts a tmpfs (tests run as root in CI) as `<home>/audit`; a mount that fails fails the test
- * with the reason, never skips it. Registered first, its cleanup runs last (after the clients and
- * servers the test opens have closed): unmount (retried while the server lets go), then remove.
+ * Mounts a tmpfs (tests run as root in CI) as `<home>/audit` of a scratch home; a mount that fails
+ * fails the test with the reason, never skips it. Its cleanup runs after the clients and servers
+ * the test opens have closed: unmount (retried while the server lets go), then the scratch goes.
  */
 export function tmpfsHome(prefix: string): TmpfsHome {
-  const root = mkdtempSync(join(tmpdir(), prefix));
-  const home = join(root, 'home');
-  const project = join(root, 'project');
-  const auditDir = join(home, 'audit');
-  mkdirSync(auditDir, { recursive: true, mode: 0o700 });
-  mkdirSync(join(project, '.forge'), { recursive: true });
+  const s = scratch(prefix);
+  const auditDir = join(s.home, 'audit');
+  mkdirSync(auditDir, { mode: 0o700 });
   let mounted = false;
+  // Registered after the scratch's removal, so it runs before it.
   onTestFinished(async () => {
-    try {
-      for (let i = 0; mounted; i++) {
-        try {
-          execFileSync('umount', [auditDir], { stdio: 'pipe' });
-          mounted = false;
-        } catch (err) {
-          if (i >= 50) throw new Error(`cannot unmount the test tmpfs at ${auditDir}: ${(err as Error).message}`);
-          await new Promise((r) => setTimeout(r, 100));
-        }
+    for (let i = 0; mounted; i++) {
+      try {
+        execFileSync('umount', [auditDir], { stdio: 'pipe' });
+        mounted = false;
+      } catch (err) {
+        if (i >= 50) throw new Error(`cannot unmount the test tmpfs at ${auditDir}: ${(err as Error).message}`);
+        await new Promise((r) => setTimeout(r, 100));
       }
-    } finally {
-      if (!mounted) rmSync(root, { recursive: true, force: true });
     }
   });
   try {
@@ -51,27 +44,10 @@ export function tmpfsHome(prefix: string): TmpfsHome {
       `this test needs its own tmpfs (run it as root, where mount -t tmpfs works): mount failed: ${stderr || (err as Error).message}`,
     );
   }
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('FORGE_')) env[k] = v;
-  Object.assign(env, { FORGE_HOME: home, NO_COLOR: '1' });
   const filler = join(auditDir, 'filler');
   return {
-    root,
-    home,
-    project,
+    ...s,
     auditDir,
-    env,
-    file(rel, text) {
-      const p = join(project, rel);
-      mkdirSync(dirname(p), { recursive: true });
-      writeFileSync(p, text);
-      return p;
-    },
-    otherProject(name) {
-      const p = join(root, name);
-      mkdirSync(join(p, '.forge'), { recursive: true });
-      return p;
-    },
     fill() {
       const fd = openSync(filler, 'w');
       try {

@@ -11,7 +11,7 @@ import { once } from 'node:events';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type Mount, type NetworkEvent, type RunResult, resolveRuntimes, runSandboxed } from '../src/index.js';
-import { requireSandbox } from './helpers.js';
+import { closedPort, requireSandbox } from './helpers.js';
 
 let node: { interpreter: string; mounts: Mount[] };
 let python: string;
@@ -38,17 +38,6 @@ async function listen(server: Server): Promise<number> {
     for (const s of sockets) s.destroy();
   });
   return (server.address() as { port: number }).port;
-}
-
-/** A loopback port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const { port } = srv.address() as { port: number };
-  srv.close();
-  await once(srv, 'close');
-  return port;
 }
 
 /** A server that answers every connection with a TCP reset, at once or once the request is in. */

@@ -8,6 +8,7 @@ import { createServer as createHttpServer, type IncomingMessage } from 'node:htt
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { EgressProxy, type EgressProxyOptions, type NetworkEvent } from '../src/egress/proxy.js';
+import { closedPort } from './helpers.js';
 
 /** Listens on an ephemeral loopback port; closed when the test finishes. */
 async function listen(server: Server): Promise<number> {
@@ -18,17 +19,6 @@ async function listen(server: Server): Promise<number> {
     (server as Server & { closeAllConnections?: () => void }).closeAllConnections?.();
   });
   return (server.address() as { port: number }).port;
-}
-
-/** A loopback port nothing listens on. */
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const { port } = srv.address() as { port: number };
-  srv.close();
-  await once(srv, 'close');
-  return port;
 }
 
 /** An HTTP server that answers with what it saw. */
@@ -182,7 +172,7 @@ describe('HTTP absolute-form requests', () => {
   });
 
   it('answers 502 with the reason when the destination refuses or the name does not resolve', async () => {
-    const unused = await freePort();
+    const unused = await closedPort();
     const f = await startProxy({ grant: { network: 'allow', loopback: 'allow' } });
     let s = await dial(f.http);
     s.write(`GET http://allowed.test:${unused}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
@@ -336,7 +326,7 @@ describe('SOCKS5', () => {
 
   it('replies "connection refused" when the checked destination refuses', async () => {
     const f = await startProxy();
-    expect(await socksConnect(await dial(f.socks), 3, 'allowed.test', await freePort())).toBe(5);
+    expect(await socksConnect(await dial(f.socks), 3, 'allowed.test', await closedPort())).toBe(5);
   });
 });
 

@@ -1,7 +1,9 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -106,4 +108,15 @@ export function descendants(root = process.pid): number[] {
   }
   mine.delete(root);
   return [...mine];
+}
+
+/** A loopback port nothing listens on (taken, then let go). */
+export async function closedPort(): Promise<number> {
+  const srv = createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const { port } = srv.address() as { port: number };
+  srv.close();
+  await once(srv, 'close');
+  return port;
 }
