@@ -1,6 +1,6 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
@@ -54,22 +54,77 @@ export function runInChild(
 /**
  * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
  * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
+ * A wrapped child may run as another uid, which may not be able to search the directories above
+ * this checkout (a clone in a 0700 temporary directory): it then runs in a private mount
+ * namespace where the checkout's entries are bound under a directory it can reach, and every path
+ * it is given points there.
  */
 export function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
   const src = fileURLToPath(new URL('../src/', import.meta.url));
   const load = `const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;`;
-  return nodeChild(`${load}\n${body}`, { argv: [...(o.wrap ?? []), process.execPath], cwd: src, extraStdio: [] });
+  const reach = o.wrap ? reachableCheckout() : undefined;
+  return nodeChild(`${load}\n${body}`, {
+    argv: [...(reach?.prefix ?? []), ...(o.wrap ?? []), process.execPath],
+    cwd: src,
+    extraStdio: [],
+    ...(reach ? { rewrite: reach.rewrite } : {}),
+  });
+}
+
+/** Whether uid 65534 can search every directory above `path` (from the mode bits). */
+function searchable(path: string): boolean {
+  for (let d = dirname(path); ; d = dirname(d)) {
+    const st = statSync(d);
+    const bits = st.uid === 65534 ? st.mode >> 6 : st.gid === 65534 ? st.mode >> 3 : st.mode;
+    if ((bits & 1) === 0) return false;
+    if (d === '/') return true;
+  }
+}
+
+/** See nodeAs: a launcher prefix that shows this checkout under a reachable directory, or undefined when it is reachable as it is. */
+function reachableCheckout(): { prefix: string[]; rewrite: (s: string) => string } | undefined {
+  const repo = fileURLToPath(new URL('../../../', import.meta.url)).replace(/\/$/, '');
+  if (searchable(join(repo, 'x'))) return undefined;
+  const seen = mkdtempSync(join('/tmp', 'forge-sandbox-test-checkout-'));
+  chmodSync(seen, 0o755);
+  onTestFinished(() => rmSync(seen, { recursive: true, force: true }));
+  const pairs: string[] = [];
+  for (const name of readdirSync(repo)) {
+    const from = join(repo, name);
+    const st = lstatSync(from);
+    if (st.isSymbolicLink()) continue;
+    if (st.isDirectory()) mkdirSync(join(seen, name));
+    else writeFileSync(join(seen, name), '');
+    pairs.push(from, join(seen, name));
+  }
+  const binds = pairs.filter((_, i) => i % 2 === 0).map((_, k) => `mount --bind "\${${2 * k + 1}}" "\${${2 * k + 2}}"`);
+  return {
+    prefix: [
+      'unshare',
+      '--mount',
+      '--propagation',
+      'private',
+      '--',
+      '/bin/sh',
+      '-c',
+      `${binds.join(' && ')} && shift ${pairs.length} && exec "$@"`,
+      'stage',
+      ...pairs,
+    ],
+    rewrite: (s) => s.replaceAll(repo, seen),
+  };
 }
 
 /** A node child running `code` after `runnerImport` (vite's) is in scope; killed when the test finishes. */
 async function nodeChild(
   code: string,
-  o: { argv: string[]; cwd: string; extraStdio: (StdioPipe | StdioNull | number)[] },
+  o: { argv: string[]; cwd: string; extraStdio: (StdioPipe | StdioNull | number)[]; rewrite?: (s: string) => string },
 ): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
   const vite = pathToFileURL(createRequire(import.meta.url).resolve('vite')).href;
-  const script = `const { runnerImport } = await import(${JSON.stringify(vite)});\n${code}`;
+  const moved = o.rewrite ?? ((s: string) => s);
+  const script = moved(`const { runnerImport } = await import(${JSON.stringify(vite)});\n${code}`);
   const argv = [...o.argv, '--input-type=module', '-e', script];
-  const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe', ...o.extraStdio], cwd: o.cwd });
+  const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe', ...o.extraStdio], cwd: moved(o.cwd) });
   onTestFinished(() => {
     child.kill('SIGKILL');
   });
