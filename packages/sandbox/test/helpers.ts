@@ -62,7 +62,7 @@ export function runInChild(
 export function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
   const src = fileURLToPath(new URL('../src/', import.meta.url));
   const load = `const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;`;
-  const reach = o.wrap ? reachableCheckout() : undefined;
+  const reach = o.wrap ? reachableCheckout(src) : undefined;
   return nodeChild(`${load}\n${body}`, {
     argv: [...(reach?.prefix ?? []), ...(o.wrap ?? []), process.execPath],
     cwd: src,
@@ -82,7 +82,7 @@ function searchable(path: string): boolean {
 }
 
 /** See nodeAs: a launcher prefix that shows this checkout under a reachable directory, or undefined when it is reachable as it is. */
-function reachableCheckout(): { prefix: string[]; rewrite: (s: string) => string } | undefined {
+function reachableCheckout(cwd: string): { prefix: string[]; rewrite: (s: string) => string } | undefined {
   const repo = fileURLToPath(new URL('../../../', import.meta.url)).replace(/\/$/, '');
   if (searchable(join(repo, 'x'))) return undefined;
   const seen = mkdtempSync(join('/tmp', 'forge-sandbox-test-checkout-'));
@@ -107,9 +107,11 @@ function reachableCheckout(): { prefix: string[]; rewrite: (s: string) => string
       '--',
       '/bin/sh',
       '-c',
-      `${binds.join(' && ')} && shift ${pairs.length} && exec "$@"`,
+      // The child is started where the host sees it, and moves to the bound path inside.
+      `${binds.join(' && ')} && cd "\${${pairs.length + 1}}" && shift ${pairs.length + 1} && exec "$@"`,
       'stage',
       ...pairs,
+      cwd.replaceAll(repo, seen),
     ],
     rewrite: (s) => s.replaceAll(repo, seen),
   };
@@ -124,7 +126,7 @@ async function nodeChild(
   const moved = o.rewrite ?? ((s: string) => s);
   const script = moved(`const { runnerImport } = await import(${JSON.stringify(vite)});\n${code}`);
   const argv = [...o.argv, '--input-type=module', '-e', script];
-  const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe', ...o.extraStdio], cwd: moved(o.cwd) });
+  const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe', ...o.extraStdio], cwd: o.cwd });
   onTestFinished(() => {
     child.kill('SIGKILL');
   });
@@ -132,7 +134,10 @@ async function nodeChild(
   let err = '';
   child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
   child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-  const exit = await new Promise<number | null>((r) => child.on('close', r));
+  const exit = await new Promise<number | null>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', resolve);
+  });
   return { code: exit, out, err, child };
 }
 
