@@ -107,4 +107,6 @@ function selfPath(): string {
 
 const code = await main(process.argv.slice(2));
 // Let stdout drain (it may be a pipe) before exiting; an exit also ends watchers and timers left by a library.
-process.stdout.write('', () => process.exit(code));
+// A stdout whose reader has gone (`| head -1`) has nothing left to drain.
+if (process.stdout.destroyed) process.exit(code);
+else process.stdout.write('', () => process.exit(code));

@@ -1,8 +1,14 @@
 import type { Writable } from 'node:stream';
+import { guardStream } from './stdout.js';
 
 /** Where a command prints, and how: JSON for scripts, short colour lines for people on a TTY. */
 export interface Output {
   readonly json: boolean;
+  /**
+   * Aborts when stdout's reader has gone (`forge audit tail | head -1`): what is printed after it is
+   * dropped, and a command that would go on printing (a follow) should stop.
+   */
+  readonly gone: AbortSignal;
   /** A line on stdout. */
   line(text?: string): void;
   /** A line on stderr (notes, progress, problems), never on stdout. */
@@ -52,19 +58,22 @@ export function createOutput(o: OutputOptions): Output {
   const env = o.env ?? process.env;
   const style = createStyle(!o.json && wantsColor(stdout, env));
   const errStyleOn = wantsColor(stderr, env);
+  const err = guardStream(stderr, { name: 'stderr' });
+  const out = guardStream(stdout, { name: 'stdout', report: (m) => err.write(`${m}\n`) });
   return {
     json: o.json,
+    gone: out.gone,
     style,
-    line: (text = '') => void stdout.write(`${text}\n`),
-    note: (text) => void stderr.write(`${text}\n`),
-    data: (value) => void stdout.write(`${JSON.stringify(value, null, stdout.isTTY ? 2 : undefined)}\n`),
-    progress: (label, work) => (errStyleOn ? spin(stderr, label, work) : work),
+    line: (text = '') => out.write(`${text}\n`),
+    note: (text) => err.write(`${text}\n`),
+    data: (value) => out.write(`${JSON.stringify(value, null, stdout.isTTY ? 2 : undefined)}\n`),
+    progress: (label, work) => (errStyleOn ? spin(err, label, work) : work),
   };
 }
 
 const FRAMES = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
-async function spin<T>(stream: Writable, label: string, work: Promise<T>): Promise<T> {
+async function spin<T>(stream: { write(text: string): void }, label: string, work: Promise<T>): Promise<T> {
   let i = 0;
   const started = Date.now();
   const draw = () => {

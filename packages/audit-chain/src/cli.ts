@@ -4,6 +4,7 @@ import { writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadKey } from './checkpoint.js';
+import { guardStdout } from './cli-stdout.js';
 import { AuditError } from './errors.js';
 import type { AuditEntry } from './format.js';
 import type { JsonValue } from './ijson.js';
@@ -23,8 +24,10 @@ Exit codes: 0 ok, 1 verification found a violation, 2 usage or I/O error.`;
 
 class UsageError extends Error {}
 
+const stdout = guardStdout();
+
 function out(s: string): void {
-  process.stdout.write(`${s}\n`);
+  stdout.line(s);
 }
 
 function count(n: number, one: string, many: string): string {
@@ -116,8 +119,11 @@ async function main(argv: string[]): Promise<number> {
       const stop = () => ac.abort();
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
+      // A reader that went away (`| head -1`) ends the tail like Ctrl-C.
+      const signal = AbortSignal.any([ac.signal, stdout.gone]);
       try {
-        for await (const e of tailLog(args[0] as string, { last, follow: values.follow, signal: ac.signal })) {
+        for await (const e of tailLog(args[0] as string, { last, follow: values.follow, signal })) {
+          if (stdout.gone.aborted) break;
           out(values.json ? JSON.stringify(e) : formatEntry(e));
         }
       } finally {

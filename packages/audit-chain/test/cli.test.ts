@@ -2,14 +2,14 @@
  * The `forge-audit` CLI, run as a child process from the built dist (`npx tsup` first): output
  * formats and exit codes (0 ok, 1 verification found a violation, 2 usage or I/O error).
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { GENESIS_HASH } from '../src/index.js';
+import { GENESIS_HASH, openAuditLog } from '../src/index.js';
 import { CLI, tempDir } from './helpers.js';
 
 const execFileP = promisify(execFile);
@@ -316,5 +316,51 @@ describe('usage', () => {
     const help = await cli('--help');
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('Exit codes: 0 ok, 1 verification found a violation, 2 usage or I/O error.');
+  });
+});
+
+describe('a reader that closes early', () => {
+  /** A log of `n` entries of about 1 KiB each: more than a pipe holds, so printing it all must block on the reader. */
+  async function bigLog(n: number): Promise<string> {
+    const path = join(await tempDir(), 'audit.log');
+    const log = await openAuditLog(path);
+    try {
+      for (let i = 1; i <= n; i++) await log.append('user.login', { i, pad: 'x'.repeat(1000) });
+    } finally {
+      await log.close();
+    }
+    return path;
+  }
+
+  it('`forge-audit tail | head -1` prints one line and exits 0 without a stack trace', async () => {
+    const path = await bigLog(300);
+    // A real shell pipe into a real head; PIPESTATUS carries the CLI's own exit code out.
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: a bash script, not a template
+    const script = '"$0" "$1" tail -n 300 "$2" 2>"$3" | head -1; echo "rc=${PIPESTATUS[0]}"';
+    const errFile = join(await tempDir(), 'stderr');
+    const { stdout } = await execFileP('bash', ['-c', script, process.execPath, CLI, path, errFile], { timeout: 60_000 });
+    const [first, rc, ...rest] = stdout.split('\n');
+    expect(first).toMatch(/^#1 \S+ user\.login \{"i":1,/);
+    expect(rc).toBe('rc=0');
+    expect(rest).toEqual(['']);
+    expect(await readFile(errFile, 'utf8')).toBe('');
+  });
+
+  it('`tail -f` stops, exit 0 and nothing on stderr, when the test closes the pipe it prints into', async () => {
+    const path = await bigLog(300);
+    const child = spawn(process.execPath, [CLI, 'tail', '-n', '300', '-f', path], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const first = await new Promise<string>((resolve) => child.stdout.once('data', (d: Buffer) => resolve(d.toString())));
+    expect(first).toMatch(/^#1 /);
+    child.stdout.destroy();
+    // One more entry, so a follower that has printed everything so far writes again.
+    const log = await openAuditLog(path);
+    await log.append('user.logout', null);
+    await log.close();
+    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), 20_000))]);
+    if (code === 'still running') child.kill('SIGKILL');
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
   });
 });

@@ -75,8 +75,11 @@ export const auditTail: Command = {
     const onSignal = () => stop.abort();
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
+    // A reader that went away (`| head -1`) ends the tail like Ctrl-C.
+    const signal = AbortSignal.any([stop.signal, out.gone]);
     try {
-      for await (const e of tailLog(log, { last: n, follow: values.follow === true, signal: stop.signal })) {
+      for await (const e of tailLog(log, { last: n, follow: values.follow === true, signal })) {
+        if (out.gone.aborted) break;
         if (out.json) out.line(JSON.stringify(e));
         else
           out.line(
