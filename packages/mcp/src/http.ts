@@ -2,10 +2,10 @@ import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import type { CallContext, Forge } from '@forge/runner';
-import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { NodeStreamableHTTPServerTransport } from '@modelcontextprotocol/node';
+import { type AuthInfo, isInitializeRequest, type Server } from '@modelcontextprotocol/server';
 import { ForgeMcpError } from './errors.js';
+import { SessionEventStore } from './eventStore.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
 import { buildServer } from './server.js';
@@ -73,7 +73,7 @@ export interface HttpServerHandle {
 
 interface Session {
   server: Server;
-  transport: StreamableHTTPServerTransport;
+  transport: NodeStreamableHTTPServerTransport;
   dispose(): void;
   /** Which token opened it (a digest, or `loopback` without tokens); every later request must carry the same one. */
   principal: string;
@@ -112,7 +112,8 @@ export function isLoopback(host: string): boolean {
  */
 export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): Promise<HttpServerHandle> {
   // Loaded here, not at import: a stdio server never needs the HTTP transport (~50 ms of start-up).
-  const { StreamableHTTPServerTransport: Transport } = await import('@modelcontextprotocol/sdk/server/streamableHttp.js');
+  const { NodeStreamableHTTPServerTransport: Transport, toNodeHandler, toWebRequest } = await import('@modelcontextprotocol/node');
+  const { createMcpHandler, isLegacyRequest } = await import('@modelcontextprotocol/server');
   const host = options.host ?? '127.0.0.1';
   const loopback = isLoopback(host);
   const grants = checkTokens(options.tokens ?? {});
@@ -136,6 +137,27 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   let closing: Promise<void> | undefined;
   /** Responses to POSTs of open sessions not yet ended: close() lets them finish writing. */
   const posting = new Set<ServerResponse>();
+
+  // The 2026-07-28 era: stateless, one server instance per request, built for the request's
+  // credential (never for a connection: there is none). The caller rides in authInfo.
+  const modern = createMcpHandler(
+    ({ authInfo }) => {
+      const caller = (authInfo?.extra as { forge?: ModernCaller } | undefined)?.forge;
+      if (!caller) throw new Error('forge mcp: a 2026-era request reached the handler without its caller');
+      const built = buildServer(forge, { ctx: caller.ctx, era: 'modern', watch: false, ...naming }, inflight);
+      return built.server;
+    },
+    {
+      legacy: 'reject',
+      maxRequestBodySize: maxBody,
+      onerror: (err) => {
+        if (process.env.FORGE_MCP_DEBUG) process.emitWarning(`forge mcp: ${err.message}`);
+      },
+    },
+  );
+  const modernNode = toNodeHandler(modern, { maxRequestBodySize: maxBody });
+  // List changes reach 2026-era clients on their subscriptions/listen streams.
+  const unwatch = forge.on('toolsChanged', () => modern.notify.toolsChanged());
 
   const hostAllowed = (header: string | undefined): boolean => {
     if (!header) return false;
@@ -184,6 +206,8 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     s.dispose();
   };
 
+  const naming = { ...(options.name ? { name: options.name } : {}), ...(options.version ? { version: options.version } : {}) };
+
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     // While it closes, only open sessions are served: a call there gets its refusal as a tool result.
     const open = req.headers['mcp-session-id'];
@@ -207,6 +231,25 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       // The SDK would call it a parse error with id null; JSON-RPC wants -32602 with the id.
       const bad = paramsNotObject(body);
       if (bad) return fail(res, 400, bad.error.message, bad.error.code, bad.id);
+    }
+    // 2026-07-28 requests carry their protocol version and capabilities in `_meta` (or are
+    // server/discover); everything else is the 2025 era, served with sessions.
+    if (
+      req.method === 'POST' &&
+      !(typeof req.headers['mcp-session-id'] === 'string') &&
+      !(await isLegacyRequest(await toWebRequest(req, body)))
+    ) {
+      const authInfo: AuthInfo = {
+        token: '',
+        clientId: caller.principal,
+        scopes: [],
+        extra: { forge: { ctx: { ...caller.ctx, session: modernSession(caller.principal) } } satisfies ModernCaller },
+      };
+      (req as IncomingMessage & { auth?: AuthInfo }).auth = authInfo;
+      posting.add(res);
+      res.once('close', () => posting.delete(res));
+      await modernNode(req, res, body);
+      return;
     }
     const sid = req.headers['mcp-session-id'];
     if (typeof sid === 'string') {
@@ -237,18 +280,15 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       return fail(res, admitted.status, admitted.message, -32000, requestId(body));
     }
     const id = randomUUID();
-    const built = buildServer(
-      forge,
-      {
-        ctx: { ...caller.ctx, session: id },
-        ...(options.name ? { name: options.name } : {}),
-        ...(options.version ? { version: options.version } : {}),
-      },
-      inflight,
-    );
+    const built = buildServer(forge, { ctx: { ...caller.ctx, session: id }, era: 'legacy', ...naming }, inflight);
     const transport = new Transport({
       sessionIdGenerator: () => id,
       onsessionclosed: (closed) => drop(closed),
+      // Resumable streams: a client that lost its SSE stream reconnects with Last-Event-ID and
+      // gets what it missed (within the store's bounds), told by the priming event when to retry.
+      eventStore: new SessionEventStore(),
+      retryInterval: 1000,
+      maxRequestBodySize: maxBody,
     });
     built.server.onclose = () => drop(id);
     sessions.set(id, { ...built, transport, principal: caller.principal, open: 0, lastSeen: Date.now() });
@@ -311,6 +351,8 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
           drop(id);
           await s.server.close().catch(() => {});
         }
+        unwatch();
+        await modern.close().catch(() => {});
         http.closeAllConnections();
         await stopped;
       })();
@@ -318,6 +360,17 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     },
   };
 }
+
+/** What the 2026-era factory needs of a request's caller. */
+interface ModernCaller {
+  ctx: CallContext;
+}
+
+/**
+ * The forge session of a 2026-era caller: stateless requests have no connection, so the session
+ * scope (and its breakers) belong to the credential: one per token, one for the loopback caller.
+ */
+const modernSession = (principal: string): string => `c-${principal === 'loopback' ? 'loopback' : principal.slice(0, 16)}`;
 
 function checkTokens(tokens: Record<string, HttpTokenGrant>): Map<Buffer, HttpTokenGrant> {
   const out = new Map<Buffer, HttpTokenGrant>();

@@ -1,4 +1,4 @@
-import { JSONRPCMessageSchema } from '@modelcontextprotocol/sdk/types.js';
+import { isJSONRPCErrorResponse, isJSONRPCNotification, isJSONRPCRequest, isJSONRPCResultResponse } from '@modelcontextprotocol/server';
 
 /**
  * The default largest protocol message, in bytes, on both transports: a stdio line (without its
@@ -38,7 +38,7 @@ export type Checked = { ok: true; message: unknown } | { ok: false; answer: Erro
 export function checkMessage(value: unknown): Checked {
   const bad = paramsNotObject(value);
   if (bad) return { ok: false, answer: bad };
-  if (!JSONRPCMessageSchema.safeParse(value).success)
+  if (!(isJSONRPCRequest(value) || isJSONRPCNotification(value) || isJSONRPCResultResponse(value) || isJSONRPCErrorResponse(value)))
     return { ok: false, answer: errorAnswer(idOf(value), -32600, 'Invalid Request: not a JSON-RPC 2.0 message') };
   return { ok: true, message: value };
 }

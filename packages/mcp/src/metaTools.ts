@@ -1,6 +1,6 @@
 /** The five meta-tools: their MCP definitions and what each does on the Forge. */
 import type { CallContext, Envelope, Forge } from '@forge/runner';
-import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { Tool } from '@modelcontextprotocol/server';
 
 const NAME = {
   type: 'string',

@@ -4,7 +4,8 @@
  * unknown keywords, and the annotations mean nothing to them. What the agent needs to know from
  * them (which inputs name host paths mounted into the sandbox) is appended to the description.
  */
-import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { createHash } from 'node:crypto';
+import type { Tool } from '@modelcontextprotocol/server';
 
 /** The parts of a stored tool this module reads (a `StoredTool` of @forge/registry). */
 export interface ToolRecord {
@@ -118,7 +119,7 @@ export function toolView(record: ToolRecord): ToolView {
   const rw = input.binds.some((b) => b.mode === 'rw');
   const deterministic = record.meta?.deterministic === true && (record.meta.secrets?.length ?? 0) === 0;
   const tool: Tool = {
-    name: record.name,
+    name: wireName(record.name),
     description: describe(record, input.binds),
     inputSchema: inputSchema as Tool['inputSchema'],
     ...(outputSchema ? { outputSchema: outputSchema as Tool['outputSchema'] } : {}),
@@ -130,7 +131,7 @@ export function toolView(record: ToolRecord): ToolView {
       idempotentHint: !rw && deterministic,
       openWorldHint: false,
     },
-    _meta: { forge: { scope: record.scope, version: record.version, digest: record.digest, runtime: record.runtime } },
+    _meta: { forge: { name: record.name, scope: record.scope, version: record.version, digest: record.digest, runtime: record.runtime } },
   };
   const view = { tool, structuredData: outputSchema !== undefined, record };
   views.set(record, view);
@@ -149,4 +150,15 @@ function describe(record: ToolRecord, binds: BindAt[]): string {
     `Forged tool (${record.runtime}, ${record.scope} scope, v${record.version}); answers with a forge envelope {ok, data | error, meta}.`,
   );
   return parts.join('\n\n');
+}
+
+/**
+ * The name a client sees for forge tool `name`: matches `^[a-zA-Z0-9_-]{1,64}$`. Each `.` becomes
+ * `__`; a result over 64 characters keeps its first 55, then `_` and the first 8 hex digits of
+ * sha256 of the forge name. Names without dots are unchanged.
+ */
+export function wireName(name: string): string {
+  const flat = name.replaceAll('.', '__');
+  if (flat.length <= 64) return flat;
+  return `${flat.slice(0, 55)}_${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }

@@ -1,29 +1,43 @@
 import type { CallContext, Envelope, Forge } from '@forge/runner';
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
-  CallToolRequestSchema,
   type CallToolResult,
-  ListToolsRequestSchema,
+  type LoggingLevel,
   type RequestId,
+  Server,
+  type ServerCapabilities,
+  type ServerContext,
   type Tool,
-} from '@modelcontextprotocol/sdk/types.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
-import type { jsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/types.js';
+  type Transport,
+} from '@modelcontextprotocol/server';
 // Inlined by the build: nothing is read from disk at run time, and a bundle of this package works.
 import packageJson from '../package.json' with { type: 'json' };
 import { Inflight } from './inflight.js';
 import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
 import { type ToolRecord, type ToolView, toolView } from './schema.js';
 
+/** The two families of MCP protocol revisions: `legacy` is 2024-11-05 … 2025-11-25 (initialize, sessions), `modern` 2026-07-28 (stateless). */
+export type ProtocolEra = 'legacy' | 'modern';
+
 /** Options of {@link createForgeMcpServer}. */
 export interface ForgeMcpServerOptions {
   /** Who this server's client is: persona, session, task and ACL (each defaults to the Forge's environment). */
   ctx?: CallContext;
-  /** Server name in the initialize answer (default `forge`). */
+  /** Server name in the initialize and server/discover answers (default `forge`). */
   name?: string;
-  /** Server version in the initialize answer (default: this package's version). */
+  /** Server version in the initialize and server/discover answers (default: this package's version). */
   version?: string;
+}
+
+/** What {@link buildServer} needs beyond the public options. */
+export interface BuildOptions extends ForgeMcpServerOptions {
+  /** The era this instance serves (known to the entry that built it; default `legacy`). */
+  era?: ProtocolEra;
+  /**
+   * Whether this instance follows the Forge's changes and sends `notifications/tools/list_changed`
+   * itself (default true): a connection that lives on (stdio, a 2025 HTTP session). A per-request
+   * instance (a 2026 HTTP request) does not; its entry publishes changes to listen streams.
+   */
+  watch?: boolean;
 }
 
 const PACKAGE_VERSION: string = packageJson.version;
@@ -38,12 +52,19 @@ export interface BuiltServer {
   dispose(): void;
 }
 
+/** What this server offers, on both eras. */
+export const CAPABILITIES: ServerCapabilities = {
+  tools: { listChanged: true },
+  logging: {},
+};
+
 /**
  * One MCP server (the SDK's low-level `Server`) bound to one caller context: the five meta-tools
  * plus every forged tool visible to that context, `notifications/tools/list_changed` whenever
  * that set changes, and tool calls answered as forge envelopes (`isError` when not ok).
- * Connect it to any transport with `server.connect(transport)`; closing the server does not
- * close the Forge, which belongs to the caller.
+ * Connect it to any transport with `server.connect(transport)` (it speaks the 2025 era there);
+ * closing the server does not close the Forge, which belongs to the caller. `serveStdio` and
+ * `serveHttp` serve both eras.
  *
  * `forge` may be a promise of the engine still opening: the server then answers `initialize`
  * at once and every other request waits for the engine. If it fails to open, those requests are
@@ -54,22 +75,22 @@ export function createForgeMcpServer(forge: Forge | PromiseLike<Forge>, options:
 }
 
 /** {@link createForgeMcpServer} with the in-flight tracker of the transport that owns it. */
-export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcpServerOptions, inflight: Inflight): BuiltServer {
+export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOptions, inflight: Inflight): BuiltServer {
   const ctx: CallContext = { ...options.ctx };
   const server = new Server(
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
-    { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS, jsonSchemaValidator: lazyValidator() },
+    { capabilities: CAPABILITIES, instructions: INSTRUCTIONS },
   );
 
   // Calls whose answer is not yet handed to the transport, by request id: each releases its
   // place in `inflight` once its answer is sent (see Inflight for why the handler's end is not enough).
   const unanswered = new Map<RequestId, () => void>();
-  // Whatever the transport, malformed tools/call and tools/list params get -32602 (guardParams).
   const connect = server.connect.bind(server);
   server.connect = async (transport: Transport) => {
+    // Before the SDK sets its handlers: the wrappers below run around them.
+    watchAnswers(transport, unanswered);
     await connect(transport);
     guardParams(transport);
-    watchAnswers(transport, unanswered);
   };
 
   // The engine once open; until then requests wait on `opening`.
@@ -81,7 +102,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
       throw new Error(`this server has no forge engine (it failed to open, so the session cannot go on): ${(err as Error).message}`);
     });
 
-  // The forged tools this client sees, by name, and a signature of that set (what it last saw).
+  // The forged tools this client sees, by wire name, and a signature of that set (what it last saw).
   let visible: Map<string, ToolView> | undefined;
   let seen: string | undefined;
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
@@ -90,11 +111,17 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
     let signature = '';
     for (const l of listed) {
       if (isMetaTool(l.tool.name)) continue;
-      views.set(l.tool.name, toolView(l.tool as ToolRecord));
+      const view = toolView(l.tool as ToolRecord);
+      views.set(view.tool.name, view);
       signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
     }
     visible = views;
     return { views, signature };
+  };
+  /** The view of the tool `name` names, in either form (wire or forge name). */
+  const viewOf = async (name: string): Promise<ToolView | undefined> => {
+    const find = (views: Map<string, ToolView>) => views.get(name) ?? [...views.values()].find((v) => v.record.name === name);
+    return (visible && find(visible)) ?? find((await refresh()).views);
   };
 
   // Coalesces bursts of changes: one listing at a time, one more if changes came in meanwhile.
@@ -104,8 +131,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
   let sent = 0;
   let reported = 0;
   const notify = async () => {
-    // Only once the client is initialized; a closed transport just drops it.
-    if (!server.transport || !server.getClientCapabilities()) return;
+    // Only once the client is initialized (or spoke the 2026 era); a closed transport just drops it.
+    if (!server.transport || (!server.getClientCapabilities() && server.getNegotiatedProtocolVersion() === undefined)) return;
     sent++;
     await server.sendToolListChanged().catch(() => {});
   };
@@ -133,7 +160,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
   let unsubscribe = () => {};
   const subscribe = (f: Forge) => {
     engine = f;
-    if (disposed) return;
+    if (disposed || options.watch === false) return;
     unsubscribe = f.on('toolsChanged', () => {
       reported++;
       visible = undefined;
@@ -144,7 +171,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
   if (isPromiseLike(forge)) opening.then(subscribe, () => {});
   else subscribe(forge);
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => {
+  server.setRequestHandler('tools/list', async () => {
     const { views, signature } = await refresh();
     seen = signature;
     const tools: Tool[] = [...META_TOOL_DEFINITIONS];
@@ -152,27 +179,29 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
     return { tools };
   });
 
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+  server.setRequestHandler('tools/call', async (request, extra): Promise<CallToolResult> => {
     const { name, arguments: args } = request.params;
+    const id = extra.mcpReq.id;
+    const signal = extra.mcpReq.signal;
     // Counted until its answer is sent, or until the SDK aborted the request (the client
     // cancelled it, or the transport closed): then no answer is due.
     const release = inflight.begin();
-    unanswered.set(extra.requestId, release);
+    unanswered.set(id, release);
     const forget = () => {
-      if (unanswered.get(extra.requestId) === release) unanswered.delete(extra.requestId);
+      if (unanswered.get(id) === release) unanswered.delete(id);
       release();
     };
-    extra.signal.addEventListener('abort', forget, { once: true });
-    if (extra.signal.aborted) forget();
-    // After the shutdown began, a call is refused, and audited by the runner like any refusal:
-    // it is handed to it with its signal already aborted for that reason.
-    const late = inflight.closing ? AbortSignal.abort(new Error(lateReason(inflight.reason))) : undefined;
-    if (late && name === 'forge_list') return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was listed`));
-    const signals = [late, clientSignal(extra.signal), inflight.controller.signal, ctx.signal].filter(
-      (s): s is AbortSignal => s !== undefined,
-    );
-    const callCtx: CallContext = { ...ctx, signal: AbortSignal.any(signals) };
+    signal.addEventListener('abort', forget, { once: true });
+    if (signal.aborted) forget();
+    // A per-request instance (2026 HTTP) has no transport to watch: its answer is handed over when the handler returns.
+    const done = server.transport?.sessionId === undefined && options.era === 'modern' ? forget : () => {};
     try {
+      // After the shutdown began, a call is refused, and audited by the runner like any refusal:
+      // it is handed to it with its signal already aborted for that reason.
+      const late = inflight.closing ? AbortSignal.abort(new Error(lateReason(inflight.reason))) : undefined;
+      if (late && name === 'forge_list') return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was listed`));
+      const signals = [late, clientSignal(signal), inflight.controller.signal, ctx.signal].filter((s): s is AbortSignal => s !== undefined);
+      const callCtx: CallContext = { ...ctx, signal: AbortSignal.any(signals) };
       if (isMetaTool(name)) {
         const before = { sent, reported };
         const envelope = await runMetaTool(await ready(), name, args, callCtx);
@@ -182,12 +211,14 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
         if (envelope.ok && reported > before.reported && sent === before.sent) await notify();
         return toResult(envelope);
       }
-      let view = visible?.get(name);
-      if (!view) view = (await refresh()).views.get(name);
-      return toResult(await (await ready()).callTool(name, args ?? {}, callCtx), view);
+      const view = await viewOf(name);
+      const target = view?.record.name ?? name;
+      return toResult(await (await ready()).callTool(target, args ?? {}, callCtx), view);
     } catch (err) {
       // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
       return toResult(refusal('internal', `forge mcp: ${(err as Error).message}`));
+    } finally {
+      done();
     }
   });
 
@@ -200,14 +231,11 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: ForgeMcp
   };
 }
 
-/**
- * The SDK's Ajv validator (it checks elicitation answers), made on first use: building it costs
- * a few milliseconds at every server start, and this server never elicits.
- */
-function lazyValidator(): jsonSchemaValidator {
-  let ajv: AjvJsonSchemaValidator | undefined;
-  return { getValidator: (schema) => (ajv ??= new AjvJsonSchemaValidator()).getValidator(schema) };
-}
+/** The levels of `notifications/message`, lowest first. */
+export const LOG_LEVELS: readonly LoggingLevel[] = ['debug', 'info', 'notice', 'warning', 'error', 'critical', 'alert', 'emergency'];
+
+/** Context of a request handler (re-exported for the modules that add handlers). */
+export type HandlerContext = ServerContext;
 
 /**
  * Answers `tools/call` and `tools/list` requests with malformed params with JSON-RPC -32602 and a
@@ -228,7 +256,8 @@ function guardParams(transport: Transport): void {
   };
 }
 
-function paramsProblem(m: { id?: unknown; method?: unknown; params?: unknown }): string | undefined {
+/** Why a `tools/call` or `tools/list` request's params are malformed, or undefined. */
+export function paramsProblem(m: { id?: unknown; method?: unknown; params?: unknown }): string | undefined {
   if (m.id === undefined || (m.method !== 'tools/call' && m.method !== 'tools/list')) return undefined;
   const p = m.params as Record<string, unknown> | undefined;
   const isObject = (v: unknown) => v !== null && typeof v === 'object' && !Array.isArray(v);

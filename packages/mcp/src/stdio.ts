@@ -3,7 +3,7 @@ import type { CallContext, Forge } from '@forge/runner';
 import { ForgeMcpError } from './errors.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING } from './jsonrpc.js';
-import { buildServer } from './server.js';
+import { type BuiltServer, buildServer, type ProtocolEra } from './server.js';
 import { BoundedStdioTransport } from './stdioTransport.js';
 
 /** Options of {@link serveStdio}. */
@@ -63,23 +63,37 @@ export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: Ser
   const stdin = options.stdin ?? process.stdin;
   const stdout = options.stdout ?? process.stdout;
   const inflight = new Inflight();
-  const { server, dispose } = buildServer(forge, { ...(options.ctx ? { ctx: options.ctx } : {}), ...pick(options) }, inflight);
   const transport = new BoundedStdioTransport(stdin, stdout, maxMessageBytes(options.maxMessageBytes));
   const restoreConsole = stdout === process.stdout ? consoleToStderr() : () => {};
+  // The instances the SDK's entry built for this connection (a 2026 probe may be discarded for a 2025 opening).
+  const built = new Set<BuiltServer>();
+  const factory = ({ era }: { era: ProtocolEra }) => {
+    const b = buildServer(forge, { ...(options.ctx ? { ctx: options.ctx } : {}), ...pick(options), era }, inflight);
+    built.add(b);
+    const onclose = b.server.onclose;
+    b.server.onclose = () => {
+      b.dispose();
+      built.delete(b);
+      onclose?.();
+    };
+    return b.server;
+  };
 
   let markClosed!: () => void;
   const closed = new Promise<void>((resolve) => {
     markClosed = resolve;
   });
   let closing: Promise<void> | undefined;
+  let entry: { close(): Promise<void> } | undefined;
   const close = (o: { reason?: string } = {}): Promise<void> => {
     closing ??= (async () => {
       stdin.off('end', onEnd);
       stdout.off('error', onGone);
       // Answers still go out on stdout after stdin ended; the transport closes after them.
       await inflight.drain(options.graceMs ?? 10_000, o.reason);
-      dispose();
-      await server.close().catch(() => {});
+      for (const b of built) b.dispose();
+      await entry?.close().catch(() => {});
+      await transport.close();
       restoreConsole();
       markClosed();
     })();
@@ -90,8 +104,22 @@ export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: Ser
   // A client that went away (EPIPE) ends the session like EOF.
   const onGone = () => void close({ reason: 'forge is shutting down (its client stopped reading stdout)' });
   stdout.on('error', onGone);
-  server.onclose = () => void close();
-  await server.connect(transport);
+  // The SDK's entry closes the transport when the connection ends: so does this server.
+  const closeTransport = transport.close.bind(transport);
+  transport.close = async () => {
+    await closeTransport();
+    void close();
+  };
+  // Both eras on one connection: the opening message decides (initialize: 2025; a request with the
+  // 2026 envelope, or server/discover: 2026-07-28).
+  const { serveStdio: serve } = await import('@modelcontextprotocol/server/stdio');
+  entry = serve(factory, {
+    transport,
+    legacy: 'serve',
+    onerror: (err) => {
+      if (process.env.FORGE_MCP_DEBUG) process.emitWarning(`forge mcp: ${err.message}`);
+    },
+  });
   return {
     closed,
     close,

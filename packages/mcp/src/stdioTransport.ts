@@ -1,6 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import type { JSONRPCMessage, Transport } from '@modelcontextprotocol/server';
 import { ForgeMcpError } from './errors.js';
 import { checkMessage, type ErrorAnswer, errorAnswer, parseErrorAnswer, peekId } from './jsonrpc.js';
 

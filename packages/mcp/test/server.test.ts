@@ -13,7 +13,7 @@ describe('handshake and tools/list', () => {
   it('declares tools.listChanged and lists the five meta-tools with schemas and annotations', async () => {
     const forge = await newForge();
     const { client } = await connect(forge);
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true } });
+    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
     expect(client.getServerVersion()).toMatchObject({ name: 'forge', version: expect.any(String) });
     expect(client.getInstructions()).toContain('forge_tool');
     const { tools } = await client.listTools();
@@ -390,7 +390,7 @@ describe('an engine still opening', () => {
 
   it('answers initialize at once; tools/list and calls wait for the engine, then work as usual', async () => {
     const { client, changes, open } = await connectOpening();
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true } });
+    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
     let listed = false;
     const listing = client.listTools().then((r) => {
       listed = true;

@@ -33,7 +33,7 @@ async function spawnServer(dirs: { home: string; project: string }, env: Record<
 describe('stdio transport (a real child process)', () => {
   it('handshake, forge → list_changed → list → call, forge_call', async () => {
     const { client, changes } = await spawnServer(tempDirs());
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true } });
+    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
     expect((await client.listTools()).tools).toHaveLength(5);
     const changed = changes.next();
     await forgeOk(client, await example('fib'));
