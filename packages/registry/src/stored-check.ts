@@ -69,7 +69,8 @@ const REQUIRED = [
   'scope',
   'state',
 ];
-const META = new Set(['deterministic', 'secrets', 'timeout_ms', 'cpu_s', 'output_cap']);
+const META = new Set(['deterministic', 'secrets', 'timeout_ms', 'cpu_s', 'output_cap', 'annotations']);
+const HINTS = new Set(['title', 'readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint']);
 const SCOPES = new Set(['task', 'session', 'project', 'user']);
 const STATES = new Set(['active', 'pending', 'validated', 'retired']);
 
@@ -127,7 +128,24 @@ function checkMeta(m: unknown): string | undefined {
     if (p) return p;
   }
   if ('cpu_s' in m && (typeof m.cpu_s !== 'number' || !(m.cpu_s > 0))) return 'meta/cpu_s: must be a number > 0';
-  if ('output_cap' in m) return positiveInteger(m.output_cap, 'meta/output_cap');
+  if ('output_cap' in m) {
+    const p = positiveInteger(m.output_cap, 'meta/output_cap');
+    if (p) return p;
+  }
+  if ('annotations' in m) return checkHints(m.annotations);
+  return undefined;
+}
+
+function checkHints(a: unknown): string | undefined {
+  if (!isObject(a)) return 'meta/annotations: must be object';
+  const extra = onlyKeys(a, HINTS, 'meta/annotations');
+  if (extra) return extra;
+  if ('title' in a) {
+    const p = str(a.title, 'meta/annotations/title', 1, 128);
+    if (p) return p;
+  }
+  for (const k of ['readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint'])
+    if (k in a && typeof a[k] !== 'boolean') return `meta/annotations/${k}: must be boolean`;
   return undefined;
 }
 

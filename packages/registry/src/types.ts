@@ -17,6 +17,18 @@ export interface ToolMeta {
   timeout_ms?: number;
   cpu_s?: number;
   output_cap?: number;
+  /**
+   * MCP tool annotations over those forge derives from the sandbox (`toolAnnotations` in
+   * @forge/runner): a hint may only make the tool look less safe; a claim of more safety than the
+   * sandbox enforces is ignored.
+   */
+  annotations?: {
+    title?: string;
+    readOnlyHint?: boolean;
+    destructiveHint?: boolean;
+    idempotentHint?: boolean;
+    openWorldHint?: boolean;
+  };
 }
 
 /** A sample call. `input` must match `input_schema`. */

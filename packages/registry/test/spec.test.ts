@@ -38,6 +38,15 @@ describe('validateSpec', () => {
     );
   });
 
+  it('accepts MCP annotation overrides in meta.annotations, and only their known hints', () => {
+    const hints = { title: 'Plot', readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true };
+    expect(validateSpec(spec({ meta: { annotations: hints } })).ok).toBe(true);
+    expect(problems(spec({ meta: { annotations: { readOnly: true } } })).problems.map((p) => p.path)).toEqual(['meta/annotations']);
+    expect(problems(spec({ meta: { annotations: { openWorldHint: 'no' } } })).problems.map((p) => p.path)).toEqual([
+      'meta/annotations/openWorldHint',
+    ]);
+  });
+
   it('checks the types of meta and examples with pointers', () => {
     const r = problems(spec({ meta: { timeout_ms: -5, secrets: ['GH_TOKEN', 'GH_TOKEN'] } }));
     expect(r.problems.map((p) => p.path)).toEqual(['meta/secrets', 'meta/timeout_ms']);

@@ -20,7 +20,14 @@ const bySchema = ajv.compile({
 function full(): Record<string, unknown> {
   const s = spec({
     output_schema: { type: 'object' },
-    meta: { deterministic: true, secrets: ['GH_TOKEN', 'db.password'], timeout_ms: 1000, cpu_s: 0.5, output_cap: 4096 },
+    meta: {
+      deterministic: true,
+      secrets: ['GH_TOKEN', 'db.password'],
+      timeout_ms: 1000,
+      cpu_s: 0.5,
+      output_cap: 4096,
+      annotations: { title: 'A tool', readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true },
+    },
     examples: [{ input: { path: '/a' }, expect: 3 }, { input: {} }],
   });
   return {
