@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, createPublicKey, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type AuditLog, openAuditLog } from '@forge/audit-chain';
@@ -15,6 +15,7 @@ import {
   clampBudget,
   createPolicy,
   type Decision,
+  isOperator,
   networkFor,
   type Policy,
   type PolicySnapshot,
@@ -53,11 +54,13 @@ import {
 import stableStringify from 'fast-json-stable-stringify';
 import { readAnnotations } from './annotations.js';
 import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
+import { type AuditTail, readAuditTail } from './auditTail.js';
 import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
 import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
 import { caseVariantIn, checkManage, eventTypeOf, ownerCheck } from './gates.js';
 import { HitLog, listArtifacts, newId, newRunId, writeJsonAtomic } from './manifest.js';
+import { checkMetaFiles, rebaseFiles } from './metaFiles.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
 import {
   excerpt,
@@ -72,7 +75,9 @@ import {
   type SecretList,
   secretList,
 } from './redact.js';
+import { type ArtifactContent, type RunReadDeps, type RunRecord, readArtifact, readRun } from './runs.js';
 import { type ScrubReport, scrubArtifacts } from './scrub.js';
+import type { SandboxFacts } from './toolHints.js';
 import { readSecrets } from './vault.js';
 
 /** The meta-tools an MCP server serves itself: never forged, always callable. */
@@ -182,6 +187,32 @@ export interface Forge {
   removeTool(name: string, options?: { scope?: Scope } & CallContext): Promise<ForgeResult>;
   /** How many times each tool was called since start (for `forge_list`). */
   callCount(name: string): number;
+  /**
+   * Run `runId`'s manifest (as written) and what its artifacts directory holds, for a caller
+   * allowed to see the run: the persona that made the call, or an operator (policy
+   * `operator_personas`). Anyone else, and a run that does not exist, get the same `not_found`.
+   * A cache hit's id reads as its hit record, with the seed run's artifacts. A malformed id is
+   * `validation_failed`. Refusals are audited (`run.read_refused`).
+   */
+  readRun(runId: string, ctx?: CallContext): Promise<RunRecord | Refusal>;
+  /**
+   * The bytes of one file among run `runId`'s artifacts (the spill `full_stdout.bin` and
+   * `stdout.bin` included), under the same access rule as {@link Forge.readRun}. `path` is
+   * relative and normalized; links anywhere on the way are refused (`policy_denied`), never
+   * followed; a file over `maxBytes` (default 16 MiB) is `resource_limit`.
+   */
+  readArtifact(runId: string, path: string, ctx?: CallContext & { maxBytes?: number }): Promise<ArtifactContent | Refusal>;
+  /**
+   * Verifies the whole audit log, then returns its last `last` entries (default 50, at most
+   * 1000) with the verdict: every entry for an operator persona, else only the entries naming
+   * the caller's persona among the last 10,000.
+   */
+  auditTail(options?: CallContext & { last?: number }): Promise<AuditTail | Refusal>;
+  /**
+   * What the sandbox grants `ctx`'s runs now, for `toolAnnotations`: network per policy and
+   * allow-rules. When the policy cannot be read, the answer is the least safe one (network true).
+   */
+  sandboxFacts(ctx?: CallContext): SandboxFacts;
   on(event: 'audit', listener: (e: ForgeEvent) => void): () => void;
   on(event: 'toolsChanged', listener: (e: ToolsChanged) => void): () => void;
   /** Waits for calls in flight (aborting them after `graceMs`, default 10 s), flushes and closes. */
@@ -391,6 +422,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
 
   const cache = options.cache === false ? undefined : new ResultCache(paths.cacheDir, options.cache ?? {}, now);
   const hits = new HitLog(join(paths.runsDir, 'hits.jsonl'));
+  /** Settles once the hit records queued so far are written (batches are written in order). */
+  let hitsWritten: Promise<unknown> = Promise.resolve();
   // Sandboxes built ahead keep their per-run files' placeholders in a directory of their own under
   // the system's temporary directory (made at the first call that may use one): a tool's mount
   // table then shows nothing of the project's or the home's paths.
@@ -889,6 +922,12 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           const e = parsed.envelope;
           // The tool's own meta, without the fields only forge may set.
           const toolMeta = redactValue(withoutKeys(e.meta, FORGE_META_KEYS), secrets) as EnvelopeMeta;
+          // The files it names, as found on disk now (metaFiles.ts), never as the tool says.
+          if (toolMeta.files !== undefined) {
+            const checked = checkMetaFiles(artifacts, runId, toolMeta.files);
+            toolMeta.files = checked.files;
+            if (checked.dropped.length > 0) toolMeta.files_dropped = checked.dropped;
+          }
           envelope = e.ok
             ? { ok: true, data: redactValue(e.data, secrets), meta: { ...toolMeta, ...meta } }
             : { ok: false, error: redactValue(e.error, secrets) as typeof e.error, meta: { ...toolMeta, ...meta } };
@@ -1018,8 +1057,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       ...seed,
       meta: { ...seed.meta, run_id: runId, cache: 'hit', duration_ms: now() - started, seed_run: seedRun },
     };
+    // The seed's files, read through this hit's id (the hit's persona may read them; runs.ts).
+    if (seed.meta.files !== undefined) envelope.meta.files = rebaseFiles(seed.meta.files, runId);
     // A hit runs nothing: its record goes to runs/hits.jsonl, batched (close() waits for it).
-    track(
+    hitsWritten = track(
       hits.append({
         run_id: runId,
         at: new Date(now()).toISOString(),
@@ -1207,6 +1248,24 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     return { ok: true, tool: r.removed };
   };
 
+  /** What runs.ts needs to serve `c`'s reads, or why `c` cannot read now. */
+  const readDeps = async (c: CallContext): Promise<RunReadDeps | Refusal> => {
+    const ctx = context(c);
+    if (closing) return { ok: false, kind: 'internal', message: 'forge is shutting down; try again after it restarts' };
+    const down = await auditGate.ready();
+    if (down) return { ok: false, kind: AUDIT_UNAVAILABLE, message: down.message };
+    const bad = contextProblem(ctx);
+    if (bad) return { ok: false, kind: 'validation_failed', message: bad };
+    return {
+      runsDir: paths.runsDir,
+      persona: ctx.persona,
+      session: ctx.session,
+      policy: policyNow,
+      hitsWritten: () => hitsWritten,
+      refused: (data) => record('run.read_refused', data),
+    };
+  };
+
   const forge: Forge = {
     paths,
     forgeTool: guarded(forgeTool),
@@ -1215,6 +1274,33 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     promoteTool: guarded(promoteTool),
     removeTool: guarded(removeTool),
     callCount: (name) => calls.get(name) ?? 0,
+    readRun: guarded(async (runId, c = {}) => {
+      const deps = await readDeps(c);
+      return 'ok' in deps ? deps : readRun(deps, runId);
+    }),
+    readArtifact: guarded(async (runId, path, c = {}) => {
+      const deps = await readDeps(c);
+      return 'ok' in deps ? deps : readArtifact(deps, runId, path, c.maxBytes !== undefined ? { maxBytes: c.maxBytes } : {});
+    }),
+    auditTail: guarded(async (o = {}) => {
+      const deps = await readDeps(o);
+      if ('ok' in deps) return deps;
+      const pol = policyNow();
+      if (!pol.ok) return pol;
+      await audit.flush();
+      return readAuditTail({
+        log: paths.auditLog,
+        last: o.last ?? 50,
+        ...(isOperator(pol.snap, deps.persona) ? {} : { persona: deps.persona }),
+        ...(signingKey ? { publicKey: createPublicKey(signingKey) } : {}),
+      });
+    }),
+    sandboxFacts(c = {}) {
+      const ctx = context(c);
+      const pol = policyNow();
+      if (!pol.ok || contextProblem(ctx)) return { network: true };
+      return { network: networkFor(pol.snap, ctx.persona).network === 'allow' };
+    },
     on(event: 'audit' | 'toolsChanged', listener: (e: never) => void) {
       const set = (event === 'audit' ? auditListeners : changeListeners) as Set<(e: never) => void>;
       set.add(listener);
@@ -1347,6 +1433,7 @@ const FORGE_META_KEYS = [
   'stdout_total_bytes',
   'stdout_full_artifact',
   'policy_clamped',
+  'files_dropped',
 ];
 
 function withoutKeys(o: Record<string, unknown>, keys: readonly string[]): Record<string, unknown> {

@@ -4,7 +4,10 @@
  *
  * Public API. Everything exported here is a deliberate, documented decision.
  */
+
+export { MIME_HEAD_BYTES, mimeTypeOf } from './artifactFiles.js';
 export { AUDIT_RECOVERED, AUDIT_UNAVAILABLE } from './auditGate.js';
+export { AUDIT_TAIL_WINDOW, type AuditTail, MAX_AUDIT_TAIL } from './auditTail.js';
 export { type CacheLimits, DEFAULT_CACHE_LIMITS } from './cache.js';
 export type { Envelope, EnvelopeMeta, ErrorEnvelope, OkEnvelope } from './envelope.js';
 export {
@@ -19,4 +22,17 @@ export {
   type Refusal,
   type ToolsChanged,
 } from './forge.js';
+export type { ArtifactInfo } from './manifest.js';
+export { type DroppedFile, type FileRef, MAX_META_FILES } from './metaFiles.js';
 export { defaultForgeHome, type ForgePaths, findProject } from './paths.js';
+export {
+  artifactPathProblem,
+  artifactUri,
+  manifestUri,
+  parseRunUri,
+  RUN_ID_PATTERN,
+  type RunUri,
+  runIdProblem,
+} from './runIds.js';
+export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, type RunRecord } from './runs.js';
+export { type AnnotatedSpec, bindModes, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';
