@@ -18,7 +18,7 @@ export {
   VALIDATION_BUDGET_MS,
 } from './json-schema.js';
 export { MAX_PATTERN_REPEAT } from './linear-pattern.js';
-export { isValidToolName, MAX_NAME_BYTES, toolNameProblem } from './name.js';
+export { isValidToolName, MAX_NAME_BYTES, toolNameProblem, WIRE_NAME_PATTERN, wireName } from './name.js';
 export {
   type CreateOptions,
   type CreateResult,
@@ -67,3 +67,4 @@ export {
   type ValidationFailure,
 } from './types.js';
 export type { ScopeChange, WatchOptions } from './watch.js';
+export { markWireConflicts, wireTaken } from './wire.js';

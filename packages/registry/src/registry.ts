@@ -2,12 +2,13 @@ import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { RegistryError } from './errors.js';
 import { validationFailure } from './json-schema.js';
-import { toolNameProblem } from './name.js';
+import { toolNameProblem, wireKey, wireName, wireNameOfValid } from './name.js';
 import { configuredScopes, type ScopeRoots } from './scopes.js';
 import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
 import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVersion } from './store.js';
 import type { CreatedBy, Failure, RegistryEvent, Scope, StoredTool, ValidationFailure } from './types.js';
 import { type ScopeChange, startWatcher, type Watcher, type WatchOptions } from './watch.js';
+import { markWireConflicts, wireTaken } from './wire.js';
 
 /** Options of `createRegistry`. */
 export interface RegistryOptions {
@@ -42,12 +43,21 @@ export interface ResolvedTool {
   scope: Scope;
   /** Less specific scopes that hold the same name, most specific first. Frozen when empty. */
   shadows: readonly Scope[];
+  /** The name MCP clients see: `wireName(tool.name)`, matching `^[a-zA-Z0-9_-]{1,64}$`. */
+  wireName: string;
 }
 
 /** One row of `list()`. */
 export interface ListedTool extends ResolvedTool {
   /** In a per-scope listing: the more specific scope that hides this tool, if any. */
   shadowedBy?: Scope;
+  /**
+   * In an effective listing: other listed tools with the same `wireName` (possible only for
+   * tools written before wire names were checked, or by processes racing in different scopes).
+   * A row that carries it is not served under its wire name (see `markWireConflicts`); callers
+   * reach it by its forge name.
+   */
+  wireConflict?: readonly string[];
 }
 
 /**
@@ -80,7 +90,7 @@ export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 
 /** What `Registry.remove` returns: the removed version (still recoverable), or a refusal of `authorize`. */
 export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'> | Failure<string>;
 /** What `Registry.recover` returns. */
-export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden'>;
+export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden' | 'name_taken'>;
 
 /** What a promote did. */
 export type PromoteOutcome =
@@ -136,7 +146,10 @@ export interface Registry {
    * existing name is `name_taken` (a create can never clobber, even across processes); with it,
    * the previous version stays recoverable. A name that differs only by case from a tool in
    * any scope of this registry (`CODE.tool` beside `code.tool`) is `name_taken` too, naming
-   * that tool; only the same name with `overwrite` replaces.
+   * that tool; only the same name with `overwrite` replaces. So is a name whose wire name
+   * (see `wireName`), compared regardless of case, is that of another tool in any scope, of a
+   * file in the target directory, of a tool being written by this registry right now, or of a
+   * built-in (`a__b` beside `a.b`); the message names both tools and the wire name.
    */
   create(spec: unknown, options: CreateOptions): Promise<CreateResult>;
   /**
@@ -155,6 +168,16 @@ export interface Registry {
    */
   caseVariantOf(name: string): ResolvedTool | undefined;
   /**
+   * A tool whose wire name equals `name`'s regardless of case but whose name is neither `name`
+   * nor a case variant of it (`a__b` for `a.b`), most specific scope first, or undefined. O(1).
+   */
+  wireVariantOf(name: string): ResolvedTool | undefined;
+  /**
+   * The effective tools whose wire name is exactly `wire`, sorted by name: almost always none or
+   * one (see `ListedTool.wireConflict` for how two can exist). Not for a built-in. O(1).
+   */
+  byWireName(wire: string): readonly ResolvedTool[];
+  /**
    * Tools sorted by name: the effective ones (what `resolve` returns for each name), or with
    * `scope` every tool of that scope, hidden ones marked `shadowedBy`. The array is shared and
    * frozen until the next change.
@@ -167,14 +190,16 @@ export interface Registry {
    * `origin: {project, digest}`. Same digest as the user tool: `unchanged`, nothing written. A
    * user tool promoted earlier from this same project: `updated`. A different tool from
    * elsewhere: `promote_conflict` unless `force` (the old one stays recoverable). A user tool
-   * whose name differs only by case is `promote_conflict`, `force` or not.
+   * whose name differs only by case is `promote_conflict`, `force` or not, and so is a new user
+   * tool whose wire name is that of another tool (see `create`).
    */
   promote(name: string, options?: PromoteOptions): Promise<PromoteResult>;
   /** Every kept version of `name` in `scope` (replaced and removed ones, then the live one). */
   versions(name: string, options: { scope: Scope }): Promise<ToolVersion[]>;
   /**
    * Makes a kept version of `name` live again in `scope`, as a new version (the current one, if
-   * any, is kept in turn). `unknown_tool` when that version was never kept.
+   * any, is kept in turn). `unknown_tool` when that version was never kept; `name_taken` when
+   * the name is not live there and another tool has taken its wire name since (see `create`).
    */
   recover(name: string, version: number, options: { scope: Scope; createdBy?: CreatedBy }): Promise<RecoverResult>;
   /**
@@ -217,6 +242,18 @@ export function createRegistry(options: RegistryOptions): Registry {
   const index = new Map<string, ResolvedTool>();
   /** Lower-cased name → the names in `index` that fold to it (almost always one). */
   const folded = new Map<string, Set<string>>();
+  /** Lower-cased wire name → the names in `index` that have it (almost always one). */
+  const wired = new Map<string, Set<string>>();
+  /** How many entries of `wired` hold more than one name (a listing then needs `markWireConflicts`). */
+  let twinned = 0;
+  /** Built-ins by their lower-cased wire name (each is its own wire name). */
+  const builtinWires = new Map<string, string>();
+  for (const b of builtins) if (toolNameProblem(b) === undefined) builtinWires.set(wireKey(b), b);
+  /**
+   * Writes decided but not yet in memory, by wire key: the locks are per scope directory, so two
+   * scopes' writes of `a.b` and `a__b` would not see each other without this.
+   */
+  const inFlight = new Map<string, { name: string; scope: Scope }[]>();
   let listCache = new Map<Scope | 'all', readonly ListedTool[]>();
   let watcher: Watcher | undefined;
 
@@ -230,24 +267,33 @@ export function createRegistry(options: RegistryOptions): Registry {
 
   /** Recomputes the index entry of one name from the tables. */
   function reindex(name: string): void {
+    const wire = wireNameOfValid(name);
     let winner: ResolvedTool | undefined;
     for (const s of scopes) {
       const t = tables.get(s)?.get(name);
       if (!t) continue;
-      if (!winner) winner = { tool: t, scope: s, shadows: NO_SCOPES };
+      if (!winner) winner = { tool: t, scope: s, shadows: NO_SCOPES, wireName: wire };
       else winner.shadows = [...winner.shadows, s];
     }
     const key = name.toLowerCase();
+    const wkey = wire.toLowerCase();
     if (winner) {
       index.set(name, winner);
       let names = folded.get(key);
       if (!names) folded.set(key, (names = new Set()));
       names.add(name);
+      let same = wired.get(wkey);
+      if (!same) wired.set(wkey, (same = new Set()));
+      if (same.size === 1 && !same.has(name)) twinned++;
+      same.add(name);
     } else {
       index.delete(name);
       const names = folded.get(key);
       names?.delete(name);
       if (names?.size === 0) folded.delete(key);
+      const same = wired.get(wkey);
+      if (same?.delete(name) && same.size === 1) twinned--;
+      if (same?.size === 0) wired.delete(wkey);
     }
   }
 
@@ -257,6 +303,56 @@ export function createRegistry(options: RegistryOptions): Registry {
     if (!names) return undefined;
     for (const n of names) if (n !== name) return index.get(n);
     return undefined;
+  }
+
+  /** A tool of any scope with `name`'s wire key whose name does not fold like `name`. */
+  function wireVariant(name: string): ResolvedTool | undefined {
+    const names = wired.get(wireKey(name));
+    if (!names) return undefined;
+    const lower = name.toLowerCase();
+    for (const n of names) if (n.toLowerCase() !== lower) return index.get(n);
+    return undefined;
+  }
+
+  /**
+   * Why writing `name` into `dir` would give two tools one wire name, or undefined. Asked under
+   * the name's lock (which colliding names share within a scope): a built-in, a file in the
+   * directory now, a tool in memory, a write of this registry in flight.
+   */
+  function wireClash(name: string, dir: ScopeDir, kind: 'name_taken' | 'promote_conflict'): Failure<string> | undefined {
+    const key = wireKey(name);
+    const builtin = builtinWires.get(key);
+    if (builtin !== undefined && builtin !== name) return wireTaken(kind, name, builtin, 'built-in');
+    const onDisk = dir.collisions(name).wires[0];
+    if (onDisk !== undefined) return wireTaken(kind, name, onDisk, `${dir.scope} scope`);
+    const seen = wireVariant(name);
+    if (seen) return wireTaken(kind, name, seen.tool.name, `${seen.scope} scope`);
+    // A case variant in flight too: its own check reads memory, which does not have it yet.
+    const racing = inFlight.get(key)?.find((w) => w.name !== name);
+    if (racing) return wireTaken(kind, name, racing.name, `${racing.scope} scope, being written now`);
+    return undefined;
+  }
+
+  /** Runs a locked write of `name` into `scope`, visible to `wireClash` until memory has it. */
+  async function claimed<R>(name: string, scope: Scope, write: (claim: () => void) => Promise<R>): Promise<R> {
+    const key = wireKey(name);
+    const entry = { name, scope };
+    let held = false;
+    try {
+      return await write(() => {
+        if (held) return; // a put that decides again (a foreign file appeared) claims once
+        held = true;
+        const list = inFlight.get(key);
+        if (list) list.push(entry);
+        else inFlight.set(key, [entry]);
+      });
+    } finally {
+      if (held) {
+        const list = inFlight.get(key) ?? [];
+        list.splice(list.indexOf(entry), 1);
+        if (list.length === 0) inFlight.delete(key);
+      }
+    }
   }
 
   function caseTaken(name: string, other: string, where: Scope): Failure<'name_taken'> {
@@ -346,6 +442,8 @@ export function createRegistry(options: RegistryOptions): Registry {
       }
       index.clear();
       folded.clear();
+      wired.clear();
+      twinned = 0;
       const names = new Set<string>();
       for (const t of tables.values()) for (const n of t.keys()) names.add(n);
       for (const n of names) reindex(n);
@@ -372,34 +470,43 @@ export function createRegistry(options: RegistryOptions): Registry {
       const v = registry.validate(copy);
       if (!v.ok) return v;
       const name = v.spec.name;
-      const result = await dir.put<CreateResult>(name, (current, next): Decision<CreateResult> => {
-        // Only the very name, replaced on purpose, may stand beside a case variant (one that
-        // existed before names were compared this way).
-        if (current.status === 'missing' || !opts.overwrite) {
-          const onDisk = dir.caseVariants(name)[0];
-          if (onDisk !== undefined) return { value: caseTaken(name, onDisk, opts.scope) };
-          const seen = caseVariant(name);
-          if (seen) return { value: caseTaken(name, seen.tool.name, seen.scope) };
-        }
-        if (current.status !== 'missing' && !opts.overwrite) {
-          const what = current.status === 'ok' ? `version ${current.tool.version}` : `an unreadable file (${current.failure.reason})`;
-          return {
-            value: {
-              ok: false,
-              kind: 'name_taken',
-              message: `tool "${name}" already exists in the ${opts.scope} scope (${what}); choose another name or pass overwrite to replace it`,
-            },
-          };
-        }
-        if (current.status !== 'missing' && opts.authorize) {
-          const refused = opts.authorize(current.status === 'ok' ? current.tool : undefined);
-          if (refused) return { value: refused };
-        }
-        const tool = stamp(v.spec, v.digest, next, opts.scope, opts.createdBy);
-        const previous = current.status === 'ok' ? { version: current.tool.version, digest: current.tool.digest } : undefined;
-        return { write: tool, value: previous ? { ok: true, tool, previous } : { ok: true, tool } };
-      });
-      if (result.ok) setTool(opts.scope, name, result.tool);
+      const result = await claimed(name, opts.scope, (claim) =>
+        dir
+          .put<CreateResult>(name, (current, next): Decision<CreateResult> => {
+            // Only the very name, replaced on purpose, may stand beside a case variant or a wire
+            // twin (one that existed before names were compared this way).
+            if (current.status === 'missing' || !opts.overwrite) {
+              const onDisk = dir.caseVariants(name)[0];
+              if (onDisk !== undefined) return { value: caseTaken(name, onDisk, opts.scope) };
+              const seen = caseVariant(name);
+              if (seen) return { value: caseTaken(name, seen.tool.name, seen.scope) };
+              const clash = wireClash(name, dir, 'name_taken');
+              if (clash) return { value: clash };
+            }
+            if (current.status !== 'missing' && !opts.overwrite) {
+              const what = current.status === 'ok' ? `version ${current.tool.version}` : `an unreadable file (${current.failure.reason})`;
+              return {
+                value: {
+                  ok: false,
+                  kind: 'name_taken',
+                  message: `tool "${name}" already exists in the ${opts.scope} scope (${what}); choose another name or pass overwrite to replace it`,
+                },
+              };
+            }
+            if (current.status !== 'missing' && opts.authorize) {
+              const refused = opts.authorize(current.status === 'ok' ? current.tool : undefined);
+              if (refused) return { value: refused };
+            }
+            const tool = stamp(v.spec, v.digest, next, opts.scope, opts.createdBy);
+            const previous = current.status === 'ok' ? { version: current.tool.version, digest: current.tool.digest } : undefined;
+            claim();
+            return { write: tool, value: previous ? { ok: true, tool, previous } : { ok: true, tool } };
+          })
+          .then((r) => {
+            if (r.ok) setTool(opts.scope, name, r.tool);
+            return r;
+          }),
+      );
       return result;
     },
 
@@ -436,13 +543,28 @@ export function createRegistry(options: RegistryOptions): Registry {
       return caseVariant(name);
     },
 
+    wireVariantOf(name) {
+      return toolNameProblem(name) === undefined ? wireVariant(name) : undefined;
+    },
+
+    byWireName(wire) {
+      const names = wired.get(wire.toLowerCase());
+      if (!names) return EMPTY;
+      const out: ResolvedTool[] = [];
+      for (const n of names) {
+        const r = index.get(n);
+        if (r && r.wireName === wire) out.push(r);
+      }
+      return out.length === 0 ? EMPTY : out.sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
+    },
+
     list(opts = {}) {
       const key = opts.scope ?? 'all';
       const cached = listCache.get(key);
       if (cached) return cached;
       let rows: ListedTool[];
       if (opts.scope === undefined) {
-        rows = [...index.values()];
+        rows = twinned > 0 ? markWireConflicts([...index.values()]) : [...index.values()];
       } else {
         const scope = opts.scope;
         const table = tables.get(scope);
@@ -451,7 +573,12 @@ export function createRegistry(options: RegistryOptions): Registry {
         for (const [name, tool] of table) {
           const r = index.get(name);
           const at = scopes.indexOf(scope);
-          const row: ListedTool = { tool, scope, shadows: scopes.slice(at + 1).filter((s) => tables.get(s)?.has(name)) };
+          const row: ListedTool = {
+            tool,
+            scope,
+            shadows: scopes.slice(at + 1).filter((s) => tables.get(s)?.has(name)),
+            wireName: r?.wireName ?? wireName(name),
+          };
           if (r && r.scope !== scope) row.shadowedBy = r.scope;
           rows.push(row);
         }
@@ -481,60 +608,69 @@ export function createRegistry(options: RegistryOptions): Registry {
       const mayPromote = opts.authorize?.(src);
       if (mayPromote) return mayPromote;
       const project = projectDir ?? dirOf(from).root;
-      const result = await user.put<PromoteResult>(name, (current, next): Decision<PromoteResult> => {
-        let outcome: PromoteOutcome = 'created';
-        if (current.status === 'missing') {
-          const variant = user.caseVariants(name)[0];
-          if (variant !== undefined) {
-            return {
-              value: {
-                ok: false,
-                kind: 'promote_conflict',
-                message: `the user scope already has "${variant}", which differs from "${name}" only by case, and names are compared regardless of case; rename the tool before promoting it`,
-              },
+      const result = await claimed(name, 'user', (claim) =>
+        user
+          .put<PromoteResult>(name, (current, next): Decision<PromoteResult> => {
+            let outcome: PromoteOutcome = 'created';
+            if (current.status === 'missing') {
+              const variant = user.caseVariants(name)[0];
+              if (variant !== undefined) {
+                return {
+                  value: {
+                    ok: false,
+                    kind: 'promote_conflict',
+                    message: `the user scope already has "${variant}", which differs from "${name}" only by case, and names are compared regardless of case; rename the tool before promoting it`,
+                  },
+                };
+              }
+              const clash = wireClash(name, user, 'promote_conflict');
+              if (clash) return { value: clash };
+            }
+            if (current.status === 'ok') {
+              const cur = current.tool;
+              if (cur.digest === src.digest) return { value: { ok: true, outcome: 'unchanged', tool: cur } };
+              if (cur.origin?.project === project) outcome = 'updated';
+              else if (opts.force) outcome = 'replaced';
+              else {
+                const whence = cur.origin ? `promoted from ${cur.origin.project}` : 'forged in the user scope';
+                return {
+                  value: {
+                    ok: false,
+                    kind: 'promote_conflict',
+                    message: `the user scope already has a different "${name}" (version ${cur.version}, ${cur.digest}, ${whence}); rename the tool or pass force to replace it (the old version stays recoverable)`,
+                  },
+                };
+              }
+            } else if (current.status === 'bad') {
+              if (!opts.force) {
+                return {
+                  value: {
+                    ok: false,
+                    kind: 'promote_conflict',
+                    message: `the user scope holds an unreadable file for "${name}" (${current.failure.reason}); pass force to replace it (it is kept in the version history)`,
+                  },
+                };
+              }
+              outcome = 'replaced';
+            }
+            if (current.status !== 'missing' && opts.authorize) {
+              const refused = opts.authorize(current.status === 'ok' ? current.tool : undefined);
+              if (refused) return { value: refused };
+            }
+            const tool: StoredTool = {
+              ...stamp(src, src.digest, next, 'user', opts.createdBy ?? src.created_by),
+              origin: { project, digest: src.digest },
             };
-          }
-        }
-        if (current.status === 'ok') {
-          const cur = current.tool;
-          if (cur.digest === src.digest) return { value: { ok: true, outcome: 'unchanged', tool: cur } };
-          if (cur.origin?.project === project) outcome = 'updated';
-          else if (opts.force) outcome = 'replaced';
-          else {
-            const whence = cur.origin ? `promoted from ${cur.origin.project}` : 'forged in the user scope';
-            return {
-              value: {
-                ok: false,
-                kind: 'promote_conflict',
-                message: `the user scope already has a different "${name}" (version ${cur.version}, ${cur.digest}, ${whence}); rename the tool or pass force to replace it (the old version stays recoverable)`,
-              },
-            };
-          }
-        } else if (current.status === 'bad') {
-          if (!opts.force) {
-            return {
-              value: {
-                ok: false,
-                kind: 'promote_conflict',
-                message: `the user scope holds an unreadable file for "${name}" (${current.failure.reason}); pass force to replace it (it is kept in the version history)`,
-              },
-            };
-          }
-          outcome = 'replaced';
-        }
-        if (current.status !== 'missing' && opts.authorize) {
-          const refused = opts.authorize(current.status === 'ok' ? current.tool : undefined);
-          if (refused) return { value: refused };
-        }
-        const tool: StoredTool = {
-          ...stamp(src, src.digest, next, 'user', opts.createdBy ?? src.created_by),
-          origin: { project, digest: src.digest },
-        };
-        const value: PromoteResult = { ok: true, outcome, tool };
-        if (current.status === 'ok') value.previous = { version: current.tool.version, digest: current.tool.digest };
-        return { write: tool, value };
-      });
-      if (result.ok) setTool('user', name, result.tool);
+            const value: PromoteResult = { ok: true, outcome, tool };
+            if (current.status === 'ok') value.previous = { version: current.tool.version, digest: current.tool.digest };
+            claim();
+            return { write: tool, value };
+          })
+          .then((r) => {
+            if (r.ok) setTool('user', name, r.tool);
+            return r;
+          }),
+      );
       return result;
     },
 
@@ -551,14 +687,25 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (!kept?.tool) return unknownTool(name, `the version history of the ${opts.scope} scope at version ${version}`);
       const old = kept.tool;
       if (builtins.has(name)) return forbidden(name);
-      const result = await dir.put<RecoverResult>(name, (current: ReadResult, next): Decision<RecoverResult> => {
-        // A recovered promoted tool keeps its origin: it still came from there.
-        const tool = stamp(old, old.digest, next, opts.scope, opts.createdBy ?? old.created_by);
-        const value: WriteOk = { ok: true, tool };
-        if (current.status === 'ok') value.previous = { version: current.tool.version, digest: current.tool.digest };
-        return { write: tool, value };
-      });
-      if (result.ok) setTool(opts.scope, name, result.tool);
+      const result = await claimed(name, opts.scope, (claim) =>
+        dir
+          .put<RecoverResult>(name, (current: ReadResult, next): Decision<RecoverResult> => {
+            if (current.status === 'missing') {
+              const clash = wireClash(name, dir, 'name_taken');
+              if (clash) return { value: clash as Failure<'name_taken'> };
+            }
+            // A recovered promoted tool keeps its origin: it still came from there.
+            const tool = stamp(old, old.digest, next, opts.scope, opts.createdBy ?? old.created_by);
+            const value: WriteOk = { ok: true, tool };
+            if (current.status === 'ok') value.previous = { version: current.tool.version, digest: current.tool.digest };
+            claim();
+            return { write: tool, value };
+          })
+          .then((r) => {
+            if (r.ok) setTool(opts.scope, name, r.tool);
+            return r;
+          }),
+      );
       return result;
     },
 

@@ -5,7 +5,7 @@ import { join, sep } from 'node:path';
 import type lockfileType from 'proper-lockfile';
 import { RegistryError } from './errors.js';
 import { ensureDir, linkNew, readTextSync, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
-import { toolNameProblem } from './name.js';
+import { toolNameProblem, wireKey, wireLockKey } from './name.js';
 import { storedToolProblem } from './spec.js';
 import type { Scope, StoredTool } from './types.js';
 
@@ -89,7 +89,7 @@ export function parseToolFile(text: string, path: string, fileName: string, scop
 /**
  * The tools of one scope, one file per tool in one directory:
  * `<root>/<name>.json` (live), `<root>/.versions/<name>/<version>.json` (replaced and removed
- * versions), `<root>/.locks/<name>.lock` (held while a name is written). Every write of a name
+ * versions), `<root>/.locks/<key>.lock` (held while a name is written; see `withLock`). Every write of a name
  * happens under its cross-process lock, publishes with link(2) or rename(2) after fsync, and
  * fsyncs the directory.
  */
@@ -165,19 +165,34 @@ export class ScopeDir {
    * read from the directory itself: another process may have written one since the last load.
    */
   caseVariants(name: string): string[] {
+    return this.collisions(name).cases;
+  }
+
+  /**
+   * Live tool files, read from the directory itself, that would collide with `name`: `cases`
+   * differ from it only by case; `wires` are other names with the same wire name regardless of
+   * case (`a__b` for `a.b`; see `wireName`). One directory read for both.
+   */
+  collisions(name: string): { cases: string[]; wires: string[] } {
+    const cases: string[] = [];
+    const wires: string[] = [];
     let files: string[];
     try {
       files = readdirSync(this.root);
     } catch (err) {
-      if (errno(err) === 'ENOENT') return [];
+      if (errno(err) === 'ENOENT') return { cases, wires };
       throw unusable(this.root, err);
     }
-    const want = `${name.toLowerCase()}.json`;
-    const out: string[] = [];
+    const lower = name.toLowerCase();
+    const want = `${lower}.json`;
+    const key = wireKey(name);
     for (const f of files) {
-      if (f.length === want.length && f !== `${name}.json` && f.toLowerCase() === want && !f.startsWith('.')) out.push(f.slice(0, -5));
+      if (f.startsWith('.') || !f.endsWith('.json') || f === `${name}.json`) continue;
+      const other = f.slice(0, -5);
+      if (f.length === want.length && f.toLowerCase() === want) cases.push(other);
+      else if (collidesWith(other, key)) wires.push(other);
     }
-    return out.sort();
+    return { cases: cases.sort(), wires: wires.sort() };
   }
 
   private async ensureRoot(): Promise<void> {
@@ -191,10 +206,11 @@ export class ScopeDir {
   }
 
   /**
-   * Runs `fn` holding the cross-process lock of `name`. Names that differ only by case share one
-   * lock (`.locks/<lower-case name>.lock`), so two processes forging `CODE.tool` and `code.tool`
-   * at once are serialized and the second sees the first's file (and on a case-insensitive file
-   * system, where both are one file, the lock is one lock too).
+   * Runs `fn` holding the cross-process lock of `name`. Names that could collide share one lock
+   * (`.locks/<wireLockKey(name)>.lock`): names that differ only by case, and names with the same
+   * wire name (`a.b`, `a__b`). Two processes forging `CODE.tool` and `code.tool`, or `a.b` and
+   * `a__b`, at once are serialized and the second sees the first's file (and on a
+   * case-insensitive file system, where case variants are one file, the lock is one lock too).
    */
   private async withLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
     await this.ensureRoot();
@@ -202,7 +218,7 @@ export class ScopeDir {
     try {
       release = await lockfile().lock(this.pathOf(name), {
         realpath: false,
-        lockfilePath: join(this.root, LOCKS_DIR, `${name.toLowerCase()}.lock`),
+        lockfilePath: join(this.root, LOCKS_DIR, `${wireLockKey(name)}.lock`),
         stale: 10_000,
         retries: { retries: 400, factor: 1.2, minTimeout: 2, maxTimeout: 50, randomize: true },
         // A compromised lock means this process stalled past the stale time while writing.
@@ -345,6 +361,17 @@ export class ScopeDir {
     else if (live.status === 'bad') out.push({ version: 0, current: true, path: this.pathOf(name), reason: live.failure.reason });
     return out;
   }
+}
+
+/**
+ * True when the file name `other` is a tool name whose wire key is `key`. Cheap for the many
+ * names that cannot match (no hash unless the first 55 characters agree).
+ */
+function collidesWith(other: string, key: string): boolean {
+  const flat = other.replaceAll('.', '__').toLowerCase();
+  if (flat.length <= 64) return flat === key && toolNameProblem(other) === undefined;
+  if (key.length !== 64 || flat.slice(0, 55) !== key.slice(0, 55)) return false;
+  return toolNameProblem(other) === undefined && wireKey(other) === key;
 }
 
 /** Temporary files of writes (see fs-atomic's writeTemp). */

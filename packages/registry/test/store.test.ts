@@ -44,7 +44,7 @@ describe('create', () => {
     // No temp file or lock is left behind.
     expect((await readdir(root)).sort()).toEqual(['.locks', '.versions', 'csv.count.json']);
     expect(await readdir(join(root, '.locks'))).toEqual([]);
-    expect(f.registry.resolve('csv.count')).toEqual({ tool: expected, scope: 'task', shadows: [] });
+    expect(f.registry.resolve('csv.count')).toEqual({ tool: expected, scope: 'task', shadows: [], wireName: 'csv__count' });
   });
 
   it('ignores stamps in the submitted spec', async () => {
