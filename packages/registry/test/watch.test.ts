@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -117,6 +117,38 @@ function inotifyWatches(): number {
   return n;
 }
 
+describe('watch and missing directories', () => {
+  it('creates no scope directory, and sees a tool forged later into one that did not exist', async () => {
+    requireBuilt();
+    const f = await fixture();
+    await f.registry.load();
+    const c = changes();
+    await f.registry.watch(c.onChange);
+    // Watching leaves nothing behind in a project (or home) that has no forge state yet.
+    expect(existsSync(join(f.project, '.forge'))).toBe(false);
+    expect(existsSync(f.roots.user as string)).toBe(false);
+
+    await runChild({ roots: f.roots, op: 'create', scope: 'project', spec: spec() }).result;
+    expect(await c.next()).toEqual([{ scope: 'project', names: ['csv.count'] }]);
+    expect(f.registry.resolve('csv.count')).toMatchObject({ scope: 'project' });
+  });
+
+  it('follows a directory made one level at a time, and a tool written before its directory was watched', async () => {
+    const f = await fixture();
+    await f.registry.load();
+    const c = changes();
+    await f.registry.watch(c.onChange);
+    const user = f.roots.user as string;
+    // The levels appear one by one, the last with a tool already in it.
+    mkdirSync(join(user, '..'), { recursive: true });
+    await new Promise((r) => setTimeout(r, 50));
+    mkdirSync(user);
+    await writeByHand(user);
+    expect(await c.next()).toEqual([{ scope: 'user', names: ['late'] }]);
+    expect(f.registry.resolve('late')?.scope).toBe('user');
+  });
+});
+
 describe('watch cost', () => {
   it('one inotify watch per scope directory, however many tools it holds', async () => {
     const f = await fixture();
@@ -140,6 +172,7 @@ describe('watch and hostile names', () => {
     const c = changes();
     await f.registry.watch(c.onChange);
     const bad = join(f.roots.user, '1bad.json');
+    mkdirSync(f.roots.user, { recursive: true });
     await writeFile(bad, '{}');
     await f.registry.create(spec({ name: 'fine' }), { scope: 'project', createdBy: BY });
     await writeByHand(f.roots.user);
@@ -165,6 +198,7 @@ describe('watch and hostile names', () => {
 
 /** Writes a valid stored tool `late` straight into `root`, as another program would. */
 async function writeByHand(root: string): Promise<void> {
+  mkdirSync(root, { recursive: true });
   const s = spec({ name: 'late' });
   const tool = {
     ...s,
