@@ -25,6 +25,7 @@ export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard
 export { EGRESS_PORTS } from './egress/inside.js';
 export type { EgressProtocol, NetworkEvent, NetworkUsage } from './egress/proxy.js';
 export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
+export { EVENTS_FD } from './launcher.js';
 export { discardPrebuilt, makeStageDir, type PrebuiltStats, prebuiltStats } from './prebuilt.js';
 export {
   type HostInfo,

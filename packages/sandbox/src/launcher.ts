@@ -13,15 +13,41 @@ import { acquireRunCgroup, type CgroupLimits, type PidsCgroups, type RunCgroup, 
  * descriptor 5 for one line, the shell steps of the run that takes it. A run that finds one
  * ready pays only for that line and the exec.
  *
- * Descriptors, in both kinds: 3 carries bwrap's arguments, 4 the seccomp program, 5 the control
- * line (ready launchers) or the egress relay's IPC channel (runs with network), 6 the channel of
- * the holder (a run with a per-run output directory: the shell inside that says when the tool is
- * done and waits while its output is copied out), and binds start at {@link BIND_FD}, followed
- * by the mounts made from descriptors.
+ * Descriptors, in both kinds: 3 is the run's events pipe ({@link EVENTS_FD}: the one descriptor
+ * past stdio that reaches the tool, so bwrap is never given it for anything of its own), 4 the
+ * seccomp program, 5 the control line (ready launchers) or the egress relay's IPC channel (runs
+ * with network), 6 the channel of the holder (a run with a per-run output directory: the shell
+ * inside that says when the tool is done and waits while its output is copied out), binds start
+ * at {@link BIND_FD}, followed by the mounts made from descriptors, and bwrap's arguments come on
+ * {@link ARGS_FD} or past all of those ({@link argsFdFor}).
  */
 export const BIND_FD = 7;
 /** The holder's channel in a run that builds its own sandbox. */
 export const HOLDER_FD = 6;
+/**
+ * The tool's events pipe: bwrap passes on every descriptor it is not told about, and neither it,
+ * setpriv, the staging shell, the holder nor the egress wrapper closes or reuses this one.
+ */
+export const EVENTS_FD = 3;
+/**
+ * bwrap's arguments (`--args`; bwrap reads and closes it before it builds the sandbox), in ready
+ * launchers and sandboxes built ahead. Two digits: the shell steps that open or move descriptors
+ * can name only 0–9 (dash's redirections), so none of them can ever take or close this one.
+ */
+export const ARGS_FD = 10;
+
+/** Where a run puts bwrap's arguments when its binds and descriptor mounts use everything below `firstFree`. */
+export function argsFdFor(firstFree: number): number {
+  return Math.max(ARGS_FD, firstFree);
+}
+
+/** `stdio` padded to `fd` with `ignore` (keeping what is there), with a pipe at `fd`. */
+export function withPipeAt<T>(stdio: (T | StdioPipe | StdioNull)[], fd: number): (T | StdioPipe | StdioNull)[] {
+  const out = [...stdio];
+  while (out.length < fd) out.push('ignore');
+  out[fd] = 'pipe';
+  return out;
+}
 
 /** Quotes `s` for /bin/sh on one line: newlines become "$NL", which the launcher defines. */
 export function shellQuote(s: string): string {
@@ -80,7 +106,7 @@ function prepare(cg: PidsCgroups, limits: CgroupLimits, seccomp: Buffer, extra: 
   const cgroup = acquireRunCgroup(cg, limits);
   if (!cgroup) return false;
   const script = `${PRELUDE}; ${joinCgroup(cgroup)} && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
-  const stdio: (StdioPipe | StdioNull | number)[] = ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra];
+  const stdio = withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra], ARGS_FD);
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
   const entry: Ready = { child, cgroup };
   child.on('error', () => {}); // a launcher that cannot start is dropped below
@@ -118,6 +144,10 @@ export interface LaunchSpec {
    * ready one uses descriptor 5 for its control line.
    */
   ipc?: boolean;
+  /** Give the launcher an events pipe as {@link EVENTS_FD} (else it has none; see RunOptions.events). */
+  events?: boolean;
+  /** The descriptor `argv` tells bwrap to read its arguments from ({@link argsFdFor}); a ready launcher has them on {@link ARGS_FD} only. */
+  argsFd: number;
   /**
    * Whether this run counts towards how many launchers wait ready (default true). False for a
    * run whose kind is served by sandboxes built ahead (prebuilt.ts) and that found none waiting:
@@ -159,14 +189,14 @@ export function launch(spec: LaunchSpec): Launched | undefined {
     'pipe',
     'pipe',
     'pipe',
-    'pipe',
+    spec.events ? 'pipe' : 'ignore',
     'pipe',
     spec.ipc ? 'ipc' : 'ignore',
     'pipe',
     ...spec.bindFds,
   ];
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
-    stdio: [...fixed, ...spec.cover(fixed.length)],
+    stdio: withPipeAt([...fixed, ...spec.cover(fixed.length)], spec.argsFd),
     detached: true, // its own process group: the wall-clock kill reaches everything
     env: {},
   });
@@ -177,7 +207,7 @@ export function launch(spec: LaunchSpec): Launched | undefined {
 
 function takeReady(spec: LaunchSpec): Launched | undefined {
   const cg = spec.cgroups;
-  if (!cg) return undefined;
+  if (!cg || spec.argsFd !== ARGS_FD) return undefined;
   while (ready.length > 0) {
     const r = ready.shift() as Ready;
     const { child, cgroup } = r;

@@ -24,7 +24,18 @@ import {
   releaseRunCgroup,
   setRunLimits,
 } from './cgroup.js';
-import { controlLine, joinCgroup, type Launched, PRELUDE, setHeld, shellQuote, streams } from './launcher.js';
+import {
+  argsFdFor,
+  BIND_FD,
+  controlLine,
+  joinCgroup,
+  type Launched,
+  PRELUDE,
+  setHeld,
+  shellQuote,
+  streams,
+  withPipeAt,
+} from './launcher.js';
 import { processTempDir } from './tmp.js';
 
 /**
@@ -231,9 +242,12 @@ function build(pool: Pool): boolean {
   }
   const { options, opens, prefix } = planned;
   const steps = [...(cgroup ? [joinCgroup(cgroup)] : []), ...opens];
-  const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', '3', '--', ...INNER_COMMAND])}`;
+  // 3: the run's events pipe (made now: the sandbox is built with it), 4: seccomp, 5: control,
+  // the descriptor mounts' sources from BIND_FD (opened by `opens`), then bwrap's arguments.
+  const argsFd = argsFdFor(BIND_FD + opens.length);
+  const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...INNER_COMMAND])}`;
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)],
+    stdio: withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)], argsFd),
     detached: true, // its own process group, as every launcher
     env: {},
   });
@@ -260,7 +274,7 @@ function build(pool: Pool): boolean {
   control.once('data', () => {
     built.up = true;
   });
-  (child.stdio[3] as Writable).end(`${options.join('\0')}\0`);
+  ((child.stdio as unknown as Writable[])[argsFd] as Writable).end(`${options.join('\0')}\0`);
   (child.stdio[4] as Writable).end(shape.seccomp);
   setHeld(child, false);
   pool.ready.push(built);

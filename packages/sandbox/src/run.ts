@@ -26,7 +26,7 @@ import { preloadFile } from './egress/preload.js';
 import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
-import { BIND_FD, finished, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
+import { ARGS_FD, argsFdFor, BIND_FD, EVENTS_FD, finished, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
 import { finishPrebuilt, INNER_COMMAND, MAX_STAGED_FILE, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import { type HostInfo, probe, type SandboxIdentity } from './probe.js';
 import {
@@ -71,6 +71,14 @@ export interface RunOptions {
    * it, so `makeStageDir()` makes a neutral one.
    */
   prebuild?: { stageDir: string };
+  /**
+   * Gives the tool descriptor {@link EVENTS_FD} (3) as the write end of a pipe this process reads,
+   * and calls this with each chunk written to it, as it arrives. Chunks are not split at line or
+   * character boundaries, and nothing of them is kept here: the pipe is read for as long as the
+   * run lasts, so a tool that writes to it never blocks on it. Without it, the tool has no
+   * descriptor 3. Must not throw.
+   */
+  events?: (chunk: Buffer) => void;
 }
 
 export interface RunResult {
@@ -114,6 +122,8 @@ export interface RunResult {
   prebuilt: boolean;
   /** The host uid the tool's processes ran as: this process's, or the sandbox's own when this process is root (never 0). */
   hostUid: number;
+  /** Bytes the tool wrote to its events pipe; present when {@link RunOptions.events} was given. */
+  eventsBytes?: number;
 }
 
 /** What became of one per-run output directory. */
@@ -361,8 +371,9 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   // done and keeps the sandbox (its tmpfs) alive while the host copies them out.
   const hold = outputs.length > 0;
   if (hold) profile = { ...profile, command: [...HOLDER_COMMAND, ...profile.command] };
-  // fd 3: the argument list, fd 4: the seccomp program, binds from BIND_FD, then one descriptor
-  // per per-run file, whose bytes bwrap copies in (so its host path never shows inside).
+  // fd 4: the seccomp program, binds from BIND_FD, then one descriptor per per-run file, whose
+  // bytes bwrap copies in (so its host path never shows inside). The argument list comes on
+  // ARGS_FD or past those (argsFdFor); fd 3 (the events pipe) is never one of bwrap's.
   const fdsFor = (ms: readonly Mount[], first: number) => {
     let next = first;
     return ms.map((m) => (m.perRun && m.mode === 'ro' ? next++ : undefined));
@@ -424,7 +435,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   };
 
   // bwrap takes the command only from its real command line; its options, with the environment
-  // (which may hold secrets), go through fd 3, out of the host's process list.
+  // (which may hold secrets), go through ARGS_FD, out of the host's process list.
   //
   // Never ask for more than this process's own hard limits: an unprivileged process cannot raise
   // them (the launcher would fail), and the tool gets no more than its parent has anyway.
@@ -439,6 +450,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     `ulimit -n ${cap('Max open files', limits.openFiles)}`,
     'ulimit -c 0',
     `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
+    // A launcher (or sandbox) made ahead holds an events pipe whether or not this run wants one.
+    ...(options.events ? [] : [`exec ${EVENTS_FD}>&-`]),
   ];
   const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
   const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
@@ -499,12 +512,13 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     throw err;
   }
   // The run's own sandbox, when no sandbox built ahead serves it.
-  let cold: { args: string[]; optionCount: number; opens: string[]; staged: Staged } | undefined;
+  let cold: { args: string[]; optionCount: number; opens: string[]; staged: Staged; argsFd: number } | undefined;
   if (!claim?.built) {
     try {
       const p = plan(mounts, binds);
       const args = buildBwrapArgs({ ...profile, mounts: p.mounts }, layout, p.fds, limits);
-      cold = { args, optionCount: args.length - profile.command.length - 1, opens: p.opens, staged: p.staged };
+      const argsFd = argsFdFor(BIND_FD + binds.length + p.opens.length);
+      cold = { args, optionCount: args.length - profile.command.length - 1, opens: p.opens, staged: p.staged, argsFd };
     } catch (err) {
       if (claim) finishPrebuilt(claim);
       grant.restore();
@@ -518,12 +532,20 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     launch({
       // The holder's channel is closed for the tool by the holder, or here when there is none.
       steps: [...steps, ...(cold?.opens ?? []), ...(hold ? [] : [`exec ${HOLDER_FD}<&-`])],
-      argv: [...(cold?.staged.prefix ?? []), ...bwrapArgv, '--args', '3', ...(cold?.args.slice(cold.optionCount) ?? [])],
+      argv: [
+        ...(cold?.staged.prefix ?? []),
+        ...bwrapArgv,
+        '--args',
+        String(cold?.argsFd ?? ARGS_FD),
+        ...(cold?.args.slice(cold.optionCount) ?? []),
+      ],
+      argsFd: cold?.argsFd ?? ARGS_FD,
       bindFds: binds.map((b) => b.fd),
       ...(cgroups ? { cgroups } : {}),
       seccomp,
       cover: coverInherited,
       ...(network ? { ipc: true } : {}),
+      ...(options.events ? { events: true } : {}),
       ...(claim ? { refill: false } : {}),
     });
   if (!launched) {
@@ -578,7 +600,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     stream.on('error', () => {}); // the tool may exit without reading: not an error of ours
     stream.end(data);
   };
-  if (cold) write(child.stdio[3] as Writable, `${cold.args.slice(0, cold.optionCount).join('\0')}\0`);
+  if (cold) write((child.stdio as unknown as Writable[])[cold.argsFd], `${cold.args.slice(0, cold.optionCount).join('\0')}\0`);
   write(child.stdin, options.stdin ?? '');
 
   // The holder says `done <status>` on its channel once the tool has exited; its output
@@ -670,6 +692,18 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     }
     if (total > limits.outputHardBytes) kill('output_cap');
   });
+  // Events: handed on as read, never kept, never paused (the tool must not block on them).
+  let eventsBytes = 0;
+  const events = options.events;
+  const eventsPipe = child.stdio[EVENTS_FD] as Duplex | null | undefined;
+  if (events && eventsPipe) {
+    eventsPipe.on('error', () => {}); // the tool's end closing early is its business
+    eventsPipe.on('data', (chunk: Buffer) => {
+      eventsBytes += chunk.length;
+      events(chunk);
+    });
+    eventsPipe.end(); // nothing goes the other way: a tool reading it sees end-of-file
+  }
   let stderr = Buffer.alloc(0);
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = Buffer.concat([stderr, chunk]);
@@ -758,6 +792,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(hold ? { outputs: copied ?? outputs.map((m) => ({ path: m.source, lost: LOST })) } : {}),
     prebuilt: claim?.built !== undefined,
     hostUid: identity.uid,
+    ...(events ? { eventsBytes } : {}),
   };
 }
 
