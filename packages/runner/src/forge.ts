@@ -41,6 +41,7 @@ import {
   closeBinds,
   defaultDenyList,
   discardPrebuilt,
+  EVENTS_FD,
   runtimeNames as findRuntimeNames,
   type Mount,
   makeStageDir,
@@ -58,6 +59,7 @@ import { type AuditTail, readAuditTail } from './auditTail.js';
 import { type CacheLimits, cacheKey, ResultCache } from './cache.js';
 import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import { type Envelope, type EnvelopeMeta, failure, parseToolOutput } from './envelope.js';
+import { EventReader, type EventSummary, type ToolEvent } from './events.js';
 import { caseVariantIn, checkManage, eventTypeOf, ownerCheck } from './gates.js';
 import { HitLog, listArtifacts, newId, newRunId, writeJsonAtomic } from './manifest.js';
 import { checkMetaFiles, rebaseFiles } from './metaFiles.js';
@@ -95,6 +97,12 @@ export interface CallContext {
   allowedTools?: string;
   /** Aborting kills the call's sandbox. */
   signal?: AbortSignal;
+  /**
+   * Called with each event the tool writes to descriptor 3 while it runs, as it arrives:
+   * validated, within the run's bounds, and redacted by its secret values. A cache hit (or a call
+   * answered by another caller's run of the same input) gets none. Exceptions are ignored.
+   */
+  onEvent?: (event: ToolEvent) => void;
 }
 
 export interface ForgeOptions {
@@ -349,6 +357,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     task: string | undefined;
     acl: ToolAcl;
     signal: AbortSignal | undefined;
+    onEvent: ((event: ToolEvent) => void) | undefined;
   }
   const context = (c: CallContext = {}): Ctx => ({
     persona: c.persona || defaults.persona,
@@ -356,6 +365,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     task: c.task || defaults.task,
     acl: c.allowedTools !== undefined ? parseToolAcl(c.allowedTools) : defaults.acl,
     signal: c.signal,
+    onEvent: c.onEvent,
   });
   /** Why `ctx` cannot be served (ids that could leave their directory, a persona that is no name), or undefined. */
   const contextProblem = (ctx: Ctx): string | undefined => {
@@ -775,11 +785,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     let result: RunResult | undefined;
     let sandboxError: Refusal | undefined;
     let manifest: Record<string, unknown> | undefined;
+    // The tool's events (descriptor 3): handed to the caller as they come, summed up in the manifest.
+    const events = new EventReader({ secrets: r.secrets, ...(ctx.onEvent ? { onEvent: ctx.onEvent } : {}) });
+    let eventSummary: EventSummary | undefined;
     try {
       result = await runSandboxed(
         {
           command,
-          env: { ...runtime.env, FORGE_ARTIFACTS: '/forge/artifacts', FORGE_RUN_ID: runId, ...r.secretEnv },
+          env: { ...runtime.env, FORGE_ARTIFACTS: '/forge/artifacts', FORGE_RUN_ID: runId, FORGE_EVENTS_FD: String(EVENTS_FD), ...r.secretEnv },
           mounts,
           binds: r.binds,
           limits: {
@@ -817,6 +830,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
           stdin: JSON.stringify(r.input ?? {}),
           stdoutFile: spill,
           signal: ac.signal,
+          events: (chunk) => events.push(chunk),
           ...(options.prebuild === false ? {} : { prebuild: { stageDir: (stageDir ??= makeStageDir()) } }),
           ...(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {}),
         },
@@ -834,6 +848,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     } finally {
       running.delete(ac);
       ctx.signal?.removeEventListener('abort', onAbort);
+      eventSummary = events.end();
     }
 
     const meta: EnvelopeMeta = { run_id: runId, cache: r.key ? 'miss' : 'off', sandbox: sandboxLabel };
@@ -983,6 +998,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
         ...(result.outputs?.[0] ? { artifacts_copy: outputFacts(result.outputs[0]) } : {}),
         ...(scrubbed ? { redaction: scrubbed } : {}),
         stderr_tail: stderr,
+        events: eventSummary,
       };
     }
     calls.set(stored.name, (calls.get(stored.name) ?? 0) + 1);
