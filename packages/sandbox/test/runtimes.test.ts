@@ -1,6 +1,6 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { resolveRuntimes, runSandboxed, runtimeNames } from '../src/index.js';
 import { requireSandbox, tempDir } from './helpers.js';
 
@@ -24,6 +24,24 @@ describe('runtimes', () => {
       if (r.interpreter.startsWith('/usr/')) expect(r.mounts).toEqual([]);
       for (const m of r.mounts) expect(existsSync(m)).toBe(true);
     }
+  });
+
+  it('skips what is not an executable file on PATH: a directory named bash, a bash without the x bit', async () => {
+    const before = await resolveRuntimes();
+    const real = before.get('bash').interpreter;
+    const dirs = await tempDir();
+    mkdirSync(join(dirs, 'a', 'bash'), { recursive: true });
+    mkdirSync(join(dirs, 'b'));
+    writeFileSync(join(dirs, 'b', 'bash'), '#!/bin/sh\n', { mode: 0o644 });
+    const path = process.env.PATH;
+    process.env.PATH = `${join(dirs, 'a')}:${join(dirs, 'b')}:${path}`;
+    onTestFinished(async () => {
+      process.env.PATH = path;
+      await resolveRuntimes({ refresh: true });
+    });
+    const table = await resolveRuntimes({ refresh: true });
+    expect(table.get('bash').interpreter).toBe(real);
+    expect(statSync(realpathSync(table.get('bash').interpreter)).isFile()).toBe(true);
   });
 
   it('refuses an unknown runtime, listing the available ones', async () => {
