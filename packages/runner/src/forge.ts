@@ -81,6 +81,7 @@ import { type ArtifactContent, type RunReadDeps, type RunRecord, readArtifact, r
 import { type ScrubReport, scrubArtifacts } from './scrub.js';
 import type { SandboxFacts } from './toolHints.js';
 import { readSecrets } from './vault.js';
+import { findTool, WireClaims, withWireConflicts } from './wireNames.js';
 
 /** The meta-tools an MCP server serves itself: never forged, always callable. */
 export const META_TOOLS = Object.freeze(['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'] as const);
@@ -463,6 +464,9 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     for (const l of changeListeners) l({ scopes, names });
   };
 
+  /** Forges and promotes in flight, by wire name (see wireNames.ts). */
+  const wireClaims = new WireClaims();
+
   // ---------------------------------------------------------------- forge pipeline
   const forgeTool = async (spec: unknown, o: ForgeToolOptions = {}): Promise<ForgeResult> => {
     const ctx = context(o);
@@ -523,12 +527,16 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (!count.ok) return refuse({ ok: false, kind: count.kind, message: count.message });
     const reg = await registryFor(scope, ctx);
     // A replace needs the replaced tool to be the persona's (asked under the name's lock).
-    const written = await reg.create(tool, {
-      scope,
-      createdBy: who,
-      overwrite: o.overwrite === true,
-      authorize: ownerCheck(snap, ctx.persona, tool.name, 'forge'),
-    });
+    // Two tools may not share a wire name in any visible scope, racing forges included.
+    const replacing = o.overwrite === true && resolveIn(visible, tool.name) !== undefined;
+    const written = await wireClaims.hold(visible, tool.name, scope, { kind: 'name_taken', existing: replacing }, () =>
+      reg.create(tool, {
+        scope,
+        createdBy: who,
+        overwrite: o.overwrite === true,
+        authorize: ownerCheck(snap, ctx.persona, tool.name, 'forge'),
+      }),
+    );
     if (!written.ok) return refuse(written as Refusal, eventTypeOf(written.kind, 'forge.created'));
     const unrecorded = await record('forge.created', {
       ok: true,
@@ -551,7 +559,9 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   };
 
   // ---------------------------------------------------------------- call pipeline
-  const callTool = async (name: string, input: unknown, c: CallContext = {}): Promise<Envelope> => {
+  const callTool = async (asked: string, input: unknown, c: CallContext = {}): Promise<Envelope> => {
+    /** The name asked for; the forge name once resolved (a client may call by the wire name). */
+    let name = asked;
     const ctx = context(c);
     const started = now();
     const who = { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}) };
@@ -582,14 +592,14 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (bad) return refuse('validation_failed', bad);
 
     const regs = await layers(ctx);
-    const resolved = resolveIn(regs, name);
-    if (!resolved) {
+    const found = findTool(regs, name, (n) => resolveIn(regs, n), META_TOOLS);
+    if (!found.ok) {
       options.onUnknownTool?.(name, { persona: ctx.persona, session: ctx.session });
-      const hint = META_TOOLS.includes(name as never)
-        ? `"${name}" is a meta-tool served by the MCP server, not a forged tool`
-        : `no forged tool is named "${name}"; call forge_list to see the tools, or forge_tool to create it`;
-      return refuse('unknown_tool', hint);
+      return refuse('unknown_tool', found.message);
     }
+    const resolved = found.resolved;
+    // Every gate, the audit entry and the manifest name the tool by its forge name.
+    name = resolved.tool.name;
     const stored = resolved.tool;
     const acl = checkPersonaAcl(ctx.acl, ctx.persona, name, META_TOOLS);
     if (!acl.ok) return refuse(acl.kind, acl.message, 'acl.persona_denied');
@@ -1152,7 +1162,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const seen = new Map<string, ListedTool>();
     for (const r of await layers(ctx)) for (const t of r.list()) if (!seen.has(t.tool.name)) seen.set(t.tool.name, t);
     // A persona sees the tools its ACL lets it call (the call would be refused anyway).
-    return [...seen.values()]
+    // Wire conflicts before the ACL filter: a call by a wire name resolves regardless of the ACL.
+    return withWireConflicts([...seen.values()])
       .filter((t) => checkPersonaAcl(ctx.acl, ctx.persona, t.tool.name, META_TOOLS).ok)
       .sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
   };
@@ -1186,11 +1197,15 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (!pol.ok) return refuse(pol.kind, pol.message);
     const gate = checkManage(pol.snap, ctx, name, 'promote', 'forge.promoted');
     if (gate) return refuse(gate.kind, gate.message, gate.eventType);
-    const r = await base.promote(name, {
-      ...(o.force ? { force: true } : {}),
-      createdBy: who,
-      authorize: ownerCheck(pol.snap, ctx.persona, name, 'promote'),
-    });
+    const hit = base.resolve(name);
+    const inUser = hit !== undefined && (hit.scope === 'user' || hit.shadows.includes('user'));
+    const r = await wireClaims.hold(await layers(ctx), name, 'user', { kind: 'promote_conflict', existing: inUser }, () =>
+      base.promote(name, {
+        ...(o.force ? { force: true } : {}),
+        createdBy: who,
+        authorize: ownerCheck(pol.snap, ctx.persona, name, 'promote'),
+      }),
+    );
     if (!r.ok) return refuse(r.kind, r.message, eventTypeOf(r.kind, 'forge.promoted'));
     const unrecorded = await record('forge.promoted', {
       ok: true,

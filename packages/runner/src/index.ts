@@ -5,6 +5,8 @@
  * Public API. Everything exported here is a deliberate, documented decision.
  */
 
+/** The name MCP clients see for a tool, and what every such name matches (from @forge/registry). */
+export { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
 export { MIME_HEAD_BYTES, mimeTypeOf } from './artifactFiles.js';
 export { AUDIT_RECOVERED, AUDIT_UNAVAILABLE } from './auditGate.js';
 export { AUDIT_TAIL_WINDOW, type AuditTail, MAX_AUDIT_TAIL } from './auditTail.js';
