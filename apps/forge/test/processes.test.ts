@@ -1,12 +1,12 @@
 import { execFile } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CLI, connect, EXAMPLES, py, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+import { CLI, connect, EXAMPLES, py, requireCliAndSandbox, runCli, scratch, serveHttp } from './helpers.js';
 
 const run = promisify(execFile);
-const INSPECTOR = resolve(__dirname, '../node_modules/.bin/mcp-inspector-cli');
+const INSPECTOR = resolve(__dirname, '../node_modules/.bin/mcp-inspector');
 
 beforeAll(requireCliAndSandbox);
 
@@ -35,20 +35,32 @@ describe('forge serve across processes', () => {
     expect((await b.call('from_a')).env).toMatchObject({ ok: true, data: 'a made me' });
   });
 
-  it('the MCP Inspector (a third-party client, CLI mode) lists and calls a forged tool', async () => {
+  // The current MCP Inspector (v2, CLI mode): its own client, over both transports and, on stdio,
+  // both protocol eras (legacy = initialize and a session, modern = 2026-07-28 stateless requests).
+  it.each([
+    ['stdio', 'legacy'],
+    ['stdio', 'modern'],
+    ['http', 'legacy'],
+    ['http', 'modern'],
+  ] as const)('the MCP Inspector CLI (over %s, %s era) lists and calls a forged tool', async (transport, era) => {
     const s = scratch();
     const forged = await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], { cwd: s.project, env: s.env });
     expect(forged.code, forged.stderr).toBe(0);
-    // inspector-cli 1.0.3 checks for "../package.json" relative to the working directory, then imports
-    // it relative to its own module: without such a file beside the cwd it looks for one that does not exist.
-    writeFileSync(join(s.root, 'package.json'), '{}');
+    // The Inspector keeps a catalog and secrets under ~/.mcp-inspector: a home of its own. It starts
+    // a stdio server with a minimal environment of its own, so forge's home goes in with -e.
+    const inspectorHome = join(s.root, 'inspector-home');
+    mkdirSync(inspectorHome);
+    const target =
+      transport === 'stdio'
+        ? ['--cwd', s.project, '-e', `FORGE_HOME=${s.home}`, process.execPath, CLI, 'serve']
+        : ['--server-url', new URL('/mcp', (await serveHttp(s)).url).href];
     const inspect = async (...args: string[]) => {
-      const { stdout } = await run(INSPECTOR, ['--cli', process.execPath, CLI, 'serve', ...args], {
-        cwd: s.project,
-        env: s.env,
-        timeout: 30_000,
+      const { stdout } = await run(INSPECTOR, ['--cli', '--format', 'json', '--quiet', '--protocol-era', era, ...target, ...args], {
+        cwd: s.root,
+        env: { ...s.env, HOME: inspectorHome },
+        timeout: 60_000,
       });
-      return JSON.parse(stdout);
+      return JSON.parse(stdout).result;
     };
     const list = await inspect('--method', 'tools/list');
     expect(list.tools.map((t: { name: string }) => t.name)).toEqual(expect.arrayContaining(['forge_tool', 'forge_call', 'fib']));
