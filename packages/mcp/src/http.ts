@@ -10,6 +10,7 @@ import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
 import { buildServer } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
+import { TaskStore } from './tasks.js';
 
 /** One bearer token's caller: its persona and, optionally, its tool ACL (`FORGE_ALLOWED_TOOLS` syntax). */
 export interface HttpTokenGrant {
@@ -137,6 +138,8 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   let closing: Promise<void> | undefined;
   /** Responses to POSTs of open sessions not yet ended: close() lets them finish writing. */
   const posting = new Set<ServerResponse>();
+  // Tasks outlive the request that made them: they belong to the server, by principal.
+  const tasks = new TaskStore();
 
   // The 2026-07-28 era: stateless, one server instance per request, built for the request's
   // credential (never for a connection: there is none). The caller rides in authInfo.
@@ -144,7 +147,11 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     ({ authInfo }) => {
       const caller = (authInfo?.extra as { forge?: ModernCaller } | undefined)?.forge;
       if (!caller) throw new Error('forge mcp: a 2026-era request reached the handler without its caller');
-      const built = buildServer(forge, { ctx: caller.ctx, era: 'modern', watch: false, ...naming }, inflight);
+      const built = buildServer(
+        forge,
+        { ctx: caller.ctx, era: 'modern', watch: false, tasks: { store: tasks, owner: caller.principal }, ...naming },
+        inflight,
+      );
       return built.server;
     },
     {
@@ -243,7 +250,9 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
         token: '',
         clientId: caller.principal,
         scopes: [],
-        extra: { forge: { ctx: { ...caller.ctx, session: modernSession(caller.principal) } } satisfies ModernCaller },
+        extra: {
+          forge: { ctx: { ...caller.ctx, session: modernSession(caller.principal) }, principal: caller.principal } satisfies ModernCaller,
+        },
       };
       (req as IncomingMessage & { auth?: AuthInfo }).auth = authInfo;
       posting.add(res);
@@ -364,6 +373,8 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
 /** What the 2026-era factory needs of a request's caller. */
 interface ModernCaller {
   ctx: CallContext;
+  /** Whose tasks the request may see (one principal: a token, or the loopback caller). */
+  principal: string;
 }
 
 /**

@@ -4,7 +4,7 @@
  * unknown keywords, and the annotations mean nothing to them. What the agent needs to know from
  * them (which inputs name host paths mounted into the sandbox) is appended to the description.
  */
-import { createHash } from 'node:crypto';
+import { type AnnotatedSpec, type SandboxFacts, toolAnnotations, wireName } from '@forge/runner';
 import type { Tool } from '@modelcontextprotocol/server';
 
 /** The parts of a stored tool this module reads (a `StoredTool` of @forge/registry). */
@@ -17,7 +17,12 @@ export interface ToolRecord {
   version: number;
   digest: string;
   scope: string;
-  meta?: { deterministic?: boolean; secrets?: string[] };
+  meta?: {
+    deterministic?: boolean;
+    secrets?: string[];
+    annotations?: Record<string, unknown>;
+    task_support?: 'forbidden' | 'optional' | 'required';
+  };
 }
 
 /** An input value the schema marks with `x-bind`, by its path in the input (`src`, `files[]`). */
@@ -100,11 +105,16 @@ export interface ToolView {
   record: ToolRecord;
 }
 
-const views = new WeakMap<object, ToolView>();
+const views = [new WeakMap<object, ToolView>(), new WeakMap<object, ToolView>()];
 
-/** The MCP tool definition of a forged tool (memoised per stored tool object). */
-export function toolView(record: ToolRecord): ToolView {
-  const hit = views.get(record);
+/**
+ * The MCP tool definition of a forged tool (memoised per stored tool object), its annotations
+ * for a caller whose runs get `facts` (network or not): derived by `toolAnnotations`, never
+ * claiming more safety than the sandbox enforces.
+ */
+export function toolView(record: ToolRecord, facts: SandboxFacts = { network: true }): ToolView {
+  const memo = views[facts.network ? 1 : 0] as WeakMap<object, ToolView>;
+  const hit = memo.get(record);
   if (hit) return hit;
   const input = stripAnnotations(record.input_schema);
   const inputSchema = { ...(input.schema as Record<string, unknown>) };
@@ -116,25 +126,18 @@ export function toolView(record: ToolRecord): ToolView {
     // The SDK client validates structuredContent with a draft-07 Ajv, which does not know the 2020-12 meta-schema URI.
     outputSchema = rest;
   }
-  const rw = input.binds.some((b) => b.mode === 'rw');
-  const deterministic = record.meta?.deterministic === true && (record.meta.secrets?.length ?? 0) === 0;
+  const { title, ...hints } = toolAnnotations(record as AnnotatedSpec, facts);
   const tool: Tool = {
     name: wireName(record.name),
+    title: title ?? record.name,
     description: describe(record, input.binds),
     inputSchema: inputSchema as Tool['inputSchema'],
     ...(outputSchema ? { outputSchema: outputSchema as Tool['outputSchema'] } : {}),
-    annotations: {
-      title: record.name,
-      // A sandboxed tool changes nothing on the host but its rw-bound paths.
-      readOnlyHint: !rw && deterministic,
-      destructiveHint: rw,
-      idempotentHint: !rw && deterministic,
-      openWorldHint: false,
-    },
+    annotations: { title: title ?? record.name, ...hints },
     _meta: { forge: { name: record.name, scope: record.scope, version: record.version, digest: record.digest, runtime: record.runtime } },
   };
   const view = { tool, structuredData: outputSchema !== undefined, record };
-  views.set(record, view);
+  memo.set(record, view);
   return view;
 }
 
@@ -150,15 +153,4 @@ function describe(record: ToolRecord, binds: BindAt[]): string {
     `Forged tool (${record.runtime}, ${record.scope} scope, v${record.version}); answers with a forge envelope {ok, data | error, meta}.`,
   );
   return parts.join('\n\n');
-}
-
-/**
- * The name a client sees for forge tool `name`: matches `^[a-zA-Z0-9_-]{1,64}$`. Each `.` becomes
- * `__`; a result over 64 characters keeps its first 55, then `_` and the first 8 hex digits of
- * sha256 of the forge name. Names without dots are unchanged.
- */
-export function wireName(name: string): string {
-  const flat = name.replaceAll('.', '__');
-  if (flat.length <= 64) return flat;
-  return `${flat.slice(0, 55)}_${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }

@@ -2,6 +2,8 @@ import type { CallContext, Envelope, Forge } from '@forge/runner';
 import {
   type CallToolResult,
   type LoggingLevel,
+  MissingRequiredClientCapabilityError,
+  ProtocolError,
   type RequestId,
   Server,
   type ServerCapabilities,
@@ -14,6 +16,10 @@ import packageJson from '../package.json' with { type: 'json' };
 import { Inflight } from './inflight.js';
 import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
 import { type ToolRecord, type ToolView, toolView } from './schema.js';
+import { addSurface } from './surface.js';
+import { addTaskHandlers, startTask } from './taskCalls.js';
+import { declaresTasks, TASKS_EXTENSION, type TaskStore } from './tasks.js';
+import { toolEvents, withFiles } from './toolResults.js';
 
 /** The two families of MCP protocol revisions: `legacy` is 2024-11-05 … 2025-11-25 (initialize, sessions), `modern` 2026-07-28 (stateless). */
 export type ProtocolEra = 'legacy' | 'modern';
@@ -32,6 +38,8 @@ export interface ForgeMcpServerOptions {
 export interface BuildOptions extends ForgeMcpServerOptions {
   /** The era this instance serves (known to the entry that built it; default `legacy`). */
   era?: ProtocolEra;
+  /** The tasks of the entry that built this instance, and whose they are (the caller's principal); 2026 era only. */
+  tasks?: { store: TaskStore; owner: string };
   /**
    * Whether this instance follows the Forge's changes and sends `notifications/tools/list_changed`
    * itself (default true): a connection that lives on (stdio, a 2025 HTTP session). A per-request
@@ -45,6 +53,37 @@ const PACKAGE_VERSION: string = packageJson.version;
 const INSTRUCTIONS =
   'forge lets you create tools at runtime. Before writing the same snippet a second time, computing exact numbers over data, or producing a file that must be reproducible, call forge_list, then forge_tool to create a tool and forge_call to use it at once. Do not forge one-off commands or pure language work.';
 
+/** Thrown through the SDK's tools/call result check by a handler that started a task; see {@link ForgeServer}. */
+class TaskCreated extends Error {
+  constructor(readonly result: Record<string, unknown>) {
+    super('task created');
+  }
+}
+
+/**
+ * The SDK's `Server`, letting a `tools/call` answer be a `CreateTaskResult` (`resultType:
+ * "task"`): the SDK checks a tool result against `CallToolResult`, which would strip the task
+ * fields, and has no runtime of the tasks extension. Every other answer goes through its checks.
+ */
+class ForgeServer extends Server {
+  protected override _wrapHandler(method: string, handler: Parameters<Server['_wrapHandler']>[1]): ReturnType<Server['_wrapHandler']> {
+    if (method !== 'tools/call') return super._wrapHandler(method, handler);
+    const inner = super._wrapHandler(method, async (request, ctx) => {
+      const result = await handler(request, ctx);
+      if ((result as { resultType?: unknown }).resultType === 'task') throw new TaskCreated(result);
+      return result;
+    });
+    return async (request, ctx) => {
+      try {
+        return await inner(request, ctx);
+      } catch (err) {
+        if (err instanceof TaskCreated) return err.result as Awaited<ReturnType<typeof inner>>;
+        throw err;
+      }
+    };
+  }
+}
+
 /** A server built for a transport: the Server, and how to detach it from the Forge. */
 export interface BuiltServer {
   server: Server;
@@ -55,6 +94,9 @@ export interface BuiltServer {
 /** What this server offers, on both eras. */
 export const CAPABILITIES: ServerCapabilities = {
   tools: { listChanged: true },
+  resources: { subscribe: true, listChanged: true },
+  prompts: { listChanged: false },
+  completions: {},
   logging: {},
 };
 
@@ -77,9 +119,13 @@ export function createForgeMcpServer(forge: Forge | PromiseLike<Forge>, options:
 /** {@link createForgeMcpServer} with the in-flight tracker of the transport that owns it. */
 export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOptions, inflight: Inflight): BuiltServer {
   const ctx: CallContext = { ...options.ctx };
-  const server = new Server(
+  const tasks = options.era === 'modern' ? options.tasks : undefined;
+  const server = new ForgeServer(
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
-    { capabilities: CAPABILITIES, instructions: INSTRUCTIONS },
+    {
+      capabilities: tasks ? { ...CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : CAPABILITIES,
+      instructions: INSTRUCTIONS,
+    },
   );
 
   // Calls whose answer is not yet handed to the transport, by request id: each releases its
@@ -106,12 +152,15 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   let visible: Map<string, ToolView> | undefined;
   let seen: string | undefined;
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
-    const listed = await (await ready()).listTools(ctx);
+    const f = await ready();
+    const listed = await f.listTools(ctx);
+    const facts = f.sandboxFacts(ctx);
     const views = new Map<string, ToolView>();
-    let signature = '';
+    let signature = facts.network ? 'net\n' : '';
     for (const l of listed) {
-      if (isMetaTool(l.tool.name)) continue;
-      const view = toolView(l.tool as ToolRecord);
+      // A tool whose wire name another one shares is not listed (forge_call reaches it by its forge name).
+      if (isMetaTool(l.tool.name) || l.wireConflict !== undefined) continue;
+      const view = toolView(l.tool as ToolRecord, facts);
       views.set(view.tool.name, view);
       signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
     }
@@ -135,6 +184,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
     if (!server.transport || (!server.getClientCapabilities() && server.getNegotiatedProtocolVersion() === undefined)) return;
     sent++;
     await server.sendToolListChanged().catch(() => {});
+    // The tool specs are resources too.
+    await server.sendResourceListChanged().catch(() => {});
   };
   const checkChanged = (): Promise<void> => {
     if (checking) {
@@ -148,6 +199,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
         if (signature === seen) continue;
         seen = signature;
         await notify();
+        for (const uri of surface.subscribed())
+          if (uri.startsWith('forge://tools/')) await server.sendResourceUpdated({ uri }).catch(() => {});
       } while (again);
     })()
       .catch((err) => process.emitWarning(`forge mcp: listing tools after a change failed: ${(err as Error).message}`))
@@ -175,9 +228,20 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
     const { views, signature } = await refresh();
     seen = signature;
     const tools: Tool[] = [...META_TOOL_DEFINITIONS];
-    for (const v of views.values()) tools.push(v.tool);
+    for (const v of views.values()) {
+      const support = v.record.meta?.task_support;
+      // The 2026 Tool has no `execution` field (the SDK drops it): the support is in forge's _meta too.
+      const forgeMeta = (v.tool._meta as { forge: Record<string, unknown> }).forge;
+      tools.push(
+        tasks && support && support !== 'forbidden'
+          ? { ...v.tool, execution: { taskSupport: support }, _meta: { forge: { ...forgeMeta, task_support: support } } }
+          : v.tool,
+      );
+    }
     return { tools };
   });
+
+  const surface = addSurface(server, { ready, ctx, views: async () => visible ?? (await refresh()).views });
 
   server.setRequestHandler('tools/call', async (request, extra): Promise<CallToolResult> => {
     const { name, arguments: args } = request.params;
@@ -201,7 +265,11 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
       const late = inflight.closing ? AbortSignal.abort(new Error(lateReason(inflight.reason))) : undefined;
       if (late && name === 'forge_list') return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was listed`));
       const signals = [late, clientSignal(signal), inflight.controller.signal, ctx.signal].filter((s): s is AbortSignal => s !== undefined);
-      const callCtx: CallContext = { ...ctx, signal: AbortSignal.any(signals) };
+      const callCtx: CallContext = {
+        ...ctx,
+        signal: AbortSignal.any(signals),
+        onEvent: toolEvents(name, request.params._meta?.progressToken, extra),
+      };
       if (isMetaTool(name)) {
         const before = { sent, reported };
         const envelope = await runMetaTool(await ready(), name, args, callCtx);
@@ -213,14 +281,42 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
       }
       const view = await viewOf(name);
       const target = view?.record.name ?? name;
-      return toResult(await (await ready()).callTool(target, args ?? {}, callCtx), view);
+      const f = await ready();
+      const support = tasks ? (view?.record.meta?.task_support ?? 'forbidden') : 'forbidden';
+      if (support !== 'forbidden' && tasks) {
+        const declared = declaresTasks(extra.mcpReq.envelope);
+        if (!declared && support === 'required')
+          throw new MissingRequiredClientCapabilityError(
+            { requiredCapabilities: { extensions: { [TASKS_EXTENSION]: {} } } },
+            `tool ${target} runs only as a task: declare the ${TASKS_EXTENSION} extension in the request's client capabilities`,
+          );
+        if (declared)
+          return startTask(
+            tasks,
+            f,
+            target,
+            args ?? {},
+            view,
+            {
+              ...ctx,
+              signal: AbortSignal.any([late, inflight.controller.signal, ctx.signal].filter((s): s is AbortSignal => s !== undefined)),
+            },
+            inflight,
+          );
+      }
+      const envelope = await f.callTool(target, args ?? {}, callCtx);
+      return withFiles(toResult(envelope, view), envelope, f, ctx);
     } catch (err) {
+      // A protocol error (a missing client capability) is the client's to hear as one.
+      if (err instanceof ProtocolError) throw err;
       // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
       return toResult(refusal('internal', `forge mcp: ${(err as Error).message}`));
     } finally {
       done();
     }
   });
+
+  if (tasks) addTaskHandlers(server, tasks);
 
   return {
     server,

@@ -5,6 +5,7 @@ import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING } from './jsonrpc.js';
 import { type BuiltServer, buildServer, type ProtocolEra } from './server.js';
 import { BoundedStdioTransport } from './stdioTransport.js';
+import { TaskStore } from './tasks.js';
 
 /** Options of {@link serveStdio}. */
 export interface ServeStdioOptions {
@@ -60,6 +61,9 @@ export interface StdioServerHandle {
  *   bytes from 1 to 256 MiB.
  */
 export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: ServeStdioOptions = {}): Promise<StdioServerHandle> {
+  // An engine that fails to open is reported to each request (buildServer); the instances that
+  // hear of it are built on the first message, so the failure is marked handled here, at once.
+  if (typeof (forge as PromiseLike<Forge>).then === 'function') Promise.resolve(forge).catch(() => {});
   const stdin = options.stdin ?? process.stdin;
   const stdout = options.stdout ?? process.stdout;
   const inflight = new Inflight();
@@ -67,8 +71,14 @@ export async function serveStdio(forge: Forge | PromiseLike<Forge>, options: Ser
   const restoreConsole = stdout === process.stdout ? consoleToStderr() : () => {};
   // The instances the SDK's entry built for this connection (a 2026 probe may be discarded for a 2025 opening).
   const built = new Set<BuiltServer>();
+  // The connection's tasks (2026 era): one client, so one owner.
+  const tasks = new TaskStore();
   const factory = ({ era }: { era: ProtocolEra }) => {
-    const b = buildServer(forge, { ...(options.ctx ? { ctx: options.ctx } : {}), ...pick(options), era }, inflight);
+    const b = buildServer(
+      forge,
+      { ...(options.ctx ? { ctx: options.ctx } : {}), ...pick(options), era, tasks: { store: tasks, owner: 'stdio' } },
+      inflight,
+    );
     built.add(b);
     const onclose = b.server.onclose;
     b.server.onclose = () => {

@@ -62,7 +62,13 @@ describe('Streamable HTTP transport', () => {
     const { server } = await serve();
     expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
     const { client, changes, transport } = await httpClient(server.url);
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
+    expect(client.getServerCapabilities()).toEqual({
+      tools: { listChanged: true },
+      resources: { subscribe: true, listChanged: true },
+      prompts: { listChanged: false },
+      completions: {},
+      logging: {},
+    });
     expect(transport.sessionId).toEqual(expect.any(String));
     expect(server.sessions()).toEqual([transport.sessionId]);
     expect((await client.listTools()).tools).toHaveLength(5);

@@ -13,7 +13,13 @@ describe('handshake and tools/list', () => {
   it('declares tools.listChanged and lists the five meta-tools with schemas and annotations', async () => {
     const forge = await newForge();
     const { client } = await connect(forge);
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
+    expect(client.getServerCapabilities()).toEqual({
+      tools: { listChanged: true },
+      resources: { subscribe: true, listChanged: true },
+      prompts: { listChanged: false },
+      completions: {},
+      logging: {},
+    });
     expect(client.getServerVersion()).toMatchObject({ name: 'forge', version: expect.any(String) });
     expect(client.getInstructions()).toContain('forge_tool');
     const { tools } = await client.listTools();
@@ -206,7 +212,8 @@ describe('forging and calling', () => {
       required: ['dir', 'ext'],
     });
     expect(listed?.description).toContain('Host paths: dir (read-only)');
-    expect(listed?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: false });
+    // Read-only binds, no network: the sandbox lets it change nothing on the host.
+    expect(listed?.annotations).toMatchObject({ readOnlyHint: true, destructiveHint: false, openWorldHint: false });
   });
 
   it('x-* keywords go, property names that start with x- stay; rw binds make a tool destructive', async () => {
@@ -233,7 +240,8 @@ describe('forging and calling', () => {
       properties: { out: { type: 'string' }, 'x-note': { type: 'string' }, files: { type: 'array', items: { type: 'string' } } },
     });
     expect(w?.description).toContain('Host paths: out (read-write), files[] (read-only)');
-    expect(w?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true, idempotentHint: false });
+    // Deterministic: the same input writes the same; a repeat changes nothing more.
+    expect(w?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true, idempotentHint: true });
   });
 
   it('an output schema that is not an object schema is not published; structuredContent is the envelope', async () => {
@@ -390,7 +398,13 @@ describe('an engine still opening', () => {
 
   it('answers initialize at once; tools/list and calls wait for the engine, then work as usual', async () => {
     const { client, changes, open } = await connectOpening();
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
+    expect(client.getServerCapabilities()).toEqual({
+      tools: { listChanged: true },
+      resources: { subscribe: true, listChanged: true },
+      prompts: { listChanged: false },
+      completions: {},
+      logging: {},
+    });
     let listed = false;
     const listing = client.listTools().then((r) => {
       listed = true;

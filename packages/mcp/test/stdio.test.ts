@@ -33,7 +33,13 @@ async function spawnServer(dirs: { home: string; project: string }, env: Record<
 describe('stdio transport (a real child process)', () => {
   it('handshake, forge → list_changed → list → call, forge_call', async () => {
     const { client, changes } = await spawnServer(tempDirs());
-    expect(client.getServerCapabilities()).toEqual({ tools: { listChanged: true }, logging: {} });
+    expect(client.getServerCapabilities()).toEqual({
+      tools: { listChanged: true },
+      resources: { subscribe: true, listChanged: true },
+      prompts: { listChanged: false },
+      completions: {},
+      logging: {},
+    });
     expect((await client.listTools()).tools).toHaveLength(5);
     const changed = changes.next();
     await forgeOk(client, await example('fib'));
@@ -98,7 +104,13 @@ describe('stdio transport (a real child process)', () => {
         JSON.parse(l) as { jsonrpc: string; id?: number; method?: string; result?: { isError?: boolean; structuredContent?: unknown } },
     );
     for (const m of messages) expect(m.jsonrpc).toBe('2.0');
-    expect(messages.map((m) => m.id ?? m.method)).toEqual([1, 'notifications/tools/list_changed', 2, 3]);
-    expect(messages[3]?.result).toMatchObject({ isError: false, structuredContent: { ok: true, data: 'done' } });
+    expect(messages.map((m) => m.id ?? m.method)).toEqual([
+      1,
+      'notifications/tools/list_changed',
+      'notifications/resources/list_changed',
+      2,
+      3,
+    ]);
+    expect(messages[4]?.result).toMatchObject({ isError: false, structuredContent: { ok: true, data: 'done' } });
   });
 });

@@ -69,7 +69,8 @@ const REQUIRED = [
   'scope',
   'state',
 ];
-const META = new Set(['deterministic', 'secrets', 'timeout_ms', 'cpu_s', 'output_cap', 'annotations']);
+const META = new Set(['deterministic', 'secrets', 'timeout_ms', 'cpu_s', 'output_cap', 'task_support', 'annotations']);
+const TASK_SUPPORT = new Set(['forbidden', 'optional', 'required']);
 const HINTS = new Set(['title', 'readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint']);
 const SCOPES = new Set(['task', 'session', 'project', 'user']);
 const STATES = new Set(['active', 'pending', 'validated', 'retired']);
@@ -132,6 +133,8 @@ function checkMeta(m: unknown): string | undefined {
     const p = positiveInteger(m.output_cap, 'meta/output_cap');
     if (p) return p;
   }
+  if ('task_support' in m && !TASK_SUPPORT.has(m.task_support as string))
+    return 'meta/task_support: must be one of forbidden, optional, required';
   if ('annotations' in m) return checkHints(m.annotations);
   return undefined;
 }

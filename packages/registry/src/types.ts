@@ -18,6 +18,11 @@ export interface ToolMeta {
   cpu_s?: number;
   output_cap?: number;
   /**
+   * Whether an MCP client may get a call of this tool as a task (the `io.modelcontextprotocol/tasks`
+   * extension of the 2026-07-28 era): `forbidden` (default), `optional`, `required`.
+   */
+  task_support?: 'forbidden' | 'optional' | 'required';
+  /**
    * MCP tool annotations over those forge derives from the sandbox (`toolAnnotations` in
    * @forge/runner): a hint may only make the tool look less safe; a claim of more safety than the
    * sandbox enforces is ignored.
