@@ -27,6 +27,8 @@ export interface SurfaceDeps {
 const TOOL_URI = 'forge://tools/';
 export const AUDIT_TAIL_URI = 'forge://audit/tail';
 const MAX_COMPLETIONS = 100;
+/** Most resource subscriptions one 2025-era session holds. */
+const MAX_SUBSCRIPTIONS = 1000;
 
 const TEMPLATES: ResourceTemplateType[] = [
   {
@@ -105,6 +107,11 @@ export function addSurface(server: Server, deps: SurfaceDeps): { subscribed(): R
 
   // 2025 era: per-resource subscriptions (2026 clients subscribe on their listen stream).
   server.setRequestHandler('resources/subscribe', async (request) => {
+    if (!subscriptions.has(request.params.uri) && subscriptions.size >= MAX_SUBSCRIPTIONS)
+      throw new ProtocolError(
+        ProtocolErrorCode.InvalidParams,
+        `this session already holds ${MAX_SUBSCRIPTIONS} resource subscriptions: unsubscribe from some first`,
+      );
     subscriptions.add(request.params.uri);
     return {};
   });
