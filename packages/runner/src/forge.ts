@@ -802,7 +802,13 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       result = await runSandboxed(
         {
           command,
-          env: { ...runtime.env, FORGE_ARTIFACTS: '/forge/artifacts', FORGE_RUN_ID: runId, FORGE_EVENTS_FD: String(EVENTS_FD), ...r.secretEnv },
+          env: {
+            ...runtime.env,
+            FORGE_ARTIFACTS: '/forge/artifacts',
+            FORGE_RUN_ID: runId,
+            FORGE_EVENTS_FD: String(EVENTS_FD),
+            ...r.secretEnv,
+          },
           mounts,
           binds: r.binds,
           limits: {
