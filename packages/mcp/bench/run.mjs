@@ -8,19 +8,23 @@
 //   - a cold sandboxed call's ratio to raw bwrap + python running the same script;
 //   - the 2026 era against the 2025 era on an open session, for the same small request;
 //   - server start to ready and the idle RSS of a stdio server holding 1,000 tools.
-// Every path is sampled in rounds, one sample of each per round in a shuffled order, so all of them
+// Clients in clients.mjs, the run's temp dirs and processes in scope.mjs. Every path is sampled in rounds, one sample of each per round in a shuffled order, so all of them
 // see the same machine state (this VM's speed drifts over seconds, more than the differences
 // measured). Prints figures and ratios; never asserts. Needs `pnpm build` first (dist/ of this
 // package, @forge/runner and @forge/sandbox).
 //
 //   pnpm --filter @forge/mcp bench     (BENCH_RUNS=200 for more samples; default 100)
 
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, loadavg, tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { rawPython, stats } from '../../../bench/baseline.mjs';
+import { loadExample } from '../../../examples/index.mjs';
+import { childEnv, clients, FIXTURE, face } from './clients.mjs';
+import { createScope } from './scope.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const BUILT = ['../dist/index.js', '../../runner/dist/index.js', '../../sandbox/dist/index.js'];
@@ -38,22 +42,12 @@ const load = (spec) =>
   });
 
 const { createForge } = await load('@forge/runner');
-const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
-const { StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js');
-const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
-const { InMemoryTransport } = await import('@modelcontextprotocol/sdk/inMemory.js');
-const { ListToolsResultSchema, CallToolResultSchema } = await import('@modelcontextprotocol/sdk/types.js');
-const v2 = await import('@modelcontextprotocol/client');
-const v2stdio = await import('@modelcontextprotocol/client/stdio');
-const { rawPython, stats } = await import('../../../bench/baseline.mjs');
-const { loadExample } = await import('../../../examples/index.mjs');
 const { prebuiltStats, probe, resolveRuntimes } = await load('../../sandbox/dist/index.js');
-const { createForgeMcpServer, serveHttp } = await load('../dist/index.js');
+const mcp = await load('../dist/index.js');
+const { createForgeMcpServer } = mcp;
 
-const FIXTURE = join(here, '../test/fixtures/stdio-server.mjs');
 const RUNS = Number(process.env.BENCH_RUNS ?? 100);
 const TOOLS = 1000;
-const MODERN = '2026-07-28';
 
 const host = await probe();
 if (!host.ok) {
@@ -62,59 +56,10 @@ if (!host.ok) {
 }
 const python = (await resolveRuntimes()).get('python3');
 
-// Everything this run opens, closed in reverse at the end, also after an error or a signal; the
-// temp root goes last (and at exit, whatever happened).
-const root = mkdtempSync(join(tmpdir(), 'forge-mcp-bench-'));
-const closers = [];
-let stopping = false;
-const removeRoot = () => rmSync(root, { recursive: true, force: true, maxRetries: 5 });
-process.on('exit', removeRoot);
+// Everything this run opens is closed at the end, also after an error or a signal; then the temp root goes.
+const scope = createScope('forge-mcp-bench-');
+const root = scope.root;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-/** This process's live children (stdio servers, bwrap runs), from /proc. */
-function childPids() {
-  const out = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(ppid) === process.pid && state !== 'Z') out.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
-}
-let cleaning;
-const cleanup = () =>
-  (cleaning ??= (async () => {
-    stopping = true;
-    while (closers.length > 0)
-      await closers
-        .pop()()
-        .catch(() => {});
-    // A child server ends on its own once its stdin closed (closing its Forge, removing its temp
-    // dirs): wait for that, then ask (SIGTERM), then insist; only then remove what they wrote into.
-    for (const [signal, waitMs] of [
-      [undefined, 5000],
-      ['SIGTERM', 3000],
-      ['SIGKILL', 1000],
-    ]) {
-      const pids = childPids();
-      if (pids.length === 0) break;
-      if (signal) for (const pid of pids) process.kill(pid, signal);
-      for (let t = 0; t < waitMs && childPids().length > 0; t += 50) await sleep(50);
-    }
-    removeRoot();
-  })());
-// `on`, not `once`: a library's signal-exit handler re-raises the signal (killing the process
-// before anything is cleaned up) when it finds itself the only listener left.
-for (const sig of ['SIGINT', 'SIGTERM'])
-  process.on(sig, () => {
-    if (stopping) return;
-    console.error(`\n${sig}: stopping, removing ${root}`);
-    void cleanup().finally(() => process.exit(130));
-  });
 
 /** A fresh FORGE home and project under the temp root, breakers out of the way. */
 function dirs(name) {
@@ -128,192 +73,8 @@ function dirs(name) {
 
 async function openForge(d) {
   const forge = await createForge({ ...d, env: {} });
-  closers.push(() => forge.close({ graceMs: 1000 }));
+  scope.defer(() => forge.close({ graceMs: 1000 }));
   return forge;
-}
-
-// ---------------------------------------------------------------- the clients
-// Each has the same face: list() sends tools/list (the answer parsed against the MCP schema, no
-// client-side tool cache or validator compilation), call(name, args) sends tools/call.
-
-const childEnv = (d) => ({ PATH: process.env.PATH, FORGE_HOME: d.home, FORGE_PROJECT: d.project });
-
-function face(label, client, extra = {}) {
-  const closed = { done: false };
-  const c = {
-    label,
-    client,
-    list: () => client.request({ method: 'tools/list', params: {} }, ListToolsResultSchema),
-    call: (name, args) => client.callTool({ name, arguments: args }, CallToolResultSchema),
-    close: async () => {
-      if (closed.done) return;
-      closed.done = true;
-      await client.close();
-    },
-    ...extra,
-  };
-  closers.push(c.close);
-  if (stopping) throw new Error('stopped');
-  return c;
-}
-
-function modernFace(label, client, extra = {}) {
-  return face(label, client, {
-    list: () => client.request({ method: 'tools/list', params: {} }),
-    call: (name, args) => client.callTool({ name, arguments: args }),
-    ...extra,
-  });
-}
-
-async function inMemory(forge) {
-  const server = createForgeMcpServer(forge);
-  const [c, s] = InMemoryTransport.createLinkedPair();
-  const client = new Client({ name: 'bench', version: '1' });
-  await server.connect(s);
-  await client.connect(c);
-  closers.push(() => server.close());
-  return face('in-memory 2025', client);
-}
-
-async function legacyStdio(d) {
-  const transport = new StdioClientTransport({ command: process.execPath, args: [FIXTURE], env: childEnv(d), stderr: 'pipe' });
-  const client = new Client({ name: 'bench', version: '1' });
-  await client.connect(transport);
-  return face('2025 stdio', client, { pid: transport.pid });
-}
-
-async function legacyHttp(url) {
-  const client = new Client({ name: 'bench', version: '1' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
-  return face('2025 HTTP', client);
-}
-
-const modernClient = () => new v2.Client({ name: 'bench', version: '1' }, { versionNegotiation: { mode: { pin: MODERN } } });
-
-async function modernStdio(d) {
-  const transport = new v2stdio.StdioClientTransport({ command: process.execPath, args: [FIXTURE], env: childEnv(d), stderr: 'pipe' });
-  const client = modernClient();
-  await client.connect(transport);
-  if (client.getProtocolEra() !== 'modern') throw new Error('2026 stdio: the client did not negotiate the 2026-07-28 era');
-  return modernFace('2026 stdio', client, { pid: transport.pid });
-}
-
-async function modernHttp(url) {
-  const client = modernClient();
-  await client.connect(new v2.StreamableHTTPClientTransport(new URL(url)));
-  if (client.getProtocolEra() !== 'modern') throw new Error('2026 HTTP: the client did not negotiate the 2026-07-28 era');
-  return modernFace('2026 HTTP', client);
-}
-
-// The same requests without an SDK client (JSON-RPC written by hand), to tell the client's time
-// from the server's: a 2025 session (initialize, then its session id on every request) and
-// stateless 2026-07-28 requests (protocol version and client info in each request's _meta).
-const LEGACY_VERSION = '2025-11-25';
-const META = {
-  'io.modelcontextprotocol/protocolVersion': MODERN,
-  'io.modelcontextprotocol/clientInfo': { name: 'bench', version: '1' },
-  'io.modelcontextprotocol/clientCapabilities': {},
-};
-const INITIALIZE = { protocolVersion: LEGACY_VERSION, capabilities: {}, clientInfo: { name: 'bench', version: '1' } };
-const failed = (label, text) => {
-  throw new Error(`${label}: ${text.slice(0, 300)}`);
-};
-
-async function wireHttp(url) {
-  let id = 0;
-  const post = async (label, body, headers) => {
-    const r = await fetch(url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
-      body: JSON.stringify(body),
-    });
-    const text = await r.text();
-    if (r.status >= 300 || (body.id !== undefined && (!text.includes('"result"') || text.includes('"isError":true'))))
-      failed(`${label} ${body.method}`, `HTTP ${r.status} ${text}`);
-    return r;
-  };
-  const init = await post('raw 2025 HTTP', { jsonrpc: '2.0', id: id++, method: 'initialize', params: INITIALIZE }, {});
-  const session = { 'mcp-session-id': init.headers.get('mcp-session-id'), 'mcp-protocol-version': LEGACY_VERSION };
-  await post('raw 2025 HTTP', { jsonrpc: '2.0', method: 'notifications/initialized' }, session);
-  closers.push(() => fetch(url, { method: 'DELETE', headers: session }).then((r) => r.body?.cancel()));
-  return {
-    legacy: (method, params) => post('raw 2025 HTTP', { jsonrpc: '2.0', id: id++, method, params }, session),
-    modern: (method, params) =>
-      post(
-        'raw 2026 HTTP',
-        { jsonrpc: '2.0', id: id++, method, params: { ...params, _meta: META } },
-        { 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(params.name ? { 'mcp-name': params.name } : {}) },
-      ),
-  };
-}
-
-async function wireStdio(d, era) {
-  const label = `raw ${era === 'modern' ? 2026 : 2025} stdio`;
-  const child = spawn(process.execPath, [FIXTURE], { env: childEnv(d), stdio: ['pipe', 'pipe', 'ignore'] });
-  const exited = once(child, 'exit');
-  closers.push(async () => {
-    child.stdin.end();
-    await exited;
-  });
-  const waiting = new Map();
-  let buf = '';
-  let id = 0;
-  child.stdout.setEncoding('utf8');
-  child.stdout.on('data', (chunk) => {
-    buf += chunk;
-    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      const m = JSON.parse(line);
-      const w = waiting.get(m.id);
-      if (!w) continue;
-      waiting.delete(m.id);
-      if (m.error || m.result?.isError) w.reject(new Error(`${label}: ${line.slice(0, 300)}`));
-      else w.resolve(m.result);
-    }
-  });
-  const send = (m) => child.stdin.write(`${JSON.stringify(m)}\n`);
-  const request = (method, params) =>
-    new Promise((resolve, reject) => {
-      const i = id++;
-      waiting.set(i, { resolve, reject });
-      send({ jsonrpc: '2.0', id: i, method, params });
-    });
-  if (era === 'legacy') {
-    await request('initialize', INITIALIZE);
-    send({ jsonrpc: '2.0', method: 'notifications/initialized' });
-    return { request };
-  }
-  return { request: (method, params) => request(method, { ...params, _meta: META }) };
-}
-
-async function http(forge) {
-  const server = await serveHttp(forge, { graceMs: 1000 });
-  closers.push(() => server.close());
-  return server;
-}
-
-/** All four era × transport clients (and the in-memory reference) of one Forge over `d`, and the raw ones. */
-async function clients(forge, d, { withRaw = false } = {}) {
-  const server = await http(forge);
-  const sdk = [
-    await inMemory(forge),
-    await legacyStdio(d),
-    await legacyHttp(server.url),
-    await modernStdio(d),
-    await modernHttp(server.url),
-  ];
-  if (!withRaw) return { sdk, raw: [] };
-  const h = await wireHttp(server.url);
-  const ls = await wireStdio(d, 'legacy');
-  const ms = await wireStdio(d, 'modern');
-  const raw = [
-    { label: 'raw 2025 stdio', request: ls.request },
-    { label: 'raw 2025 HTTP', request: h.legacy },
-    { label: 'raw 2026 stdio', request: ms.request },
-    { label: 'raw 2026 HTTP', request: h.modern },
-  ];
-  return { sdk, raw };
 }
 
 // ---------------------------------------------------------------- measuring
@@ -405,8 +166,8 @@ try {
   }
   const forgedIn = performance.now() - t;
 
-  const { sdk: small, raw: smallRaw } = await clients(forge, main, { withRaw: true });
-  const { sdk: large, raw: largeRaw } = await clients(big, many, { withRaw: true });
+  const { sdk: small, raw: smallRaw } = await clients(scope, mcp, forge, main, { withRaw: true });
+  const { sdk: large, raw: largeRaw } = await clients(scope, mcp, big, many, { withRaw: true });
   const labels = small.map((c) => c.label);
 
   // ---- cached call: each client against the in-process call of the same tool
@@ -661,7 +422,7 @@ try {
     const t0 = performance.now();
     await client.connect(transport); // spawn → node start → imports → serveStdio → initialize answered (the Forge opens meanwhile)
     const took = performance.now() - t0;
-    const c = face('start', client, { pid: transport.pid });
+    const c = face(scope, 'start', client, { pid: transport.pid });
     return { took, timing: timed, ...c };
   }
   const startEmpty = [];
@@ -704,8 +465,8 @@ try {
   );
 } catch (err) {
   // (After a signal, what was running fails as its clients close: that is the stop, not a failure.)
-  if (!stopping) console.error(`\nbenchmark failed: ${err.stack ?? err}`);
+  if (!scope.stopping) console.error(`\nbenchmark failed: ${err.stack ?? err}`);
   process.exitCode = 1;
 } finally {
-  await cleanup();
+  await scope.cleanup();
 }
