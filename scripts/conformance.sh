@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE_SRC=packages/mcp/test/conformance/suite
-CACHE=${FORGE_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/forge-conformance}
+CACHE=${FORGE_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-${HOME:?HOME is unset: set FORGE_CONFORMANCE_CACHE to a cache directory}/.cache}/forge-conformance}
 lock_sum=$(sha256sum "$SUITE_SRC/package-lock.json" | cut -c1-16)
 SUITE=$CACHE/suite-$lock_sum
 
