@@ -8,6 +8,7 @@ import { ForgeMcpError } from './errors.js';
 import { SessionEventStore } from './eventStore.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
+import type { ToolView } from './schema.js';
 import { buildServer } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
 import { TaskStore } from './tasks.js';
@@ -140,6 +141,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   const posting = new Set<ServerResponse>();
   // Tasks outlive the request that made them: they belong to the server, by principal.
   const tasks = new TaskStore();
+  const listings = new Listings();
 
   // The 2026-07-28 era: stateless, one server instance per request, built for the request's
   // credential (never for a connection: there is none). The caller rides in authInfo.
@@ -149,7 +151,14 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       if (!caller) throw new Error('forge mcp: a 2026-era request reached the handler without its caller');
       const built = buildServer(
         forge,
-        { ctx: caller.ctx, era: 'modern', watch: false, tasks: { store: tasks, owner: caller.principal }, ...naming },
+        {
+          ctx: caller.ctx,
+          era: 'modern',
+          watch: false,
+          tasks: { store: tasks, owner: caller.principal },
+          views: listings.of(caller.principal, caller.ctx),
+          ...naming,
+        },
         inflight,
       );
       return built.server;
@@ -164,7 +173,10 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   );
   const modernNode = toNodeHandler(modern, { maxRequestBodySize: maxBody });
   // List changes reach 2026-era clients on their subscriptions/listen streams.
-  const unwatch = forge.on('toolsChanged', () => modern.notify.toolsChanged());
+  const unwatch = forge.on('toolsChanged', () => {
+    listings.clear();
+    modern.notify.toolsChanged();
+  });
 
   const hostAllowed = (header: string | undefined): boolean => {
     if (!header) return false;
@@ -244,7 +256,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     if (
       req.method === 'POST' &&
       !(typeof req.headers['mcp-session-id'] === 'string') &&
-      !(await isLegacyRequest(await toWebRequest(req, body)))
+      !(legacyBody(body) ?? (await isLegacyRequest(await toWebRequest(req, body))))
     ) {
       const authInfo: AuthInfo = {
         token: '',
@@ -368,6 +380,48 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       return closing;
     },
   };
+}
+
+/**
+ * The era of a parsed POST body when it shows it at once: `false` (2026) for a request carrying the
+ * 2026 envelope's protocol version or `server/discover`, `true` (2025) for `initialize`; undefined
+ * when the SDK's classification must decide (it then sees the whole request).
+ */
+function legacyBody(body: unknown): boolean | undefined {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return undefined;
+  const m = body as { method?: unknown; params?: { _meta?: Record<string, unknown> } };
+  if (m.method === 'initialize') return true;
+  const version = m.params?._meta?.['io.modelcontextprotocol/protocolVersion'];
+  if (m.method === 'server/discover' || (typeof version === 'string' && version >= '2026-07-28')) return false;
+  return undefined;
+}
+
+/** How long a caller's listing is reused by later 2026 requests (cleared at once when tools change). */
+const LISTING_TTL_MS = 5000;
+/** Most callers whose listing is kept. */
+const MAX_LISTINGS = 1024;
+
+/** The 2026-era callers' listings, by principal and context, for calls by name. */
+class Listings {
+  readonly #kept = new Map<string, { views: Map<string, ToolView>; at: number }>();
+
+  of(principal: string, ctx: CallContext) {
+    const key = `${principal}\0${ctx.persona ?? ''}\0${ctx.allowedTools ?? ''}`;
+    return {
+      get: () => {
+        const hit = this.#kept.get(key);
+        return hit && Date.now() - hit.at < LISTING_TTL_MS ? hit.views : undefined;
+      },
+      set: (views: Map<string, ToolView>) => {
+        if (this.#kept.size >= MAX_LISTINGS && !this.#kept.has(key)) this.#kept.clear();
+        this.#kept.set(key, { views, at: Date.now() });
+      },
+    };
+  }
+
+  clear(): void {
+    this.#kept.clear();
+  }
 }
 
 /** What the 2026-era factory needs of a request's caller. */

@@ -38,6 +38,12 @@ export interface ForgeMcpServerOptions {
 export interface BuildOptions extends ForgeMcpServerOptions {
   /** The era this instance serves (known to the entry that built it; default `legacy`). */
   era?: ProtocolEra;
+  /**
+   * The caller's listing kept across instances (a 2026 HTTP request's instance lives for one
+   * request): a call by name looks its tool up there before listing again. The entry clears it
+   * when tools change; what it holds only shapes the answer (every call is judged by the runner).
+   */
+  views?: { get(): Map<string, ToolView> | undefined; set(views: Map<string, ToolView>): void };
   /** The tasks of the entry that built this instance, and whose they are (the caller's principal); 2026 era only. */
   tasks?: { store: TaskStore; owner: string };
   /**
@@ -150,6 +156,9 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
 
   // The forged tools this client sees, by wire name, and a signature of that set (what it last saw).
   let visible: Map<string, ToolView> | undefined;
+  // The last two listings (never cleared): what a subscribed tool spec was, and is.
+  let latest: Map<string, ToolView> | undefined;
+  let previous: Map<string, ToolView> | undefined;
   let seen: string | undefined;
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
     const f = await ready();
@@ -165,12 +174,16 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
       signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
     }
     visible = views;
+    previous = latest;
+    latest = views;
+    options.views?.set(views);
     return { views, signature };
   };
   /** The view of the tool `name` names, in either form (wire or forge name). */
   const viewOf = async (name: string): Promise<ToolView | undefined> => {
     const find = (views: Map<string, ToolView>) => views.get(name) ?? [...views.values()].find((v) => v.record.name === name);
-    return (visible && find(visible)) ?? find((await refresh()).views);
+    const known = visible ?? options.views?.get();
+    return (known && find(known)) ?? find((await refresh()).views);
   };
 
   // Coalesces bursts of changes: one listing at a time, one more if changes came in meanwhile.
@@ -195,12 +208,22 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
     checking = (async () => {
       do {
         again = false;
-        const { signature } = await refresh();
+        const { views, signature } = await refresh();
+        const before = previous;
         if (signature === seen) continue;
         seen = signature;
         await notify();
-        for (const uri of surface.subscribed())
-          if (uri.startsWith('forge://tools/')) await server.sendResourceUpdated({ uri }).catch(() => {});
+        // A subscribed tool spec that changed (or went away) is reported updated.
+        for (const uri of surface.subscribed()) {
+          if (!uri.startsWith('forge://tools/')) continue;
+          const name = decodeURIComponent(uri.slice('forge://tools/'.length));
+          const pick = (m: Map<string, ToolView> | undefined) =>
+            m && (m.get(name) ?? [...m.values()].find((v) => v.record.name === name))?.record;
+          const was = pick(before);
+          const now = pick(views);
+          if (was?.digest !== now?.digest || was?.version !== now?.version || was?.scope !== now?.scope)
+            await server.sendResourceUpdated({ uri }).catch(() => {});
+        }
       } while (again);
     })()
       .catch((err) => process.emitWarning(`forge mcp: listing tools after a change failed: ${(err as Error).message}`))

@@ -64,3 +64,55 @@ describe('2026-07-28 era', () => {
     void spawn;
   });
 });
+
+describe('2026-07-28 era: list changes on subscriptions/listen', () => {
+  for (const wire of ['stdio', 'http'] as const) {
+    it(`over ${wire}: a tool forged by another caller reaches the client's listen stream, and its new list has it`, async () => {
+      const dirs = tempDirs();
+      const forge = await newForge(dirs);
+      const seen: string[][] = [];
+      let heard: () => void = () => {};
+      const changed = new Promise<void>((r) => {
+        heard = r;
+      });
+      const client = new Client(
+        { name: 'listen', version: '1.0.0' },
+        {
+          versionNegotiation: { mode: { pin: '2026-07-28' } },
+          listChanged: {
+            tools: {
+              debounceMs: 0,
+              onChanged: (_err, tools) => {
+                seen.push((tools ?? []).map((t) => t.name));
+                if (tools?.some((t) => t.name === 'late__tool')) heard();
+              },
+            },
+          },
+        },
+      );
+      if (wire === 'stdio') {
+        await client.connect(
+          new StdioClientTransport({
+            command: process.execPath,
+            args: [SERVER],
+            env: { ...process.env, FORGE_HOME: dirs.home, FORGE_PROJECT: dirs.project, FORGE_WATCH: '1' } as Record<string, string>,
+            stderr: 'pipe',
+          }),
+        );
+      } else {
+        const server = await serveHttp(forge);
+        onTestFinished(() => server.close());
+        await client.connect(new StreamableHTTPClientTransport(new URL(server.url)));
+      }
+      onTestFinished(() => client.close());
+      await client.listTools();
+      // Forged through the engine, not this client: only the listen stream can tell it.
+      const made = await forge.forgeTool(py('late.tool', 'print(json.dumps({"ok": True, "data": 1}))'));
+      expect(made.ok).toBe(true);
+      await Promise.race([
+        changed,
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`no list change: ${JSON.stringify(seen)}`)), 10_000)),
+      ]);
+    });
+  }
+});

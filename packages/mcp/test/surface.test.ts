@@ -1,37 +1,69 @@
 // The surface beyond tools — prompts, completions, resources (tool specs, runs, artifacts, the
-// audit tail), files and images in results, annotations, events — on both eras: the 2025 era
-// with the SDK v1 client (in process), the 2026-07-28 era with the v2 client over HTTP.
-import { LOG_LEVEL_META_KEY, Client as ModernClient, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import type { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
-import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+// audit tail), files and images in results, annotations, events — on both eras over both
+// transports: the 2025 era with the SDK v1 client, the 2026-07-28 era with the v2 client, each over
+// stdio (a real child process) and Streamable HTTP.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { LOG_LEVEL_META_KEY, Client as ModernClient, StreamableHTTPClientTransport as ModernHttp } from '@modelcontextprotocol/client';
+import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
+import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport as LegacyStdio } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport as LegacyHttp } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LoggingMessageNotificationSchema, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { serveHttp } from '../src/index.js';
-import { connect, envelopeOf, newForge, py } from './helpers.js';
+import { envelopeOf, newForge, PACKAGE_DIR, py, tempDirs } from './helpers.js';
 
 type AnyClient = LegacyClient | ModernClient;
 type Era = 'legacy' | 'modern';
+type Wire = 'stdio' | 'http';
+const FIXTURE = join(PACKAGE_DIR, 'test/fixtures/stdio-server.mjs');
 
-/** A client of `era` on a fresh Forge, with a way to forge tools. */
-async function open(era: Era, persona = 'alice'): Promise<{ client: AnyClient; forge: Awaited<ReturnType<typeof newForge>> }> {
-  const forge = await newForge();
-  if (era === 'legacy') return { client: (await connect(forge, { persona })).client, forge };
-  const token = `${persona}-token-0123456789`;
-  const server = await serveHttp(forge, { tokens: { [token]: { persona } } });
-  onTestFinished(() => server.close());
-  const client = new ModernClient({ name: 'surface', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
-  await client.connect(
-    new StreamableHTTPClientTransport(new URL(server.url), { requestInit: { headers: { authorization: `Bearer ${token}` } } }),
-  );
+/**
+ * A client of `era` over `wire` as persona `alice`, and a Forge over the same home and project
+ * (the server's own over HTTP; over stdio a second engine on the same files, for reads as another
+ * persona).
+ */
+async function open(era: Era, wire: Wire): Promise<{ client: AnyClient; forge: Awaited<ReturnType<typeof newForge>> }> {
+  const dirs = tempDirs();
+  const forge = await newForge(dirs);
+  const info = { name: 'surface', version: '1.0.0' };
+  const client =
+    era === 'legacy' ? new LegacyClient(info) : new ModernClient(info, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  if (wire === 'stdio') {
+    if (!existsSync(join(PACKAGE_DIR, 'dist/index.js')))
+      throw new Error('run `pnpm build` in packages/mcp first: the stdio server runs the build');
+    const params = {
+      command: process.execPath,
+      args: [FIXTURE],
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', FORGE_HOME: dirs.home, FORGE_PROJECT: dirs.project, FORGE_PERSONA: 'alice' },
+      stderr: 'pipe' as const,
+    };
+    await (client as LegacyClient).connect(era === 'legacy' ? new LegacyStdio(params) : (new ModernStdio(params) as never));
+  } else {
+    const token = 'alice-token-0123456789';
+    const server = await serveHttp(forge, { tokens: { [token]: { persona: 'alice' } } });
+    onTestFinished(() => server.close());
+    const opts = { requestInit: { headers: { authorization: `Bearer ${token}` } } };
+    await (client as LegacyClient).connect(
+      era === 'legacy' ? new LegacyHttp(new URL(server.url), opts) : (new ModernHttp(new URL(server.url), opts) as never),
+    );
+  }
   onTestFinished(() => client.close());
   return { client, forge };
 }
 
 const PNG_1x1 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
 
-for (const era of ['legacy', 'modern'] as const) {
-  describe(`${era} era`, () => {
+for (const [era, wire] of [
+  ['legacy', 'stdio'],
+  ['legacy', 'http'],
+  ['modern', 'stdio'],
+  ['modern', 'http'],
+] as const) {
+  describe(`${era} era over ${wire}`, () => {
     it('prompts: the guide and the spec drafter; completions for runtimes, scopes and tool names', async () => {
-      const { client } = await open(era);
+      const { client } = await open(era, wire);
       const prompts = (await client.listPrompts()).prompts.map((p) => p.name);
       expect(prompts).toEqual(['forge_guide', 'forge_draft_tool']);
       const guide = await client.getPrompt({ name: 'forge_guide' });
@@ -68,7 +100,7 @@ for (const era of ['legacy', 'modern'] as const) {
     });
 
     it('resources: tool specs (both name forms), templates, the verified audit tail; unknown URIs are named', async () => {
-      const { client } = await open(era);
+      const { client } = await open(era, wire);
       const r = await client.callTool({ name: 'forge_tool', arguments: py('code.spec_me', 'print(json.dumps({"ok": True, "data": 1}))') });
       expect(envelopeOf(r).ok).toBe(true);
       const list = (await client.listResources()).resources.map((x) => x.uri);
@@ -89,7 +121,7 @@ for (const era of ['legacy', 'modern'] as const) {
     });
 
     it('files: meta.files come back as resource links, images inline; the run and its artifacts read back; another persona cannot', async () => {
-      const { client, forge } = await open(era);
+      const { client, forge } = await open(era, wire);
       const impl = [
         'import base64, json, os, sys',
         'json.load(sys.stdin)',
@@ -130,7 +162,7 @@ for (const era of ['legacy', 'modern'] as const) {
     });
 
     it('annotations: derived from the sandbox, an override only ever less safe', async () => {
-      const { client } = await open(era);
+      const { client } = await open(era, wire);
       const ok = 'print(json.dumps({"ok": True, "data": 1}))';
       await client.callTool({ name: 'forge_tool', arguments: py('pure', ok, { meta: { deterministic: true } }) });
       await client.callTool({
@@ -152,7 +184,7 @@ for (const era of ['legacy', 'modern'] as const) {
     });
 
     it('events: progress for a caller that sent a progressToken, log lines at their level', async () => {
-      const { client } = await open(era);
+      const { client } = await open(era, wire);
       const impl = [
         'import json, os, sys, time',
         'json.load(sys.stdin)',
@@ -194,3 +226,27 @@ for (const era of ['legacy', 'modern'] as const) {
     });
   });
 }
+
+describe('2025 era: resource subscriptions', () => {
+  it('a subscribed tool spec is reported updated when the tool changes; an unsubscribed one is not', async () => {
+    const { client } = await open('legacy', 'http');
+    const legacy = client as LegacyClient;
+    const ok = 'print(json.dumps({"ok": True, "data": 1}))';
+    for (const n of ['watched', 'other']) await legacy.callTool({ name: 'forge_tool', arguments: py(n, ok) });
+    const updated: string[] = [];
+    legacy.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+      updated.push(n.params.uri);
+    });
+    await legacy.subscribeResource({ uri: 'forge://tools/watched' });
+    await legacy.callTool({ name: 'forge_tool', arguments: { ...py('watched', ok), description: 'changed', overwrite: true } });
+    for (let i = 0; i < 50 && updated.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(updated).toContain('forge://tools/watched');
+    expect(updated).not.toContain('forge://tools/other');
+    // A change to another tool does not report the watched one.
+    updated.length = 0;
+    await legacy.callTool({ name: 'forge_tool', arguments: { ...py('other', ok), description: 'changed too', overwrite: true } });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(updated).toEqual([]);
+    await legacy.unsubscribeResource({ uri: 'forge://tools/watched' });
+  });
+});

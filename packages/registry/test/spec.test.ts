@@ -41,7 +41,9 @@ describe('validateSpec', () => {
   it('accepts MCP annotation overrides in meta.annotations, and only their known hints', () => {
     const hints = { title: 'Plot', readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true };
     expect(validateSpec(spec({ meta: { annotations: hints } })).ok).toBe(true);
-    expect(problems(spec({ meta: { annotations: { readOnly: true } as never } })).problems.map((p) => p.path)).toEqual(['meta/annotations']);
+    expect(problems(spec({ meta: { annotations: { readOnly: true } as never } })).problems.map((p) => p.path)).toEqual([
+      'meta/annotations',
+    ]);
     expect(problems(spec({ meta: { annotations: { openWorldHint: 'no' } as never } })).problems.map((p) => p.path)).toEqual([
       'meta/annotations/openWorldHint',
     ]);
