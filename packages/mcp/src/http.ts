@@ -8,6 +8,7 @@ import { ForgeMcpError } from './errors.js';
 import { SessionEventStore } from './eventStore.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
+import { headerDeclarations, paramHeaderProblem } from './paramHeaders.js';
 import type { ToolView } from './schema.js';
 import { buildServer } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
@@ -225,6 +226,25 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     s.dispose();
   };
 
+  /** For a 2026 tools/call: how its `Mcp-Param-*` headers disagree with its arguments, if they do. */
+  const paramHeaders = async (body: unknown, principal: string, ctx: CallContext, req: IncomingMessage) => {
+    const m = body as { method?: unknown; params?: { name?: unknown; arguments?: unknown } } | null;
+    if (m?.method !== 'tools/call' || typeof m.params?.name !== 'string') return undefined;
+    const name = m.params.name;
+    const views = listings.of(principal, ctx).get();
+    let schema: unknown = views && (views.get(name) ?? [...views.values()].find((v) => v.record.name === name))?.record.input_schema;
+    if (schema === undefined) {
+      const listed = await forge.listTools(ctx);
+      schema = listed.find((l) => l.tool.name === name || l.wireName === name)?.tool.input_schema;
+    }
+    const declared = headerDeclarations(schema);
+    if (declared.length === 0) return undefined;
+    return paramHeaderProblem(declared, m.params.arguments, (h) => {
+      const v = req.headers[h];
+      return Array.isArray(v) ? v.join(', ') : v;
+    });
+  };
+
   const naming = { ...(options.name ? { name: options.name } : {}), ...(options.version ? { version: options.version } : {}) };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -267,6 +287,21 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
         },
       };
       (req as IncomingMessage & { auth?: AuthInfo }).auth = authInfo;
+      const mismatch = await paramHeaders(body, caller.principal, caller.ctx, req);
+      if (mismatch) {
+        res.writeHead(400, { 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            jsonrpc: '2.0',
+            id: requestId(body),
+            error: {
+              code: -32020,
+              message: `Bad Request: the request headers and body disagree: ${mismatch.message}`,
+              data: { header: mismatch.header },
+            },
+          }),
+        );
+        return;
+      }
       posting.add(res);
       res.once('close', () => posting.delete(res));
       await modernNode(req, res, body);

@@ -6,6 +6,7 @@
  */
 import { type AnnotatedSpec, type SandboxFacts, toolAnnotations, wireName } from '@forge/runner';
 import type { Tool } from '@modelcontextprotocol/server';
+import { X_MCP_HEADER } from './paramHeaders.js';
 
 /** The parts of a stored tool this module reads (a `StoredTool` of @forge/registry). */
 export interface ToolRecord {
@@ -63,6 +64,11 @@ export function stripAnnotations(schema: unknown): { schema: unknown; binds: Bin
     if (s === null || typeof s !== 'object' || Array.isArray(s) || depth > MAX_DEPTH) return s;
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(s)) {
+      // x-mcp-header is meant for clients (SEP-2243 parameter headers): kept where it may stand.
+      if (k === X_MCP_HEADER && typeof v === 'string') {
+        out[k] = v;
+        continue;
+      }
       if (k.startsWith('x-')) {
         if (k === 'x-bind' && (v === 'ro' || v === 'rw') && !binds.some((b) => b.path === at && b.mode === v))
           binds.push({ path: at || '(the input)', mode: v });

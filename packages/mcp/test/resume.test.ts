@@ -123,4 +123,60 @@ describe('2026 era: caching hints and standard headers', () => {
       extensions: { 'io.modelcontextprotocol/tasks': {} },
     });
   });
+
+  it('Mcp-Param-* headers of x-mcp-header inputs are checked against the body (-32020); the keyword stays in tools/list', async () => {
+    const forge = await newForge();
+    const made = await forge.forgeTool(
+      py('geo.lookup', 'print(json.dumps({"ok": True, "data": args}))', {
+        input_schema: {
+          type: 'object',
+          properties: { region: { type: 'string', 'x-mcp-header': 'Region' }, n: { type: 'integer', 'x-mcp-header': 'N' } },
+        },
+      }),
+    );
+    expect(made.ok, JSON.stringify(made)).toBe(true);
+    const server = await serveHttp(forge);
+    onTestFinished(() => server.close());
+    const call = (args: Record<string, unknown>, headers: Record<string, string>) =>
+      fetch(server.url, {
+        method: 'POST',
+        headers: { ...JSON_SSE, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'geo__lookup', ...headers },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 7,
+          method: 'tools/call',
+          params: { name: 'geo__lookup', arguments: args, _meta: envelope },
+        }),
+      });
+    const listed = (await (
+      await fetch(server.url, {
+        method: 'POST',
+        headers: { ...JSON_SSE, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/list' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: envelope } }),
+      })
+    ).json()) as { result: { tools: { name: string; inputSchema: { properties?: Record<string, Record<string, unknown>> } }[] } };
+    const tool = listed.result.tools.find((t) => t.name === 'geo__lookup');
+    expect(tool?.inputSchema.properties?.region).toEqual({ type: 'string', 'x-mcp-header': 'Region' });
+
+    const good = await call({ region: 'eu-west', n: 3 }, { 'mcp-param-region': 'eu-west', 'mcp-param-n': '3' });
+    expect(good.status).toBe(200);
+    const b64 = await call({ region: 'süd' }, { 'mcp-param-region': `=?base64?${Buffer.from('süd').toString('base64')}?=` });
+    expect(b64.status).toBe(200);
+    await b64.text();
+    for (const [args, headers] of [
+      [{ region: 'eu-west' }, { 'mcp-param-region': 'us-east' }],
+      [{ region: 'eu-west' }, {}],
+      [{ n: 3 }, { 'mcp-param-n': '4' }],
+      [{ region: 'x' }, { 'mcp-param-region': '=?base64?not base64?=' }],
+    ] as const) {
+      const r = await call(args, headers);
+      expect(r.status, JSON.stringify([args, headers])).toBe(400);
+      expect(((await r.json()) as { error: { code: number; message: string } }).error).toMatchObject({
+        code: -32020,
+        message: expect.stringMatching(/Mcp-Param-/),
+      });
+    }
+    // A value the body does not carry needs no header.
+    expect((await call({}, {})).status).toBe(200);
+  });
 });
