@@ -418,16 +418,20 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
 }
 
 /**
- * The era of a parsed POST body when it shows it at once: `false` (2026) for a request carrying the
- * 2026 envelope's protocol version or `server/discover`, `true` (2025) for `initialize`; undefined
- * when the SDK's classification must decide (it then sees the whole request).
+ * Whether a parsed POST body is of the 2025 era when it shows it at once: `false` for a request
+ * carrying the 2026 envelope's protocol version (the 2026 entry judges it, a removed method
+ * `initialize` included) or `server/discover`, `true` for an `initialize` without it; undefined when the SDK's
+ * classification must decide (it then sees the whole request, envelope and headers).
  */
 function legacyBody(body: unknown): boolean | undefined {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return undefined;
   const m = body as { method?: unknown; params?: { _meta?: Record<string, unknown> } };
-  if (m.method === 'initialize') return true;
+  // The envelope wins: a 2026 request for a method the era removed (initialize) is answered as 2026.
   const version = m.params?._meta?.['io.modelcontextprotocol/protocolVersion'];
-  if (m.method === 'server/discover' || (typeof version === 'string' && version >= '2026-07-28')) return false;
+  if (typeof version === 'string') return false;
+  if (version !== undefined) return undefined;
+  if (m.method === 'initialize') return true;
+  if (m.method === 'server/discover') return false;
   return undefined;
 }
 
