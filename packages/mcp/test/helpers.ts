@@ -14,6 +14,15 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const PACKAGE_DIR = resolve(here, '..');
 const EXAMPLES = resolve(here, '../../../examples/index.mjs');
 
+/** What the server declares to a 2025-era client (the 2026 era adds the tasks extension). */
+export const CAPABILITIES = {
+  tools: { listChanged: true },
+  resources: { subscribe: true, listChanged: true },
+  prompts: { listChanged: false },
+  completions: {},
+  logging: {},
+};
+
 /** A tool spec as these tests write it. */
 export type Spec = {
   name: string;

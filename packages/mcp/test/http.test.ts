@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type ServeHttpOptions, serveHttp } from '../src/index.js';
-import { call, example, forgeOk, listChanges, newForge, py } from './helpers.js';
+import { CAPABILITIES, call, example, forgeOk, listChanges, newForge, py } from './helpers.js';
 
 const INIT = {
   jsonrpc: '2.0',
@@ -62,13 +62,7 @@ describe('Streamable HTTP transport', () => {
     const { server } = await serve();
     expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
     const { client, changes, transport } = await httpClient(server.url);
-    expect(client.getServerCapabilities()).toEqual({
-      tools: { listChanged: true },
-      resources: { subscribe: true, listChanged: true },
-      prompts: { listChanged: false },
-      completions: {},
-      logging: {},
-    });
+    expect(client.getServerCapabilities()).toEqual(CAPABILITIES);
     expect(transport.sessionId).toEqual(expect.any(String));
     expect(server.sessions()).toEqual([transport.sessionId]);
     expect((await client.listTools()).tools).toHaveLength(5);

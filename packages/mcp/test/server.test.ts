@@ -5,7 +5,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createForgeMcpServer, META_TOOL_DEFINITIONS } from '../src/index.js';
-import { call, connect, envelopeOf, example, forgeOk, listChanges, newForge, py, tempDirs } from './helpers.js';
+import { CAPABILITIES, call, connect, envelopeOf, example, forgeOk, listChanges, newForge, py, tempDirs } from './helpers.js';
 
 const META = ['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'];
 
@@ -13,13 +13,7 @@ describe('handshake and tools/list', () => {
   it('declares tools.listChanged and lists the five meta-tools with schemas and annotations', async () => {
     const forge = await newForge();
     const { client } = await connect(forge);
-    expect(client.getServerCapabilities()).toEqual({
-      tools: { listChanged: true },
-      resources: { subscribe: true, listChanged: true },
-      prompts: { listChanged: false },
-      completions: {},
-      logging: {},
-    });
+    expect(client.getServerCapabilities()).toEqual(CAPABILITIES);
     expect(client.getServerVersion()).toMatchObject({ name: 'forge', version: expect.any(String) });
     expect(client.getInstructions()).toContain('forge_tool');
     const { tools } = await client.listTools();
@@ -398,13 +392,7 @@ describe('an engine still opening', () => {
 
   it('answers initialize at once; tools/list and calls wait for the engine, then work as usual', async () => {
     const { client, changes, open } = await connectOpening();
-    expect(client.getServerCapabilities()).toEqual({
-      tools: { listChanged: true },
-      resources: { subscribe: true, listChanged: true },
-      prompts: { listChanged: false },
-      completions: {},
-      logging: {},
-    });
+    expect(client.getServerCapabilities()).toEqual(CAPABILITIES);
     let listed = false;
     const listing = client.listTools().then((r) => {
       listed = true;

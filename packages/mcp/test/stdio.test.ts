@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { call, example, forgeOk, listChanges, PACKAGE_DIR, py, requireSandbox, tempDirs } from './helpers.js';
+import { CAPABILITIES, call, example, forgeOk, listChanges, PACKAGE_DIR, py, requireSandbox, tempDirs } from './helpers.js';
 
 const FIXTURE = join(PACKAGE_DIR, 'test/fixtures/stdio-server.mjs');
 
@@ -33,13 +33,7 @@ async function spawnServer(dirs: { home: string; project: string }, env: Record<
 describe('stdio transport (a real child process)', () => {
   it('handshake, forge → list_changed → list → call, forge_call', async () => {
     const { client, changes } = await spawnServer(tempDirs());
-    expect(client.getServerCapabilities()).toEqual({
-      tools: { listChanged: true },
-      resources: { subscribe: true, listChanged: true },
-      prompts: { listChanged: false },
-      completions: {},
-      logging: {},
-    });
+    expect(client.getServerCapabilities()).toEqual(CAPABILITIES);
     expect((await client.listTools()).tools).toHaveLength(5);
     const changed = changes.next();
     await forgeOk(client, await example('fib'));
