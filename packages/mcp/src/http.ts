@@ -278,16 +278,17 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       !(typeof req.headers['mcp-session-id'] === 'string') &&
       !(legacyBody(body) ?? (await isLegacyRequest(await toWebRequest(req, body))))
     ) {
+      const modernCtx: CallContext = { ...caller.ctx, session: modernSession(caller.principal) };
       const authInfo: AuthInfo = {
         token: '',
         clientId: caller.principal,
         scopes: [],
         extra: {
-          forge: { ctx: { ...caller.ctx, session: modernSession(caller.principal) }, principal: caller.principal } satisfies ModernCaller,
+          forge: { ctx: modernCtx, principal: caller.principal } satisfies ModernCaller,
         },
       };
       (req as IncomingMessage & { auth?: AuthInfo }).auth = authInfo;
-      const mismatch = await paramHeaders(body, caller.principal, caller.ctx, req);
+      const mismatch = await paramHeaders(body, caller.principal, modernCtx, req);
       if (mismatch) {
         res.writeHead(400, { 'content-type': 'application/json' }).end(
           JSON.stringify({

@@ -178,5 +178,39 @@ describe('2026 era: caching hints and standard headers', () => {
     }
     // A value the body does not carry needs no header.
     expect((await call({}, {})).status).toBe(200);
+
+    // A tool of the caller's own session scope (the 2026 session is the credential's) is checked too.
+    const forged = await fetch(server.url, {
+      method: 'POST',
+      headers: { ...JSON_SSE, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'forge_tool' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 8,
+        method: 'tools/call',
+        params: {
+          name: 'forge_tool',
+          arguments: {
+            ...py('mine', 'print(json.dumps({"ok": True, "data": args}))', {
+              input_schema: { type: 'object', properties: { zone: { type: 'string', 'x-mcp-header': 'Zone' } } },
+            }),
+            scope: 'session',
+          },
+          _meta: envelope,
+        },
+      }),
+    });
+    expect(forged.status).toBe(200);
+    expect(await forged.text()).toContain('\\"ok\\":true');
+    const wrong = await fetch(server.url, {
+      method: 'POST',
+      headers: { ...JSON_SSE, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'mine', 'mcp-param-zone': 'b' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 9,
+        method: 'tools/call',
+        params: { name: 'mine', arguments: { zone: 'a' }, _meta: envelope },
+      }),
+    });
+    expect(wrong.status).toBe(400);
   });
 });
