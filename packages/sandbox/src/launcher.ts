@@ -1,6 +1,7 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { acquireRunCgroup, type CgroupLimits, type PidsCgroups, type RunCgroup, releaseRunCgroup, setRunLimits } from './cgroup.js';
+import { shellFor } from './shell.js';
 
 /**
  * The launcher is a /bin/sh that sets the run's rlimits (its `ulimit` builtin is setrlimit, as
@@ -195,7 +196,8 @@ export function launch(spec: LaunchSpec): Launched | undefined {
     'pipe',
     ...spec.bindFds,
   ];
-  const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
+  // The steps name descriptors up to the one below bwrap's arguments.
+  const child = spawn(shellFor(spec.argsFd - 1), ['-c', script, 'sandbox-launcher'], {
     stdio: withPipeAt([...fixed, ...spec.cover(fixed.length)], spec.argsFd),
     detached: true, // its own process group: the wall-clock kill reaches everything
     env: {},

@@ -36,6 +36,7 @@ import {
   streams,
   withPipeAt,
 } from './launcher.js';
+import { shellFor } from './shell.js';
 import { processTempDir } from './tmp.js';
 
 /**
@@ -246,7 +247,7 @@ function build(pool: Pool): boolean {
   // the descriptor mounts' sources from BIND_FD (opened by `opens`), then bwrap's arguments.
   const argsFd = argsFdFor(BIND_FD + opens.length);
   const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...INNER_COMMAND])}`;
-  const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], {
+  const child = spawn(shellFor(argsFd - 1), ['-c', script, 'sandbox-launcher'], {
     stdio: withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)], argsFd),
     detached: true, // its own process group, as every launcher
     env: {},

@@ -1,6 +1,7 @@
 import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SandboxIdentity } from './probe.js';
+import { shellFor } from './shell.js';
 import { processTempDir } from './tmp.js';
 
 export { reachable } from './tmp.js';
@@ -97,7 +98,7 @@ export function stage(requests: readonly StageRequest[], id: SandboxIdentity): S
       '--propagation',
       'private',
       '--',
-      '/bin/sh',
+      shellFor(Math.max(0, ...requests.map((r) => r.closeFd ?? 0))),
       '-c',
       `${[...binds, ...closes].join(' && ')} && shift ${args.length} && exec "$@"`,
       'stage',
