@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Prints one closing line with the test counts of every package (from the JSON reports vitest
+// Prints one closing line with the test counts of every package and of the README examples (from the JSON reports vitest
 // writes in CI): "tests: N passed, N failed". Exits 1 when a report is missing or counts a failure.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -26,6 +26,16 @@ for (const group of ['packages', 'apps']) {
     passed += r.numPassedTests;
     failed += r.numFailedTests;
   }
+}
+// The README examples (scripts/test), run by scripts/test.sh after the packages' tests.
+const examples = join(root, 'scripts', 'test', 'test-results.json');
+if (existsSync(examples)) {
+  const r = JSON.parse(readFileSync(examples, 'utf8'));
+  passed += r.numPassedTests;
+  failed += r.numFailedTests;
+} else {
+  console.error(`no test report from the README examples (expected ${examples})`);
+  missing++;
 }
 console.log(`tests: ${passed} passed, ${failed} failed`);
 process.exit(failed > 0 || missing > 0 || passed === 0 ? 1 : 0);
