@@ -46,11 +46,11 @@ export function startTask(
       release();
     }
   });
-  if (!created) {
+  if ('refused' in created) {
     release();
     throw new ProtocolError(
       ProtocolErrorCode.InternalError,
-      `too many tasks: this caller already holds the most forge keeps (ended tasks are kept an hour); wait for some to expire, or call ${name} without the ${TASKS_EXTENSION} extension`,
+      `too many tasks: ${created.refused}; or call ${name} without the ${TASKS_EXTENSION} extension`,
     );
   }
   return { resultType: 'task', ...created } as unknown as CallToolResult;

@@ -17,6 +17,8 @@ export const TASK_TTL_MS = 60 * 60 * 1000;
 export const TASK_POLL_MS = 500;
 /** Most tasks one caller may hold (running or ended, within their TTL). */
 export const MAX_TASKS_PER_CALLER = 256;
+/** Most of them running at once: each holds a sandbox after its request ended. */
+export const MAX_RUNNING_TASKS_PER_CALLER = 16;
 
 export type TaskStatus = 'working' | 'completed' | 'failed' | 'cancelled';
 
@@ -49,22 +51,40 @@ export interface TaskView {
 export class TaskStore {
   readonly #tasks = new Map<string, TaskRecord>();
   readonly #now: () => number;
+  readonly #maxRunning: number;
+  readonly #maxHeld: number;
 
-  constructor(options: { now?: () => number } = {}) {
+  constructor(options: { now?: () => number; maxRunning?: number; maxHeld?: number } = {}) {
     this.#now = options.now ?? Date.now;
+    this.#maxRunning = options.maxRunning ?? MAX_RUNNING_TASKS_PER_CALLER;
+    this.#maxHeld = options.maxHeld ?? MAX_TASKS_PER_CALLER;
   }
 
   /**
    * Starts `run` as a task of `owner`: resolves once the task is readable (the caller answers the
    * `CreateTaskResult` after that). `run` gets the signal `tasks/cancel` aborts, and a way to say
    * how far it got; what it resolves to is the task's result, what it throws its protocol error.
-   * Undefined when `owner` already holds {@link MAX_TASKS_PER_CALLER} tasks.
+   * Why not, instead, when `owner` already holds {@link MAX_TASKS_PER_CALLER} tasks or runs
+   * {@link MAX_RUNNING_TASKS_PER_CALLER} of them.
    */
-  create(owner: string, run: (signal: AbortSignal, status: (message: string) => void) => Promise<CallToolResult>): TaskView | undefined {
+  create(
+    owner: string,
+    run: (signal: AbortSignal, status: (message: string) => void) => Promise<CallToolResult>,
+  ): TaskView | { refused: string } {
     this.#sweep();
     let held = 0;
-    for (const t of this.#tasks.values()) if (t.owner === owner) held++;
-    if (held >= MAX_TASKS_PER_CALLER) return undefined;
+    let running = 0;
+    for (const t of this.#tasks.values())
+      if (t.owner === owner) {
+        held++;
+        if (t.status === 'working') running++;
+      }
+    if (running >= this.#maxRunning)
+      return { refused: `this caller already runs ${running} tasks, the most at once; wait for one to end or cancel one (tasks/cancel)` };
+    if (held >= this.#maxHeld)
+      return {
+        refused: `this caller already holds ${held} tasks, the most forge keeps (ended ones are kept an hour); wait for some to expire`,
+      };
     const at = new Date(this.#now()).toISOString();
     const task: TaskRecord = {
       taskId: `task-${randomBytes(16).toString('hex')}`,
