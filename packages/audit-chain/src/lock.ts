@@ -324,18 +324,26 @@ export class DirLock {
     if (owner ? !ownerIsDead(owner) && !stale : !stale) return false;
     const victim = owner?.token ?? `unknown-${Math.floor(mtimeMs)}`;
     const marker = `${this.path}.break-${victim}`;
+    // The marker appears with its owner record in place (staged, then renamed: a rename onto an
+    // existing marker fails), so a breaker killed at any point never leaves a marker that names
+    // no one, which no waiter could prove dead and which would stall every waiter for the stale
+    // period. What a killed breaker leaves is a staging directory, swept like any other.
+    const token = randomBytes(12).toString('hex');
+    const staging = `${this.path}.${token}.tmp`;
     try {
-      await mkdir(marker);
-    } catch {
-      return false; // another waiter is breaking (or broke) this holder
-    }
-    try {
-      // Who is breaking: a marker whose breaker died before finishing can then be swept.
-      await writeFile(join(marker, 'owner'), `${JSON.stringify({ ...identity(), token: victim, time: new Date().toISOString() })}\n`, {
+      await mkdir(staging, { mode: 0o700 });
+      await writeFile(join(staging, 'owner'), `${JSON.stringify({ ...identity(), token, time: new Date().toISOString() })}\n`, {
         mode: 0o600,
       });
     } catch {
-      return true; // swept meanwhile (its victim is gone): look again
+      await rm(staging, { recursive: true, force: true }).catch(() => {});
+      return false;
+    }
+    try {
+      await rename(staging, marker);
+    } catch {
+      await rm(staging, { recursive: true, force: true }).catch(() => {});
+      return false; // another waiter is breaking (or broke) this holder
     }
     const again = await this.readOwner();
     if ((again?.token ?? `unknown-${Math.floor(mtimeMs)}`) === victim) {
