@@ -9,8 +9,8 @@ import { SessionEventStore } from './eventStore.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
 import { headerDeclarations, paramHeaderProblem } from './paramHeaders.js';
-import type { ToolView } from './schema.js';
-import { buildServer } from './server.js';
+import { findView, type ToolView } from './schema.js';
+import { buildServer, listViews } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
 import { TaskStore } from './tasks.js';
 
@@ -231,13 +231,14 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     const m = body as { method?: unknown; params?: { name?: unknown; arguments?: unknown } } | null;
     if (m?.method !== 'tools/call' || typeof m.params?.name !== 'string') return undefined;
     const name = m.params.name;
-    const views = listings.of(principal, ctx).get();
-    let schema: unknown = views && (views.get(name) ?? [...views.values()].find((v) => v.record.name === name))?.record.input_schema;
-    if (schema === undefined) {
-      const listed = await forge.listTools(ctx);
-      schema = listed.find((l) => l.tool.name === name || l.wireName === name)?.tool.input_schema;
+    // The caller's listing, shared with the instance that then serves the call (listed once).
+    const listing = listings.of(principal, ctx);
+    let views = listing.get();
+    if (!views) {
+      views = (await listViews(forge, ctx)).views;
+      listing.set(views);
     }
-    const declared = headerDeclarations(schema);
+    const declared = headerDeclarations(findView(views, name)?.record.input_schema);
     if (declared.length === 0) return undefined;
     return paramHeaderProblem(declared, m.params.arguments, (h) => {
       const v = req.headers[h];

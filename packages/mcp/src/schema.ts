@@ -147,6 +147,14 @@ export function toolView(record: ToolRecord, facts: SandboxFacts = { network: tr
   return view;
 }
 
+/** The view of the tool `name` names in `views` (keyed by wire name), in either form. */
+export function findView(views: ReadonlyMap<string, ToolView>, name: string): ToolView | undefined {
+  const hit = views.get(name);
+  if (hit) return hit;
+  for (const v of views.values()) if (v.record.name === name) return v;
+  return undefined;
+}
+
 function describe(record: ToolRecord, binds: BindAt[]): string {
   const parts = [record.description.trim()];
   if (binds.length > 0) {

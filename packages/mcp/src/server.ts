@@ -15,7 +15,7 @@ import {
 import packageJson from '../package.json' with { type: 'json' };
 import { Inflight } from './inflight.js';
 import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
-import { type ToolRecord, type ToolView, toolView } from './schema.js';
+import { findView, type ToolRecord, type ToolView, toolView } from './schema.js';
 import { addSurface } from './surface.js';
 import { addTaskHandlers, startTask } from './taskCalls.js';
 import { declaresTasks, TASKS_EXTENSION, type TaskStore } from './tasks.js';
@@ -90,6 +90,25 @@ class ForgeServer extends Server {
   }
 }
 
+/**
+ * The forged tools `ctx` sees, by wire name, and a signature of that set (it changes when a tool
+ * comes, goes or changes, or the caller's network grant does).
+ */
+export async function listViews(forge: Forge, ctx: CallContext): Promise<{ views: Map<string, ToolView>; signature: string }> {
+  const listed = await forge.listTools(ctx);
+  const facts = forge.sandboxFacts(ctx);
+  const views = new Map<string, ToolView>();
+  let signature = facts.network ? 'net\n' : '';
+  for (const l of listed) {
+    // A tool whose wire name another one shares is not listed (forge_call reaches it by its forge name).
+    if (isMetaTool(l.tool.name) || l.wireConflict !== undefined) continue;
+    const view = toolView(l.tool as ToolRecord, facts);
+    views.set(view.tool.name, view);
+    signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
+  }
+  return { views, signature };
+}
+
 /** A server built for a transport: the Server, and how to detach it from the Forge. */
 export interface BuiltServer {
   server: Server;
@@ -161,18 +180,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   let previous: Map<string, ToolView> | undefined;
   let seen: string | undefined;
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
-    const f = await ready();
-    const listed = await f.listTools(ctx);
-    const facts = f.sandboxFacts(ctx);
-    const views = new Map<string, ToolView>();
-    let signature = facts.network ? 'net\n' : '';
-    for (const l of listed) {
-      // A tool whose wire name another one shares is not listed (forge_call reaches it by its forge name).
-      if (isMetaTool(l.tool.name) || l.wireConflict !== undefined) continue;
-      const view = toolView(l.tool as ToolRecord, facts);
-      views.set(view.tool.name, view);
-      signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
-    }
+    const { views, signature } = await listViews(await ready(), ctx);
     visible = views;
     previous = latest;
     latest = views;
@@ -181,9 +189,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   };
   /** The view of the tool `name` names, in either form (wire or forge name). */
   const viewOf = async (name: string): Promise<ToolView | undefined> => {
-    const find = (views: Map<string, ToolView>) => views.get(name) ?? [...views.values()].find((v) => v.record.name === name);
     const known = visible ?? options.views?.get();
-    return (known && find(known)) ?? find((await refresh()).views);
+    return (known && findView(known, name)) ?? findView((await refresh()).views, name);
   };
 
   // Coalesces bursts of changes: one listing at a time, one more if changes came in meanwhile.
@@ -217,10 +224,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
         for (const uri of surface.subscribed()) {
           if (!uri.startsWith('forge://tools/')) continue;
           const name = decodeURIComponent(uri.slice('forge://tools/'.length));
-          const pick = (m: Map<string, ToolView> | undefined) =>
-            m && (m.get(name) ?? [...m.values()].find((v) => v.record.name === name))?.record;
-          const was = pick(before);
-          const now = pick(views);
+          const was = before && findView(before, name)?.record;
+          const now = findView(views, name)?.record;
           if (was?.digest !== now?.digest || was?.version !== now?.version || was?.scope !== now?.scope)
             await server.sendResourceUpdated({ uri }).catch(() => {});
         }

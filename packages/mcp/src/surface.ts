@@ -14,7 +14,7 @@ import {
 } from '@modelcontextprotocol/server';
 import { completePromptArgument, getPrompt, PROMPTS, SCOPES } from './prompts.js';
 import { RUN_TEMPLATES, readRunResource } from './runResources.js';
-import type { ToolView } from './schema.js';
+import { findView, type ToolView } from './schema.js';
 
 /** What the surface needs of the server it is added to. */
 export interface SurfaceDeps {
@@ -91,7 +91,7 @@ export function addSurface(server: Server, deps: SurfaceDeps): { subscribed(): R
     if (uri.startsWith(TOOL_URI)) {
       const name = decodeURIComponent(uri.slice(TOOL_URI.length));
       const views = await deps.views();
-      const view = views.get(name) ?? [...views.values()].find((v) => v.record.name === name);
+      const view = findView(views, name);
       if (!view) throw new ResourceNotFoundError(uri, `no tool "${name}" that you can call (forge_list lists them)`);
       return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(view.record, null, 2) }] };
     }
