@@ -38,4 +38,5 @@ export {
   runIdProblem,
 } from './runIds.js';
 export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, type RunRecord } from './runs.js';
+export type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolOrigin, ToolSource } from './sources.js';
 export { type AnnotatedSpec, bindModes, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';

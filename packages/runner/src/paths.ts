@@ -44,6 +44,11 @@ export interface ForgePaths {
   runsDir: string;
   /** Content-addressed copies of tool implementations, mounted read-only into runs. */
   codeDir: string;
+  /** The gateway's upstream servers: `<home>/gateway.json` and `<project>/.forge/gateway.json`. */
+  userGateway: string;
+  workspaceGateway: string;
+  /** The gateway's own state (pins of approved upstream tools): `<home>/gateway/`. */
+  gatewayDir: string;
 }
 
 export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv = process.env): ForgePaths {
@@ -61,5 +66,8 @@ export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv
     cacheDir: join(home, 'cache'),
     runsDir: join(projectForge, 'runs'),
     codeDir: join(home, 'code'),
+    userGateway: join(home, 'gateway.json'),
+    workspaceGateway: join(projectForge, 'gateway.json'),
+    gatewayDir: join(home, 'gateway'),
   };
 }
