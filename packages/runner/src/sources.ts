@@ -90,6 +90,11 @@ export type SourceResult =
 export interface SourceHost {
   /** Appends one audit entry; resolves once it is durable, or to why it could not be written. */
   record(type: string, data: Record<string, unknown>): Promise<{ message: string } | undefined>;
+  /**
+   * The data of the last audit entry of `type` (read from the log, newest first), or undefined when
+   * the log holds none: how a source checks that its own state is the state the log last recorded.
+   */
+  lastAudited(type: string): Promise<Record<string, unknown> | undefined>;
   /** The forge home and project paths (state goes under `home`). */
   readonly home: string;
   readonly project: string;
