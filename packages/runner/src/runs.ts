@@ -1,8 +1,8 @@
 import { closeSync, createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { isOperator, type PolicySnapshot } from '@forge/policy';
+import type { Refusal } from './api.js';
 import { mimeTypeOf, type OpenProblem, openBeneath, openDirBeneath, readHead } from './artifactFiles.js';
-import type { Refusal } from './forge.js';
 import { type ArtifactInfo, listArtifacts } from './manifest.js';
 import { artifactPathProblem, artifactUri, manifestUri, runDirName, runIdProblem } from './runIds.js';
 

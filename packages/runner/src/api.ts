@@ -1,0 +1,169 @@
+import type { AuditLog } from '@forge/audit-chain';
+import type { ListedTool, Scope, StoredTool } from '@forge/registry';
+import type { Resolver, RuntimeTable } from '@forge/sandbox';
+import type { AuditTail } from './auditTail.js';
+import type { CacheLimits } from './cache.js';
+import type { Envelope } from './envelope.js';
+import type { ToolEvent } from './events.js';
+import type { ForgePaths } from './paths.js';
+import type { ArtifactContent, RunRecord } from './runs.js';
+import type { SourcedTool, ToolSource } from './sources.js';
+import type { SandboxFacts } from './toolHints.js';
+
+/** The public API of the engine: what `createForge` takes and returns. */
+
+/** The meta-tools an MCP server serves itself: never forged, always callable. */
+export const META_TOOLS = Object.freeze(['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'] as const);
+
+/** Who is asking: the persona and its ACL, and the session and task whose scopes apply. */
+export interface CallContext {
+  /** Default: `FORGE_PERSONA`, else `default`. */
+  persona?: string;
+  /** Default: `FORGE_SESSION_ID`, else one id per `createForge`. */
+  session?: string;
+  /** Default: `FORGE_TASK_ID`, else no task scope. */
+  task?: string;
+  /** `FORGE_ALLOWED_TOOLS` for this caller (comma list; unset: every tool). Default: the environment's. */
+  allowedTools?: string;
+  /** Aborting kills the call's sandbox. */
+  signal?: AbortSignal;
+  /**
+   * Called with each event the tool writes to descriptor 3 while it runs, as it arrives:
+   * validated, within the run's bounds, and redacted by its secret values. A cache hit (or a call
+   * answered by another caller's run of the same input) gets none. Exceptions are ignored.
+   */
+  onEvent?: (event: ToolEvent) => void;
+}
+
+export interface ForgeOptions {
+  /** Default: `$FORGE_HOME`, `$XDG_CONFIG_HOME/forge`, `~/.config/forge`. */
+  home?: string;
+  /** Default: the nearest ancestor of the working directory holding `.forge/` or `.git`. */
+  project?: string;
+  /** The policy files (defaults from the layout); `false` for the bundle defaults only. */
+  policy?: { userFile?: string; workspaceFile?: string; rulesFile?: string } | false;
+  /** Default: `FORGE_SECRET_VAULT`, else `<home>/secrets.json`. */
+  vaultPath?: string;
+  /** An open audit log to append to (not closed by `close()`); default: `<home>/audit/forge.log`. */
+  audit?: AuditLog;
+  /**
+   * An Ed25519 private key file (PEM, mode 0600) that signs the audit log's checkpoints when forge
+   * opens the log itself. Default: `FORGE_AUDIT_KEY`; neither: checkpoints are unsigned.
+   */
+  auditKey?: string;
+  /** Default: `resolveRuntimes()` from @forge/sandbox. */
+  runtimes?: RuntimeTable;
+  /** Deterministic-result cache limits, or `false` to turn it off. */
+  cache?: Partial<CacheLimits> | false;
+  /** Called when a call names no known tool (the toolsmith listens here later). */
+  onUnknownTool?: (name: string, ctx: Required<Pick<CallContext, 'persona' | 'session'>>) => void;
+  /** The environment read for FORGE_PERSONA, FORGE_ALLOWED_TOOLS, FORGE_SESSION_ID, FORGE_TASK_ID. */
+  env?: NodeJS.ProcessEnv;
+  /** Clock (ms since the epoch) for breakers, the cache and stamps. */
+  now?: () => number;
+  /** The bwrap to use (default: the one on PATH). */
+  bwrapPath?: string;
+  /**
+   * Keep sandboxes built ahead of time for the next calls (default true). A call without `x-bind`
+   * or network then starts in one that is already set up, which takes bwrap's own 2–3 ms off its
+   * latency. At most four wait per runtime and eight in all, each a few idle processes; they never
+   * keep the process alive and are stopped by `close()`.
+   */
+  prebuild?: boolean;
+  /** How the egress proxy resolves names (default: the system resolver); tests map names with it. */
+  resolver?: Resolver;
+  /**
+   * Watch the scope directories, so tools that another process forges, promotes or removes are
+   * seen at once and reported through `toolsChanged` (a server wants this; a one-shot CLI does not).
+   */
+  watch?: boolean;
+  /**
+   * Tools served by something other than the registry (the gateway's upstream MCP servers): each
+   * is listed after the forged tools and called through the same gates, validation, breakers,
+   * redaction, manifest and audit entry (see sources.ts). `close()` closes them.
+   */
+  sources?: readonly ToolSource[];
+}
+
+export interface ForgeToolOptions extends CallContext {
+  /** Where the tool goes (default `project`). */
+  scope?: Scope;
+  /** Replace a tool of that name in that scope (its previous version stays recoverable). */
+  overwrite?: boolean;
+}
+
+/** An expected refusal: the error kind, and a message naming the field or rule. */
+export interface Refusal {
+  ok: false;
+  kind: string;
+  message: string;
+  [detail: string]: unknown;
+}
+
+export type ForgeResult = { ok: true; tool: StoredTool; previous?: { version: number; digest: string } } | Refusal;
+
+/** Something forge did, as written to the audit log. */
+export interface ForgeEvent {
+  type: string;
+  data: Record<string, unknown>;
+}
+
+/** The visible tools changed (a forge, promote or remove, here or in another process; a source's tools). */
+export interface ToolsChanged {
+  scopes: Scope[];
+  names: string[];
+}
+
+export interface Forge {
+  readonly paths: Readonly<ForgePaths>;
+  /** Runs the forge pipeline; the tool is callable at once. */
+  forgeTool(spec: unknown, options?: ForgeToolOptions): Promise<ForgeResult>;
+  /** Runs the call pipeline; every outcome, refusals included, is an envelope. */
+  callTool(name: string, input: unknown, ctx?: CallContext): Promise<Envelope>;
+  /**
+   * The forged tools `ctx` can call (each name once, as it resolves; its ACL applied), or every
+   * tool of one scope.
+   */
+  listTools(options?: { scope?: Scope } & CallContext): Promise<readonly ListedTool[]>;
+  /**
+   * The tools of `ForgeOptions.sources` that `ctx` can call (its ACL applied), by name; a name a
+   * forged tool or a meta-tool already has is left out (the forged tool wins a call by that name).
+   */
+  listSourced(options?: CallContext): Promise<readonly SourcedTool[]>;
+  /** Copies a project tool to the user scope. */
+  promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
+  /** Removes a tool from a scope (default: the scope it resolves to). */
+  removeTool(name: string, options?: { scope?: Scope } & CallContext): Promise<ForgeResult>;
+  /** How many times each tool was called since start (for `forge_list`). */
+  callCount(name: string): number;
+  /**
+   * Run `runId`'s manifest (as written) and what its artifacts directory holds, for a caller
+   * allowed to see the run: the persona that made the call, or an operator (policy
+   * `operator_personas`). Anyone else, and a run that does not exist, get the same `not_found`.
+   * A cache hit's id reads as its hit record, with the seed run's artifacts. A malformed id is
+   * `validation_failed`. Refusals are audited (`run.read_refused`).
+   */
+  readRun(runId: string, ctx?: CallContext): Promise<RunRecord | Refusal>;
+  /**
+   * The bytes of one file among run `runId`'s artifacts (the spill `full_stdout.bin` and
+   * `stdout.bin` included), under the same access rule as {@link Forge.readRun}. `path` is
+   * relative and normalized; links anywhere on the way are refused (`policy_denied`), never
+   * followed; a file over `maxBytes` (default 16 MiB) is `resource_limit`.
+   */
+  readArtifact(runId: string, path: string, ctx?: CallContext & { maxBytes?: number }): Promise<ArtifactContent | Refusal>;
+  /**
+   * Verifies the whole audit log, then returns its last `last` entries (default 50, at most
+   * 1000) with the verdict: every entry for an operator persona, else only the entries naming
+   * the caller's persona among the last 10,000.
+   */
+  auditTail(options?: CallContext & { last?: number }): Promise<AuditTail | Refusal>;
+  /**
+   * What the sandbox grants `ctx`'s runs now, for `toolAnnotations`: network per policy and
+   * allow-rules. When the policy cannot be read, the answer is the least safe one (network true).
+   */
+  sandboxFacts(ctx?: CallContext): SandboxFacts;
+  on(event: 'audit', listener: (e: ForgeEvent) => void): () => void;
+  on(event: 'toolsChanged', listener: (e: ToolsChanged) => void): () => void;
+  /** Waits for calls in flight (aborting them after `graceMs`, default 10 s), flushes and closes. */
+  close(options?: { graceMs?: number }): Promise<void>;
+}

@@ -1,0 +1,45 @@
+import { type Breakers, checkAllowRule, checkPersonaAcl, checkRuntime, checkToolName, type PolicySnapshot } from '@forge/policy';
+import { META_TOOLS } from '../api.js';
+import type { Engine } from '../engine.js';
+import type { Call } from './call.js';
+import type { Target } from './resolve.js';
+
+/** The call may go on: the policy it is judged by, and the tool's breaker, which now expects an outcome. */
+export interface Admitted {
+  ok: true;
+  snap: PolicySnapshot;
+  breakers: Breakers;
+  settings: PolicySnapshot['policy']['breakers'];
+  trial: boolean | undefined;
+}
+
+export interface Denied {
+  ok: false;
+  kind: string;
+  message: string;
+  eventType?: string;
+  extra?: Record<string, unknown>;
+}
+
+/**
+ * Step 2, gates, cheapest first and before anything touches the disk: the persona's ACL, the
+ * policy (a malformed one refuses), forbidden names (a policy edit after forging still blocks),
+ * allow-rules (`allow p_t tool:<name> execute`), the runtime (forged tools), then the tool's
+ * rate and failure breakers. The same for every target.
+ */
+export function passGates(e: Engine, call: Call, target: Target): Admitted | Denied {
+  const { ctx, name } = call;
+  const acl = checkPersonaAcl(ctx.acl, ctx.persona, name, META_TOOLS);
+  if (!acl.ok) return { ok: false, kind: acl.kind, message: acl.message, eventType: 'acl.persona_denied' };
+  const pol = e.policyNow();
+  if (!pol.ok) return { ok: false, kind: pol.kind, message: pol.message };
+  const snap = pol.snap;
+  const decisions = [checkToolName(snap, name), checkAllowRule(snap, ctx.persona, 'tool', name, 'execute')];
+  if (target.kind === 'forged') decisions.push(checkRuntime(snap, target.stored.runtime));
+  for (const d of decisions) if (!d.ok) return { ok: false, kind: d.kind, message: d.message };
+  const breakers = e.breakersOf(ctx.session);
+  const settings = snap.policy.breakers;
+  const gate = breakers.checkCall(name, settings);
+  if (!gate.ok) return { ok: false, kind: gate.kind, message: gate.message, extra: { retry_after_ms: gate.retryAfterMs } };
+  return { ok: true, snap, breakers, settings, trial: gate.trial };
+}

@@ -1,0 +1,104 @@
+import { join } from 'node:path';
+import { AUDIT_UNAVAILABLE } from '../auditGate.js';
+import type { Ctx, Engine } from '../engine.js';
+import { type Envelope, failure } from '../envelope.js';
+import type { Execution, RunJob } from '../executor.js';
+import { writeJsonAtomic } from '../manifest.js';
+import { redactValue } from '../redact.js';
+import type { Target } from './resolve.js';
+
+/** What one run gave the pipeline: the envelope, the run id, and the outcome for the tool's breaker. */
+export interface RunOutcome {
+  envelope: Envelope;
+  runId: string;
+  outcome: 'success' | 'failure' | 'none';
+}
+
+/** What every call entry (`forge.called`, `gateway.called`) says of the tool, the caller and the input. */
+export function calledFacts(target: Target, ctx: Ctx, inputDigest: string): Record<string, unknown> {
+  const who = { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}), input_digest: inputDigest };
+  if (target.kind === 'forged') {
+    const s = target.stored;
+    return { name: s.name, version: s.version, digest: s.digest, scope: s.scope, ...who };
+  }
+  const t = target.tool;
+  return { name: t.name, digest: t.digest, server: t.origin.server, upstream_tool: t.origin.tool, ...who };
+}
+
+/**
+ * Step 5, record: the run manifest and the call's audit entry (written together: the manifest
+ * while the entry's durable append is under way), `tool.secrets_injected` when the run got
+ * secrets, then the cache store. Answered only once audited: an entry the log cannot take
+ * withholds the answer (`audit_unavailable`) and the manifest says why; only an audited answer
+ * is cached, so a later hit names a seed run the log shows.
+ */
+export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promise<RunOutcome> {
+  const { call, target, plan, secrets, runId, runDir } = job;
+  const { envelope } = exec;
+  const ctx = call.ctx;
+  const cache = envelope.meta.cache ?? 'off';
+  const manifest = exec.ran
+    ? {
+        run_id: runId,
+        tool: plan.tool,
+        persona: ctx.persona,
+        session: ctx.session,
+        ...(ctx.task ? { task: ctx.task } : {}),
+        input: redactValue(plan.redactedInput, secrets),
+        input_digest: call.inputDigest,
+        limits: { ...job.budget, clamped: job.clamped },
+        secrets: plan.secretNames,
+        policy: job.snap.digest,
+        started_at: new Date(job.startedAt).toISOString(),
+        ...(exec.durationMs !== undefined ? { duration_ms: exec.durationMs } : {}),
+        cache,
+        ok: envelope.ok,
+        ...(envelope.ok ? {} : { error_kind: envelope.error.kind }),
+        ...exec.manifest,
+      }
+    : undefined;
+  e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
+  const [unrecorded] = await Promise.all([
+    e.record(
+      call.eventType,
+      {
+        ok: envelope.ok,
+        ...calledFacts(target, ctx, call.inputDigest),
+        run_id: exec.ran ? runId : null,
+        cache,
+        ...(envelope.ok ? {} : { kind: envelope.error.kind }),
+        ...exec.audit,
+        ...(plan.secretNames.length > 0 ? { secrets: plan.secretNames } : {}),
+        ...(job.clamped.length > 0 ? { policy_clamped: job.clamped } : {}),
+        policy: job.snap.digest,
+      },
+      secrets,
+    ),
+    // Redacted whole (artifact names, network hosts a tool chose), never cut before that.
+    manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), redactValue(manifest, secrets)),
+  ]);
+  const unrecordedSecrets =
+    !unrecorded && plan.secretNames.length > 0 && exec.ran
+      ? await e.record('tool.secrets_injected', { name: call.name, run_id: runId, secrets: plan.secretNames, persona: ctx.persona })
+      : undefined;
+  const lost = unrecorded ?? unrecordedSecrets;
+  if (lost) {
+    // Answered only once audited: the tool's answer is withheld, and the run says why.
+    if (manifest) {
+      const audit_append = {
+        ok: false,
+        entry: unrecorded ? call.eventType : 'tool.secrets_injected',
+        errno: lost.errno,
+        at: lost.at,
+        message: lost.message,
+      };
+      await writeJsonAtomic(
+        join(runDir, 'run_manifest.json'),
+        redactValue({ ...manifest, answered: AUDIT_UNAVAILABLE, audit_append }, secrets),
+      );
+    }
+    return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome };
+  }
+  if (envelope.ok && plan.cacheKey && e.cache) e.cache.set(plan.cacheKey, envelope, runId);
+  return { envelope, runId, outcome: exec.outcome };
+}

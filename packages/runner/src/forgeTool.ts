@@ -1,0 +1,117 @@
+import { checkNamespace, checkRuntime, checkSecrets, checkToolName, type Decision, networkFor } from '@forge/policy';
+import { staticCheck } from '@forge/registry';
+import type { ForgeResult, ForgeToolOptions, Refusal } from './api.js';
+import { AUDIT_UNAVAILABLE } from './auditGate.js';
+import type { Engine } from './engine.js';
+import { caseVariantIn, eventTypeOf, ownerCheck } from './gates.js';
+import { undoCreate } from './manage.js';
+
+/**
+ * The forge pipeline (DESIGN "The two pipelines"): the spec's shape and schemas, the static check,
+ * forbidden names, the persona's namespace, case and wire collisions, the runtime, secrets, the
+ * forge-count breaker, the registry write under the name's lock, and the audit entry (a write the
+ * log does not take is taken back).
+ */
+export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) => Promise<ForgeResult> {
+  const {
+    context,
+    record,
+    unaudited,
+    admit,
+    policyNow,
+    base,
+    layers,
+    resolveIn,
+    runtimesReady,
+    breakersOf,
+    registryFor,
+    wireClaims,
+    notifyChanged,
+  } = e;
+  return async (spec, o = {}) => {
+    const ctx = context(o);
+    const scope = o.scope ?? 'project';
+    const who = { persona: ctx.persona, session: ctx.session };
+    const name = typeof (spec as { name?: unknown })?.name === 'string' ? (spec as { name: string }).name : undefined;
+    const refuse = async (r: Refusal, eventType = 'forge.created'): Promise<Refusal> => {
+      const { ok: _ok, ...detail } = r;
+      const f = await record(eventType, { ok: false, ...who, scope, ...(name ? { name } : {}), ...detail });
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, r.kind, r.message), refused: r.kind } : r;
+    };
+    // Refused before anything is written while the log takes no appends (the check is a real append).
+    const no = await admit(ctx, 'nothing was forged');
+    if (no)
+      return no.audited ? refuse({ ok: false, kind: no.kind, message: no.message }) : { ok: false, kind: no.kind, message: no.message };
+    if (scope === 'task' && !ctx.task)
+      return refuse({ ok: false, kind: 'validation_failed', message: 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)' });
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol);
+    const snap = pol.snap;
+    const checked = base.validate(spec);
+    if (!checked.ok) return refuse(checked as Refusal);
+    const tool = checked.spec;
+    const grant = networkFor(snap, ctx.persona);
+    const findings = staticCheck(tool, { network: grant.network === 'allow' });
+    if (findings.length > 0) {
+      return refuse({
+        ok: false,
+        kind: 'static_check_failed',
+        message: `impl: ${findings.map((f) => `line ${f.line}: ${f.message} (${f.rule})`).join('; ')}`,
+        findings,
+      });
+    }
+    const decisions: Decision[] = [checkToolName(snap, tool.name)];
+    for (const d of decisions) if (!d.ok) return refuse(d as Refusal);
+    const ns = checkNamespace(snap, ctx.persona, tool.name);
+    if (!ns.ok) return refuse(ns as Refusal, 'tool.namespace_denied');
+    // Taken too: a name that differs only by case from a visible tool (the registry checks its own
+    // scopes; the session and task scopes are registries of their own).
+    const visible = await layers(ctx);
+    const variant = o.overwrite === true && resolveIn(visible, tool.name) ? undefined : caseVariantIn(visible, tool.name);
+    if (variant) return refuse(variant);
+    const rt = checkRuntime(snap, tool.runtime);
+    if (!rt.ok) return refuse(rt as Refusal);
+    // On PATH is not enough (a version manager's shim for a version it has not installed): the
+    // interpreter must have answered, or the tool could be forged and never run.
+    try {
+      await (await runtimesReady).resolve(tool.runtime);
+    } catch (err) {
+      return refuse({ ok: false, kind: 'validation_failed', message: `runtime: ${(err as Error).message}` });
+    }
+    const secrets = checkSecrets(snap, ctx.persona, tool.meta?.secrets ?? []);
+    if (!secrets.ok) return refuse(secrets as Refusal, 'acl.persona_secret_denied');
+    const count = breakersOf(ctx.session).checkForge(ctx.session, snap.policy.breakers);
+    if (!count.ok) return refuse({ ok: false, kind: count.kind, message: count.message });
+    const reg = await registryFor(scope, ctx);
+    // A replace needs the replaced tool to be the persona's (asked under the name's lock).
+    // Two tools may not share a wire name in any visible scope, racing forges included.
+    const replacing = o.overwrite === true && resolveIn(visible, tool.name) !== undefined;
+    const written = await wireClaims.hold(visible, tool.name, scope, { kind: 'name_taken', existing: replacing }, () =>
+      reg.create(tool, {
+        scope,
+        createdBy: who,
+        overwrite: o.overwrite === true,
+        authorize: ownerCheck(snap, ctx.persona, tool.name, 'forge'),
+      }),
+    );
+    if (!written.ok) return refuse(written as Refusal, eventTypeOf(written.kind, 'forge.created'));
+    const unrecorded = await record('forge.created', {
+      ok: true,
+      ...who,
+      scope,
+      name: written.tool.name,
+      version: written.tool.version,
+      digest: written.tool.digest,
+      runtime: written.tool.runtime,
+      ...(written.previous ? { replaced: written.previous } : {}),
+      policy: snap.digest,
+    });
+    if (unrecorded) {
+      // A forge the log does not show did not happen: the write is taken back.
+      const undone = await undoCreate(reg, scope, written.tool.name, written.previous);
+      return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${written.tool.name}" was not forged: ${undone}` };
+    }
+    notifyChanged([scope], [written.tool.name]);
+    return { ok: true, tool: written.tool, ...(written.previous ? { previous: written.previous } : {}) };
+  };
+}

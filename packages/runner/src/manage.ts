@@ -1,0 +1,125 @@
+import type { Registry, Scope } from '@forge/registry';
+import type { CallContext, ForgeResult, Refusal } from './api.js';
+import { AUDIT_UNAVAILABLE } from './auditGate.js';
+import type { Engine } from './engine.js';
+import { checkManage, eventTypeOf, ownerCheck } from './gates.js';
+
+/** Promote (project → user scope) and remove, over one engine. */
+export function makeManage(e: Engine) {
+  const { context, record, unaudited, admit, policyNow, base, layers, resolveIn, registryFor, wireClaims, notifyChanged } = e;
+  /**
+   * Remove and promote pass the gates of forging (persona ACL, forbidden names, allow-rules,
+   * persona namespace; see gates.ts), then the registry asks, under the name's lock, whether the
+   * tool is the persona's: its namespace, its creator, or an operator (policy operator_personas).
+   */
+  const promoteTool = async (name: string, o: { force?: boolean } & CallContext = {}): Promise<ForgeResult & { outcome?: string }> => {
+    const ctx = context(o);
+    const who = { persona: ctx.persona, session: ctx.session };
+    const refuse = async (kind: string, message: string, eventType = 'forge.promoted'): Promise<Refusal> => {
+      const f = await record(eventType, {
+        ok: false,
+        name,
+        ...who,
+        ...(eventType !== 'forge.promoted' ? { action: 'promote' } : {}),
+        kind,
+        message,
+      });
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, kind, message), refused: kind } : { ok: false, kind, message };
+    };
+    const no = await admit(ctx, 'nothing was promoted');
+    if (no) return no.audited ? refuse(no.kind, no.message) : { ok: false, kind: no.kind, message: no.message };
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol.kind, pol.message);
+    const gate = checkManage(pol.snap, ctx, name, 'promote', 'forge.promoted');
+    if (gate) return refuse(gate.kind, gate.message, gate.eventType);
+    const hit = base.resolve(name);
+    const inUser = hit !== undefined && (hit.scope === 'user' || hit.shadows.includes('user'));
+    const r = await wireClaims.hold(await layers(ctx), name, 'user', { kind: 'promote_conflict', existing: inUser }, () =>
+      base.promote(name, {
+        ...(o.force ? { force: true } : {}),
+        createdBy: who,
+        authorize: ownerCheck(pol.snap, ctx.persona, name, 'promote'),
+      }),
+    );
+    if (!r.ok) return refuse(r.kind, r.message, eventTypeOf(r.kind, 'forge.promoted'));
+    const unrecorded = await record('forge.promoted', {
+      ok: true,
+      name,
+      ...who,
+      outcome: r.outcome,
+      version: r.tool.version,
+      digest: r.tool.digest,
+    });
+    if (unrecorded) {
+      // A promote the log does not show did not happen: the user scope is put back as it was.
+      const undone = r.outcome === 'unchanged' ? 'nothing was written' : await undoCreate(base, 'user', name, r.previous);
+      return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${name}" was not promoted: ${undone}` };
+    }
+    if (r.outcome !== 'unchanged') notifyChanged(['user'], [name]);
+    return { ok: true, tool: r.tool, outcome: r.outcome, ...(r.previous ? { previous: r.previous } : {}) };
+  };
+
+  const removeTool = async (name: string, o: { scope?: Scope } & CallContext = {}): Promise<ForgeResult> => {
+    const ctx = context(o);
+    const who = { persona: ctx.persona, session: ctx.session };
+    const refuse = async (
+      kind: string,
+      message: string,
+      extra: Record<string, unknown> = {},
+      eventType = 'forge.removed',
+    ): Promise<Refusal> => {
+      const f = await record(eventType, {
+        ok: false,
+        name,
+        ...who,
+        ...(eventType !== 'forge.removed' ? { action: 'remove' } : {}),
+        ...extra,
+        kind,
+        message,
+      });
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, kind, message), refused: kind } : { ok: false, kind, message };
+    };
+    const no = await admit(ctx, 'nothing was removed');
+    if (no) return no.audited ? refuse(no.kind, no.message) : { ok: false, kind: no.kind, message: no.message };
+    if (o.scope === 'task' && !ctx.task) return refuse('validation_failed', 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)');
+    const pol = policyNow();
+    if (!pol.ok) return refuse(pol.kind, pol.message);
+    const gate = checkManage(pol.snap, ctx, name, 'remove', 'forge.removed');
+    if (gate) return refuse(gate.kind, gate.message, {}, gate.eventType);
+    const scope = o.scope ?? resolveIn(await layers(ctx), name)?.scope;
+    if (!scope) return refuse('unknown_tool', `no forged tool is named "${name}"; call forge_list to see the tools`);
+    const r = await (await registryFor(scope, ctx)).remove(name, { scope, authorize: ownerCheck(pol.snap, ctx.persona, name, 'remove') });
+    if (!r.ok) return refuse(r.kind, r.message, { scope }, eventTypeOf(r.kind, 'forge.removed'));
+    const unrecorded = await record('forge.removed', {
+      ok: true,
+      name,
+      ...who,
+      scope,
+      version: r.removed.version,
+      digest: r.removed.digest,
+    });
+    if (unrecorded) {
+      // A removal the log does not show did not happen: the removed version is made live again.
+      const back = await (await registryFor(scope, ctx)).recover(name, r.removed.version, { scope, createdBy: r.removed.created_by });
+      const undone = back.ok
+        ? `it is live again as version ${back.tool.version}`
+        : `it could not be restored (${back.message}); recover version ${r.removed.version} by hand`;
+      return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${name}" was not removed: ${undone}` };
+    }
+    notifyChanged([scope], [name]);
+    return { ok: true, tool: r.removed };
+  };
+
+  return { promoteTool, removeTool };
+}
+
+/**
+ * Takes back a registry write (a forge or a promote) whose entry could not be written: a new tool
+ * is removed, a replaced one's previous version made live again (its own creator kept). Says what
+ * happened, for the refusal's message.
+ */
+export async function undoCreate(reg: Registry, scope: Scope, name: string, previous: { version: number } | undefined): Promise<string> {
+  const r = previous ? await reg.recover(name, previous.version, { scope }) : await reg.remove(name, { scope });
+  if (r.ok) return previous ? `version ${previous.version} is live again` : 'the registry write was taken back';
+  return `taking the registry write back failed too (${r.message}); remove or recover "${name}" in scope ${scope} by hand`;
+}
