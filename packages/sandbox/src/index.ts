@@ -56,3 +56,4 @@ export {
 export { type EndReason, type RunOptions, type RunOutput, type RunResult, runSandboxed } from './run.js';
 export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRuntimes, runtimeNames } from './runtimes.js';
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';
+export { type SpawnExit, type SpawnedSandbox, type SpawnOptions, spawnSandboxed } from './spawn.js';

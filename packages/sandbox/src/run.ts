@@ -1,56 +1,37 @@
-import {
-  chmodSync,
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  realpathSync,
-  renameSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
-import { Server } from 'node:net';
-import { constants } from 'node:os';
-import { basename, join } from 'node:path';
 import type { Duplex, Writable } from 'node:stream';
 import type { CheckedBind } from './binds.js';
 import { type EnforcedLimits, enforcedBy, killRunCgroup, overRunLimit, pidsLimitHit, runCpuUsec } from './cgroup.js';
 import { COPY_LIMITS, type CopiedOutput, copyOut } from './copyout.js';
-import { checkGrant, hostAddresses } from './egress/guard.js';
-import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
+import { EGRESS_PORTS } from './egress/inside.js';
 import { preloadFile } from './egress/preload.js';
-import { EgressProxy, type NetworkUsage } from './egress/proxy.js';
+import type { EgressProxy, NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
 import { ARGS_FD, argsFdFor, BIND_FD, EVENTS_FD, finished, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
-import { finishPrebuilt, INNER_COMMAND, MAX_STAGED_FILE, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
-import { type HostInfo, probe, type SandboxIdentity } from './probe.js';
+import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import {
-  buildBwrapArgs,
-  ETC_DIRS,
-  ETC_FILES,
-  type HostLayout,
-  type Limits,
-  type Mount,
-  type NetworkAccess,
-  PROC_MASKED,
-  PROC_READ_ONLY,
-  type ProcCover,
-  resolveLimits,
-  SANDBOX_UID,
-  type SandboxProfile,
-  sandboxEnv,
-} from './profile.js';
-import { buildSeccompFilter } from './seccomp.js';
-import { reachable, type Staged, type StageRequest, stage } from './staging.js';
-import { processTempDir } from './tmp.js';
+  assertHostReady,
+  coverInherited,
+  type EndReason,
+  endOf,
+  hostLayout,
+  perRunMounts,
+  planMounts,
+  resolveNetwork,
+  rlimitSteps,
+  sandboxSeccomp,
+  startEgress,
+  Tail,
+  WATCH_MS,
+  withEgress,
+} from './prepare.js';
+import { probe } from './probe.js';
+import { buildBwrapArgs, type Limits, type Mount, resolveLimits, type SandboxProfile, sandboxEnv } from './profile.js';
+import type { Staged } from './staging.js';
 
-/** Why a run ended. */
-export type EndReason = 'exit' | 'signal' | 'timeout' | 'cpu' | 'memory' | 'file_size' | 'output_cap';
+export type { EndReason };
 
 export interface RunOptions {
   /** Bytes written to the tool's stdin, which is then closed. */
@@ -129,192 +110,7 @@ export interface RunResult {
 /** What became of one per-run output directory. */
 export type RunOutput = ({ path: string; lost?: undefined } & CopiedOutput) | { path: string; lost: string };
 
-let etcDir: string | undefined;
-const etcCopies = new Map<string, string>(); // host file → identity of the copy made
-let seccomp: Buffer | undefined;
-
-/**
- * The directory shown as /etc: made once per process (0700, removed at exit) with synthesized
- * passwd, group and hosts and mount points for ETC_DIRS; the copies of ETC_FILES are refreshed
- * whenever the host file changes (one stat each per run), written by rename so a running
- * sandbox never sees half a file.
- */
-function prepareEtc(id?: SandboxIdentity): string {
-  if (!etcDir) {
-    const dir = processTempDir('etc', id);
-    // Readable by the sandbox's uid, which is not this process's when this process is root: it
-    // holds nothing that is not public (synthesized users, copies of public /etc files).
-    chmodSync(dir, 0o755);
-    writeFileSync(join(dir, '.empty'), '', { mode: 0o444 }); // bound over the masked /proc files
-    const u = SANDBOX_UID;
-    writeFileSync(
-      join(dir, 'passwd'),
-      `root:x:0:0:root:/root:/bin/sh\nsandbox:x:${u}:${u}:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`,
-      { mode: 0o644 },
-    );
-    writeFileSync(join(dir, 'group'), `root:x:0:\nsandbox:x:${u}:\nnogroup:x:65534:\n`, { mode: 0o644 });
-    writeFileSync(join(dir, 'hosts'), '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n', { mode: 0o644 });
-    for (const d of ETC_DIRS) mkdirSync(join(dir, basename(d)), { mode: 0o755 });
-    etcDir = dir;
-  }
-  for (const f of ETC_FILES) {
-    const st = statSync(f, { throwIfNoEntry: false }); // follows /etc/localtime's symlink
-    const id = st?.isFile() ? `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}` : '';
-    if (etcCopies.get(f) === id) continue;
-    const target = join(etcDir, basename(f));
-    if (id) {
-      writeFileSync(`${target}.tmp`, readFileSync(f), { mode: 0o644 });
-      renameSync(`${target}.tmp`, target);
-    } else {
-      rmSync(target, { force: true });
-    }
-    etcCopies.set(f, id);
-  }
-  return etcDir;
-}
-
-let etcDirs: string[] | undefined;
-
-/**
- * Descriptors of this process, from `first` up, that lack close-on-exec: a child would inherit
- * them. Read from /proc/self/fdinfo (the `flags` field is octal; O_CLOEXEC is 02000000).
- *
- * Found once per process: Node opens every descriptor of its own with close-on-exec, so the
- * ones without it are those inherited at start. Covering one that was closed since (or whose
- * number now holds a close-on-exec descriptor) with /dev/null in the child is harmless.
- */
-function inheritedDescriptors(first: number): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync('/proc/self/fdinfo')) {
-    const fd = Number(name);
-    if (!(fd >= first)) continue;
-    try {
-      const flags = /^flags:\s+([0-7]+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))?.[1];
-      if (flags && (Number.parseInt(flags, 8) & 0o2000000) === 0) out.push(fd);
-    } catch {
-      // closed meanwhile (the readdir's own descriptor, for one)
-    }
-  }
-  return out;
-}
-
-let devNull: number | undefined;
-let hardLimits: Map<string, number> | undefined;
-
-/** This process's hard rlimits by their /proc/self/limits name (unlimited ones are left out). */
-function readHardLimits(): Map<string, number> {
-  const out = new Map<string, number>();
-  try {
-    for (const line of readFileSync('/proc/self/limits', 'utf8').split('\n').slice(1)) {
-      const m = /^(.+?)\s{2,}(\S+)\s+(\S+)/.exec(line);
-      if (m && /^\d+$/.test(m[3] as string)) out.set(m[1] as string, Number(m[3]));
-    }
-  } catch {
-    // no /proc: ask for the limits as given
-  }
-  return out;
-}
-let leakedFds: number[] | undefined;
-
-/**
- * Stdio entries from position `from` on that put /dev/null over every descriptor this process
- * inherited without close-on-exec (Node marks its own, but not those of whoever started it):
- * otherwise they would reach the tool.
- */
-function coverInherited(from: number): (number | 'ignore')[] {
-  leakedFds ??= inheritedDescriptors(3).sort((a, b) => a - b);
-  const out: (number | 'ignore')[] = [];
-  for (const fd of leakedFds) {
-    if (fd < from) continue;
-    devNull ??= openSync('/dev/null', 'r');
-    while (from + out.length < fd) out.push('ignore');
-    out[fd - from] = devNull;
-  }
-  return out;
-}
-
-const NETWORK_DEFAULTS = { maxConnections: 64, idleTimeoutMs: 30_000, connectTimeoutMs: 10_000 };
-
-/** The network of a profile with its defaults, or undefined when it has none; throws `invalid_profile`. */
-function resolveNetwork(access: NetworkAccess | undefined): (NetworkAccess & typeof NETWORK_DEFAULTS) | undefined {
-  if (access === undefined) return undefined;
-  const why = checkGrant(access?.grant);
-  if (why) throw new SandboxError('invalid_profile', `network.${why}`);
-  if (access.grant.network !== 'allow') return undefined;
-  const out = { ...NETWORK_DEFAULTS, ...access };
-  for (const k of Object.keys(NETWORK_DEFAULTS) as (keyof typeof NETWORK_DEFAULTS)[]) {
-    if (!Number.isSafeInteger(out[k]) || out[k] <= 0) {
-      throw new SandboxError('invalid_profile', `network.${k} must be a positive integer (got ${JSON.stringify(out[k])})`);
-    }
-  }
-  return out;
-}
-
-/**
- * The profile a run with network really runs: the tool's command behind the relay (with the Node
- * binary this process runs on, mounted read-only when it lives outside /usr), the proxy
- * variables, and the preload (the host file `preload`).
- */
-function withEgress(profile: SandboxProfile, preload: string): SandboxProfile {
-  const cmd = profile.command;
-  if (cmd.length === 0 || !(cmd[0] as string).startsWith('/')) {
-    throw new SandboxError('invalid_profile', `command[0] must be an absolute path (got ${JSON.stringify(cmd[0])})`);
-  }
-  const node = realpathSync(process.execPath);
-  return {
-    ...profile,
-    command: wrapCommand(node, cmd),
-    env: egressEnv(profile.env ?? {}, profile.network?.grant ?? { loopback: 'deny' }),
-    mounts: [
-      // The relay's node before the profile's own mounts, so that one of those at its path wins.
-      ...(node.startsWith('/usr/') ? [] : [{ source: node, mode: 'ro' as const }]),
-      ...(profile.mounts ?? []),
-      { source: preload, target: PRELOAD_PATH, mode: 'ro' },
-    ],
-  };
-}
-
-/** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
-function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch' | 'identity'>> {
-  if (host.ok && host.bwrap && host.arch && host.identity) return;
-  const lines = host.problems.map((p) => `${p.message} — fix: ${p.fix}`);
-  throw new SandboxError(
-    'sandbox_unavailable',
-    `this host cannot run sandboxes, so nothing was run: ${lines.join('; ') || 'probe failed'}`,
-  );
-}
-
-/** Signal names by number, from the host's own table. */
-const SIGNALS = new Map(Object.entries(constants.signals).map(([name, n]) => [n as number, name]));
 const SPILL_BACKLOG = 8 << 20;
-/** How often a run's cgroup is checked against its CPU budget and for OOM kills. */
-const WATCH_MS = 100;
-const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
-
-/**
- * The profile's mounts as a run makes them: a per-run `ro` mount that is not a regular file of at
- * most 1 MiB is bound like any other (its bytes are not copied in); a per-run `rw` one must be an
- * empty directory (its content is copied there when the run ends). Throws `invalid_profile`.
- */
-function perRunMounts(mounts: readonly Mount[]): Mount[] {
-  return mounts.map((m) => {
-    if (!m.perRun) return m;
-    let st: ReturnType<typeof statSync>;
-    try {
-      st = statSync(m.source);
-    } catch (err) {
-      throw new SandboxError('invalid_profile', `the per-run mount ${m.source} cannot be used: ${(err as NodeJS.ErrnoException).code}`);
-    }
-    if (m.mode === 'ro') return st.isFile() && st.size <= MAX_STAGED_FILE ? m : { ...m, perRun: false };
-    if (!st.isDirectory() || readdirSync(m.source).length > 0) {
-      throw new SandboxError(
-        'invalid_profile',
-        `a per-run rw mount must be an empty directory: ${m.source} ${st.isDirectory() ? 'is not empty' : 'is not a directory'}`,
-      );
-    }
-    return m;
-  });
-}
 
 /**
  * The holder of a run with output directories that builds its own sandbox: runs the command
@@ -326,24 +122,6 @@ const HOLDER_COMMAND: readonly string[] = [
   `"$@" ${HOLDER_FD}>&-; s=$?; echo "done $s" >&${HOLDER_FD}; IFS= read -r x <&${HOLDER_FD}; exit "$s"`,
   'sandbox',
 ];
-
-let cover: ProcCover | undefined;
-
-/** What of this host's /proc a sandbox sees read-only or not at all (found once). */
-function procCover(): ProcCover {
-  if (cover) return cover;
-  const kind = (p: string) => {
-    const st = lstatSync(p, { throwIfNoEntry: false });
-    return st?.isDirectory() ? 'dir' : st ? 'file' : undefined;
-  };
-  cover = {
-    readOnly: PROC_READ_ONLY.filter((p) => kind(p) !== undefined),
-    maskFiles: PROC_MASKED.filter((p) => kind(p) === 'file'),
-    maskDirs: PROC_MASKED.filter((p) => kind(p) === 'dir'),
-    emptyFile: join(prepareEtc(), '.empty'),
-  };
-  return cover;
-}
 
 /**
  * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
@@ -362,7 +140,6 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   if (preload) profile = withEgress(profile, preload.path);
   const binds = profile.binds ?? [];
   const identity = host.identity;
-  const dropping = identity.drop.length > 0;
   const given = profile.mounts ?? [];
   profile = { ...profile, mounts: perRunMounts(given) };
   const mounts = profile.mounts ?? [];
@@ -371,94 +148,19 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   // done and keeps the sandbox (its tmpfs) alive while the host copies them out.
   const hold = outputs.length > 0;
   if (hold) profile = { ...profile, command: [...HOLDER_COMMAND, ...profile.command] };
-  // fd 4: the seccomp program, binds from BIND_FD, then one descriptor per per-run file, whose
-  // bytes bwrap copies in (so its host path never shows inside). The argument list comes on
-  // ARGS_FD or past those (argsFdFor); fd 3 (the events pipe) is never one of bwrap's.
-  const fdsFor = (ms: readonly Mount[], first: number) => {
-    let next = first;
-    return ms.map((m) => (m.perRun && m.mode === 'ro' ? next++ : undefined));
-  };
-  const opensFor = (ms: readonly Mount[], fds: readonly (number | undefined)[]) =>
-    ms.flatMap((m, i) => (fds[i] === undefined ? [] : [`exec ${fds[i]}<${shellQuote(m.source)}`]));
-  etcDirs ??= ETC_DIRS.filter((d) => existsSync(d));
-  const layout: HostLayout = { roots: host.roots, etcDir: prepareEtc(identity), etcDirs, proc: procCover() };
-  seccomp ??= buildSeccompFilter(host.arch);
+  const layout = hostLayout(host);
+  const seccomp = sandboxSeccomp(host.arch);
   // bwrap, behind setpriv when this process is root: the sandbox then runs as an unprivileged
   // host uid, so no uid of it maps to host root.
   const bwrapArgv = [...identity.drop, host.bwrap.path];
-  /**
-   * The mounts and binds of a sandbox as bwrap is to make them: when root is dropped, those whose
-   * source the sandbox uid cannot reach are staged (see staging.ts). `dry` stages nothing (for
-   * the key of sandboxes built ahead).
-   */
-  const plan = (ms: readonly Mount[], bs: readonly CheckedBind[], dry = false) => {
-    const requests: StageRequest[] = [];
-    const at: { mount?: number; bind?: number }[] = [];
-    if (dropping && !dry) {
-      // Staged: what the sandbox uid cannot reach, and every rw source (remounted noexec).
-      ms.forEach((m, i) => {
-        const rw = m.mode === 'rw';
-        if (m.perRun || (!rw && reachable(m.source, identity))) return;
-        requests.push({ from: m.source, kind: statSync(m.source).isDirectory() ? 'directory' : 'file', noexec: rw });
-        at.push({ mount: i });
-      });
-      bs.forEach((b, i) => {
-        const rw = b.mode === 'rw';
-        if (!rw && reachable(b.path, identity)) return;
-        requests.push({ from: `/proc/self/fd/${BIND_FD + i}`, kind: b.kind, closeFd: BIND_FD + i, noexec: rw });
-        at.push({ bind: i });
-      });
-    }
-    let staged: Staged;
-    try {
-      staged = stage(requests, identity);
-    } catch (err) {
-      throw new SandboxError('sandbox_unavailable', `${(err as Error).message}; nothing was run`);
-    }
-    const mounted = [...ms];
-    const bindSources: (string | undefined)[] = bs.map(() => undefined);
-    at.forEach((w, k) => {
-      const point = staged.points[k] as string;
-      if (w.mount !== undefined) {
-        const m = mounted[w.mount] as Mount;
-        mounted[w.mount] = { ...m, source: point, target: m.target ?? m.source };
-      }
-      if (w.bind !== undefined) bindSources[w.bind] = point;
-    });
-    const mfds = fdsFor(mounted, BIND_FD + bs.length);
-    return {
-      mounts: mounted,
-      fds: { seccomp: 4, binds: bs.map((_, i) => BIND_FD + i), bindSources, mounts: mfds },
-      opens: opensFor(mounted, mfds),
-      staged,
-    };
-  };
+  const plan = (ms: readonly Mount[], bs: readonly CheckedBind[], dry = false) => planMounts(ms, bs, identity, dry);
 
   // bwrap takes the command only from its real command line; its options, with the environment
   // (which may hold secrets), go through ARGS_FD, out of the host's process list.
-  //
-  // Never ask for more than this process's own hard limits: an unprivileged process cannot raise
-  // them (the launcher would fail), and the tool gets no more than its parent has anyway.
-  hardLimits ??= readHardLimits();
-  const cap = (name: string, v: number) => Math.min(v, hardLimits?.get(name) ?? v);
-  const cpu = cap('Max cpu time', limits.cpuSeconds + 1);
-  const steps = [
-    // Soft CPU limit first (SIGXCPU, reported as cpu), then the hard one a second later.
-    `ulimit -S -t ${Math.min(limits.cpuSeconds, cpu)}`,
-    `ulimit -H -t ${cpu}`,
-    `ulimit -f ${Math.max(1, Math.floor(cap('Max file size', limits.fileSizeBytes) / 512))}`, // 512-byte blocks
-    `ulimit -n ${cap('Max open files', limits.openFiles)}`,
-    'ulimit -c 0',
-    `ulimit -v ${Math.floor(cap('Max address space', limits.addressSpaceBytes) / 1024)}`, // KiB
-    // A launcher (or sandbox) made ahead holds an events pipe whether or not this run wants one.
-    ...(options.events ? [] : [`exec ${EVENTS_FD}>&-`]),
-  ];
   const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
   const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
-  // RLIMIT_NPROC counts every process of the user, here of every sandbox at once: only where no
-  // pids cgroup counts the run's own (and where it does, it would also count across runs of the
-  // shared sandbox uid). Root without a pids cgroup does not get this far (see probe()).
-  if (!cgroups?.base.pids) steps.push(`ulimit -p ${cap('Max processes', limits.processes)}`);
+  // Root without a pids cgroup does not get this far (see probe()).
+  const steps = rlimitSteps(limits, { pidsCgroup: Boolean(cgroups?.base.pids), events: Boolean(options.events) });
 
   // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
   // command, the environment and the per-run mounts' sources.
@@ -562,38 +264,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const { child, cgroup } = launched;
 
   // The relay sends the two listening sockets; once both are held here, it may let the tool start.
-  let proxy: EgressProxy | undefined;
-  let relayed = 0;
-  if (network) {
-    const p = new EgressProxy({
-      grant: network.grant,
-      ...(network.resolver ? { resolver: network.resolver } : {}),
-      ...(network.onEvent ? { onEvent: network.onEvent } : {}),
-      maxConnections: network.maxConnections,
-      idleTimeoutMs: network.idleTimeoutMs,
-      connectTimeoutMs: network.connectTimeoutMs,
-      hostAddresses: hostAddresses(),
-    });
-    proxy = p;
-    child.on('message', (m: unknown, handle: unknown) => {
-      if (!(handle instanceof Server)) return;
-      const kind = isRelayMessage(m)
-        ? m.forgeEgress === EGRESS_PORTS.http
-          ? 'http'
-          : m.forgeEgress === EGRESS_PORTS.socks5
-            ? 'socks5'
-            : undefined
-        : undefined;
-      if (relayed >= 2 || !kind) return void handle.close();
-      p.attach(handle, kind);
-      // The channel stays open until bwrap exits (its end of it closes then, and the child's
-      // 'close' waits for that); the tool never holds it.
-      if (++relayed === 2) {
-        preload?.remove(); // the relay runs: bwrap has mounted everything
-        child.send(READY);
-      }
-    });
-  }
+  const egress = network
+    ? startEgress(child, network, () => preload?.remove()) // the relay runs: bwrap has mounted everything
+    : undefined;
+  const proxy: EgressProxy | undefined = egress?.proxy;
 
   const write = (stream: Writable | null | undefined, data: string | Uint8Array) => {
     if (!stream) return;
@@ -704,11 +378,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     });
     eventsPipe.end(); // nothing goes the other way: a tool reading it sees end-of-file
   }
-  let stderr = Buffer.alloc(0);
-  child.stderr?.on('data', (chunk: Buffer) => {
-    stderr = Buffer.concat([stderr, chunk]);
-    if (stderr.length > limits.stderrTailBytes * 2) stderr = stderr.subarray(stderr.length - limits.stderrTailBytes);
-  });
+  const stderr = new Tail(limits.stderrTailBytes);
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
 
   const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
     child.on('error', (err) => {
@@ -726,34 +397,15 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     proxy?.close();
     preload?.remove();
   });
-  // The monitor bwrap reports a tool killed by signal N as exit code 128 + N.
-  let exitCode = code;
-  let sig: string | null = signal;
-  if (sig === null && code !== null && code > 128 && code < 128 + 65) {
-    sig = SIGNALS.get(code - 128) ?? `signal ${code - 128}`;
-    exitCode = null;
-  }
-  const stderrTail = stderr.subarray(Math.max(0, stderr.length - limits.stderrTailBytes)).toString('utf8');
-  let reason: EndReason = ended ?? (sig ? 'signal' : 'exit');
-  // Over a run-wide limit since the last look (the tool may have ended by itself meanwhile).
-  const over = cgroup && !ended ? overRunLimit(cgroup, cpuBudgetUsec) : undefined;
-  if (over) reason = over;
-  else if (!ended) {
-    if (sig === 'SIGXCPU') reason = 'cpu';
-    else if (sig === 'SIGXFSZ') reason = 'file_size';
-    else if (exitCode !== 0 && OOM_RE.test(stderrTail)) reason = 'memory';
-  }
-  if (ended) {
-    exitCode = null;
-    sig = 'SIGKILL';
-  }
+  const stderrTail = stderr.text();
+  const { reason, exitCode, signal: sig } = endOf({ code, signal, ended, cgroup, cpuBudgetUsec, stderrTail });
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
   const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
   if (claim) finishPrebuilt(claim);
   if (!claim?.built) finished(launched);
   grant.restore();
   cold?.staged.remove();
-  if (network && relayed < 2 && !ended) {
+  if (egress && !egress.started() && !ended) {
     await spillWrites.catch(() => {});
     if (spill) await (await spill).close();
     throw new SandboxError(

@@ -1,0 +1,257 @@
+import type { Readable, Writable } from 'node:stream';
+import { type EnforcedLimits, enforcedBy, killRunCgroup, overRunLimit, pidsLimitHit } from './cgroup.js';
+import { EGRESS_PORTS } from './egress/inside.js';
+import { preloadFile } from './egress/preload.js';
+import type { NetworkUsage } from './egress/proxy.js';
+import { SandboxError } from './errors.js';
+import { type BindGrant, grantBinds } from './identity.js';
+import { argsFdFor, BIND_FD, finished, type Launched, launch } from './launcher.js';
+import {
+  assertHostReady,
+  coverInherited,
+  type Egress,
+  type EndReason,
+  endOf,
+  hostLayout,
+  type MountPlan,
+  perRunMounts,
+  planMounts,
+  resolveNetwork,
+  rlimitSteps,
+  sandboxSeccomp,
+  startEgress,
+  Tail,
+  WATCH_MS,
+  withEgress,
+} from './prepare.js';
+import { probe } from './probe.js';
+import { buildBwrapArgs, resolveLimits, type SandboxProfile } from './profile.js';
+
+export interface SpawnOptions {
+  /** Use this bwrap (default: the one `probe()` found on PATH). */
+  bwrapPath?: string;
+  /** Kills the sandbox when aborted (`exited` then says `signal`, SIGKILL). */
+  signal?: AbortSignal;
+}
+
+/** How a spawned sandbox ended. */
+export interface SpawnExit {
+  /** A normal `exit`, a `signal` (kill(), the abort signal, or one the process got), or the limit that stopped it (`cpu`, `memory`, `file_size`). */
+  reason: EndReason;
+  /** The process's exit code (null when it died of a signal). */
+  exitCode: number | null;
+  /** The signal that ended it, when one did (`SIGKILL`, `SIGXCPU`, …). */
+  signal: string | null;
+  /** From the start of the sandbox to its end. */
+  durationMs: number;
+  /** The last `limits.stderrTailBytes` bytes of stderr, as UTF-8. */
+  stderrTail: string;
+  /** True when it tried to exceed `limits.processes` (known where a pids cgroup enforces it). */
+  processLimitHit: boolean;
+}
+
+/** A long-lived process in a sandbox, with its stdio open. See {@link spawnSandboxed}. */
+export interface SpawnedSandbox {
+  /** The process's stdin; stays open until the caller ends it (`end()` gives it end-of-file). */
+  readonly stdin: Writable;
+  /** The process's stdout, raw and not capped: the caller bounds what it reads. */
+  readonly stdout: Readable;
+  /** The last `limits.stderrTailBytes` bytes of stderr so far, as UTF-8. */
+  stderrTail(): string;
+  /** The host uid its processes run as: this process's, or the sandbox's own when this process is root (never 0). */
+  readonly hostUid: number;
+  /** How its memory, CPU and process limits are enforced (as {@link RunResult.enforced}). */
+  readonly enforced: EnforcedLimits;
+  /** What its network did so far; undefined when the profile granted none. */
+  network(): NetworkUsage | undefined;
+  /**
+   * SIGKILLs every process of the sandbox (`exited` then settles with `signal`, or the limit it
+   * was already ending for). `reason` is the caller's note for its own logs; it changes nothing.
+   */
+  kill(reason?: string): void;
+  /** Settles (never rejects) once every process of the sandbox is gone and all it held is released. */
+  readonly exited: Promise<SpawnExit>;
+}
+
+/**
+ * Starts `profile` in a fresh bubblewrap sandbox, with the guarantees of `runSandboxed` (private
+ * namespaces, no capabilities, the seccomp filter, never host root, binds by descriptor, the
+ * curated /etc and /proc, network only through the egress proxy when granted, cgroup limits for
+ * the whole sandbox where this process can make cgroups and rlimits otherwise, and death with
+ * this process), and leaves its stdin and stdout open: for a server that speaks over stdio.
+ *
+ * There is no wall-clock limit: `limits.timeoutMs` does not apply (the process lives until it
+ * exits, {@link SpawnedSandbox.kill}, the abort signal, or a limit ends it). Output caps
+ * (`outputBytes`, `outputHardBytes`) do not apply either: stdout is the caller's to bound. No
+ * sandbox built ahead serves it, and it has no events pipe. Per-run `rw` mounts (output
+ * directories) are refused (`invalid_profile`); a per-run `ro` file is copied in as by
+ * `runSandboxed`.
+ *
+ * Resolves once the process is started (with network: once the relay holds its sockets and
+ * lets it start). Rejects with `SandboxError` where `runSandboxed` would (`sandbox_unavailable`,
+ * `bind_denied`, `invalid_profile`), having started nothing. Once `exited` settles, its cgroup,
+ * staged files, proxy and sockets are gone.
+ */
+export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOptions = {}): Promise<SpawnedSandbox> {
+  const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
+  assertHostReady(host);
+  const limits = resolveLimits(profile.limits);
+  const outputs = (profile.mounts ?? []).filter((m) => m.perRun && m.mode === 'rw');
+  if (outputs.length > 0) {
+    throw new SandboxError(
+      'invalid_profile',
+      `spawnSandboxed does not support per-run rw mounts (output directories): ${outputs.map((m) => m.source).join(', ')}; mount a directory with perRun unset, or use runSandboxed, which copies output directories out when the run ends`,
+    );
+  }
+  const network = resolveNetwork(profile.network);
+  profile = { ...profile, mounts: perRunMounts(profile.mounts ?? []) };
+  const binds = profile.binds ?? [];
+  const identity = host.identity;
+  const layout = hostLayout(host);
+  const seccomp = sandboxSeccomp(host.arch);
+  const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
+  const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
+  const steps = rlimitSteps(limits, { pidsCgroup: Boolean(cgroups?.base.pids), events: false });
+
+  // The preload's host file exists only from just before the launch until the sandbox has mounted it.
+  const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
+  if (preload) profile = withEgress(profile, preload.path);
+  let grant: BindGrant | undefined;
+  let plan: MountPlan | undefined;
+  let args: string[];
+  try {
+    grant = grantBinds(binds, identity);
+    plan = planMounts(profile.mounts ?? [], binds, identity);
+    args = buildBwrapArgs({ ...profile, mounts: plan.mounts }, layout, plan.fds, limits);
+  } catch (err) {
+    plan?.staged.remove();
+    grant?.restore();
+    preload?.remove();
+    throw err;
+  }
+  // bwrap takes the command only from its real command line; its options, with the environment
+  // (which may hold secrets), go through argsFd, out of the host's process list.
+  const optionCount = args.length - profile.command.length - 1;
+  const argsFd = argsFdFor(BIND_FD + binds.length + plan.opens.length);
+  preload?.write();
+  const launched: Launched | undefined = launch({
+    steps: [...steps, ...plan.opens],
+    // bwrap, behind setpriv when this process is root: no uid of the sandbox maps to host root.
+    argv: [...plan.staged.prefix, ...identity.drop, host.bwrap.path, '--args', String(argsFd), ...args.slice(optionCount)],
+    argsFd,
+    bindFds: binds.map((b) => b.fd),
+    ...(cgroups ? { cgroups } : {}),
+    seccomp,
+    cover: coverInherited,
+    ...(network ? { ipc: true } : {}),
+    // A server holds its launcher for as long as it lives: none is started ahead for its sake.
+    refill: false,
+  });
+  if (!launched) {
+    plan.staged.remove();
+    grant.restore();
+    preload?.remove();
+    const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
+    throw new SandboxError(
+      'sandbox_unavailable',
+      `cannot create the sandbox's cgroups under ${bases}, so its memory, CPU and process limits cannot be enforced; nothing was started (check that the directories are writable and not full: cgroup.max.descendants)`,
+    );
+  }
+  const { child, cgroup } = launched;
+  const started = performance.now();
+  const argsPipe = (child.stdio as unknown as (Writable | null)[])[argsFd];
+  argsPipe?.on('error', () => {});
+  argsPipe?.end(`${args.slice(0, optionCount).join('\0')}\0`);
+  const stdin = child.stdin as Writable;
+  const stdout = child.stdout as Readable;
+  stdin.on('error', () => {}); // the process may exit without reading: the caller sees `exited`
+
+  let relayUp: () => void = () => {};
+  const relayed = new Promise<void>((resolve) => {
+    relayUp = resolve;
+  });
+  const egress: Egress | undefined = network
+    ? startEgress(child, network, () => {
+        preload?.remove(); // the relay runs: bwrap has mounted everything
+        relayUp();
+      })
+    : undefined;
+
+  let ended: EndReason | undefined;
+  const kill = (why: EndReason) => {
+    ended ??= why;
+    try {
+      if (child.pid) process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    if (cgroup) killRunCgroup(cgroup);
+  };
+  // The limits its cgroup cannot stop by itself: the CPU budget (cgroups count CPU time but never
+  // stop at a total), and an OOM kill of one process, which ends the whole sandbox.
+  const cpuBudgetUsec = limits.cpuSeconds * 1e6;
+  const watch = cgroup
+    ? setInterval(() => {
+        const over = overRunLimit(cgroup, cpuBudgetUsec);
+        if (over) kill(over);
+      }, WATCH_MS)
+    : undefined;
+  const onAbort = () => kill('signal');
+  options.signal?.addEventListener('abort', onAbort);
+
+  const stderr = new Tail(limits.stderrTailBytes);
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+
+  let failed: Error | undefined;
+  const exited = new Promise<SpawnExit>((resolve) => {
+    child.on('error', (err) => {
+      failed ??= err;
+    });
+    child.on('close', (code, signal) => {
+      clearInterval(watch);
+      options.signal?.removeEventListener('abort', onAbort);
+      // The process is gone: so are its connections, and the sockets in its namespace.
+      egress?.proxy.close();
+      preload?.remove();
+      const stderrTail = stderr.text();
+      const end = endOf({ code, signal, ended, cgroup, cpuBudgetUsec, stderrTail });
+      const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
+      finished(launched);
+      grant.restore();
+      plan.staged.remove();
+      relayUp(); // a relay that never started: the start below sees it from `exited`
+      resolve({ ...end, durationMs: Math.round(performance.now() - started), stderrTail, processLimitHit });
+    });
+  });
+  if (options.signal?.aborted) onAbort();
+
+  if (egress) {
+    await relayed;
+    if (!egress.started() && !ended) {
+      const end = await exited;
+      throw new SandboxError(
+        'sandbox_unavailable',
+        `the sandbox's network relay did not start, so the process did not run (exit ${end.exitCode ?? end.signal}): ${failed?.message ?? (end.stderrTail.trim() || 'no message')}`,
+      );
+    }
+  } else if (child.pid === undefined) {
+    // (A launcher started ahead, one of runSandboxed's ready ones, has long since spawned; a new
+    // one has a pid from the moment it did.)
+    const end = await exited;
+    throw new SandboxError(
+      'sandbox_unavailable',
+      `the sandbox's launcher (/bin/sh) could not start, so nothing ran: ${failed?.message ?? end.stderrTail}`,
+    );
+  }
+
+  return {
+    stdin,
+    stdout,
+    stderrTail: () => stderr.text(),
+    hostUid: identity.uid,
+    enforced: enforcedBy(cgroup?.host),
+    network: () => egress?.proxy.usage,
+    kill: () => kill('signal'),
+    exited,
+  };
+}
