@@ -5,4 +5,51 @@
  *
  * Public API. Everything exported here is a deliberate, documented decision.
  */
-export {};
+export {
+  createGatewayConfig,
+  GATEWAY_FILE_LIMIT,
+  type GatewayConfigEvent,
+  type GatewayConfigOptions,
+  type GatewayConfigSource,
+  type GatewayConfigState,
+  type GatewaySourceDocument,
+  type MergeResult,
+  mergeGatewayDocuments,
+  serverConfig,
+} from './config.js';
+export {
+  GATEWAY_SCHEMA,
+  type GatewayDocument,
+  type GatewayLevel,
+  type GatewayParseResult,
+  type GatewayProblem,
+  type GatewayServerEntry,
+  type ParsedGatewayDocument,
+  parseGatewayDocument,
+} from './configDocument.js';
+export { type AddServersResult, addGatewayServers } from './configFile.js';
+export { type ImportResult, type ImportSkip, importMcpConfig, type VaultNeed } from './importConfig.js';
+export {
+  type LastAudited,
+  openPinStore,
+  PINNED_FIELDS,
+  type PinFailure,
+  type PinStore,
+  type PinStoreOptions,
+  type Pins,
+  type PinsRead,
+  type PinWrite,
+  type RecordAudit,
+  toolDigest,
+} from './pins.js';
+export type {
+  Gateway,
+  GatewayConfig,
+  Pin,
+  PinStatus,
+  ServerConfig,
+  ServerReport,
+  ToolDefinition,
+  ToolDiff,
+  ToolState,
+} from './types.js';

@@ -1,0 +1,454 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, fchmodSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import stringify from 'fast-json-stable-stringify';
+import type lockfileType from 'proper-lockfile';
+import type { Pin, PinStatus, ToolDefinition, ToolDiff, ToolState } from './types.js';
+
+/**
+ * The pin store: `<home>/gateway/pins.json` holds, per server and upstream tool, the digest and
+ * definition the operator approved. A tool is served only while its listed definition has the
+ * pinned digest.
+ *
+ * The file is covered by the audit log. Every write appends one entry (`gateway.approved` or
+ * `gateway.unpinned`) carrying `pins_digest` (sha256 of the whole new file's bytes) and
+ * `pins_generation` (a counter the file carries, +1 per write). On reading, the file's digest must
+ * equal the `pins_digest` of the newest of those two entries (the higher generation): a file
+ * edited, replaced or restored from a copy outside forge does not match, and then no pin is
+ * trusted until the operator approves again. One append per write, so a write is either wholly
+ * in the log or taken back.
+ */
+
+/** Appends an audit entry (SourceHost.record): undefined when durable, else why not. */
+export type RecordAudit = (type: string, data: Record<string, unknown>) => Promise<{ message: string } | undefined>;
+/** The data of the newest audit entry of a type (SourceHost.lastAudited). */
+export type LastAudited = (type: string) => Promise<Record<string, unknown> | undefined>;
+
+export interface PinStoreOptions {
+  /** The gateway's state directory (`ForgePaths.gatewayDir`, `<home>/gateway`); created 0700. */
+  dir: string;
+  /** Appends the audit entry of each write; without it, writes are refused (`audit_unavailable`). */
+  record?: RecordAudit;
+  /** Reads the last audited pins digest; without it the file is trusted as read (tests, tools without a log). */
+  lastAudited?: LastAudited;
+}
+
+/** Why pins could not be read or written. */
+export type PinFailure = {
+  ok: false;
+  kind: 'pins_untrusted' | 'pins_unreadable' | 'audit_unavailable' | 'not_pinned' | 'lock_timeout';
+  message: string;
+};
+
+/** The trusted pins at one moment. */
+export interface Pins {
+  /** `sha256:` of pins.json's bytes (undefined when there is no file). */
+  readonly digest: string | undefined;
+  readonly generation: number;
+  /** The pin of one upstream tool. */
+  get(server: string, tool: string): Pin | undefined;
+  /** Every pin of a server, by upstream tool name. */
+  list(server: string): ReadonlyMap<string, Pin>;
+  /** The servers that have pins. */
+  servers(): string[];
+  /**
+   * How each listed tool stands (`approved`, `new`, `changed`, `not_allowed` when `allowList` is
+   * given and omits it), then each pinned tool the server no longer lists (`removed`).
+   */
+  states(server: string, listed: readonly ToolDefinition[], allowList?: readonly string[]): ToolState[];
+  /** What differs from the pins: new, changed (with the differing fields) and removed tools. */
+  diff(server: string, listed: readonly ToolDefinition[]): ToolDiff[];
+}
+
+export type PinsRead = { ok: true; pins: Pins } | PinFailure;
+
+export type PinWrite = { ok: true; tools: ToolState[]; pins_digest: string } | PinFailure;
+
+export interface PinStore {
+  /** pins.json's path. */
+  readonly file: string;
+  /** The pins now (the file is reread when it changed and checked against the audit log). */
+  read(): Promise<PinsRead>;
+  /**
+   * Pins the given definitions of `server` (replacing earlier pins of those tools) and audits it
+   * as `gateway.approved` {server, tools: [{tool, digest, previous?}], by, pins_digest,
+   * pins_generation}. Serialized with every other writer (a lock file beside pins.json). When
+   * pins.json is untrusted, the untrusted file is moved aside (`pins.json.untrusted-<time>`) and
+   * the new file holds only these pins. If the audit entry cannot be written, the previous file is
+   * restored and the approval refused (`audit_unavailable`).
+   */
+  approve(server: string, defs: readonly ToolDefinition[], by: string): Promise<PinWrite>;
+  /**
+   * Drops the pins of `tools` of `server` (all its pins when `tools` is empty), audited as
+   * `gateway.unpinned`. `not_pinned` when a named tool has no pin; refused on an untrusted file
+   * (approve again first). Returns the removed tools as `removed` states.
+   */
+  unpin(server: string, tools: readonly string[], by: string): Promise<PinWrite>;
+}
+
+/** The fields a pin covers, in the order `diff` reports them. */
+export const PINNED_FIELDS = ['name', 'title', 'description', 'inputSchema', 'outputSchema', 'annotations'] as const;
+
+/**
+ * `sha256:` over the canonical JSON (keys sorted) of the fields a pin covers: name, title,
+ * description, inputSchema, outputSchema, annotations; absent fields are omitted, other fields
+ * (`_meta`, `icons`, …) ignored. Key order does not change it.
+ */
+export function toolDigest(def: ToolDefinition): string {
+  return `sha256:${createHash('sha256')
+    .update(stringify(pinned(def)))
+    .digest('hex')}`;
+}
+
+function pinned(def: ToolDefinition): ToolDefinition {
+  const out: Record<string, unknown> = {};
+  for (const k of PINNED_FIELDS) if (def[k] !== undefined) out[k] = def[k];
+  return out as unknown as ToolDefinition;
+}
+
+const FILE = 'pins.json';
+const LOCK = 'pins.lock';
+
+interface PinsFile {
+  version: 1;
+  generation: number;
+  servers: Record<string, Record<string, Pin>>;
+}
+
+const require = createRequire(import.meta.url);
+let lockfileModule: typeof lockfileType | undefined;
+function lockfile(): typeof lockfileType {
+  lockfileModule ??= require('proper-lockfile') as typeof lockfileType;
+  return lockfileModule;
+}
+
+/** Opens the pin store in `options.dir` (nothing is read or created until used). */
+export function openPinStore(options: PinStoreOptions): PinStore {
+  const dir = options.dir;
+  const file = join(dir, FILE);
+  let trusted: string | undefined; // a digest already checked against the log
+
+  const lastDigest = async (): Promise<string | undefined> => {
+    if (!options.lastAudited) return undefined;
+    const [a, u] = await Promise.all([options.lastAudited('gateway.approved'), options.lastAudited('gateway.unpinned')]);
+    const gen = (d: Record<string, unknown> | undefined) => (typeof d?.pins_generation === 'number' ? d.pins_generation : -1);
+    const newest = gen(a) >= gen(u) ? a : u;
+    return typeof newest?.pins_digest === 'string' ? newest.pins_digest : undefined;
+  };
+
+  /** Reads and checks the file; `locked` says the caller holds the lock (no write can be half done). */
+  const load = async (locked: boolean): Promise<{ ok: true; data: PinsFile; digest: string | undefined; bytes?: Buffer } | PinFailure> => {
+    let bytes: Buffer | undefined;
+    try {
+      bytes = readFileSync(file);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+        return {
+          ok: false,
+          kind: 'pins_unreadable',
+          message: `${file} cannot be read (${(err as NodeJS.ErrnoException).code}); fix its permissions`,
+        };
+    }
+    const digest = bytes ? `sha256:${createHash('sha256').update(bytes).digest('hex')}` : undefined;
+    if (options.lastAudited && digest !== trusted) {
+      const audited = await lastDigest();
+      if (audited !== digest) {
+        // A writer between its rename and its audit append: under the lock the two agree again.
+        if (!locked) return withLock(dir, () => load(true));
+        if (digest === undefined) return { ok: true, data: empty(), digest }; // deleted: no pins, nothing to trust
+        return {
+          ok: false,
+          kind: 'pins_untrusted',
+          message: `${file} does not match the audit log (${audited ? `it last recorded ${audited.slice(0, 19)}…` : 'it records no pins'}, the file is ${digest.slice(0, 19)}…): it was changed outside forge, so no pin is trusted. Approve the tools again (forge gateway approve <server>); the file is then set aside`,
+        };
+      }
+    }
+    if (!bytes) return { ok: true, data: empty(), digest };
+    const data = parsePins(bytes.toString('utf8'));
+    if (!data)
+      return {
+        ok: false,
+        kind: 'pins_untrusted',
+        message: `${file} is not a pins file forge wrote; approve the tools again (forge gateway approve <server>)`,
+      };
+    trusted = digest;
+    return { ok: true, data, digest, bytes };
+  };
+
+  const write = async (
+    server: string,
+    by: string,
+    change: (data: PinsFile, untrusted: boolean) => { tools: ToolState[]; audit: Record<string, unknown> } | PinFailure,
+    type: 'gateway.approved' | 'gateway.unpinned',
+  ): Promise<PinWrite> =>
+    withLock(dir, async (): Promise<PinWrite> => {
+      if (!options.record)
+        return {
+          ok: false,
+          kind: 'audit_unavailable',
+          message: 'pins are written only with an audit log to record them; open the store with record',
+        };
+      const cur = await load(true);
+      if (!cur.ok && cur.kind !== 'pins_untrusted') return cur;
+      const untrusted = !cur.ok;
+      const data = cur.ok ? structuredClone(cur.data) : empty();
+      const changed = change(data, untrusted);
+      if ('ok' in changed) return changed;
+      data.generation = (cur.ok ? cur.data.generation : 0) + 1;
+      const text = `${JSON.stringify(sortedFile(data), null, 2)}\n`;
+      const digest = `sha256:${createHash('sha256').update(text).digest('hex')}`;
+      let aside: string | undefined;
+      if (untrusted) {
+        aside = `${file}.untrusted-${new Date().toISOString().replaceAll(':', '')}`;
+        renameSync(file, aside);
+      }
+      writeAtomic(dir, file, text);
+      const failed = await options.record(type, {
+        server,
+        ...changed.audit,
+        by,
+        pins_digest: digest,
+        pins_generation: data.generation,
+        ...(aside ? { untrusted_file: aside } : {}),
+      });
+      if (failed) {
+        // Taken back: the log does not have it, so the file must not either.
+        if (aside) renameSync(aside, file);
+        else if (cur.ok && cur.bytes) writeAtomic(dir, file, cur.bytes);
+        else unlinkSync(file);
+        return {
+          ok: false,
+          kind: 'audit_unavailable',
+          message: `the audit log could not record the change, so ${file} was left as it was: ${failed.message}`,
+        };
+      }
+      trusted = digest;
+      return { ok: true, tools: changed.tools, pins_digest: digest };
+    });
+
+  return {
+    file,
+    async read() {
+      const r = await load(false);
+      return r.ok ? { ok: true, pins: snapshot(r.data, r.digest) } : r;
+    },
+    approve(server, defs, by) {
+      return write(
+        server,
+        by,
+        (data) => {
+          const mine = (data.servers[server] ??= {});
+          const at = new Date().toISOString();
+          const tools: ToolState[] = [];
+          const audit: Record<string, unknown>[] = [];
+          for (const def of defs) {
+            const digest = toolDigest(def);
+            const previous = mine[def.name]?.digest;
+            mine[def.name] = { digest, definition: pinned(def), approved_at: at, approved_by: by };
+            tools.push({
+              server,
+              tool: def.name,
+              name: `${server}.${def.name}`,
+              status: 'approved',
+              digest,
+              pinned: digest,
+              definition: pinned(def),
+            });
+            audit.push({ tool: def.name, digest, ...(previous && previous !== digest ? { previous } : {}) });
+          }
+          return { tools, audit: { tools: audit } };
+        },
+        'gateway.approved',
+      );
+    },
+    unpin(server, tools, by) {
+      return write(
+        server,
+        by,
+        (data, untrusted) => {
+          if (untrusted)
+            return {
+              ok: false,
+              kind: 'pins_untrusted',
+              message: `${file} does not match the audit log: nothing in it can be unpinned. Approve the tools you want again (forge gateway approve <server>)`,
+            };
+          const mine = data.servers[server] ?? {};
+          const names = tools.length === 0 ? Object.keys(mine) : [...tools];
+          const missing = names.filter((t) => !Object.hasOwn(mine, t));
+          if (missing.length > 0 || names.length === 0)
+            return {
+              ok: false,
+              kind: 'not_pinned',
+              message:
+                names.length === 0
+                  ? `server "${server}" has no pins`
+                  : `${missing.map((t) => `${server}.${t}`).join(', ')} ${missing.length > 1 ? 'are' : 'is'} not pinned (forge gateway tools ${server} shows what is)`,
+            };
+          const out: ToolState[] = [];
+          for (const t of names) {
+            const p = mine[t] as Pin;
+            out.push({ server, tool: t, name: `${server}.${t}`, status: 'removed', pinned: p.digest, definition: p.definition });
+            delete mine[t];
+          }
+          if (Object.keys(mine).length === 0) delete data.servers[server];
+          return { tools: out, audit: { tools: out.map((s) => ({ tool: s.tool, digest: s.pinned })) } };
+        },
+        'gateway.unpinned',
+      );
+    },
+  };
+}
+
+function empty(): PinsFile {
+  return { version: 1, generation: 0, servers: {} };
+}
+
+function sortedFile(d: PinsFile): PinsFile {
+  const servers: PinsFile['servers'] = {};
+  for (const s of Object.keys(d.servers).sort()) {
+    const tools: Record<string, Pin> = {};
+    for (const t of Object.keys(d.servers[s] ?? {}).sort()) tools[t] = (d.servers[s] as Record<string, Pin>)[t] as Pin;
+    servers[s] = tools;
+  }
+  return { version: 1, generation: d.generation, servers };
+}
+
+/** The file's content if it has the shape forge writes and every pin's digest is its definition's. */
+function parsePins(text: string): PinsFile | undefined {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const d = v as PinsFile;
+  if (!d || typeof d !== 'object' || d.version !== 1 || typeof d.generation !== 'number' || !d.servers || typeof d.servers !== 'object')
+    return undefined;
+  for (const tools of Object.values(d.servers)) {
+    if (!tools || typeof tools !== 'object') return undefined;
+    for (const p of Object.values(tools)) {
+      if (!p || typeof p.digest !== 'string' || !p.definition || toolDigest(p.definition) !== p.digest) return undefined;
+    }
+  }
+  return d;
+}
+
+function snapshot(data: PinsFile, digest: string | undefined): Pins {
+  const list = (server: string) => new Map(Object.entries(data.servers[server] ?? {}));
+  return {
+    digest,
+    generation: data.generation,
+    get: (server, tool) => data.servers[server]?.[tool],
+    list,
+    servers: () => Object.keys(data.servers).sort(),
+    states(server, listed, allowList) {
+      const pins = list(server);
+      const out: ToolState[] = [];
+      const seen = new Set<string>();
+      for (const def of listed) {
+        seen.add(def.name);
+        const digest = toolDigest(def);
+        const pin = pins.get(def.name);
+        const status: PinStatus =
+          allowList && !allowList.includes(def.name) ? 'not_allowed' : !pin ? 'new' : pin.digest === digest ? 'approved' : 'changed';
+        out.push({
+          server,
+          tool: def.name,
+          name: `${server}.${def.name}`,
+          status,
+          digest,
+          ...(pin ? { pinned: pin.digest } : {}),
+          definition: def,
+        });
+      }
+      for (const [tool, pin] of [...pins].sort(([a], [b]) => (a < b ? -1 : 1))) {
+        if (!seen.has(tool))
+          out.push({ server, tool, name: `${server}.${tool}`, status: 'removed', pinned: pin.digest, definition: pin.definition });
+      }
+      return out;
+    },
+    diff(server, listed) {
+      const pins = list(server);
+      const out: ToolDiff[] = [];
+      const seen = new Set<string>();
+      for (const def of listed) {
+        seen.add(def.name);
+        const digest = toolDigest(def);
+        const pin = pins.get(def.name);
+        if (!pin) out.push({ tool: def.name, status: 'new', new: { digest, definition: pinned(def) }, fields: [] });
+        else if (pin.digest !== digest) {
+          const now = pinned(def);
+          const fields = PINNED_FIELDS.filter((k) => stringify(now[k] ?? null) !== stringify(pin.definition[k] ?? null));
+          out.push({
+            tool: def.name,
+            status: 'changed',
+            old: { digest: pin.digest, definition: pin.definition },
+            new: { digest, definition: now },
+            fields,
+          });
+        }
+      }
+      for (const [tool, pin] of [...pins].sort(([a], [b]) => (a < b ? -1 : 1))) {
+        if (!seen.has(tool)) out.push({ tool, status: 'removed', old: { digest: pin.digest, definition: pin.definition }, fields: [] });
+      }
+      return out;
+    },
+  };
+}
+
+/** Runs `fn` holding the cross-process lock of the pin store. */
+async function withLock<T>(dir: string, fn: () => Promise<T>): Promise<T | PinFailure> {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  let release: () => Promise<void>;
+  try {
+    release = await lockfile().lock(join(dir, FILE), {
+      realpath: false,
+      lockfilePath: join(dir, LOCK),
+      stale: 10_000,
+      retries: { retries: 400, factor: 1.2, minTimeout: 2, maxTimeout: 50, randomize: true },
+      onCompromised: () => {},
+    });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ELOCKED')
+      return { ok: false, kind: 'lock_timeout', message: `${join(dir, FILE)} is being written by another process for too long; retry` };
+    return {
+      ok: false,
+      kind: 'pins_unreadable',
+      message: `cannot lock ${join(dir, LOCK)} (${(err as Error).message}); check the directory's permissions`,
+    };
+  }
+  try {
+    return await fn();
+  } finally {
+    await release().catch(() => {});
+  }
+}
+
+/** Writes `data` to `dest` atomically: a 0600 temp file in the same directory, fsync, rename, fsync of the directory. */
+function writeAtomic(dir: string, dest: string, data: string | Buffer): void {
+  const tmp = join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
+  const fd = openSync(tmp, 'wx', 0o600);
+  try {
+    fchmodSync(fd, 0o600);
+    writeFileSync(fd, data);
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    unlinkSync(tmp);
+    throw err;
+  }
+  closeSync(fd);
+  try {
+    renameSync(tmp, dest);
+  } catch (err) {
+    unlinkSync(tmp);
+    throw err;
+  }
+  const dfd = openSync(dir, 'r');
+  try {
+    fsyncSync(dfd);
+  } finally {
+    closeSync(dfd);
+  }
+}
