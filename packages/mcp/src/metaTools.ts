@@ -92,7 +92,7 @@ const FORGE_LIST: Tool = {
   name: 'forge_list',
   title: 'List forged tools',
   description:
-    'List the forged tools you can call (not the built-in meta-tools): name, scope, version, description, runtime and how often each was called. Call it before forging, to reuse a tool that already does the job.',
+    "List the forged tools you can call (not the built-in meta-tools): name, scope, version, description, runtime and how often each was called, then the approved tools of the gateway's upstream MCP servers (source, server). Call it before forging, to reuse a tool that already does the job.",
   inputSchema: {
     type: 'object',
     properties: {
@@ -223,20 +223,34 @@ export async function runMetaTool(forge: Forge, name: string, rawArgs: unknown, 
       const s = scopeArg(args.scope, SCOPES);
       if ('ok' in s) return s;
       const listed = await forge.listTools({ ...ctx, ...s });
+      // The sources' tools (the gateway's) belong to no scope: listed when no scope is asked for.
+      const sourced = s.scope === undefined ? await forge.listSourced(ctx) : [];
       return {
         ok: true,
         data: {
-          tools: listed.map((l) => ({
-            name: l.tool.name,
-            scope: l.scope,
-            version: l.tool.version,
-            description: l.tool.description,
-            runtime: l.tool.runtime,
-            deterministic: l.tool.meta?.deterministic === true,
-            calls: forge.callCount(l.tool.name),
-            ...(l.shadows.length > 0 ? { shadows: l.shadows } : {}),
-            ...(l.shadowedBy ? { shadowed_by: l.shadowedBy } : {}),
-          })),
+          tools: [
+            ...listed.map((l) => ({
+              name: l.tool.name,
+              scope: l.scope,
+              version: l.tool.version,
+              description: l.tool.description,
+              runtime: l.tool.runtime,
+              deterministic: l.tool.meta?.deterministic === true,
+              calls: forge.callCount(l.tool.name),
+              ...(l.shadows.length > 0 ? { shadows: l.shadows } : {}),
+              ...(l.shadowedBy ? { shadowed_by: l.shadowedBy } : {}),
+            })),
+            ...sourced.map((t) => ({
+              name: t.name,
+              source: t.origin.kind,
+              server: t.origin.server,
+              upstream_tool: t.origin.tool,
+              sandboxed: t.origin.sandboxed,
+              description: t.description,
+              digest: t.digest,
+              calls: forge.callCount(t.name),
+            })),
+          ],
         },
         meta: {},
       };

@@ -4,7 +4,7 @@
  * unknown keywords, and the annotations mean nothing to them. What the agent needs to know from
  * them (which inputs name host paths mounted into the sandbox) is appended to the description.
  */
-import { type AnnotatedSpec, type SandboxFacts, toolAnnotations, wireName } from '@forge/runner';
+import { type AnnotatedSpec, type SandboxFacts, type SourcedTool, toolAnnotations, wireName } from '@forge/runner';
 import type { Tool } from '@modelcontextprotocol/server';
 import { X_MCP_HEADER } from './paramHeaders.js';
 
@@ -144,6 +144,60 @@ export function toolView(record: ToolRecord, facts: SandboxFacts = { network: tr
   };
   const view = { tool, structuredData: outputSchema !== undefined, record };
   memo.set(record, view);
+  return view;
+}
+
+const sourcedViews = new WeakMap<object, ToolView>();
+
+/**
+ * The MCP view of a tool a source serves (an upstream MCP server's, through the gateway): the
+ * upstream's schemas and annotations as approved (annotations are the upstream's hints, not
+ * forge's facts), its description prefixed with where it comes from, and `_meta.forge` naming
+ * the server, the upstream tool and the pinned digest.
+ */
+export function sourcedView(t: SourcedTool): ToolView {
+  const hit = sourcedViews.get(t);
+  if (hit) return hit;
+  const record: ToolRecord = {
+    name: t.name,
+    description: t.description,
+    input_schema: t.input_schema,
+    ...(t.output_schema ? { output_schema: t.output_schema } : {}),
+    runtime: 'mcp',
+    version: 1,
+    digest: t.digest,
+    scope: t.origin.kind,
+  };
+  const inputSchema = { ...t.input_schema };
+  if (inputSchema.type !== 'object') inputSchema.type = 'object';
+  let outputSchema: Record<string, unknown> | undefined;
+  if (t.output_schema && t.output_schema.type === 'object') {
+    const { $schema: _dialect, ...rest } = t.output_schema;
+    outputSchema = rest;
+  }
+  const upstreamTitle = typeof t.annotations?.title === 'string' ? t.annotations.title : undefined;
+  const where = `${t.origin.kind} server "${t.origin.server}"${t.origin.sandboxed ? ', sandboxed' : ', NOT sandboxed'}`;
+  const tool: Tool = {
+    name: wireName(t.name),
+    title: upstreamTitle ?? t.name,
+    description: `${t.description.trim()}\n\n(${t.origin.tool} of the ${where}; pinned ${t.digest.slice(0, 19)}…)`.trim(),
+    inputSchema: inputSchema as Tool['inputSchema'],
+    ...(outputSchema ? { outputSchema: outputSchema as Tool['outputSchema'] } : {}),
+    ...(t.annotations ? { annotations: { ...t.annotations, title: upstreamTitle ?? t.name } } : {}),
+    _meta: {
+      forge: {
+        name: t.name,
+        source: t.origin.kind,
+        server: t.origin.server,
+        upstream_tool: t.origin.tool,
+        digest: t.digest,
+        sandboxed: t.origin.sandboxed,
+        transport: t.origin.transport,
+      },
+    },
+  };
+  const view = { tool, structuredData: outputSchema !== undefined, record };
+  sourcedViews.set(t, view);
   return view;
 }
 

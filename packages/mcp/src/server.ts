@@ -15,7 +15,7 @@ import {
 import packageJson from '../package.json' with { type: 'json' };
 import { Inflight } from './inflight.js';
 import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
-import { findView, type ToolRecord, type ToolView, toolView } from './schema.js';
+import { findView, sourcedView, type ToolRecord, type ToolView, toolView } from './schema.js';
 import { addSurface } from './surface.js';
 import { addTaskHandlers, startTask } from './taskCalls.js';
 import { declaresTasks, TASKS_EXTENSION, type TaskStore } from './tasks.js';
@@ -91,7 +91,7 @@ class ForgeServer extends Server {
 }
 
 /**
- * The forged tools `ctx` sees, by wire name, and a signature of that set (it changes when a tool
+ * The forged tools `ctx` sees, then the sources' tools, by wire name, and a signature of that set (it changes when a tool
  * comes, goes or changes, or the caller's network grant does).
  */
 export async function listViews(forge: Forge, ctx: CallContext): Promise<{ views: Map<string, ToolView>; signature: string }> {
@@ -105,6 +105,13 @@ export async function listViews(forge: Forge, ctx: CallContext): Promise<{ views
     const view = toolView(l.tool as ToolRecord, facts);
     views.set(view.tool.name, view);
     signature += `${l.tool.name}\0${l.scope}\0${l.tool.digest}\0${l.tool.version}\n`;
+  }
+  // The sources' tools (the gateway's upstream tools): after the forged ones, never over one.
+  for (const t of await forge.listSourced(ctx)) {
+    const view = sourcedView(t);
+    if (views.has(view.tool.name)) continue;
+    views.set(view.tool.name, view);
+    signature += `${t.name}\0${t.origin.kind}\0${t.digest}\n`;
   }
   return { views, signature };
 }
