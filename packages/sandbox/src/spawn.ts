@@ -89,8 +89,10 @@ export interface SpawnedSandbox {
  *
  * Resolves once the process is started (with network: once the relay holds its sockets and
  * lets it start). Rejects with `SandboxError` where `runSandboxed` would (`sandbox_unavailable`,
- * `bind_denied`, `invalid_profile`), having started nothing. Once `exited` settles, its cgroup,
- * staged files, proxy and sockets are gone.
+ * `bind_denied`, `invalid_profile`), having started nothing. Once `exited` settles, every process
+ * of it is gone, its staged files, proxy and sockets are removed, rw binds handed to the sandbox
+ * uid are given back, and its cgroup (empty) is back in the pool runs share. The sandbox holds
+ * this process's event loop while it lives (its stdio pipes do).
  */
 export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOptions = {}): Promise<SpawnedSandbox> {
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
@@ -178,7 +180,10 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     : undefined;
 
   let ended: EndReason | undefined;
+  let closed = false;
   const kill = (why: EndReason) => {
+    // Once bwrap is reaped its pid (the launcher's process group) may be another process's.
+    if (closed) return;
     ended ??= why;
     try {
       if (child.pid) process.kill(-child.pid, 'SIGKILL');
@@ -208,6 +213,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
       failed ??= err;
     });
     child.on('close', (code, signal) => {
+      closed = true;
       clearInterval(watch);
       options.signal?.removeEventListener('abort', onAbort);
       // The process is gone: so are its connections, and the sockets in its namespace.

@@ -8,18 +8,21 @@ import { chmodSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { type Mount, type NetworkAccess, resolveRuntimes, spawnSandboxed } from '../src/index.js';
+import { type HostInfo, type Mount, type NetworkAccess, probe, resolveRuntimes, runSandboxed, spawnSandboxed } from '../src/index.js';
+import { launcherStats } from '../src/launcher.js';
 import { descendants, requireSandbox, tempDir } from './helpers.js';
 
+let host: HostInfo;
 let node: { interpreter: string; mounts: Mount[] };
 let python: { interpreter: string; mounts: Mount[] };
 
 beforeAll(async () => {
   await requireSandbox();
+  host = await probe();
   const table = await resolveRuntimes();
   const nd = table.get('node');
   node = { interpreter: nd.interpreter, mounts: nd.mounts.map((source) => ({ source, mode: 'ro' as const })) };
@@ -103,6 +106,16 @@ function pidsWith(marker: string): number[] {
       return false;
     }
   });
+}
+
+/** The directories of the sandbox cgroups (under a `forge-sandbox` base) that hold `pid`. */
+function cgroupsOf(pid: number): string[] {
+  const bases = host.cgroups?.bases ?? [];
+  const paths = readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+    .split('\n')
+    .map((l) => l.split(':')[2] ?? '')
+    .filter((p) => p.startsWith('/forge-sandbox/'));
+  return [...new Set(bases.flatMap((b) => paths.map((p) => join(dirname(b), p)).filter((d) => existsSync(join(d, 'cgroup.procs')))))];
 }
 
 /** True while `pid` is a live process (not gone, not a zombie). */
@@ -192,10 +205,28 @@ describe('spawnSandboxed', () => {
     const all = [...new Set(pidsWith(marker).flatMap((p) => [p, ...descendants(p)]))];
     const sleeps = all.filter((p) => readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('/bin/sleep'));
     expect(sleeps).toHaveLength(1);
+    const groups = cgroupsOf(sleeps[0] as number);
+    expect(groups.length).toBeGreaterThan(0);
     sb.kill('test');
     const end = await sb.exited;
     expect(end).toMatchObject({ reason: 'signal', exitCode: null, signal: 'SIGKILL' });
     expect(await gone(all)).toEqual([]);
+    // Its cgroups hold no process any more (they go back to the pool runs share).
+    for (const dir of groups) expect(existsSync(dir) ? readFileSync(join(dir, 'cgroup.procs'), 'utf8') : '', dir).toBe('');
+  });
+
+  it('works on a launcher started ahead for runs (a process that ran runSandboxed has some waiting)', async () => {
+    expect((await runSandboxed({ command: ['/bin/true'] })).reason).toBe('exit');
+    for (let i = 0; i < 200 && launcherStats().ready === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    const before = launcherStats();
+    expect(before.ready, 'a launcher waits ready after a run with cgroups').toBeGreaterThan(0);
+    const { sb, ask, marker } = await server();
+    expect(launcherStats().warmStarts).toBe(before.warmStarts + 1);
+    expect(await ask('echo warm')).toBe('warm');
+    const pids = pidsWith(marker);
+    sb.kill();
+    expect((await sb.exited).reason).toBe('signal');
+    expect(await gone(pids)).toEqual([]);
   });
 
   it('the abort signal kills it', async () => {
