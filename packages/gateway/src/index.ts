@@ -42,6 +42,8 @@ export {
   type RecordAudit,
   toolDigest,
 } from './pins.js';
+export { createGateway, type GatewayOptions, isForgeToolName } from './source.js';
+export { DEFAULT_MAX_MESSAGE_BYTES } from './transport.js';
 export type {
   Gateway,
   GatewayConfig,
@@ -53,3 +55,4 @@ export type {
   ToolDiff,
   ToolState,
 } from './types.js';
+export { ACCEPTED_PROTOCOL_VERSIONS, BREAKER, LIST_LIMITS, restartDelay } from './upstream.js';

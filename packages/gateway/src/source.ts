@@ -1,0 +1,474 @@
+import { createHash } from 'node:crypto';
+import type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult } from '@forge/runner';
+import type { Resolver } from '@forge/sandbox';
+import { createGatewayConfig, type GatewayConfigSource } from './config.js';
+import { type LastAudited, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
+import { launcherFor } from './spawn.js';
+import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
+import { Upstream } from './upstream.js';
+
+/** Options of {@link createGateway}. */
+export interface GatewayOptions {
+  /** The operator's gateway.json (`$FORGE_HOME/gateway.json`). */
+  userFile?: string;
+  /** The project's (`<project>/.forge/gateway.json`). */
+  workspaceFile?: string;
+  /** Where the pins live (forge's state, e.g. `$FORGE_HOME/gateway`). */
+  gatewayDir: string;
+  /** Use this bwrap for sandboxed upstreams (default: the one on PATH). */
+  bwrapPath?: string;
+  /** Resolves names for the upstreams' egress proxy (tests map names to loopback). */
+  resolver?: Resolver;
+  /** Where a project-level server's binds may point (policy `bind_roots`). */
+  bindRoots?: readonly string[];
+  /** Paths no upstream may see besides the sandbox's deny list (default: the host's forge home once attached). */
+  forgeState?: readonly string[];
+  /**
+   * Where audit entries go before `attach`, or without a runner (the CLI): pins are written only
+   * when an entry can be recorded, and trusted only when they match the last one recorded.
+   */
+  record?: RecordAudit;
+  lastAudited?: LastAudited;
+  now?: () => number;
+}
+
+type Refusal = { ok: false; kind: string; message: string };
+
+/** The tool-name grammar of forge: 1–64 bytes of `[A-Za-z0-9_.-]`, a letter first, no `..`, no trailing `.`. */
+export function isForgeToolName(name: string): boolean {
+  return /^[A-Za-z][A-Za-z0-9_.-]*$/.test(name) && !name.includes('..') && !name.endsWith('.') && Buffer.byteLength(name) <= 64;
+}
+
+function secretsKey(server: ServerConfig, secrets: ReadonlyMap<string, string>): string {
+  const h = createHash('sha256').update(JSON.stringify(server));
+  for (const vault of Object.values(server.secrets).sort()) h.update(`\0${vault}\0${secrets.get(vault) ?? ''}`);
+  return `${server.name}\0${h.digest('hex')}`;
+}
+
+/**
+ * Creates the gateway: external MCP servers declared in gateway.json, each tool projected as
+ * `<server>.<tool>` once an operator approved (pinned) its definition, served to the runner as a
+ * `ToolSource`. Upstreams start on first need and stop at `close()`.
+ */
+export function createGateway(options: GatewayOptions): Gateway {
+  return new GatewaySource(options);
+}
+
+class GatewaySource implements Gateway {
+  readonly kind = 'gateway';
+  readonly #options: GatewayOptions;
+  readonly #config: GatewayConfigSource;
+  readonly #pinStore: PinStore;
+  #host: SourceHost | undefined;
+  #pending: [string, Record<string, unknown>][] = [];
+  readonly #upstreams = new Map<string, Upstream>();
+  readonly #listeners = new Set<(names: string[]) => void>();
+  /** Facts already recorded once (skipped names, changed digests). */
+  readonly #noted = new Set<string>();
+  #closed = false;
+
+  constructor(options: GatewayOptions) {
+    this.#options = options;
+    this.#config = createGatewayConfig({
+      ...(options.userFile ? { userFile: options.userFile } : {}),
+      ...(options.workspaceFile ? { workspaceFile: options.workspaceFile } : {}),
+      onEvent: ({ type, ...data }) => this.#record(type, data as Record<string, unknown>),
+    });
+    this.#pinStore = openPinStore({
+      dir: options.gatewayDir,
+      record: (type, data) => this.#recordDurably(type, data),
+      lastAudited: async (type) => {
+        if (this.#host) return this.#host.lastAudited(type);
+        return this.#options.lastAudited?.(type);
+      },
+    });
+  }
+
+  /** Fire and forget: facts for the log (what cannot be written is the runner's to report). */
+  #record(type: string, data: Record<string, unknown>): void {
+    if (this.#host) void this.#host.record(type, data);
+    else if (this.#options.record) void this.#options.record(type, data);
+    else if (this.#pending.length < 1000) this.#pending.push([type, data]);
+  }
+
+  async #recordDurably(type: string, data: Record<string, unknown>): Promise<{ message: string } | undefined> {
+    if (this.#host) return this.#host.record(type, data);
+    if (this.#options.record) return this.#options.record(type, data);
+    return { message: 'the gateway has no audit log (attach it to a forge, or pass record)' };
+  }
+
+  /** The trusted pins, or undefined (nothing is served) when they cannot be trusted; recorded once per reason. */
+  async #pins(): Promise<Pins | undefined> {
+    const read = await this.#pinStore.read();
+    if (read.ok) return read.pins;
+    this.#once(`pins\0${read.kind}\0${read.message}`, 'gateway.pins_refused', { kind: read.kind, message: read.message });
+    return undefined;
+  }
+
+  attach(host: SourceHost): void {
+    this.#host = host;
+    for (const [type, data] of this.#pending.splice(0)) void host.record(type, data);
+  }
+
+  config(): { ok: true; config: GatewayConfig } | Refusal {
+    const state = this.#config.current();
+    return state.ok ? state : { ok: false, kind: state.kind, message: state.message };
+  }
+
+  #servers(): ServerConfig[] {
+    const c = this.config();
+    return c.ok ? [...c.config.servers.values()] : [];
+  }
+
+  #server(name: string): ServerConfig | Refusal {
+    const c = this.config();
+    if (!c.ok) return c;
+    const s = c.config.servers.get(name);
+    if (s) return s;
+    const known = [...c.config.servers.keys()];
+    return {
+      ok: false,
+      kind: 'unknown_server',
+      message: `no gateway server "${name}" is configured${known.length ? ` (configured: ${known.join(', ')})` : ''}; add it to gateway.json`,
+    };
+  }
+
+  /** The connection of `server` for these secret values, made (not started) on first use; stale ones are stopped. */
+  #upstream(server: ServerConfig, secrets: ReadonlyMap<string, string>): Upstream {
+    const key = secretsKey(server, secrets);
+    let up = this.#upstreams.get(key);
+    if (up) return up;
+    for (const [k, other] of this.#upstreams) {
+      if (other.server.name === server.name && JSON.stringify(other.server) !== JSON.stringify(server)) {
+        this.#upstreams.delete(k);
+        void other.stop(true);
+      }
+    }
+    const authVault = server.secrets.Authorization;
+    up = new Upstream({
+      server,
+      ...(server.transport === 'http' && authVault !== undefined && secrets.has(authVault)
+        ? { authorization: secrets.get(authVault) }
+        : {}),
+      launch: launcherFor(server, secrets, {
+        forgeState: this.#options.forgeState ?? (this.#host ? [this.#host.home] : [this.#options.gatewayDir]),
+        ...(this.#options.bindRoots ? { bindRoots: this.#options.bindRoots } : {}),
+        ...(this.#options.resolver ? { resolver: this.#options.resolver } : {}),
+        ...(this.#options.bwrapPath ? { bwrapPath: this.#options.bwrapPath } : {}),
+      }),
+      record: (type, data) => this.#record(type, data),
+      onToolsChanged: (u) => void this.#toolsChanged(u),
+      ...(this.#options.now ? { now: this.#options.now } : {}),
+    });
+    this.#upstreams.set(key, up);
+    return up;
+  }
+
+  /** A connection to list `server` with: one already running (any secrets), else the one without secrets. */
+  #lister(server: ServerConfig): Upstream {
+    for (const up of this.#upstreams.values()) {
+      if (up.server.name === server.name && up.state === 'running' && JSON.stringify(up.server) === JSON.stringify(server)) return up;
+    }
+    return this.#upstream(server, new Map());
+  }
+
+  /** What the upstream lists now (cached per connection), its skipped names recorded once. */
+  async #listing(server: ServerConfig): Promise<{ ok: true; tools: ToolDefinition[]; upstream: Upstream } | Refusal> {
+    const up = this.#lister(server);
+    const listed = await up.list();
+    if (!listed.ok) return listed;
+    this.#noteSkipped(up);
+    return { ok: true, tools: listed.tools, upstream: up };
+  }
+
+  #noteSkipped(up: Upstream): void {
+    for (const [tool, why] of up.skipped)
+      this.#once(`skip\0${up.server.name}\0${tool}`, 'gateway.tool_skipped', { server: up.server.name, tool, why });
+    for (const t of up.tools ?? []) {
+      if (!isForgeToolName(`${up.server.name}.${t.name}`)) {
+        this.#once(`skip\0${up.server.name}\0${t.name}`, 'gateway.tool_skipped', {
+          server: up.server.name,
+          tool: t.name,
+          why: 'its name does not fit the forge tool-name grammar ([A-Za-z0-9_.-], at most 64 bytes with the server name)',
+        });
+      }
+    }
+  }
+
+  #once(key: string, type: string, data: Record<string, unknown>): void {
+    if (this.#noted.has(key)) return;
+    this.#noted.add(key);
+    this.#record(type, data);
+  }
+
+  /** Records `gateway.tool_changed` once per new definition of each pinned tool; returns the changed names. */
+  #checkPins(pins: Pins, server: ServerConfig, tools: readonly ToolDefinition[]): string[] {
+    const changed: string[] = [];
+    for (const state of pins.states(server.name, tools)) {
+      if (state.status !== 'changed' && state.status !== 'removed') continue;
+      changed.push(state.name);
+      this.#once(`changed\0${state.name}\0${state.digest ?? 'removed'}`, 'gateway.tool_changed', {
+        server: server.name,
+        tool: state.tool,
+        status: state.status,
+        old_digest: state.pinned ?? null,
+        new_digest: state.digest ?? null,
+      });
+    }
+    return changed;
+  }
+
+  async #toolsChanged(up: Upstream): Promise<void> {
+    if (!up.tools) return;
+    this.#noteSkipped(up);
+    const pins = await this.#pins();
+    const names = new Set<string>();
+    if (pins) for (const n of this.#checkPins(pins, up.server, up.tools)) names.add(n);
+    for (const t of up.tools) names.add(`${up.server.name}.${t.name}`);
+    this.#fire([...names]);
+  }
+
+  #fire(names: string[]): void {
+    for (const l of this.#listeners) {
+      try {
+        l(names);
+      } catch {
+        // a listener's failure is its own
+      }
+    }
+  }
+
+  #projected(server: ServerConfig, up: Upstream, state: ToolState): SourcedTool | undefined {
+    const def = state.definition;
+    if (state.status !== 'approved' || !def || !state.digest) return undefined;
+    if (!isForgeToolName(state.name)) return undefined;
+    const secrets = Object.values(server.secrets);
+    const tool: SourcedTool = {
+      name: state.name,
+      description: def.description ?? def.title ?? '',
+      input_schema: def.inputSchema,
+      digest: state.digest,
+      origin: { kind: 'gateway', server: server.name, tool: def.name, sandboxed: up.sandboxed, transport: server.transport },
+    };
+    if (def.outputSchema) tool.output_schema = def.outputSchema;
+    if (def.annotations) tool.annotations = def.annotations;
+    if (secrets.length > 0 || server.timeout_ms !== undefined) {
+      tool.meta = {
+        ...(secrets.length > 0 ? { secrets } : {}),
+        ...(server.timeout_ms !== undefined ? { timeout_ms: server.timeout_ms } : {}),
+      };
+    }
+    return tool;
+  }
+
+  async #serverTools(pins: Pins, server: ServerConfig): Promise<SourcedTool[]> {
+    const pinned = pins.list(server.name);
+    if (pinned.size === 0) return [];
+    const listing = await this.#listing(server);
+    if (listing.ok) {
+      this.#checkPins(pins, server, listing.tools);
+      return pins
+        .states(server.name, listing.tools, server.tools)
+        .map((s) => this.#projected(server, listing.upstream, s))
+        .filter((t): t is SourcedTool => t !== undefined);
+    }
+    // The upstream cannot be listed without the secrets of a call (or is down): offer the approved
+    // definitions; every call checks the live definition against the pin before it is sent.
+    const up = this.#lister(server);
+    return pins
+      .states(
+        server.name,
+        [...pinned.values()].map((p) => p.definition),
+        server.tools,
+      )
+      .map((s) => this.#projected(server, up, s))
+      .filter((t): t is SourcedTool => t !== undefined);
+  }
+
+  async list(_ctx: SourceContext): Promise<readonly SourcedTool[]> {
+    if (this.#closed) return [];
+    const pins = await this.#pins();
+    if (!pins) return [];
+    const all = await Promise.all(this.#servers().map((s) => this.#serverTools(pins, s)));
+    return all.flat();
+  }
+
+  async resolve(name: string, _ctx: SourceContext): Promise<SourcedTool | undefined> {
+    const dot = name.indexOf('.');
+    if (dot <= 0 || this.#closed) return undefined;
+    const server = this.#server(name.slice(0, dot));
+    if ('ok' in server) return undefined;
+    const pins = await this.#pins();
+    if (!pins) return undefined;
+    return (await this.#serverTools(pins, server)).find((t) => t.name === name);
+  }
+
+  async execute(job: SourceJob): Promise<SourceResult> {
+    const started = performance.now();
+    const origin = job.tool.origin;
+    const server = this.#server(origin.server);
+    if ('ok' in server) return { ...server, outcome: 'none' };
+    const up = this.#upstream(server, job.secrets);
+    const facts = (): Record<string, unknown> => ({
+      server: server.name,
+      tool: origin.tool,
+      protocol_version: up.protocolVersion,
+      transport: server.transport,
+      sandboxed: up.sandboxed,
+      ...(server.transport === 'http' ? { url: server.url } : up.pid !== undefined ? { upstream_pid: up.pid } : {}),
+      restarts: up.restarts,
+      duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+    });
+    // The definition this connection serves now must be the one approved: never call a changed tool.
+    const listed = await up.list();
+    if (!listed.ok) return { ...listed, facts: facts() };
+    const def = listed.tools.find((t) => t.name === origin.tool);
+    if (!def || up.digestOf(def, toolDigest) !== job.tool.digest) {
+      const pins = await this.#pins();
+      if (pins) this.#checkPins(pins, server, listed.tools);
+      this.#fire([job.tool.name]);
+      return {
+        ok: false,
+        kind: 'tool_changed',
+        message: `gateway tool "${job.tool.name}" ${def ? 'changed' : 'is no longer listed'} at the upstream since it was approved; it is withheld until approved again (forge gateway diff ${server.name})`,
+        outcome: 'none',
+        facts: facts(),
+      };
+    }
+    const res = await up.call(origin.tool, job.input, { signal: job.signal, timeoutMs: job.timeoutMs, onEvent: job.onEvent });
+    if (!res.ok) return { ...res, facts: facts() };
+    const content = Array.isArray(res.result.content) ? res.result.content : [];
+    if (res.result.isError) {
+      const message = content
+        .filter((c): c is { type: 'text'; text: string } => (c as { type?: unknown }).type === 'text')
+        .map((c) => c.text)
+        .join('\n');
+      return {
+        ok: false,
+        kind: 'upstream_error',
+        message: message || `gateway tool "${job.tool.name}" answered with an error`,
+        outcome: 'success',
+        content,
+        facts: facts(),
+      };
+    }
+    return { ok: true, data: res.result.structuredContent ?? { content }, content, facts: facts() };
+  }
+
+  onChange(listener: (names: string[]) => void): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
+
+  async servers(options: { probe?: boolean } = {}): Promise<ServerReport[]> {
+    const pins = await this.#pins();
+    const now = (this.#options.now ?? Date.now)();
+    const out: ServerReport[] = [];
+    for (const server of this.#servers()) {
+      const listing = options.probe ? await this.#listing(server) : undefined;
+      const ups = [...this.#upstreams.values()].filter((u) => u.server.name === server.name);
+      const up = ups.find((u) => u.state === 'running') ?? ups[0];
+      const states = listing?.ok && pins ? pins.states(server.name, listing.tools, server.tools) : [];
+      const report: ServerReport = {
+        name: server.name,
+        transport: server.transport,
+        sandboxed: server.transport === 'stdio' && !server.unsandboxed,
+        from: server.from,
+        state: !up
+          ? 'stopped'
+          : up.breakerUntil > now
+            ? 'breaker_open'
+            : up.state === 'running'
+              ? 'running'
+              : up.state === 'failed'
+                ? 'failed'
+                : 'stopped',
+        tools: {
+          approved: states.filter((s) => s.status === 'approved').length,
+          withheld: states.filter((s) => s.status === 'new' || s.status === 'changed').length,
+        },
+        restarts: ups.reduce((n, u) => n + u.restarts, 0),
+      };
+      if (up?.protocolVersion) report.protocolVersion = up.protocolVersion;
+      if (up?.serverInfo) report.serverInfo = up.serverInfo;
+      const error = listing && !listing.ok ? listing.message : up?.lastError;
+      if (error) report.error = error;
+      out.push(report);
+    }
+    return out;
+  }
+
+  /** The server's listing and the trusted pins, or why not. */
+  async #both(name: string): Promise<{ ok: true; server: ServerConfig; tools: ToolDefinition[]; pins: Pins } | Refusal> {
+    const server = this.#server(name);
+    if ('ok' in server) return server;
+    const listing = await this.#listing(server);
+    if (!listing.ok) return listing;
+    const pins = await this.#pinStore.read();
+    if (!pins.ok) return pins;
+    return { ok: true, server, tools: listing.tools, pins: pins.pins };
+  }
+
+  async tools(name: string): Promise<ToolState[] | Refusal> {
+    const b = await this.#both(name);
+    if (!b.ok) return b;
+    this.#checkPins(b.pins, b.server, b.tools);
+    return b.pins.states(b.server.name, b.tools, b.server.tools);
+  }
+
+  async approve(name: string, tools: string[], by: string): Promise<{ ok: true; approved: ToolState[] } | Refusal> {
+    const b = await this.#both(name);
+    if (!b.ok) return b;
+    const allowed = (t: string) => (!b.server.tools || b.server.tools.includes(t)) && isForgeToolName(`${name}.${t}`);
+    let defs: ToolDefinition[];
+    if (tools.length === 0) defs = b.tools.filter((d) => allowed(d.name));
+    else {
+      defs = [];
+      for (const t of tools) {
+        const def = b.tools.find((d) => d.name === t);
+        if (!def) {
+          return {
+            ok: false,
+            kind: 'unknown_tool',
+            message: `gateway server "${name}" does not list a tool "${t}" (it lists: ${b.tools.map((d) => d.name).join(', ') || 'nothing'})`,
+          };
+        }
+        if (!allowed(t)) {
+          return {
+            ok: false,
+            kind: 'not_allowed',
+            message: `gateway tool "${name}.${t}" cannot be approved: ${isForgeToolName(`${name}.${t}`) ? `the server's "tools" allow-list in ${b.server.file} omits it` : 'its name does not fit the forge tool-name grammar'}`,
+          };
+        }
+        defs.push(def);
+      }
+    }
+    const res = await this.#pinStore.approve(name, defs, by);
+    if (!res.ok) return res;
+    this.#fire(res.tools.map((s) => s.name));
+    return { ok: true, approved: res.tools };
+  }
+
+  async diff(name: string): Promise<ToolDiff[] | Refusal> {
+    const b = await this.#both(name);
+    if (!b.ok) return b;
+    return b.pins.diff(b.server.name, b.tools);
+  }
+
+  async unpin(name: string, tools: string[], by: string): Promise<{ ok: true; removed: string[] } | Refusal> {
+    const res = await this.#pinStore.unpin(name, tools, by);
+    if (!res.ok) return res;
+    const removed = res.tools.map((s) => s.tool);
+    this.#fire(removed.map((t) => `${name}.${t}`));
+    return { ok: true, removed };
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    const ups = [...this.#upstreams.values()];
+    this.#upstreams.clear();
+    await Promise.all(ups.map((u) => u.stop(true)));
+  }
+}

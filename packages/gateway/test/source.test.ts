@@ -1,0 +1,45 @@
+import { describe, expect, test } from 'vitest';
+import { EVERYTHING, fixtureEntry, gatewayWith, job, PNPM_STORE, requireBwrap, textOf, tool } from './fixtures/harness.js';
+
+requireBwrap();
+
+describe('gateway over stdio', () => {
+  test('server-everything: approved tools are listed and called end to end, in the sandbox', async () => {
+    const { gateway, host } = await gatewayWith({
+      everything: { command: 'node', args: [EVERYTHING, 'stdio'], binds: [{ path: PNPM_STORE, mode: 'ro' }] },
+    });
+    expect(await gateway.list({ persona: 'tester', session: 's1' })).toEqual([]);
+    const approved = await gateway.approve('everything', ['echo', 'get-sum'], 'operator');
+    expect(approved.ok).toBe(true);
+    const echo = await tool(gateway, 'everything.echo');
+    expect(echo.origin).toEqual({ kind: 'gateway', server: 'everything', tool: 'echo', sandboxed: true, transport: 'stdio' });
+    expect(echo.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const names = (await gateway.list({ persona: 'tester', session: 's1' })).map((t) => t.name).sort();
+    expect(names).toEqual(['everything.echo', 'everything.get-sum']);
+
+    const r = await gateway.execute(job(echo, { message: 'hi there' }));
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(textOf(r.content)).toBe('Echo: hi there');
+    expect(r.facts).toMatchObject({ server: 'everything', tool: 'echo', transport: 'stdio', sandboxed: true, restarts: 0 });
+    expect(['2025-11-25', '2025-06-18']).toContain(r.facts?.protocol_version);
+
+    const sum = await gateway.execute(job(await tool(gateway, 'everything.get-sum'), { a: 2, b: 40 }));
+    expect(sum.ok && textOf(sum.content)).toContain('42');
+    const started = host.entries.filter((e) => e.type === 'gateway.upstream_started');
+    expect(started).toHaveLength(1);
+    expect(started[0]?.data).toMatchObject({ server: 'everything', sandboxed: true, transport: 'stdio' });
+  });
+
+  test('an unapproved tool is not listed, and a tool outside the allow-list cannot be approved', async () => {
+    const { gateway } = await gatewayWith({ fx: fixtureEntry({}, { tools: ['hello'] }) });
+    const states = await gateway.tools('fx');
+    expect(Array.isArray(states) && states.find((s) => s.tool === 'hello')?.status).toBe('new');
+    expect(Array.isArray(states) && states.find((s) => s.tool === 'add')?.status).toBe('not_allowed');
+    const refused = await gateway.approve('fx', ['add'], 'operator');
+    expect(refused).toMatchObject({ ok: false, kind: 'not_allowed' });
+    expect(await gateway.list({ persona: 'tester', session: 's1' })).toEqual([]);
+    expect((await gateway.approve('fx', [], 'operator')).ok).toBe(true);
+    expect((await gateway.list({ persona: 'tester', session: 's1' })).map((t) => t.name)).toEqual(['fx.hello']);
+  });
+});
