@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, fchmodSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import stringify from 'fast-json-stable-stringify';
 import type lockfileType from 'proper-lockfile';
@@ -116,10 +115,11 @@ interface PinsFile {
   servers: Record<string, Record<string, Pin>>;
 }
 
-const require = createRequire(import.meta.url);
-let lockfileModule: typeof lockfileType | undefined;
-function lockfile(): typeof lockfileType {
-  lockfileModule ??= require('proper-lockfile') as typeof lockfileType;
+// proper-lockfile (with graceful-fs) is loaded by the first write or contended read: reading
+// never locks. A dynamic import, so a bundler that inlines this package inlines it too.
+let lockfileModule: Promise<typeof lockfileType> | undefined;
+function lockfile(): Promise<typeof lockfileType> {
+  lockfileModule ??= import('proper-lockfile').then((m) => ((m as { default?: typeof lockfileType }).default ?? m) as typeof lockfileType);
   return lockfileModule;
 }
 
@@ -402,7 +402,7 @@ async function withLock<T>(dir: string, fn: () => Promise<T>): Promise<T | PinFa
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   let release: () => Promise<void>;
   try {
-    release = await lockfile().lock(join(dir, FILE), {
+    release = await (await lockfile()).lock(join(dir, FILE), {
       realpath: false,
       lockfilePath: join(dir, LOCK),
       stale: 10_000,
