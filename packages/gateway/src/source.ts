@@ -63,6 +63,7 @@ class GatewaySource implements Gateway {
   #pending: [string, Record<string, unknown>][] = [];
   readonly #upstreams = new Map<string, Upstream>();
   readonly #listeners = new Set<(names: string[]) => void>();
+  readonly #projections = new WeakMap<readonly ToolDefinition[], { key: string; tools: SourcedTool[] }>();
   /** Facts already recorded once (skipped names, changed digests). */
   readonly #noted = new Set<string>();
   #closed = false;
@@ -151,7 +152,7 @@ class GatewaySource implements Gateway {
         ? { authorization: secrets.get(authVault) }
         : {}),
       launch: launcherFor(server, secrets, {
-        forgeState: this.#options.forgeState ?? (this.#host ? [this.#host.home] : [this.#options.gatewayDir]),
+        forgeState: this.#forgeState(),
         ...(this.#options.bindRoots ? { bindRoots: this.#options.bindRoots } : {}),
         ...(this.#options.resolver ? { resolver: this.#options.resolver } : {}),
         ...(this.#options.bwrapPath ? { bwrapPath: this.#options.bwrapPath } : {}),
@@ -162,6 +163,16 @@ class GatewaySource implements Gateway {
     });
     this.#upstreams.set(key, up);
     return up;
+  }
+
+  /** What no upstream may see: forge's home (audit, policy, cache), the pins, the vault. */
+  #forgeState(): string[] {
+    if (this.#options.forgeState) return [...this.#options.forgeState];
+    const out = [this.#options.gatewayDir];
+    if (this.#host) out.push(this.#host.home);
+    const vault = process.env.FORGE_SECRET_VAULT;
+    if (vault) out.push(vault);
+    return out;
   }
 
   /** A connection to list `server` with: one already running (any secrets), else the one without secrets. */
@@ -266,11 +277,17 @@ class GatewaySource implements Gateway {
     if (pinned.size === 0) return [];
     const listing = await this.#listing(server);
     if (listing.ok) {
+      // One projection per listing, pins and config: a listing is a new array after every re-list.
+      const key = `${pins.digest}\0${pins.generation}\0${JSON.stringify(server)}\0${listing.upstream.sandboxed}`;
+      const cached = this.#projections.get(listing.tools);
+      if (cached?.key === key) return cached.tools;
       this.#checkPins(pins, server, listing.tools);
-      return pins
+      const tools = pins
         .states(server.name, listing.tools, server.tools)
         .map((s) => this.#projected(server, listing.upstream, s))
         .filter((t): t is SourcedTool => t !== undefined);
+      this.#projections.set(listing.tools, { key, tools });
+      return tools;
     }
     // The upstream cannot be listed without the secrets of a call (or is down): offer the approved
     // definitions; every call checks the live definition against the pin before it is sent.
