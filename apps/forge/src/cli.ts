@@ -5,6 +5,7 @@ import type { Command, Io } from './command.js';
 import { auditTail, auditVerify } from './commands/audit.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
+import { GATEWAY_COMMANDS } from './commands/gateway.js';
 import { policyCheck } from './commands/policy.js';
 import { serve } from './commands/serve.js';
 import { toolsCall, toolsForge, toolsList, toolsPromote, toolsRemove, toolsShow } from './commands/tools.js';
@@ -25,6 +26,7 @@ export const COMMANDS: readonly Command[] = [
   auditVerify,
   auditTail,
   policyCheck,
+  ...GATEWAY_COMMANDS,
   doctor,
   demo,
 ];
