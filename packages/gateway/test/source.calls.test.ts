@@ -1,14 +1,19 @@
+import { chmodSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { ToolEvent } from '@forge/runner';
-import { describe, expect, test } from 'vitest';
-import { ACCEPTED_PROTOCOL_VERSIONS } from '../src/index.js';
+import { describe, expect, onTestFinished, test } from 'vitest';
+import { ACCEPTED_PROTOCOL_VERSIONS, createGateway } from '../src/index.js';
 import {
   BAD_VERSION_SERVER,
   EVERYTHING,
   fixtureEntry,
   gatewayWith,
   job,
+  MODERN_SERVER,
+  PACKAGE_DIR,
   PNPM_STORE,
   requireBwrap,
+  tempDir,
   textOf,
   tool,
 } from './fixtures/harness.js';
@@ -43,6 +48,16 @@ describe('calls through the gateway', () => {
     expect(!Array.isArray(r) && r.message).toBe(
       `gateway server "bad" answered with protocol version 2099-01-01, which forge does not speak; accepted: ${ACCEPTED_PROTOCOL_VERSIONS.join(', ')} (upgrade or pin the server to a stable version)`,
     );
+  });
+
+  test('a server of both eras (SDK v2) is spoken to in 2026-07-28', async () => {
+    const h = await gatewayWith({ modern: fixtureEntry({}, { args: [MODERN_SERVER] }) });
+    expect(await h.gateway.approve('modern', ['ping'], 'operator')).toMatchObject({ ok: true });
+    const r = await h.gateway.execute(job(await tool(h.gateway, 'modern.ping'), {}));
+    expect(r.ok && textOf(r.content)).toBe('pong');
+    expect(r.facts?.protocol_version).toBe('2026-07-28');
+    const [report] = await h.gateway.servers();
+    expect(report).toMatchObject({ name: 'modern', state: 'running', protocolVersion: '2026-07-28' });
   });
 
   test('a draft-era answer (2024-10-07, which the SDK alone would accept) is refused too', async () => {
@@ -135,6 +150,25 @@ describe('calls through the gateway', () => {
     const r = await h.gateway.tools('fx');
     expect(r).toMatchObject({ ok: false, kind: 'bind_denied' });
     expect(h.host.entries.some((e) => e.type === 'gateway.upstream_started')).toBe(false);
+  });
+
+  test("a project-level server's binds must lie under the bind roots", async () => {
+    const h = await gatewayWith({});
+    const workspaceFile = join(h.dir, 'project-gateway.json');
+    const outsideRoots = tempDir('forge-gw-bind-');
+    chmodSync(outsideRoots, 0o755);
+    writeFileSync(workspaceFile, JSON.stringify({ servers: { proj: fixtureEntry({}, {}, [{ path: outsideRoots, mode: 'ro' }]) } }));
+    const confined = createGateway({
+      userFile: h.userFile,
+      workspaceFile,
+      gatewayDir: join(h.dir, 'gateway'),
+      bindRoots: [PACKAGE_DIR, PNPM_STORE],
+    });
+    await confined.attach(h.host);
+    onTestFinished(() => confined.close());
+    const r = await confined.tools('proj');
+    expect(r).toMatchObject({ ok: false, kind: 'bind_denied' });
+    expect(!Array.isArray(r) && r.message).toContain(`cannot bind "${outsideRoots}": it is outside the allowed roots`);
   });
 
   test('progress of server-everything trigger-long-running-operation is forwarded', async () => {
