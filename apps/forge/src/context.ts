@@ -1,6 +1,6 @@
 import { existsSync, statSync } from 'node:fs';
-import { resolve } from 'node:path';
-import type { CallContext, Forge } from '@forge/runner';
+import { join, resolve } from 'node:path';
+import type { CallContext, Forge, ToolSource } from '@forge/runner';
 import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
 
 /** Where forge lives for this command: home, project and the environment, flags applied. */
@@ -41,10 +41,25 @@ export async function openForge(w: Where, options: { server?: boolean } = {}): P
   const { createForge } = await import('@forge/runner');
   const server = options.server ?? false;
   try {
-    return await createForge({ home: w.home, project: w.project, env: w.env, watch: server, prebuild: server });
+    const sources = await gatewaySources(w, server);
+    return await createForge({ home: w.home, project: w.project, env: w.env, watch: server, prebuild: server, sources });
   } catch (err) {
     throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
   }
+}
+
+/**
+ * The gateway's upstream MCP servers as a tool source: always for a server (gateway.json is
+ * hot-reloaded, so one written later is seen), for a one-shot command only when a gateway.json
+ * exists (nothing else is loaded or started otherwise). No upstream starts before one of its
+ * tools is listed or called.
+ */
+async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> {
+  const userFile = join(w.home, 'gateway.json');
+  const workspaceFile = join(w.project, '.forge', 'gateway.json');
+  if (!server && !existsSync(userFile) && !existsSync(workspaceFile)) return [];
+  const { createGateway } = await import('@forge/gateway');
+  return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway'), bindRoots: [w.project] })];
 }
 
 /** Runs `fn` with an engine and closes it afterwards, whatever happens. */

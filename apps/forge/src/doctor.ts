@@ -1,5 +1,5 @@
 import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, readFileSync, statfsSync, statSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { describeRunLimits, probe, resolveRuntimes } from '@forge/sandbox';
 import { checkPolicies } from './policy-check.js';
 
@@ -12,6 +12,8 @@ export interface Check {
   detail: string;
   /** What to run or change, when not ok. */
   fix?: string;
+  /** Works, but the operator should know (an upstream server that runs unsandboxed). */
+  warn?: boolean;
 }
 
 export interface DoctorReport {
@@ -113,6 +115,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   }
   if (policy.files.every((f) => f.status === 'absent'))
     checks.push({ name: 'policy', ok: true, detail: 'no policy files: the bundle defaults apply' });
+  checks.push(...(await gatewayChecks(o)));
 
   return {
     ok: checks.every((c) => c.ok),
@@ -125,6 +128,61 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     runtimes: runtimes.list.map((r) => ({ name: r.name, version: r.version, interpreter: r.interpreter })),
     paths,
   };
+}
+
+/**
+ * Each upstream server of gateway.json, started the way a call would start it (the start is
+ * audited like any): does it start, speak a stable protocol version, run sandboxed, and how many
+ * of its tools are approved or withheld. Nothing is started when there is no gateway.json.
+ */
+async function gatewayChecks(o: { home: string; project: string; env: NodeJS.ProcessEnv }): Promise<Check[]> {
+  const userFile = join(o.home, 'gateway.json');
+  const workspaceFile = join(o.project, '.forge', 'gateway.json');
+  if (!existsSync(userFile) && !existsSync(workspaceFile))
+    return [{ name: 'gateway', ok: true, detail: `no gateway.json (${userFile}): no upstream MCP servers` }];
+  const { withGateway } = await import('./commands/gateway.js');
+  try {
+    return await withGateway(o, async (g) => {
+      const config = g.config();
+      if (!config.ok)
+        return [{ name: 'gateway', ok: false, detail: config.message, fix: 'fix gateway.json (check with: forge gateway list)' }];
+      const reports = await g.servers({ probe: true });
+      if (reports.length === 0) return [{ name: 'gateway', ok: true, detail: 'gateway.json declares no servers' }];
+      return reports.map((r): Check => {
+        const name = `gateway ${r.name}`;
+        const where = `${r.transport}, ${r.from}-level`;
+        if (r.state !== 'running' || r.error) {
+          return {
+            name,
+            ok: false,
+            detail: `${where}: does not start or answer: ${r.error ?? r.state}`,
+            fix: `check its command, args and binds in gateway.json; forge gateway tools ${r.name} shows the whole error`,
+          };
+        }
+        const speaks = `speaks MCP ${r.protocolVersion ?? '?'}${r.serverInfo ? ` (${r.serverInfo.name} ${r.serverInfo.version})` : ''}`;
+        const tools = `${r.tools.approved} tool(s) approved, ${r.tools.withheld} withheld until approved`;
+        if (!r.sandboxed && r.transport === 'stdio') {
+          return {
+            name,
+            ok: true,
+            warn: true,
+            detail: `${where}: NOT SANDBOXED (unsandboxed: true): it runs on the host as this user, with this user's files and network; ${speaks}; ${tools}`,
+            fix: 'remove "unsandboxed" from its entry to run it in the sandbox (declare the binds and network it needs)',
+          };
+        }
+        return { name, ok: true, detail: `${where}, ${r.sandboxed ? 'sandboxed' : 'remote (URL)'}; ${speaks}; ${tools}` };
+      });
+    });
+  } catch (err) {
+    return [
+      {
+        name: 'gateway',
+        ok: false,
+        detail: `the gateway could not be opened: ${(err as Error).message}`,
+        fix: 'fix what the message names',
+      },
+    ];
+  }
 }
 
 function homeCheck(home: string): Check {

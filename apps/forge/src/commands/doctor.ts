@@ -14,7 +14,7 @@ export const doctor: Command = {
     }
     const s = out.style;
     for (const c of r.checks) {
-      out.line(`${c.ok ? s.green('✓') : s.red('✗')} ${s.bold(c.name.padEnd(15))} ${c.detail}`);
+      out.line(`${c.ok ? (c.warn ? s.yellow('!') : s.green('✓')) : s.red('✗')} ${s.bold(c.name.padEnd(15))} ${c.detail}`);
       if (c.fix) out.line(`  ${' '.repeat(16)}${s.yellow('fix:')} ${c.fix}`);
     }
     out.line('');
