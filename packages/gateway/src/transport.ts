@@ -57,6 +57,7 @@ export class ChildTransport implements Transport {
   #size = 0;
   #closed = false;
   #started = false;
+  #queue: Promise<void> = Promise.resolve();
 
   constructor(child: UpstreamChild, options: { maxMessageBytes?: number; label: string }) {
     this.#child = child;
@@ -118,7 +119,16 @@ export class ChildTransport implements Transport {
     if (this.answeredVersion === undefined && result && typeof result.protocolVersion === 'string') {
       this.answeredVersion = result.protocolVersion;
     }
-    this.onmessage?.(message);
+    // One message per turn of the microtask queue: the SDK runs a notification's handler a
+    // microtask after receiving it, but settles a response at once, so a progress notification
+    // and the response right behind it in one chunk would lose the progress (its token is gone).
+    this.#queue = this.#queue.then(() => {
+      try {
+        this.onmessage?.(message);
+      } catch (err) {
+        this.onerror?.(err instanceof Error ? err : new Error(String(err)));
+      }
+    });
   }
 
   #overflow(): void {
@@ -133,7 +143,8 @@ export class ChildTransport implements Transport {
   #end(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.onclose?.();
+    // After the messages read before the end: a last answer still reaches its caller.
+    this.#queue = this.#queue.then(() => this.onclose?.());
   }
 
   send(message: JSONRPCMessage): Promise<void> {

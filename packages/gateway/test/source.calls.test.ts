@@ -98,6 +98,18 @@ describe('calls through the gateway', () => {
     expect(seen).toBe('1');
   });
 
+  test('progress written right before the answer (one chunk) is still delivered, in order', async () => {
+    const h = await gatewayWith({ fx: fixtureEntry() });
+    expect(await h.gateway.approve('fx', ['burst'], 'operator')).toMatchObject({ ok: true });
+    const burst = await tool(h.gateway, 'fx.burst');
+    for (let i = 0; i < 20; i++) {
+      const events: ToolEvent[] = [];
+      const r = await h.gateway.execute(job(burst, {}, { onEvent: (e) => events.push(e) }));
+      expect(r.ok && textOf(r.content)).toBe('burst');
+      expect(events.map((e) => e.type === 'progress' && e.progress)).toEqual([1, 2, 3]);
+    }
+  });
+
   test('a call over its time fails as timeout, and the upstream was told to cancel', async () => {
     const h = await gatewayWith({ fx: fixtureEntry() });
     expect(await h.gateway.approve('fx', ['wait'], 'operator')).toMatchObject({ ok: true });
