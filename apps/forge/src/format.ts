@@ -1,10 +1,10 @@
 import type { ListedTool, StoredTool } from '@forge/registry';
-import type { Envelope } from '@forge/runner';
+import type { Envelope, SourcedTool } from '@forge/runner';
 import { clip, ms, type Style, table } from './output.js';
 
 /** `fib  project  v1  python3  The n-th Fibonacci number…` rows under a header. */
-export function toolRows(tools: readonly ListedTool[], s: Style, width = 100): string[] {
-  if (tools.length === 0) return [s.dim('no forged tools (forge one: forge tools forge <spec.json|dir|->)')];
+export function toolRows(tools: readonly ListedTool[], s: Style, width = 100, sourced: readonly SourcedTool[] = []): string[] {
+  if (tools.length === 0 && sourced.length === 0) return [s.dim('no forged tools (forge one: forge tools forge <spec.json|dir|->)')];
   const rows = tools.map((t) => [
     s.bold(t.tool.name),
     t.scope + (t.shadowedBy ? s.dim(` (hidden by ${t.shadowedBy})`) : ''),
@@ -12,6 +12,15 @@ export function toolRows(tools: readonly ListedTool[], s: Style, width = 100): s
     t.tool.runtime,
     clip(t.tool.description ?? '', Math.max(20, width - 50)),
   ]);
+  for (const t of sourced) {
+    rows.push([
+      s.bold(t.name),
+      `${t.origin.kind}:${t.origin.server}`,
+      '-',
+      t.origin.sandboxed ? 'mcp' : s.yellow('mcp, unsandboxed'),
+      clip(t.description, Math.max(20, width - 50)),
+    ]);
+  }
   return table([[s.dim('NAME'), s.dim('SCOPE'), s.dim('VER'), s.dim('RUNTIME'), s.dim('DESCRIPTION')], ...rows]);
 }
 

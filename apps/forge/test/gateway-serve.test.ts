@@ -69,6 +69,20 @@ describe('forge serve with the gateway', () => {
     expect(approved.code, approved.stderr).toBe(0);
     expect(approved.stdout).toContain('echo');
 
+    // The CLI lists and calls them too.
+    const cliList = await runCli(['tools', 'list', '--json'], { cwd: s.project, env: s.env, timeoutMs: 60_000 });
+    expect(cliList.code, cliList.stderr).toBe(0);
+    const rows = JSON.parse(cliList.stdout) as { name: string; server?: string; sandboxed?: boolean }[];
+    expect(rows.find((r) => r.name === 'everything.echo')).toMatchObject({ server: 'everything', sandboxed: true });
+    expect(rows.find((r) => r.name === 'everything.get-sum')).toBeUndefined();
+    const cliCall = await runCli(['tools', 'call', 'everything.echo', '{"message":"from the cli"}', '--json'], {
+      cwd: s.project,
+      env: s.env,
+      timeoutMs: 60_000,
+    });
+    expect(cliCall.code, cliCall.stderr).toBe(0);
+    expect(cliCall.stdout).toContain('from the cli');
+
     const c = await connect(s);
     const names = (await c.client.listTools()).tools.map((t) => t.name);
     expect(names).toContain('everything__echo');

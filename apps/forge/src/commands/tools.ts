@@ -18,15 +18,31 @@ const scopeOption = { scope: { type: 'string' } } as const;
 export const toolsList: Command = {
   words: 'tools list',
   usage: 'forge tools list [--scope task|session|project|user]',
-  summary: 'the forged tools visible here (or every tool of one scope)',
+  summary: "the forged tools visible here, then the gateway's approved upstream tools (or every tool of one scope)",
   options: scopeOption,
   async run({ values }, { out, where }) {
     const scope = scopeOf(values.scope, this.usage);
     const w = await where();
-    const tools = await withForge(w, (f) => f.listTools({ ...callContext(w.env), ...(scope ? { scope } : {}) }));
+    const ctx = callContext(w.env);
+    // The gateway's approved upstream tools belong to no scope: listed when no scope is asked for.
+    const { tools, sourced } = await withForge(w, async (f) => ({
+      tools: await f.listTools({ ...ctx, ...(scope ? { scope } : {}) }),
+      sourced: scope ? [] : await f.listSourced(ctx),
+    }));
     if (out.json)
-      out.data(tools.map((t) => ({ ...summary(t.tool), scope: t.scope, ...(t.shadowedBy ? { shadowed_by: t.shadowedBy } : {}) })));
-    else for (const l of toolRows(tools, out.style, process.stdout.columns ?? 100)) out.line(l);
+      out.data([
+        ...tools.map((t) => ({ ...summary(t.tool), scope: t.scope, ...(t.shadowedBy ? { shadowed_by: t.shadowedBy } : {}) })),
+        ...sourced.map((t) => ({
+          name: t.name,
+          source: t.origin.kind,
+          server: t.origin.server,
+          upstream_tool: t.origin.tool,
+          sandboxed: t.origin.sandboxed,
+          description: t.description,
+          digest: t.digest,
+        })),
+      ]);
+    else for (const l of toolRows(tools, out.style, process.stdout.columns ?? 100, sourced)) out.line(l);
     return 0;
   },
 };
