@@ -87,8 +87,9 @@ class GatewaySource implements Gateway {
 
   /** Fire and forget: facts for the log (what cannot be written is the runner's to report). */
   #record(type: string, data: Record<string, unknown>): void {
-    if (this.#host) void this.#host.record(type, data);
-    else if (this.#options.record) void this.#options.record(type, data);
+    const warn = (err: unknown) => process.emitWarning(`forge gateway: recording ${type} failed: ${(err as Error).message}`);
+    if (this.#host) void this.#host.record(type, data).catch(warn);
+    else if (this.#options.record) void this.#options.record(type, data).catch(warn);
     else if (this.#pending.length < 1000) this.#pending.push([type, data]);
   }
 
@@ -158,7 +159,11 @@ class GatewaySource implements Gateway {
         ...(this.#options.bwrapPath ? { bwrapPath: this.#options.bwrapPath } : {}),
       }),
       record: (type, data) => this.#record(type, data),
-      onToolsChanged: (u) => void this.#toolsChanged(u),
+      // A failure here must never become an unhandled rejection (it would stop the server).
+      onToolsChanged: (u) =>
+        void this.#toolsChanged(u).catch((err: unknown) =>
+          process.emitWarning(`forge gateway: re-checking ${u.server.name}'s tools after list_changed failed: ${(err as Error).message}`),
+        ),
       ...(this.#options.now ? { now: this.#options.now } : {}),
     });
     this.#upstreams.set(key, up);

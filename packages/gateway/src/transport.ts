@@ -72,7 +72,10 @@ export class ChildTransport implements Transport {
     out.on('data', (chunk: Buffer) => this.#push(chunk));
     out.on('error', (err) => this.onerror?.(err));
     this.#child.stdin.on('error', (err) => this.onerror?.(err));
-    void this.#child.exited.then(() => this.#end());
+    void this.#child.exited.then(
+      () => this.#end(),
+      (err: unknown) => this.onerror?.(err as Error),
+    );
   }
 
   #push(chunk: Buffer): void {

@@ -236,9 +236,13 @@ export class Upstream {
       for (const call of conn.inflight) call.onEvent?.(event);
     });
     client.setNotificationHandler('notifications/tools/list_changed', () => {
-      void this.list(true).then((r) => {
-        if (r.ok) this.#opts.onToolsChanged(this);
-      });
+      void this.list(true)
+        .then((r) => {
+          if (r.ok) this.#opts.onToolsChanged(this);
+        })
+        .catch((err: unknown) =>
+          process.emitWarning(`forge gateway: ${this.#label}: re-listing after list_changed failed: ${(err as Error).message}`),
+        );
     });
     const timeout = this.#opts.startTimeoutMs ?? 30_000;
     try {
