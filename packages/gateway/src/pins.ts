@@ -1,5 +1,16 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, fchmodSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  fchmodSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import stringify from 'fast-json-stable-stringify';
 import type lockfileType from 'proper-lockfile';
@@ -95,10 +106,17 @@ export const PINNED_FIELDS = ['name', 'title', 'description', 'inputSchema', 'ou
  * (`_meta`, `icons`, …) ignored. Key order does not change it.
  */
 export function toolDigest(def: ToolDefinition): string {
-  return `sha256:${createHash('sha256')
+  // A listing's definitions are kept (and never changed) until the upstream is listed again: each
+  // is digested once, not at every listing or call.
+  const known = digestOf.get(def);
+  if (known !== undefined) return known;
+  const digest = `sha256:${createHash('sha256')
     .update(stringify(pinned(def)))
     .digest('hex')}`;
+  digestOf.set(def, digest);
+  return digest;
 }
+const digestOf = new WeakMap<object, string>();
 
 function pinned(def: ToolDefinition): ToolDefinition {
   const out: Record<string, unknown> = {};
@@ -227,11 +245,32 @@ export function openPinStore(options: PinStoreOptions): PinStore {
       return { ok: true, tools: changed.tools, pins_digest: digest };
     });
 
+  /** The last snapshot read, and the file's identity then: a read of an unchanged file parses nothing. */
+  let cached: { stamp: string; pins: Pins } | undefined;
+  const stampOf = (): string => {
+    try {
+      const st = statSync(file, { bigint: true });
+      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+    } catch (err) {
+      return `missing:${(err as NodeJS.ErrnoException).code}`;
+    }
+  };
+
   return {
     file,
     async read() {
+      // Any write, rename or edit of the file changes its inode, size or times (nanoseconds):
+      // then it is read, hashed and checked against the log again.
+      const stamp = stampOf();
+      if (cached && cached.stamp === stamp && trusted !== undefined) return { ok: true, pins: cached.pins };
       const r = await load(false);
-      return r.ok ? { ok: true, pins: snapshot(r.data, r.digest) } : r;
+      if (!r.ok) {
+        cached = undefined;
+        return r;
+      }
+      const pins = snapshot(r.data, r.digest);
+      cached = r.digest === trusted || !options.lastAudited ? { stamp, pins } : undefined;
+      return { ok: true, pins };
     },
     approve(server, defs, by) {
       return write(

@@ -143,6 +143,22 @@ describe('pin store', () => {
     expect(s.audit.entries().at(-1)?.data.untrusted_file).toMatch(/pins\.json\.untrusted-/);
   });
 
+  it('a read of an unchanged file is served from the last one; an edit in place of the same size, right after a read, is still caught', async () => {
+    const s = scratch();
+    await s.store.approve('gh', [search], 'op');
+    const first = await pins(s.store);
+    expect(await pins(s.store)).toBe(first); // nothing changed: the same snapshot, nothing parsed
+    const file = join(s.dir, 'pins.json');
+    const text = readFileSync(file, 'utf8');
+    // The same length, the same inode: one character of the description swapped in place.
+    const edited = text.replace('Search issues', 'Search issuez');
+    expect(edited.length).toBe(text.length);
+    writeFileSync(file, edited, { flag: 'r+' });
+    const r = await s.store.read();
+    expect(r.ok).toBe(false);
+    expect(r.ok || r.kind).toBe('pins_untrusted');
+  });
+
   it('a pins.json the audit log never recorded is untrusted', async () => {
     const s = scratch();
     const other = scratch();
