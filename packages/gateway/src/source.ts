@@ -34,6 +34,36 @@ export interface GatewayOptions {
 
 type Refusal = { ok: false; kind: string; message: string };
 
+/**
+ * A flat event with every value of the server's secrets replaced in its strings (compared
+ * regardless of case: host names reach the proxy case-folded), so an upstream that puts a
+ * credential into a host name does not write it into the audit log.
+ */
+function withoutSecrets(e: object, server: ServerConfig, secrets: ReadonlyMap<string, string>): Record<string, unknown> {
+  const values = Object.values(server.secrets)
+    .map((vault) => [vault, secrets.get(vault)] as const)
+    .filter((v): v is readonly [string, string] => typeof v[1] === 'string' && v[1] !== '');
+  if (values.length === 0) return { ...e };
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(e)) {
+    if (typeof v !== 'string') {
+      out[k] = v;
+      continue;
+    }
+    let text = v;
+    for (const [vault, value] of values) {
+      const lower = value.toLowerCase();
+      let at = text.toLowerCase().indexOf(lower);
+      while (at >= 0) {
+        text = `${text.slice(0, at)}<redacted:${vault}>${text.slice(at + value.length)}`;
+        at = text.toLowerCase().indexOf(lower, at + vault.length + 11);
+      }
+    }
+    out[k] = text;
+  }
+  return out;
+}
+
 /** The tool-name grammar of forge: 1–64 bytes of `[A-Za-z0-9_.-]`, a letter first, no `..`, no trailing `.`. */
 export function isForgeToolName(name: string): boolean {
   return /^[A-Za-z][A-Za-z0-9_.-]*$/.test(name) && !name.includes('..') && !name.endsWith('.') && Buffer.byteLength(name) <= 64;
@@ -157,6 +187,9 @@ class GatewaySource implements Gateway {
         ...(this.#options.bindRoots ? { bindRoots: this.#options.bindRoots } : {}),
         ...(this.#options.resolver ? { resolver: this.#options.resolver } : {}),
         ...(this.#options.bwrapPath ? { bwrapPath: this.#options.bwrapPath } : {}),
+        // Every decision of the upstream's egress proxy is audited, with the server it belongs to.
+        // Host names are the upstream's choice: the values of its secrets are redacted from them.
+        onNetworkEvent: (e) => this.#record(e.type, { ...withoutSecrets(e, server, secrets), server: server.name }),
       }),
       record: (type, data) => this.#record(type, data),
       // A failure here must never become an unhandled rejection (it would stop the server).
