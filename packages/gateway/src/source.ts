@@ -142,6 +142,17 @@ class GatewaySource implements Gateway {
     for (const [type, data] of this.#pending.splice(0)) void host.record(type, data);
   }
 
+  owns(name: string): string | undefined {
+    const lower = name.toLowerCase();
+    for (const server of this.#servers()) {
+      const ns = server.name.toLowerCase();
+      if (lower.startsWith(`${ns}.`) || lower.startsWith(`${ns}__`)) {
+        return `"${name}" is in the namespace of the gateway server "${server.name}" (${server.file}): its tools are served as ${server.name}.<tool>, so a forged tool may not take such a name; forge it under another namespace`;
+      }
+    }
+    return undefined;
+  }
+
   config(): { ok: true; config: GatewayConfig } | Refusal {
     const state = this.#config.current();
     return state.ok ? state : { ok: false, kind: state.kind, message: state.message };

@@ -42,4 +42,11 @@ describe('gateway over stdio', () => {
     expect((await gateway.approve('fx', [], 'operator')).ok).toBe(true);
     expect((await gateway.list({ persona: 'tester', session: 's1' })).map((t) => t.name)).toEqual(['fx.hello']);
   });
+  test("a configured server's namespace is the gateway's, in either form and any case: forging into it would shadow the upstream", async () => {
+    const h = await gatewayWith({ fx: fixtureEntry() });
+    expect(h.gateway.owns('fx.anything')).toMatch(/namespace of the gateway server "fx"/);
+    expect(h.gateway.owns('FX__anything')).toMatch(/namespace of the gateway server "fx"/);
+    expect(h.gateway.owns('fxother.tool')).toBeUndefined();
+    expect(h.gateway.owns('code.fx')).toBeUndefined();
+  });
 });

@@ -64,6 +64,12 @@ export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) 
     for (const d of decisions) if (!d.ok) return refuse(d as Refusal);
     const ns = checkNamespace(snap, ctx.persona, tool.name);
     if (!ns.ok) return refuse(ns as Refusal, 'tool.namespace_denied');
+    // A source's namespace (a gateway server's `<server>.*`) is not forgeable: a forged tool would
+    // take the name of the upstream's tool, since forged tools win a call by their name.
+    for (const source of e.sources) {
+      const owned = source.owns?.(tool.name);
+      if (owned) return refuse({ ok: false, kind: 'name_taken', message: owned });
+    }
     // Taken too: a name that differs only by case from a visible tool (the registry checks its own
     // scopes; the session and task scopes are registries of their own).
     const visible = await layers(ctx);

@@ -111,6 +111,12 @@ export interface ToolSource {
   resolve(name: string, ctx: SourceContext): Promise<SourcedTool | undefined>;
   /** Runs one call. Rejects only on a bug; every upstream failure is a `SourceResult`. */
   execute(job: SourceJob): Promise<SourceResult>;
+  /**
+   * Whether `name` (a forge name, or a wire name) lies in a namespace the source serves, so that
+   * forging it would shadow the source's tools: the reason to refuse, or undefined. The gateway
+   * owns `<server>.*` (and `<server>__*`) of every configured server, approved tools or not.
+   */
+  owns?(name: string): string | undefined;
   /** Called with the names whose definition or availability changed (list them again). */
   onChange(listener: (names: string[]) => void): () => void;
   /** Stops everything the source started (upstream processes, connections, watchers). */

@@ -215,6 +215,21 @@ describe('tool sources through the call pipeline', () => {
     expect(t.seen.closed).toBe(true);
   });
 
+  it("forging into a source's namespace is name_taken, naming why; other names forge as before", async () => {
+    const t = testSource([plain], () => ({ ok: true, data: {} }));
+    t.source.owns = (name) =>
+      name.toLowerCase().startsWith('upstream.') ? `"${name}" is in the namespace of the gateway server "upstream"` : undefined;
+    const fx = await setup({ forge: { sources: [t.source] } });
+    const taken = await fx.forge.forgeTool(py('Upstream.plain', 'print("{}")'));
+    expect(taken).toMatchObject({
+      ok: false,
+      kind: 'name_taken',
+      message: expect.stringContaining('namespace of the gateway server "upstream"'),
+    });
+    expect(fx.entries('forge.created').at(-1)?.data).toMatchObject({ ok: false, kind: 'name_taken' });
+    expect((await fx.forge.forgeTool(py('mine.other', 'print("{}")'))).ok).toBe(true);
+  });
+
   it('lastAudited reads the newest entry of a type from the log', async () => {
     const t = testSource([], () => ({ ok: true, data: {} }));
     await setup({ forge: { sources: [t.source] } });
