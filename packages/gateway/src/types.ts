@@ -101,6 +101,8 @@ export interface ServerReport {
 
 /** The gateway: a ToolSource for the runner, plus what the operator's CLI needs. */
 export interface Gateway extends ToolSource {
+  /** Why forging `name` is refused: it lies in a configured server's namespace (`<server>.*`, `<server>__*`, any case). */
+  owns(name: string): string | undefined;
   /** The configuration now (reloaded when its files changed), or why it cannot be read. */
   config(): { ok: true; config: GatewayConfig } | { ok: false; kind: string; message: string };
   /** Each configured server, without starting any (`probe: true` starts each and lists its tools). */
