@@ -59,7 +59,7 @@ async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> 
   const workspaceFile = join(w.project, '.forge', 'gateway.json');
   if (!server && !existsSync(userFile) && !existsSync(workspaceFile)) return [];
   const { createGateway } = await import('@forge/gateway');
-  return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway'), bindRoots: [w.project] })];
+  return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway') })];
 }
 
 /** Runs `fn` with an engine and closes it afterwards, whatever happens. */

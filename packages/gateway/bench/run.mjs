@@ -38,6 +38,7 @@ function memoryHost(home) {
       entries.push({ type, data });
       return undefined;
     },
+    bindRoots: () => [],
     async lastAudited(type) {
       for (let i = entries.length - 1; i >= 0; i--) if (entries[i].type === type) return entries[i].data;
       return undefined;

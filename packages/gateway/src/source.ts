@@ -19,7 +19,7 @@ export interface GatewayOptions {
   bwrapPath?: string;
   /** Resolves names for the upstreams' egress proxy (tests map names to loopback). */
   resolver?: Resolver;
-  /** Where a project-level server's binds may point (policy `bind_roots`). */
+  /** Where a project-level server's binds may point (default: the attached engine's policy `bind_roots`, read at each start). */
   bindRoots?: readonly string[];
   /** Paths no upstream may see besides the sandbox's deny list (default: the host's forge home once attached). */
   forgeState?: readonly string[];
@@ -195,7 +195,8 @@ class GatewaySource implements Gateway {
         : {}),
       launch: launcherFor(server, secrets, {
         forgeState: this.#forgeState(),
-        ...(this.#options.bindRoots ? { bindRoots: this.#options.bindRoots } : {}),
+        // The given roots, else the policy's bind_roots of the engine the gateway is attached to.
+        bindRoots: () => this.#options.bindRoots ?? this.#host?.bindRoots() ?? [],
         ...(this.#options.resolver ? { resolver: this.#options.resolver } : {}),
         ...(this.#options.bwrapPath ? { bwrapPath: this.#options.bwrapPath } : {}),
         // Every decision of the upstream's egress proxy is audited, with the server it belongs to.

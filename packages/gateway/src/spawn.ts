@@ -34,7 +34,8 @@ export interface PlanOptions {
   /** Paths no upstream may see, besides the sandbox's deny list: forge's home (vault, audit, pins). */
   forgeState: readonly string[];
   /** Where a project-level server's binds may point (policy `bind_roots`). */
-  bindRoots?: readonly string[];
+  /** Read at each start: the policy's bind roots may change while forge runs. */
+  bindRoots?: readonly string[] | (() => readonly string[]);
   /** Resolves names for the egress proxy (tests map names to loopback). */
   resolver?: Resolver;
   /** Called for each egress decision of the upstream (for the audit log). */
@@ -128,7 +129,8 @@ export async function planUpstream(server: ServerConfig, secrets: ReadonlyMap<st
     return { ok: true, plan: { sandboxed: false, command, args: server.args, env: { ...base, ...env }, cwd: server.cwd ?? '/tmp' } };
   }
 
-  const roots = server.from === 'project' ? [...(options.bindRoots ?? [])] : ['/'];
+  const projectRoots = typeof options.bindRoots === 'function' ? options.bindRoots() : (options.bindRoots ?? []);
+  const roots = server.from === 'project' ? [...projectRoots] : ['/'];
   const deny = [...defaultDenyList(), ...options.forgeState];
   const binds: CheckedBind[] = [];
   for (const b of server.binds) {

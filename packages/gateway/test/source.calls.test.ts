@@ -183,6 +183,23 @@ describe('calls through the gateway', () => {
     expect(!Array.isArray(r) && r.message).toContain(`cannot bind "${outsideRoots}": it is outside the allowed roots`);
   });
 
+  test("without bindRoots of its own, a project-level server's binds follow the attached engine's policy bind_roots, read at each start", async () => {
+    const h = await gatewayWith({});
+    const workspaceFile = join(h.dir, 'project-gateway.json');
+    const data = tempDir('forge-gw-bind-');
+    chmodSync(data, 0o755);
+    writeFileSync(workspaceFile, JSON.stringify({ servers: { proj: fixtureEntry({}, {}, [{ path: data, mode: 'ro' }]) } }));
+    let roots: string[] = [PACKAGE_DIR, PNPM_STORE];
+    const followed = createGateway({ userFile: h.userFile, workspaceFile, gatewayDir: join(h.dir, 'gateway') });
+    await followed.attach({ ...h.host, bindRoots: () => roots });
+    onTestFinished(() => followed.close());
+    expect(await followed.tools('proj')).toMatchObject({ ok: false, kind: 'bind_denied' });
+    // The policy now names the data directory too: the next start may bind it.
+    roots = [PACKAGE_DIR, PNPM_STORE, data];
+    const listed = await followed.tools('proj');
+    expect(Array.isArray(listed) && listed.some((t) => t.tool === 'hello')).toBe(true);
+  });
+
   test('progress of server-everything trigger-long-running-operation is forwarded', async () => {
     const h = await gatewayWith({
       everything: { command: 'node', args: [EVERYTHING, 'stdio'], binds: [{ path: PNPM_STORE, mode: 'ro' }] },

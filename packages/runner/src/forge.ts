@@ -1,7 +1,7 @@
 import { createPublicKey } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { tailLog } from '@forge/audit-chain';
-import { checkPersonaAcl, isOperator, networkFor } from '@forge/policy';
+import { bindRoots, checkPersonaAcl, isOperator, networkFor } from '@forge/policy';
 import { type ListedTool, type Scope, wireName } from '@forge/registry';
 import { discardPrebuilt } from '@forge/sandbox';
 import { type CallContext, type Forge, type ForgeOptions, META_TOOLS, type Refusal } from './api.js';
@@ -46,6 +46,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     await source.attach({
       record: (type, data) => e.record(type, data),
       lastAudited: (type) => lastAudited(e, type),
+      bindRoots: () => {
+        const pol = e.policyNow();
+        return pol.ok ? bindRoots(pol.snap, { project: paths.project }) : [];
+      },
       home: paths.home,
       project: paths.project,
     });

@@ -95,6 +95,11 @@ export interface SourceHost {
    * the log holds none: how a source checks that its own state is the state the log last recorded.
    */
   lastAudited(type: string): Promise<Record<string, unknown> | undefined>;
+  /**
+   * Where a project-level source may bind host paths: the policy's `bind_roots` now, expanded for
+   * this project (none while the policy cannot be read: fail closed).
+   */
+  bindRoots(): string[];
   /** The forge home and project paths (state goes under `home`). */
   readonly home: string;
   readonly project: string;

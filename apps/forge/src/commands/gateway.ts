@@ -26,7 +26,7 @@ function gatewayPaths(w: Where) {
 export async function withGateway<T>(w: Where, fn: (g: Gateway) => Promise<T>): Promise<T> {
   const [{ createGateway }, { createForge }] = await Promise.all([import('@forge/gateway'), import('@forge/runner')]);
   // bind_roots default: a project-level server's binds stay inside the project (as `forge serve` has it).
-  const gateway = createGateway({ ...gatewayPaths(w), bindRoots: [w.project] });
+  const gateway = createGateway(gatewayPaths(w));
   let forge: Awaited<ReturnType<typeof createForge>>;
   try {
     forge = await createForge({ home: w.home, project: w.project, env: w.env, sources: [gateway] });
