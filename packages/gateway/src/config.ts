@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
+import { pointerToken } from '@forge/policy';
 import stringify from 'fast-json-stable-stringify';
 import {
   type GatewayDocument,
@@ -9,7 +10,6 @@ import {
   type ParsedGatewayDocument,
   parseGatewayDocument,
 } from './configDocument.js';
-import { pointerToken } from './jsonText.js';
 import type { GatewayConfig, ServerConfig } from './types.js';
 
 /** Bytes of one gateway.json (real ones are a few kilobytes); a larger file is refused unread. */

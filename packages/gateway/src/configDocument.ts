@@ -1,8 +1,8 @@
+import { lineColumn, pointerToken, readJsonText } from '@forge/policy';
 import type { ErrorObject, ValidateFunction } from 'ajv';
 import schema from '../schema/gateway.schema.json' with { type: 'json' };
 import { credentialArgProblem, credentialUrlProblem, credentialValueProblem, isCredentialName } from './credentials.js';
 import generatedValidator from './gateway-validator.generated.js';
-import { lineColumn, pointerToken, readJsonText } from './jsonText.js';
 
 /** One server entry of gateway.json as written (see schema/gateway.schema.json). */
 export interface GatewayServerEntry {

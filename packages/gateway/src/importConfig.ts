@@ -1,5 +1,5 @@
+import { lineColumn, readJsonText } from '@forge/policy';
 import { type GatewayServerEntry, parseGatewayDocument } from './configDocument.js';
-import { lineColumn, readJsonText } from './jsonText.js';
 
 /** A vault entry the operator must fill for an imported server to start. */
 export interface VaultNeed {
