@@ -1,4 +1,4 @@
-import { lineColumn, pointerToken, readJsonText } from '@forge/policy';
+import { closestKey, lineColumn, pointerToken, readJsonText } from '@forge/policy';
 import type { ErrorObject, ValidateFunction } from 'ajv';
 import schema from '../schema/gateway.schema.json' with { type: 'json' };
 import { credentialArgProblem, credentialUrlProblem, credentialValueProblem, isCredentialName } from './credentials.js';
@@ -296,7 +296,7 @@ function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason:
     case 'additionalProperties': {
       const key = String(e.params.additionalProperty);
       const known = Object.keys((e.parentSchema as { properties?: object } | undefined)?.properties ?? {}).filter((k) => k !== '$schema');
-      const guess = closest(key, known);
+      const guess = closestKey(key, known);
       return {
         pointer: `${pointer}/${pointerToken(key)}`,
         reason: `unknown key "${key}" in ${name}${guess ? ` (did you mean "${guess}"?)` : known.length ? ` (expected one of: ${known.join(', ')})` : ''}`,
@@ -341,30 +341,4 @@ function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason:
 
 function article(type: string): string {
   return type === 'integer' || type === 'object' || type === 'array' ? `an ${type}` : `a ${type}`;
-}
-
-/** The known key closest to `key` (at most two edits away), for "did you mean". */
-function closest(key: string, known: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestD = 3;
-  for (const k of known) {
-    const d = editDistance(key, k);
-    if (d < bestD) {
-      best = k;
-      bestD = d;
-    }
-  }
-  return best;
-}
-
-function editDistance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min((prev[j] as number) + 1, (cur[j - 1] as number) + 1, (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    prev = cur;
-  }
-  return prev[b.length] as number;
 }

@@ -208,7 +208,7 @@ function dotted(pointer: string): string {
 }
 
 /** The known key closest to `key` (at most two edits away), for "did you mean". */
-function closest(key: string, known: readonly string[]): string | undefined {
+export function closestKey(key: string, known: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestD = 3;
   for (const k of known) {
@@ -259,7 +259,7 @@ function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason:
     case 'additionalProperties': {
       const key = String(e.params.additionalProperty);
       const known = Object.keys((e.parentSchema as { properties?: object } | undefined)?.properties ?? {}).filter((k) => k !== '$schema');
-      const guess = closest(key, known);
+      const guess = closestKey(key, known);
       return {
         pointer: `${pointer}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`,
         reason: `unknown key "${key}" in ${name}${guess ? ` (did you mean "${guess}"?)` : known.length ? ` (expected one of: ${known.join(', ')})` : ''}`,

@@ -37,10 +37,12 @@ export {
   type ToolAcl,
   type ToolAction,
 } from './decisions.js';
+/** The known key closest to a mistyped one (at most two edits away), for "did you mean". */
 export {
   type BreakerSettings,
   BUDGET_FIELDS,
   type Budget,
+  closestKey,
   DEFAULT_POLICY,
   type EffectivePolicy,
   mergePolicies,
