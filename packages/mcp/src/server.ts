@@ -454,9 +454,34 @@ function watchAnswers(transport: Transport, unanswered: Map<RequestId, () => voi
  * client validates it against that schema), else the whole envelope.
  */
 export function toResult(envelope: Envelope, view?: ToolView): CallToolResult {
-  const result: CallToolResult = { content: [{ type: 'text', text: JSON.stringify(envelope) }], isError: !envelope.ok };
+  // An upstream tool's answer (the gateway's) keeps the upstream's own content blocks, redacted by
+  // the runner, as a client calling the server directly would get them; the envelope, with forge's
+  // meta, stays in structuredContent.
+  const upstream = view?.record.runtime === 'mcp' && envelope.ok && !view.structuredData ? upstreamBlocks(envelope.data) : undefined;
+  const result: CallToolResult = {
+    content: upstream ?? [{ type: 'text', text: JSON.stringify(envelope) }],
+    isError: !envelope.ok,
+  };
   if (!view?.structuredData) result.structuredContent = envelope as unknown as Record<string, unknown>;
   else if (envelope.ok && envelope.data !== null && typeof envelope.data === 'object' && !Array.isArray(envelope.data))
     result.structuredContent = envelope.data as Record<string, unknown>;
   return result;
+}
+
+/** The content blocks of a gateway answer's `data` (`{ content: [...] }`), when every one is a block MCP knows; else undefined. */
+function upstreamBlocks(data: unknown): CallToolResult['content'] | undefined {
+  const content = (data as { content?: unknown } | null)?.content;
+  if (!Array.isArray(content) || content.length === 0) return undefined;
+  const str = (v: unknown) => typeof v === 'string';
+  for (const b of content) {
+    const block = b as Record<string, unknown> | null;
+    if (block === null || typeof block !== 'object') return undefined;
+    const ok =
+      (block.type === 'text' && str(block.text)) ||
+      ((block.type === 'image' || block.type === 'audio') && str(block.data) && str(block.mimeType)) ||
+      (block.type === 'resource_link' && str(block.uri) && str(block.name)) ||
+      (block.type === 'resource' && block.resource !== null && typeof block.resource === 'object');
+    if (!ok) return undefined;
+  }
+  return content as CallToolResult['content'];
 }
