@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
-import { closeSync, fchmodSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { type GatewayDocument, type GatewayLevel, type GatewayServerEntry, parseGatewayDocument } from './configDocument.js';
+import { writeDurably } from './durable.js';
 
 export type AddServersResult =
   | { ok: true; file: string; added: string[] }
@@ -47,27 +47,7 @@ export function addGatewayServers(options: {
   try {
     const dir = dirname(file);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const tmp = join(dir, `.gateway.json.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
-    const fd = openSync(tmp, 'wx', 0o600);
-    try {
-      fchmodSync(fd, 0o600);
-      writeFileSync(fd, text);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    try {
-      renameSync(tmp, file);
-    } catch (err) {
-      unlinkSync(tmp);
-      throw err;
-    }
-    const dfd = openSync(dir, 'r');
-    try {
-      fsyncSync(dfd);
-    } finally {
-      closeSync(dfd);
-    }
+    writeDurably(dir, file, text);
   } catch (err) {
     return {
       ok: false,

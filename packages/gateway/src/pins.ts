@@ -1,19 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
-import {
-  closeSync,
-  fchmodSync,
-  fsyncSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import stringify from 'fast-json-stable-stringify';
 import type lockfileType from 'proper-lockfile';
+import { writeDurably } from './durable.js';
 import type { Pin, PinStatus, ToolDefinition, ToolDiff, ToolState } from './types.js';
 
 /**
@@ -221,7 +211,7 @@ export function openPinStore(options: PinStoreOptions): PinStore {
         aside = `${file}.untrusted-${new Date().toISOString().replaceAll(':', '')}`;
         renameSync(file, aside);
       }
-      writeAtomic(dir, file, text);
+      writeDurably(dir, file, text);
       const failed = await options.record(type, {
         server,
         ...changed.audit,
@@ -233,7 +223,7 @@ export function openPinStore(options: PinStoreOptions): PinStore {
       if (failed) {
         // Taken back: the log does not have it, so the file must not either.
         if (aside) renameSync(aside, file);
-        else if (cur.ok && cur.bytes) writeAtomic(dir, file, cur.bytes);
+        else if (cur.ok && cur.bytes) writeDurably(dir, file, cur.bytes);
         else unlinkSync(file);
         return {
           ok: false,
@@ -461,33 +451,5 @@ async function withLock<T>(dir: string, fn: () => Promise<T>): Promise<T | PinFa
     return await fn();
   } finally {
     await release().catch(() => {});
-  }
-}
-
-/** Writes `data` to `dest` atomically: a 0600 temp file in the same directory, fsync, rename, fsync of the directory. */
-function writeAtomic(dir: string, dest: string, data: string | Buffer): void {
-  const tmp = join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
-  const fd = openSync(tmp, 'wx', 0o600);
-  try {
-    fchmodSync(fd, 0o600);
-    writeFileSync(fd, data);
-    fsyncSync(fd);
-  } catch (err) {
-    closeSync(fd);
-    unlinkSync(tmp);
-    throw err;
-  }
-  closeSync(fd);
-  try {
-    renameSync(tmp, dest);
-  } catch (err) {
-    unlinkSync(tmp);
-    throw err;
-  }
-  const dfd = openSync(dir, 'r');
-  try {
-    fsyncSync(dfd);
-  } finally {
-    closeSync(dfd);
   }
 }
