@@ -263,6 +263,7 @@ export function launcherFor(server: ServerConfig, secrets: ReadonlyMap<string, s
         stdin: box.stdin,
         stdout: box.stdout,
         stderrTail: () => box.stderrTail(),
+        ...(box.pid !== undefined ? { pid: box.pid } : {}),
         kill: () => box.kill('gateway'),
         exited: box.exited.then((e) => ({
           reason: e.reason,

@@ -22,6 +22,8 @@ describe('gateway over stdio', () => {
     if (!r.ok) return;
     expect(textOf(r.content)).toBe('Echo: hi there');
     expect(r.facts).toMatchObject({ server: 'everything', tool: 'echo', transport: 'stdio', sandboxed: true, restarts: 0 });
+    // The host pid of the upstream's sandbox (its launcher), for the manifest.
+    expect(r.facts?.upstream_pid).toEqual(expect.any(Number));
     expect(['2025-11-25', '2025-06-18']).toContain(r.facts?.protocol_version);
 
     const sum = await gateway.execute(job(await tool(gateway, 'everything.get-sum'), { a: 2, b: 40 }));

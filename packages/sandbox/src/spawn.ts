@@ -58,6 +58,12 @@ export interface SpawnedSandbox {
   readonly stdout: Readable;
   /** The last `limits.stderrTailBytes` bytes of stderr so far, as UTF-8. */
   stderrTail(): string;
+  /**
+   * The host pid of the sandbox's launcher, which leads its process group: every process of the
+   * sandbox descends from it. For logs and manifests; once `exited` settled it may be another
+   * process's, so never signal it (use `kill()`).
+   */
+  readonly pid: number | undefined;
   /** The host uid its processes run as: this process's, or the sandbox's own when this process is root (never 0). */
   readonly hostUid: number;
   /** How its memory, CPU and process limits are enforced (as {@link RunResult.enforced}). */
@@ -254,6 +260,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     stdin,
     stdout,
     stderrTail: () => stderr.text(),
+    pid: child.pid,
     hostUid: identity.uid,
     enforced: enforcedBy(cgroup?.host),
     network: () => egress?.proxy.usage,

@@ -205,6 +205,9 @@ describe('spawnSandboxed', () => {
     const all = [...new Set(pidsWith(marker).flatMap((p) => [p, ...descendants(p)]))];
     const sleeps = all.filter((p) => readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('/bin/sleep'));
     expect(sleeps).toHaveLength(1);
+    // Every process of the sandbox descends from the pid it reports (its launcher).
+    expect(typeof sb.pid).toBe('number');
+    expect(descendants(sb.pid as number)).toEqual(expect.arrayContaining(sleeps));
     const groups = cgroupsOf(sleeps[0] as number);
     expect(groups.length).toBeGreaterThan(0);
     sb.kill('test');
