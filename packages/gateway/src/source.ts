@@ -30,9 +30,19 @@ export interface GatewayOptions {
   record?: RecordAudit;
   lastAudited?: LastAudited;
   now?: () => number;
+  /**
+   * How long a listing waits for a server that is still starting (default 3000 ms). Past it the
+   * server's approved tools are offered as pinned, every call still checks the live definition,
+   * and the listeners hear once the server has listed: one slow upstream never holds up the list.
+   */
+  listWaitMs?: number;
 }
 
 type Refusal = { ok: false; kind: string; message: string };
+type Listing = { ok: true; tools: ToolDefinition[]; upstream: Upstream } | Refusal;
+
+/** How long a listing waits for a server still starting before it offers the server's pins. */
+const LIST_WAIT_MS = 3000;
 
 /**
  * A flat event with every value of the server's secrets replaced in its strings (compared
@@ -234,7 +244,7 @@ class GatewaySource implements Gateway {
   }
 
   /** What the upstream lists now (cached per connection), its skipped names recorded once. */
-  async #listing(server: ServerConfig): Promise<{ ok: true; tools: ToolDefinition[]; upstream: Upstream } | Refusal> {
+  async #listing(server: ServerConfig): Promise<Listing> {
     const up = this.#lister(server);
     const listed = await up.list();
     if (!listed.ok) return listed;
@@ -325,8 +335,8 @@ class GatewaySource implements Gateway {
   async #serverTools(pins: Pins, server: ServerConfig): Promise<SourcedTool[]> {
     const pinned = pins.list(server.name);
     if (pinned.size === 0) return [];
-    const listing = await this.#listing(server);
-    if (listing.ok) {
+    const listing = await this.#boundedListing(server);
+    if (listing?.ok) {
       // One projection per listing, pins and config: a listing is a new array after every re-list.
       const key = `${pins.digest}\0${pins.generation}\0${JSON.stringify(server)}\0${listing.upstream.sandboxed}`;
       const cached = this.#projections.get(listing.tools);
@@ -350,6 +360,28 @@ class GatewaySource implements Gateway {
       )
       .map((s) => this.#projected(server, up, s))
       .filter((t): t is SourcedTool => t !== undefined);
+  }
+
+  /**
+   * The server's listing, or undefined when it is not ready within `listWaitMs`: then, once it is,
+   * the listeners hear of the server's tools (a client lists again and sees them as listed).
+   */
+  async #boundedListing(server: ServerConfig): Promise<Listing | undefined> {
+    const pending = this.#listing(server);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(resolve, this.#options.listWaitMs ?? LIST_WAIT_MS, undefined);
+      timer.unref();
+    });
+    const first = await Promise.race([pending, late]);
+    clearTimeout(timer);
+    if (first !== undefined) return first;
+    void pending
+      .then((l) => {
+        if (l.ok && !this.#closed) this.#fire(l.tools.map((t) => `${server.name}.${t.name}`));
+      })
+      .catch(() => {});
+    return undefined;
   }
 
   async list(_ctx: SourceContext): Promise<readonly SourcedTool[]> {

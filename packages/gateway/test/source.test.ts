@@ -51,4 +51,23 @@ describe('gateway over stdio', () => {
     expect(h.gateway.owns('fxother.tool')).toBeUndefined();
     expect(h.gateway.owns('code.fx')).toBeUndefined();
   });
+  test('a server slow to start does not hold up the list: its approved tools are offered as pinned, and the listeners hear once it has listed', async () => {
+    const h = await gatewayWith({ fx: fixtureEntry() }, { listWaitMs: 200 });
+    expect(await h.gateway.approve('fx', ['hello'], 'operator')).toMatchObject({ ok: true });
+    // The same server, now slow to start (a changed entry starts a new process).
+    h.writeConfig({ fx: fixtureEntry({ FIXTURE_START_DELAY_MS: '4000' }) });
+    const heard = new Promise<string[]>((resolve) => {
+      h.gateway.onChange((names) => {
+        if (names.includes('fx.hello')) resolve(names);
+      });
+    });
+    const listed = await h.gateway.list({ persona: 'tester', session: 's1' });
+    expect(listed.map((t) => t.name)).toEqual(['fx.hello']);
+    // Answered while the server was still starting.
+    expect((await h.gateway.servers()).find((r) => r.name === 'fx')?.state).not.toBe('running');
+    await heard;
+    expect((await h.gateway.servers()).find((r) => r.name === 'fx')?.state).toBe('running');
+    const r = await h.gateway.execute(job(await tool(h.gateway, 'fx.hello'), { name: 'late' }));
+    expect(r.ok && textOf(r.content)).toBe('hello late');
+  });
 });
