@@ -206,6 +206,23 @@ export function assertHostReady(host: HostInfo): asserts host is HostInfo & Requ
 export const SIGNALS = new Map(Object.entries(constants.signals).map(([name, n]) => [n as number, name]));
 /** How often a run's cgroup is checked against its CPU budget and for OOM kills. */
 export const WATCH_MS = 100;
+
+/**
+ * Watches the limits a sandbox's cgroup cannot stop by itself: the CPU budget (cgroups count CPU
+ * time but never stop at a total) and an OOM kill of one process, which ends the whole sandbox.
+ * Calls `kill` with the limit that was passed; undefined without a cgroup. Clear it at the end.
+ */
+export function watchCgroupLimits(
+  cgroup: RunCgroup | undefined,
+  cpuBudgetUsec: number,
+  kill: (reason: NonNullable<ReturnType<typeof overRunLimit>>) => void,
+): NodeJS.Timeout | undefined {
+  if (!cgroup) return undefined;
+  return setInterval(() => {
+    const over = overRunLimit(cgroup, cpuBudgetUsec);
+    if (over) kill(over);
+  }, WATCH_MS);
+}
 export const OOM_RE = /MemoryError|out of memory|Cannot allocate memory|std::bad_alloc|allocation failed/i;
 
 let cover: ProcCover | undefined;

@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import type { Duplex, Writable } from 'node:stream';
 import type { CheckedBind } from './binds.js';
-import { type EnforcedLimits, enforcedBy, killRunCgroup, overRunLimit, pidsLimitHit, runCpuUsec } from './cgroup.js';
+import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, runCpuUsec } from './cgroup.js';
 import { COPY_LIMITS, type CopiedOutput, copyOut } from './copyout.js';
 import { EGRESS_PORTS } from './egress/inside.js';
 import { preloadFile } from './egress/preload.js';
@@ -24,7 +24,7 @@ import {
   sandboxSeccomp,
   startEgress,
   Tail,
-  WATCH_MS,
+  watchCgroupLimits,
   withEgress,
 } from './prepare.js';
 import { probe } from './probe.js';
@@ -323,15 +323,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     if (cgroup) killRunCgroup(cgroup);
   };
   const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
-  // The run-wide limits its cgroup cannot stop by itself: the CPU budget (cgroups count CPU time
-  // but never stop at a total), and an OOM kill of one process, which ends the whole run.
   const cpuBudgetUsec = limits.cpuSeconds * 1e6;
-  const watch = cgroup
-    ? setInterval(() => {
-        const over = overRunLimit(cgroup, cpuBudgetUsec);
-        if (over) kill(over);
-      }, WATCH_MS)
-    : undefined;
+  const watch = watchCgroupLimits(cgroup, cpuBudgetUsec, kill);
   const onAbort = () => kill('signal');
   options.signal?.addEventListener('abort', onAbort);
   if (options.signal?.aborted) onAbort();

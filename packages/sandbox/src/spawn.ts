@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import { type EnforcedLimits, enforcedBy, killRunCgroup, overRunLimit, pidsLimitHit } from './cgroup.js';
+import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit } from './cgroup.js';
 import { EGRESS_PORTS } from './egress/inside.js';
 import { preloadFile } from './egress/preload.js';
 import type { NetworkUsage } from './egress/proxy.js';
@@ -21,7 +21,7 @@ import {
   sandboxSeccomp,
   startEgress,
   Tail,
-  WATCH_MS,
+  watchCgroupLimits,
   withEgress,
 } from './prepare.js';
 import { probe } from './probe.js';
@@ -198,15 +198,8 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     }
     if (cgroup) killRunCgroup(cgroup);
   };
-  // The limits its cgroup cannot stop by itself: the CPU budget (cgroups count CPU time but never
-  // stop at a total), and an OOM kill of one process, which ends the whole sandbox.
   const cpuBudgetUsec = limits.cpuSeconds * 1e6;
-  const watch = cgroup
-    ? setInterval(() => {
-        const over = overRunLimit(cgroup, cpuBudgetUsec);
-        if (over) kill(over);
-      }, WATCH_MS)
-    : undefined;
+  const watch = watchCgroupLimits(cgroup, cpuBudgetUsec, kill);
   const onAbort = () => kill('signal');
   options.signal?.addEventListener('abort', onAbort);
 
