@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { closeSync, openSync, readSync, statSync } from 'node:fs';
-import { pointerToken } from '@forge/policy';
+import { statSync } from 'node:fs';
+import { pointerToken, readFileAtMost } from '@forge/policy';
 import stringify from 'fast-json-stable-stringify';
 import {
   type GatewayDocument,
@@ -198,7 +198,7 @@ export function createGatewayConfig(options: GatewayConfigOptions = {}): Gateway
       );
     let text: string;
     try {
-      text = readAtMost(f.file, GATEWAY_FILE_LIMIT + 1).toString('utf8');
+      text = readFileAtMost(f.file, GATEWAY_FILE_LIMIT + 1).toString('utf8');
     } catch (err) {
       return bad(f, `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}); fix its permissions`, undefined);
     }
@@ -274,23 +274,6 @@ export function createGatewayConfig(options: GatewayConfigOptions = {}): Gateway
       return state as GatewayConfigState;
     },
   };
-}
-
-/** The first `max` bytes of `file`. */
-function readAtMost(file: string, max: number): Buffer {
-  const fd = openSync(file, 'r');
-  try {
-    const buf = Buffer.allocUnsafe(max);
-    let n = 0;
-    while (n < max) {
-      const got = readSync(fd, buf, n, max - n, null);
-      if (got === 0) break;
-      n += got;
-    }
-    return buf.subarray(0, n);
-  } finally {
-    closeSync(fd);
-  }
 }
 
 export type { GatewayDocument, GatewayLevel, GatewayProblem, GatewayServerEntry };

@@ -1,4 +1,4 @@
-import { closestKey, lineColumn, pointerToken, readJsonText } from '@forge/policy';
+import { closestKey, lineColumn, pointerPath, pointerToken, readJsonText, unescapeToken, valueAt } from '@forge/policy';
 import type { ErrorObject, ValidateFunction } from 'ajv';
 import schema from '../schema/gateway.schema.json' with { type: 'json' };
 import { credentialArgProblem, credentialUrlProblem, credentialValueProblem, isCredentialName } from './credentials.js';
@@ -233,10 +233,6 @@ function serverProblem(e: GatewayServerEntry, level: GatewayLevel): { field?: st
   return undefined;
 }
 
-function unescapeToken(t: string): string {
-  return t.replaceAll('~1', '/').replaceAll('~0', '~');
-}
-
 function pickError(errors: readonly ErrorObject[], doc: unknown): ErrorObject | undefined {
   const named = errors.find((e) => e.keyword === 'propertyNames');
   if (named) return named;
@@ -244,31 +240,12 @@ function pickError(errors: readonly ErrorObject[], doc: unknown): ErrorObject | 
   const first = errors[0];
   if (first && /\/network\/oneOf\//.test(first.schemaPath)) {
     const net = first.instancePath.split('/').slice(0, 4).join('/');
-    const value = at(doc, net);
+    const value = valueAt(doc, net);
     if (value !== null && typeof value === 'object' && !Array.isArray(value))
       return errors.find((e) => e.keyword !== 'oneOf' && !e.schemaPath.includes('/oneOf/0')) ?? first;
     return { ...first, instancePath: net, keyword: 'network', params: {} };
   }
   return first;
-}
-
-/** `servers.github.args[0]` for `/servers/github/args/0`. */
-function dotted(pointer: string): string {
-  let out = '';
-  for (const raw of pointer.split('/').slice(1)) {
-    const t = unescapeToken(raw);
-    out += /^\d+$/.test(t) ? `[${t}]` : out === '' ? t : `.${t}`;
-  }
-  return out;
-}
-
-function at(value: unknown, pointer: string): unknown {
-  let v = value;
-  for (const t of pointer.split('/').slice(1)) {
-    if (v === null || typeof v !== 'object') return undefined;
-    v = (v as Record<string, unknown>)[unescapeToken(t)];
-  }
-  return v;
 }
 
 const PATTERN_HELP: Record<string, string> = {
@@ -282,13 +259,13 @@ const PATTERN_HELP: Record<string, string> = {
 
 function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason: string } {
   const pointer = e.instancePath;
-  const name = dotted(pointer) || 'the document';
+  const name = pointerPath(pointer) || 'the document';
   // A refusal is shown and audited: never echo what may be a secret.
   const got = (v: unknown) =>
     typeof v === 'string' && credentialValueProblem(v)
       ? '(the value is not shown: it looks like a credential)'
       : `(got ${JSON.stringify(v)})`;
-  const value = at(doc, pointer);
+  const value = valueAt(doc, pointer);
   const def = /\$defs\/(\w+)\/[a-zA-Z]+$/.exec(e.schemaPath)?.[1];
   switch (e.keyword) {
     case 'network':

@@ -1,6 +1,6 @@
 import type { ErrorObject, ValidateFunction } from 'ajv';
 import schema from '../schema/policy.schema.json' with { type: 'json' };
-import { lineColumn, readJsonText } from './json-text.js';
+import { lineColumn, pointerPath, readJsonText, valueAt } from './json-text.js';
 import generatedValidator from './policy-validator.generated.js';
 
 /** Resource requests and limits of one call. */
@@ -197,16 +197,6 @@ function pickError(errors: readonly ErrorObject[]): ErrorObject | undefined {
   return errors.find((e) => e.keyword === 'propertyNames') ?? errors[0];
 }
 
-/** `breakers.per_tool_rpm` for `/breakers/per_tool_rpm` (keys as written, dots between). */
-function dotted(pointer: string): string {
-  let out = '';
-  for (const raw of pointer.split('/').slice(1)) {
-    const t = raw.replaceAll('~1', '/').replaceAll('~0', '~');
-    out += /^\d+$/.test(t) ? `[${t}]` : out === '' ? t : `.${t}`;
-  }
-  return out;
-}
-
 /** The known key closest to `key` (at most two edits away), for "did you mean". */
 export function closestKey(key: string, known: readonly string[]): string | undefined {
   let best: string | undefined;
@@ -233,15 +223,6 @@ function editDistance(a: string, b: string): number {
   return prev[b.length] as number;
 }
 
-function at(value: unknown, pointer: string): unknown {
-  let v = value;
-  for (const t of pointer.split('/').slice(1)) {
-    if (v === null || typeof v !== 'object') return undefined;
-    v = (v as Record<string, unknown>)[t.replaceAll('~1', '/').replaceAll('~0', '~')];
-  }
-  return v;
-}
-
 const PATTERN_HELP: Record<string, string> = {
   nameGlob: 'a tool-name glob: 1–64 of letters, digits, _ . - and the wildcards * ?',
   persona: 'a persona name: a letter, then letters, digits, _ or - (at most 64)',
@@ -252,9 +233,9 @@ const PATTERN_HELP: Record<string, string> = {
 
 function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason: string } {
   const pointer = e.instancePath;
-  const name = dotted(pointer) || 'the document';
+  const name = pointerPath(pointer) || 'the document';
   const got = (v: unknown) => `(got ${JSON.stringify(v)})`;
-  const value = at(doc, pointer);
+  const value = valueAt(doc, pointer);
   switch (e.keyword) {
     case 'additionalProperties': {
       const key = String(e.params.additionalProperty);

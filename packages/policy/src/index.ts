@@ -56,7 +56,17 @@ export {
 export { POLICY_ERROR_CODES, PolicyError, type PolicyErrorCode } from './errors.js';
 export type { GlobMatcher } from './glob.js';
 /** The strict JSON reader of forge's hand-edited documents (duplicate keys refused, offsets for file:line:column). */
-export { type JsonReadResult, type JsonText, lineColumn, pointerToken, readJsonText } from './json-text.js';
+export {
+  type JsonReadResult,
+  type JsonText,
+  lineColumn,
+  pointerPath,
+  pointerToken,
+  readFileAtMost,
+  readJsonText,
+  unescapeToken,
+  valueAt,
+} from './json-text.js';
 export { POLICY_LIMITS } from './limits.js';
 export { createPolicy, POLICY_SETTLE_MS, type Policy, type PolicyEvent, type PolicyOptions, type PolicyState } from './policy.js';
 export {

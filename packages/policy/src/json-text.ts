@@ -1,3 +1,5 @@
+import { closeSync, openSync, readSync } from 'node:fs';
+
 /**
  * A strict JSON reader for hand-edited documents: the value, plus where every value starts, so a
  * syntax error or a schema error can be reported as `file:line:column`. Unlike `JSON.parse` it
@@ -27,6 +29,48 @@ class Stop extends Error {
 /** Escapes a key for a JSON pointer (RFC 6901). */
 export function pointerToken(key: string): string {
   return key.replaceAll('~', '~0').replaceAll('/', '~1');
+}
+
+/** Undoes {@link pointerToken}. */
+export function unescapeToken(t: string): string {
+  return t.replaceAll('~1', '/').replaceAll('~0', '~');
+}
+
+/** A JSON pointer as a reader writes the path: `/servers/gh/args/0` is `servers.gh.args[0]`. */
+export function pointerPath(pointer: string): string {
+  let out = '';
+  for (const raw of pointer.split('/').slice(1)) {
+    const t = unescapeToken(raw);
+    out += /^\d+$/.test(t) ? `[${t}]` : out === '' ? t : `.${t}`;
+  }
+  return out;
+}
+
+/** The value at a JSON pointer of `value`, or undefined where the path does not lead. */
+export function valueAt(value: unknown, pointer: string): unknown {
+  let v = value;
+  for (const t of pointer.split('/').slice(1)) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<string, unknown>)[unescapeToken(t)];
+  }
+  return v;
+}
+
+/** The first `max` bytes of `file` (fewer when it is shorter): a file that grows while it is read costs no more. */
+export function readFileAtMost(file: string, max: number): Buffer {
+  const fd = openSync(file, 'r');
+  try {
+    const buf = Buffer.allocUnsafe(max);
+    let n = 0;
+    while (n < max) {
+      const got = readSync(fd, buf, n, max - n, null);
+      if (got === 0) break;
+      n += got;
+    }
+    return buf.subarray(0, n);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Reads one JSON document (surrounding whitespace allowed; a UTF-8 BOM is refused). */

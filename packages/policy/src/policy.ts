@@ -1,6 +1,7 @@
-import { closeSync, openSync, readSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { createSnapshot, type PolicySnapshot, type PolicySource } from './decisions.js';
 import { type EffectivePolicy, mergePolicies, type PolicyDocument, type PolicyProblem, parsePolicyDocument } from './document.js';
+import { readFileAtMost } from './json-text.js';
 import { bytesText, POLICY_LIMITS } from './limits.js';
 import { type AllowRules, parseRules } from './rules.js';
 
@@ -122,7 +123,7 @@ export function createPolicy(options: PolicyOptions = {}): Policy {
       const limit = s.kind === 'policy' ? POLICY_LIMITS.policyFileBytes : POLICY_LIMITS.rulesFileBytes;
       if (st.size > BigInt(limit)) return fail(s, stamp, { reason: tooLarge(s.kind, st.size, limit) });
       const size = Number(st.size);
-      const bytes = readAtMost(s.file, size + 1);
+      const bytes = readFileAtMost(s.file, size + 1);
       // Grown since the stat: a writer is at work; the next call looks again.
       if (bytes.length > size) return 'same';
       const text = bytes.toString('utf8').replace(/^\uFEFF/, '');
@@ -265,23 +266,6 @@ export function createPolicy(options: PolicyOptions = {}): Policy {
 function tooLarge(kind: 'policy' | 'rules', size: bigint, limit: number): string {
   const what = kind === 'policy' ? 'a policy file (real ones are a few kilobytes)' : 'a rules file';
   return `size ${size} bytes exceeds the limit of ${bytesText(limit)} for ${what}; check that this is the right file, or trim it`;
-}
-
-/** The first `max` bytes of `file` (fewer when it is shorter): a file that grows while it is read costs no more. */
-function readAtMost(file: string, max: number): Buffer {
-  const fd = openSync(file, 'r');
-  try {
-    const buf = Buffer.allocUnsafe(max);
-    let n = 0;
-    while (n < max) {
-      const got = readSync(fd, buf, n, max - n, null);
-      if (got === 0) break;
-      n += got;
-    }
-    return buf.subarray(0, n);
-  } finally {
-    closeSync(fd);
-  }
 }
 
 function changedKeys(a: PolicySnapshot, b: PolicySnapshot): string[] {
