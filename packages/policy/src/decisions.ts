@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
-import { BUDGET_FIELDS, type Budget, type EffectivePolicy, PROJECT_TOKEN } from './document.js';
+import { BUDGET_FIELDS, type Budget, type EffectivePolicy, PROJECT_TOKEN, type ToolsmithMode } from './document.js';
 import { compileGlobs, firstMatch, type GlobMatcher } from './glob.js';
 import { type AllowRules, ruleAllows, subjectOf } from './rules.js';
 
@@ -53,6 +53,7 @@ interface Compiled {
   /** Each persona's namespace as a lower-cased prefix with its dot (names match regardless of case). */
   namespaces: [persona: string, prefix: string][];
   operators: ReadonlySet<string>;
+  capabilities: GlobMatcher;
 }
 const compiled = new WeakMap<EffectivePolicy, Compiled>();
 
@@ -64,6 +65,7 @@ function compile(p: EffectivePolicy): Compiled {
       runtimes: compileGlobs(p.runtimes.allow),
       namespaces: Object.entries(p.persona_namespaces).map(([persona, ns]) => [persona, `${ns.toLowerCase()}.`]),
       operators: new Set(p.operator_personas),
+      capabilities: compileGlobs(p.toolsmith.capability_allow, { ignoreCase: true }),
     };
     compiled.set(p, c);
   }
@@ -351,5 +353,60 @@ export function checkRuntime(snap: PolicySnapshot, runtime: string): Decision {
     ok: false,
     kind: 'policy_denied',
     message: `runtime "${runtime}" is not allowed by policy runtimes.allow (${snap.policy.runtimes.allow.join(', ') || 'none'})`,
+  };
+}
+
+/** What the toolsmith may do for one persona now (see {@link toolsmithFor}). */
+export interface ToolsmithSettings {
+  enabled: boolean;
+  /** The kill switch, or a policy file that failed to reload (fail-safe). */
+  paused: boolean;
+  /** Why it is paused, in words, when it is. */
+  pausedWhy?: string;
+  mode: ToolsmithMode;
+  threshold: number;
+  windowMs: number;
+  approvers: readonly string[];
+  cycleIntervalMs: number;
+  gapStoreMax: number;
+}
+
+/**
+ * The toolsmith's settings for `persona` from a snapshot. Paused when the policy says so, and
+ * also when any policy file in force is only its last good version (a reload failed): an edit
+ * that cannot be read might have been the kill switch.
+ */
+export function toolsmithFor(snap: PolicySnapshot, persona: string): ToolsmithSettings {
+  const t = snap.policy.toolsmith;
+  const kept = snap.sources.find((s) => s.status === 'kept' || s.status === 'invalid');
+  const pausedWhy = t.paused
+    ? 'policy toolsmith.paused is true (the kill switch); an operator sets it to false to resume'
+    : kept
+      ? `the policy file ${kept.file} failed to reload, so the toolsmith is paused until it reads again (fail-safe); fix the file`
+      : undefined;
+  return {
+    enabled: t.enabled,
+    paused: pausedWhy !== undefined,
+    ...(pausedWhy ? { pausedWhy } : {}),
+    mode: t.mode[persona] ?? t.mode['*'] ?? 'direct',
+    threshold: t.gap_recurrence_threshold,
+    windowMs: t.gap_window_hours * 3_600_000,
+    approvers: t.approvers,
+    cycleIntervalMs: t.cycle_interval_seconds * 1000,
+    gapStoreMax: t.gap_store_max,
+  };
+}
+
+/** Whether a capability may be authored: it must match `toolsmith.capability_allow` (empty allows none), regardless of case. */
+export function checkCapability(snap: PolicySnapshot, capability: string): Decision {
+  if (compile(snap.policy).capabilities.test(capability)) return OK;
+  const allow = snap.policy.toolsmith.capability_allow;
+  return {
+    ok: false,
+    kind: 'policy_denied',
+    message:
+      allow.length === 0
+        ? `capability "${capability}" may not be authored: policy toolsmith.capability_allow allows no capability; an operator adds a glob that covers it (e.g. "${capability.split('.')[0]}.*")`
+        : `capability "${capability}" is outside policy toolsmith.capability_allow (${allow.map((a) => JSON.stringify(a)).join(', ')}); request one of those, or ask an operator to allow it`,
   };
 }

@@ -48,6 +48,24 @@ export interface PolicyDocument {
   bind_roots?: string[];
   bind_allow?: string[];
   runtimes?: { allow?: string[] };
+  toolsmith?: Partial<Omit<ToolsmithPolicy, 'mode'>> & { mode?: Record<string, ToolsmithMode> };
+}
+
+/** How a persona gets new tools: `direct` (forge_tool) or `governed` (forge_propose, then approval). */
+export type ToolsmithMode = 'direct' | 'governed';
+
+/** The toolsmith's section of the policy in force (see schema/policy.schema.json, `toolsmith`). */
+export interface ToolsmithPolicy {
+  enabled: boolean;
+  paused: boolean;
+  /** By persona; `*` for the others. */
+  mode: Readonly<Record<string, ToolsmithMode>>;
+  gap_recurrence_threshold: number;
+  gap_window_hours: number;
+  capability_allow: readonly string[];
+  approvers: readonly string[];
+  cycle_interval_seconds: number;
+  gap_store_max: number;
 }
 
 /** The merged policy in force: every key present. */
@@ -64,6 +82,7 @@ export interface EffectivePolicy {
   /** Exact paths that may be bound although they are where a host program finds code to run. */
   bind_allow: readonly string[];
   runtimes: { readonly allow: readonly string[] };
+  toolsmith: Readonly<ToolsmithPolicy>;
 }
 
 /** The token bind_roots entries use for the project directory. */
@@ -88,6 +107,17 @@ export const DEFAULT_POLICY: EffectivePolicy = deepFreeze({
   bind_roots: [PROJECT_TOKEN],
   bind_allow: [],
   runtimes: { allow: ['python3', 'python3.*', 'node', 'bash', 'sh'] },
+  toolsmith: {
+    enabled: false,
+    paused: false,
+    mode: {},
+    gap_recurrence_threshold: 3,
+    gap_window_hours: 24,
+    capability_allow: [],
+    approvers: [],
+    cycle_interval_seconds: 3600,
+    gap_store_max: 10_000,
+  },
 });
 
 /** The JSON Schema of a policy document (draft 2020-12), as published in `schema/`. */
@@ -100,7 +130,9 @@ export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = schema;
  * - `breakers`, `budgets.defaults`, `budgets.ceilings`: field by field, the later document wins;
  * - `persona_namespaces`, `persona_sandbox_overrides`, `persona_secret_allow`: by persona, the later
  *   document's entry replaces the whole entry;
- * - `runtimes.allow`: the later document's list replaces the earlier one.
+ * - `runtimes.allow`: the later document's list replaces the earlier one;
+ * - `toolsmith`: field by field, the later document wins (its lists replace), except `paused`,
+ *   which is true when any document says so, and `mode`, merged by persona.
  * A default budget above its ceiling is lowered to the ceiling.
  */
 export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePolicy {
@@ -116,6 +148,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     bind_roots: [...d.bind_roots],
     bind_allow: [...d.bind_allow],
     runtimes: { allow: [...d.runtimes.allow] },
+    toolsmith: { ...d.toolsmith, mode: { ...d.toolsmith.mode } } as ToolsmithPolicy & { mode: Record<string, ToolsmithMode> },
   };
   const union = (into: string[], more: readonly string[] | undefined) => {
     for (const x of more ?? []) if (!into.includes(x)) into.push(x);
@@ -132,6 +165,14 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     for (const [p, o] of Object.entries(doc.persona_sandbox_overrides ?? {})) out.persona_sandbox_overrides[p] = structuredClone(o);
     for (const [p, names] of Object.entries(doc.persona_secret_allow ?? {})) out.persona_secret_allow[p] = [...names];
     if (doc.runtimes?.allow) out.runtimes.allow = [...doc.runtimes.allow];
+    if (doc.toolsmith) {
+      const { mode, paused, capability_allow, approvers, ...rest } = doc.toolsmith;
+      Object.assign(out.toolsmith, rest);
+      if (paused === true) out.toolsmith.paused = true;
+      if (capability_allow) out.toolsmith.capability_allow = [...capability_allow];
+      if (approvers) out.toolsmith.approvers = [...approvers];
+      Object.assign(out.toolsmith.mode, mode);
+    }
   }
   for (const k of BUDGET_FIELDS) {
     out.budgets.defaults[k] = Math.min(out.budgets.defaults[k], out.budgets.ceilings[k]);

@@ -17,6 +17,7 @@ export {
   bindRoots,
   type ClampedField,
   checkAllowRule,
+  checkCapability,
   checkNamespace,
   checkPersonaAcl,
   checkRuntime,
@@ -36,6 +37,8 @@ export {
   parseToolAcl,
   type ToolAcl,
   type ToolAction,
+  type ToolsmithSettings,
+  toolsmithFor,
 } from './decisions.js';
 /** The known key closest to a mistyped one (at most two edits away), for "did you mean". */
 export {
@@ -52,6 +55,8 @@ export {
   type PolicyProblem,
   parsePolicyDocument,
   type SandboxOverride,
+  type ToolsmithMode,
+  type ToolsmithPolicy,
 } from './document.js';
 export { POLICY_ERROR_CODES, PolicyError, type PolicyErrorCode } from './errors.js';
 export type { GlobMatcher } from './glob.js';

@@ -8,6 +8,7 @@ import {
   bindAllow,
   bindRoots,
   checkAllowRule,
+  checkCapability,
   checkNamespace,
   checkPersonaAcl,
   checkRuntime,
@@ -19,6 +20,7 @@ import {
   mergePolicies,
   networkFor,
   parseToolAcl,
+  toolsmithFor,
 } from '../src/index.js';
 import { denied, rulesOf, snapshotOf } from './helpers.js';
 
@@ -470,5 +472,39 @@ describe('bindAllow', () => {
 
   it('uses the user’s home directory by default', () => {
     expect(bindAllow(snapshotOf({ bind_allow: ['~/.zshrc'] }))).toEqual([`${homedir()}/.zshrc`]);
+  });
+});
+
+describe('toolsmithFor and checkCapability', () => {
+  it('is off, unpaused and direct by default', () => {
+    const t = toolsmithFor(snapshotOf({}), 'agent');
+    expect(t).toMatchObject({ enabled: false, paused: false, mode: 'direct', threshold: 3, windowMs: 24 * 3_600_000 });
+    expect(t.pausedWhy).toBeUndefined();
+  });
+
+  it('gives each persona its mode, `*` the others', () => {
+    const snap = snapshotOf({ toolsmith: { enabled: true, mode: { '*': 'governed', coder: 'direct' } } });
+    expect(toolsmithFor(snap, 'coder').mode).toBe('direct');
+    expect(toolsmithFor(snap, 'agent').mode).toBe('governed');
+  });
+
+  it('is paused by the kill switch, and by a policy file kept at its last good version', () => {
+    expect(toolsmithFor(snapshotOf({ toolsmith: { paused: true } }), 'a').pausedWhy).toMatch(/toolsmith\.paused is true/);
+    const kept = createSnapshot(mergePolicies({ toolsmith: { enabled: true } }), null, [
+      { file: '/p/.forge/policy.json', kind: 'policy', status: 'kept' },
+    ]);
+    const t = toolsmithFor(kept, 'a');
+    expect(t.paused).toBe(true);
+    expect(t.pausedWhy).toMatch(/\/p\/\.forge\/policy\.json failed to reload/);
+  });
+
+  it('allows only capabilities capability_allow covers, regardless of case; empty allows none', () => {
+    expect(denied(checkCapability(snapshotOf({}), 'text.count'), 'policy_denied')).toMatch(/allows no capability.*"text\.\*"/);
+    const snap = snapshotOf({ toolsmith: { capability_allow: ['text.*', 'csv_?'] } });
+    expect(checkCapability(snap, 'TEXT.count').ok).toBe(true);
+    expect(checkCapability(snap, 'csv_a').ok).toBe(true);
+    expect(denied(checkCapability(snap, 'csv_ab'), 'policy_denied')).toMatch(
+      /outside policy toolsmith\.capability_allow \("text\.\*", "csv_\?"\)/,
+    );
   });
 });

@@ -57,7 +57,18 @@ const FULL = `{
   },
   "bind_roots": ["/srv/data", "~", "~/cache", "\${project}", "\${project}/out"],
   "bind_allow": ["/srv/data/.git", "~/.bashrc", "\${project}/.vscode"],
-  "runtimes": { "allow": ["python3.*", "deno"] }
+  "runtimes": { "allow": ["python3.*", "deno"] },
+  "toolsmith": {
+    "enabled": true,
+    "paused": false,
+    "mode": { "*": "governed", "coder": "direct" },
+    "gap_recurrence_threshold": 2,
+    "gap_window_hours": 48,
+    "capability_allow": ["text.*", "csv_?"],
+    "approvers": ["alice"],
+    "cycle_interval_seconds": 600,
+    "gap_store_max": 5000
+  }
 }
 `;
 
@@ -280,7 +291,7 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
 
   it('refuses an unknown key with nothing close, listing the keys it knows', () => {
     expect(message('{"per_tool_rpm": 3}')).toMatchInlineSnapshot(
-      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, bind_allow, runtimes)"`,
+      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, bind_allow, runtimes, toolsmith)"`,
     );
     expect(message('{"breakers": {"rpm": 3}}')).toMatchInlineSnapshot(
       `"policy.json:1:22: unknown key "rpm" in breakers (expected one of: per_tool_rpm, per_session_forge_count, failure_threshold, cooldown_s)"`,
@@ -587,6 +598,35 @@ describe('mergePolicies', () => {
       bind_roots: [`\${project}`],
       bind_allow: [],
       runtimes: { allow: ['python3', 'python3.*', 'node', 'bash', 'sh'] },
+      toolsmith: {
+        enabled: false,
+        paused: false,
+        mode: {},
+        gap_recurrence_threshold: 3,
+        gap_window_hours: 24,
+        capability_allow: [],
+        approvers: [],
+        cycle_interval_seconds: 3600,
+        gap_store_max: 10_000,
+      },
+    });
+  });
+
+  it('toolsmith: field by field, lists replaced, mode by persona, and paused once any document says so', () => {
+    const m = mergePolicies(
+      { toolsmith: { enabled: true, paused: true, mode: { '*': 'governed' }, capability_allow: ['a.*'], approvers: ['ops'] } },
+      { toolsmith: { paused: false, mode: { coder: 'direct' }, capability_allow: ['b.*'], gap_window_hours: 2 } },
+    );
+    expect(m.toolsmith).toEqual({
+      enabled: true,
+      paused: true,
+      mode: { '*': 'governed', coder: 'direct' },
+      gap_recurrence_threshold: 3,
+      gap_window_hours: 2,
+      capability_allow: ['b.*'],
+      approvers: ['ops'],
+      cycle_interval_seconds: 3600,
+      gap_store_max: 10_000,
     });
   });
 });

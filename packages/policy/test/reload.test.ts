@@ -34,6 +34,7 @@ const ALL_KEYS = [
   'bind_roots',
   'bind_allow',
   'runtimes',
+  'toolsmith',
 ];
 
 interface Files {
