@@ -34,6 +34,7 @@ export {
   type RegistryOptions,
   type RemoveResult,
   type ResolvedTool,
+  type SetStateResult,
   type WriteOk,
 } from './registry.js';
 export { type ScopeRoots, type ScopeRootsInput, scopeIdProblem, scopeRoots } from './scopes.js';
@@ -59,6 +60,7 @@ export {
   type Scope,
   type SpecProblem,
   type StoredTool,
+  TOOL_STATES,
   type ToolExample,
   type ToolMeta,
   type ToolOrigin,

@@ -6,7 +6,16 @@ import { toolNameProblem, wireKey, wireName, wireNameOfValid } from './name.js';
 import { configuredScopes, type ScopeRoots } from './scopes.js';
 import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
 import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVersion } from './store.js';
-import type { CreatedBy, Failure, RegistryEvent, Scope, StoredTool, ValidationFailure } from './types.js';
+import {
+  type CreatedBy,
+  type Failure,
+  type RegistryEvent,
+  type Scope,
+  type StoredTool,
+  TOOL_STATES,
+  type ToolState,
+  type ValidationFailure,
+} from './types.js';
 import { type ScopeChange, startWatcher, type Watcher, type WatchOptions } from './watch.js';
 import { markWireConflicts, wireTaken } from './wire.js';
 
@@ -89,6 +98,8 @@ export interface WriteOk {
 export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 'name_forbidden'> | Failure<string>;
 /** What `Registry.remove` returns: the removed version (still recoverable), or a refusal of `authorize`. */
 export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'> | Failure<string>;
+/** What `Registry.setState` returns (a refusal of `authorize` as it gave it). */
+export type SetStateResult = WriteOk | Failure<'unknown_tool' | 'state_conflict' | 'validation_failed'> | Failure<string>;
 /** What `Registry.recover` returns. */
 export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden' | 'name_taken'>;
 
@@ -197,6 +208,18 @@ export interface Registry {
   /** Every kept version of `name` in `scope` (replaced and removed ones, then the live one). */
   versions(name: string, options: { scope: Scope }): Promise<ToolVersion[]>;
   /**
+   * Stamps `state` on the live version of `name` in `scope` (the toolsmith retires a tool this
+   * way): a new version with the same content and digest, the old one kept in the history. Only
+   * `active` tools resolve and list. `from` and `digest` make it a compare-and-set: the write
+   * happens only when the live version is in one of those states and has that digest
+   * (`state_conflict` otherwise).
+   */
+  setState(
+    name: string,
+    state: ToolState,
+    options: { scope: Scope; from?: readonly ToolState[]; digest?: string; authorize?: OwnerCheck },
+  ): Promise<SetStateResult>;
+  /**
    * Makes a kept version of `name` live again in `scope`, as a new version (the current one, if
    * any, is kept in turn). `unknown_tool` when that version was never kept; `name_taken` when
    * the name is not live there and another tool has taken its wire name since (see `create`).
@@ -271,7 +294,8 @@ export function createRegistry(options: RegistryOptions): Registry {
     let winner: ResolvedTool | undefined;
     for (const s of scopes) {
       const t = tables.get(s)?.get(name);
-      if (!t) continue;
+      // Only active tools are seen: a retired (or not yet approved) version neither resolves nor shadows.
+      if (t?.state !== 'active') continue;
       if (!winner) winner = { tool: t, scope: s, shadows: NO_SCOPES, wireName: wire };
       else winner.shadows = [...winner.shadows, s];
     }
@@ -571,12 +595,13 @@ export function createRegistry(options: RegistryOptions): Registry {
         if (!table) return EMPTY;
         rows = [];
         for (const [name, tool] of table) {
+          if (tool.state !== 'active') continue;
           const r = index.get(name);
           const at = scopes.indexOf(scope);
           const row: ListedTool = {
             tool,
             scope,
-            shadows: scopes.slice(at + 1).filter((s) => tables.get(s)?.has(name)),
+            shadows: scopes.slice(at + 1).filter((s) => tables.get(s)?.get(name)?.state === 'active'),
             wireName: r?.wireName ?? wireName(name),
           };
           if (r && r.scope !== scope) row.shadowedBy = r.scope;
@@ -671,6 +696,47 @@ export function createRegistry(options: RegistryOptions): Registry {
             return r;
           }),
       );
+      return result;
+    },
+
+    async setState(name, toState, opts) {
+      const dir = dirOf(opts.scope);
+      const invalid = badName(name);
+      if (invalid) return invalid;
+      if (!(TOOL_STATES as readonly string[]).includes(toState))
+        return { ok: false, kind: 'validation_failed', message: `state "${toState}" is not one of ${TOOL_STATES.join(', ')}` };
+      const result = await dir
+        .put<SetStateResult>(name, (current, next): Decision<SetStateResult> => {
+          if (current.status === 'missing') return { value: unknownTool(name, `the ${opts.scope} scope`) };
+          if (current.status === 'bad')
+            return { value: unknownTool(name, `the ${opts.scope} scope (its file is unreadable: ${current.failure.reason})`) };
+          const cur = current.tool;
+          if (opts.from && !opts.from.includes(cur.state))
+            return {
+              value: {
+                ok: false,
+                kind: 'state_conflict',
+                message: `tool "${name}" (${opts.scope} scope, version ${cur.version}) is ${cur.state}, not ${opts.from.join(' or ')}; nothing was changed`,
+              },
+            };
+          if (opts.digest && cur.digest !== opts.digest)
+            return {
+              value: {
+                ok: false,
+                kind: 'state_conflict',
+                message: `tool "${name}" (${opts.scope} scope) is now version ${cur.version} (${cur.digest}), not ${opts.digest}; nothing was changed`,
+              },
+            };
+          const refused = opts.authorize?.(cur);
+          if (refused) return { value: refused };
+          // The content and its digest stay; the state is a stamp, and the change is a version of its own.
+          const tool: StoredTool = { ...cur, version: next, created_at: now().toISOString(), state: toState };
+          return { write: tool, value: { ok: true, tool, previous: { version: cur.version, digest: cur.digest } } };
+        })
+        .then((r) => {
+          if (r.ok) setTool(opts.scope, name, r.tool);
+          return r;
+        });
       return result;
     },
 

@@ -1,4 +1,5 @@
 import { fullFormats } from 'ajv-formats/dist/formats.js';
+import { TOOL_STATES } from './types.js';
 
 /**
  * The load path's shape check of a stored tool: the same verdict as
@@ -73,7 +74,7 @@ const META = new Set(['deterministic', 'secrets', 'timeout_ms', 'cpu_s', 'output
 const TASK_SUPPORT = new Set(['forbidden', 'optional', 'required']);
 const HINTS = new Set(['title', 'readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint']);
 const SCOPES = new Set(['task', 'session', 'project', 'user']);
-const STATES = new Set(['active', 'pending', 'validated', 'retired']);
+const STATES: ReadonlySet<string> = new Set(TOOL_STATES);
 
 type Obj = Record<string, unknown>;
 

@@ -4,8 +4,11 @@ export const SCOPES = ['task', 'session', 'project', 'user'] as const;
 /** Where a tool lives. See `SCOPES` for the lookup order. */
 export type Scope = (typeof SCOPES)[number];
 
-/** Lifecycle state stamped on a tool. Forged tools are `active`; the others belong to the toolsmith. */
-export type ToolState = 'active' | 'pending' | 'validated' | 'retired';
+/** Lifecycle states a stored tool may have. Forged tools are `active`; the others belong to the toolsmith. */
+export const TOOL_STATES = ['active', 'pending', 'validated', 'retired'] as const;
+
+/** Lifecycle state stamped on a tool. Only `active` tools resolve, list and run. */
+export type ToolState = (typeof TOOL_STATES)[number];
 
 /** A JSON Schema object (the registry checks it compiles; it does not type its keywords). */
 export type JsonSchema = { [key: string]: unknown };
