@@ -112,7 +112,9 @@ function stringOf(length: number): string {
 
 /** A typical value of `s`: `hint` (an example's value), then `examples`/`default`/`const`/`enum`[0], then by type. */
 function typical(s: unknown, hint: unknown, depth: number): Gen {
-  if (hint !== undefined) return { value: hint };
+  // A host path is never made up, nor taken from an example.
+  if (isObj(s) && 'x-bind' in s) return undefined;
+  if (hint !== undefined) return { value: withoutBound(s, hint, depth) };
   if (!isObj(s)) return { value: 'example' };
   if (Array.isArray(s.examples) && s.examples.length > 0) return { value: s.examples[0] };
   if ('default' in s) return { value: s.default };
@@ -205,6 +207,24 @@ function objectBase(s: Schema, hints: Record<string, unknown> | undefined, depth
     out[r] = g.value;
   }
   return { value: out };
+}
+
+/** `v` (an example's value) without the values `s` marks `x-bind`, at any depth. */
+function withoutBound(s: unknown, v: unknown, depth: number): unknown {
+  if (!isObj(s) || depth > 16) return v;
+  if (Array.isArray(v)) {
+    const items = itemsOf(s);
+    return isObj(items) && 'x-bind' in items ? [] : v.map((x) => withoutBound(items, x, depth + 1));
+  }
+  if (!isObj(v)) return v;
+  const props = propsOf(s);
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) {
+    const p = props[k];
+    if (isObj(p) && 'x-bind' in p) continue;
+    out[k] = withoutBound(p, x, depth + 1);
+  }
+  return out;
 }
 
 /** Whether a required property (at any depth along required objects) carries `x-bind`. */

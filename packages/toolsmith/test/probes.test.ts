@@ -170,6 +170,28 @@ describe('generateProbes', () => {
     checkInvariants(optional, probes);
     expect(probes.length).toBeGreaterThan(0);
     for (const p of probes) expect(Object.keys(p.input)).not.toContain('path');
+    // Deeper: an optional object that needs a bound path is never built, and an example's bound
+    // values are dropped from the typical input it gives.
+    const deep = {
+      type: 'object',
+      properties: {
+        out: { type: 'object', properties: { file: { type: 'string', 'x-bind': 'rw' } }, required: ['file'] },
+        cfg: { type: 'object', properties: { dir: { type: 'string', 'x-bind': 'ro' }, depth: { type: 'integer' } } },
+        files: { type: 'array', items: { type: 'string', 'x-bind': 'ro' } },
+      },
+      required: ['cfg'],
+    };
+    const dp = generateProbes(deep, { max: 60, examples: [{ cfg: { dir: '/srv', depth: 2 }, files: ['/etc/hosts'] }] });
+    checkInvariants(deep, dp, 60);
+    expect(byLabel(dp).get('typical input')).toMatchObject({ valid: true, input: { cfg: { depth: 2 } } });
+    for (const p of dp) {
+      const text = JSON.stringify(p.input);
+      expect(text).not.toContain('/srv');
+      expect(text).not.toContain('/etc/hosts');
+      expect(text).not.toContain('"file"');
+      expect(text).not.toContain('"dir"');
+      expect(text).not.toMatch(/"files":\["/);
+    }
   });
 
   it('examples give the typical values; a pattern no example satisfies leaves only always-invalid probes', () => {
