@@ -1,0 +1,479 @@
+import { randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  fsyncSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readSync,
+  renameSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import type lockfileType from 'proper-lockfile';
+import type { Proposal, ProposalEvent, ProposalState } from './types.js';
+
+// proper-lockfile (with graceful-fs) is loaded by the first transition: reading never locks.
+const require = createRequire(import.meta.url);
+let lockfileModule: typeof lockfileType | undefined;
+function lockfile(): typeof lockfileType {
+  lockfileModule ??= require('proper-lockfile') as typeof lockfileType;
+  return lockfileModule;
+}
+
+/** Where a store lives and its clock. */
+export interface ProposalStoreOptions {
+  /** The toolsmith directory of one project (`<project>/.forge/toolsmith`); files go to `<dir>/proposals/`. */
+  dir: string;
+  /** The clock for `created_at`, `updated_at` and history stamps (tests pass a fixed one). */
+  now?: () => Date;
+}
+
+/** What a transition gave: the proposal as written, or why nothing was written. */
+export type UpdateResult =
+  | { ok: true; proposal: Proposal }
+  | { ok: false; kind: 'unknown_proposal' | 'state_conflict'; message: string; current?: Proposal };
+
+/**
+ * The durable proposals of one project, one JSON file each (`<dir>/proposals/<id>.json`, mode
+ * 0600, directories 0700 created by the first `create`). The store records state; it decides
+ * nothing: whether a tool is live is what the registry holds, so a file hand-edited to `active`
+ * makes nothing callable.
+ */
+export interface ProposalStore {
+  /** The toolsmith directory given (the files are under `<dir>/proposals/`). */
+  readonly dir: string;
+  /**
+   * Stores a new proposal: a fresh id (`p-` + 16 hex digits from crypto), the state as given
+   * (normally `pending`), `history` `[{state, at, by}]`, `created_at` = `updated_at` = now.
+   * Written atomically and exclusively (link(2): it never overwrites). Throws a TypeError for a
+   * malformed proposal and an Error when the directory is unusable.
+   */
+  create(p: Omit<Proposal, 'id' | 'created_at' | 'updated_at' | 'history'> & { by: string }): Promise<Proposal>;
+  /** The proposal `id`; undefined when there is none, when `id` is not `p-` + 16 lower-case hex digits (no path is touched) or when its file is unusable (reported). */
+  get(id: string): Promise<Proposal | undefined>;
+  /** Proposals, newest first (by `created_at`), optionally only those in `state` (one or several) or of tool `name`. Unusable files are skipped and reported. */
+  list(o?: { state?: ProposalState | ProposalState[]; name?: string }): Promise<Proposal[]>;
+  /**
+   * Compare-and-set under a cross-process lock on that proposal: applies `change` only when the current state is one of
+   * `from`; appends {state: to, at, by, reason} to history; `change` may set other fields (validation, activated, …) but not
+   * id/created_at/updated_at/history/state (a TypeError). Exactly one of any number of racing callers (threads or processes)
+   * moving a proposal out of a state wins; the others get state_conflict naming the state it is in now and who moved it.
+   * Throws an Error with `code: 'lock_timeout'` when the lock stays held longer than `lockWaitMs`.
+   */
+  transition(
+    id: string,
+    from: ProposalState[],
+    to: ProposalState,
+    o: { by: string; reason?: string; change?: (p: Proposal) => Partial<Proposal> },
+  ): Promise<UpdateResult>;
+  /**
+   * The one-shot approval claim: creates `<dir>/proposals/<id>.claim` exclusively holding {by, at}; true for the one
+   * caller that made it, false for every other caller ever (even after a crash: the file stays), and false for a
+   * malformed id or a proposal that does not exist.
+   */
+  claim(id: string, by: string): Promise<boolean>;
+  /** Removes the claim of `id` (only when the activation that followed it failed, so that it can be approved again). */
+  release(id: string): Promise<void>;
+  /**
+   * The active proposal of `name` and the ones it replaced: proposals of `name` in states active/retired that carry an
+   * `activated` record, by activation time, newest first (for rollback). One in those states without the record was
+   * never activated through the store (a hand edit?): it is left out and reported.
+   */
+  lineage(name: string): Promise<Proposal[]>;
+}
+
+/** Proposal files larger than this are refused when read (and never written). */
+export const MAX_PROPOSAL_FILE_BYTES = 4 * 1024 * 1024;
+const ID = /^p-[0-9a-f]{16}$/;
+const FILE = /^(p-[0-9a-f]{16})\.json$/;
+const STATES: ReadonlySet<string> = new Set(['pending', 'validated', 'failed', 'rejected', 'active', 'retired']);
+const REQUIRED_STRINGS = ['id', 'state', 'name', 'capability', 'persona', 'session', 'created_at', 'updated_at'] as const;
+const FROZEN = ['id', 'created_at', 'updated_at', 'history', 'state'] as const;
+/** A lock whose holder stopped refreshing it for this long is taken over (proper-lockfile's `stale`). */
+const LOCK_STALE_MS = 10_000;
+/** How long a transition waits for a held lock: past the stale time, so a crashed holder is taken over, not failed on. */
+const LOCK_WAIT_MS = 30_000;
+
+function errno(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException | undefined)?.code;
+}
+
+function codedError(code: string, message: string, cause?: unknown): Error {
+  return Object.assign(new Error(message, cause === undefined ? undefined : { cause }), { code });
+}
+
+/** Why `value` is not a usable proposal stored as `<fileId>.json`, or undefined. */
+function proposalProblem(value: unknown, fileId?: string): string | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'not a JSON object';
+  const p = value as Record<string, unknown>;
+  for (const k of REQUIRED_STRINGS) {
+    if (typeof p[k] !== 'string' || p[k] === '') return `"${k}" must be a non-empty string`;
+  }
+  if (!ID.test(p.id as string)) return `"id" ${JSON.stringify(p.id)} is not p- and 16 hex digits`;
+  if (fileId !== undefined && p.id !== fileId) return `"id" ${JSON.stringify(p.id)} does not match the file name ${fileId}.json`;
+  if (!STATES.has(p.state as string)) return `"state" ${JSON.stringify(p.state)} is not one of ${[...STATES].join(', ')}`;
+  if (typeof p.spec !== 'object' || p.spec === null || Array.isArray(p.spec)) return '"spec" must be an object';
+  if (!Array.isArray(p.history) || p.history.length === 0) return '"history" must be a non-empty array';
+  for (const [i, e] of p.history.entries()) {
+    const ev = e as Partial<ProposalEvent> | null;
+    if (
+      typeof ev !== 'object' ||
+      ev === null ||
+      !STATES.has(ev.state as string) ||
+      typeof ev.at !== 'string' ||
+      typeof ev.by !== 'string'
+    ) {
+      return `"history" entry ${i} must be {state, at, by} with a known state`;
+    }
+  }
+  const last = p.history[p.history.length - 1] as ProposalEvent;
+  if (last.state !== p.state) return `"state" is ${p.state} but the last history entry says ${last.state}`;
+  if (p.activated !== undefined) {
+    const a = p.activated as Record<string, unknown> | null;
+    if (
+      typeof a !== 'object' ||
+      a === null ||
+      typeof a.version !== 'number' ||
+      typeof a.digest !== 'string' ||
+      typeof a.at !== 'string' ||
+      typeof a.by !== 'string'
+    ) {
+      return '"activated" must be {version, digest, at, by}';
+    }
+  }
+  return undefined;
+}
+
+type Read = { status: 'ok'; proposal: Proposal } | { status: 'missing' } | { status: 'bad'; reason: string };
+
+/** Reads and checks one proposal file, refusing symbolic links, non-files and files over 4 MiB. */
+function readProposal(path: string, id: string): Read {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (err) {
+    if (errno(err) === 'ENOENT') return { status: 'missing' };
+    if (errno(err) === 'ELOOP') return { status: 'bad', reason: 'a symbolic link; a proposal file must be a regular file' };
+    return { status: 'bad', reason: `unreadable: ${(err as Error).message}` };
+  }
+  let text: string;
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) return { status: 'bad', reason: 'not a regular file' };
+    if (st.size > MAX_PROPOSAL_FILE_BYTES) {
+      return { status: 'bad', reason: `the file is ${st.size} bytes; a proposal file is at most ${MAX_PROPOSAL_FILE_BYTES}` };
+    }
+    const buf = Buffer.allocUnsafe(st.size + 1);
+    let n = 0;
+    for (;;) {
+      if (n === buf.length) return { status: 'bad', reason: 'the file grew while being read' };
+      const got = readSync(fd, buf, n, buf.length - n, null);
+      if (got === 0) break;
+      n += got;
+    }
+    text = buf.toString('utf8', 0, n);
+  } catch (err) {
+    return { status: 'bad', reason: `unreadable: ${(err as Error).message}` };
+  } finally {
+    closeSync(fd);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    return { status: 'bad', reason: `not valid JSON (a torn or hand-edited file?): ${(err as Error).message}` };
+  }
+  const problem = proposalProblem(value, id);
+  return problem ? { status: 'bad', reason: problem } : { status: 'ok', proposal: value as Proposal };
+}
+
+/** fsyncs a directory so that a link, rename or unlink in it survives a crash. */
+function syncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function unlinkQuietly(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone
+  }
+}
+
+/** Writes `data` to a new temporary file in `dir` (0600, random suffix) and fsyncs it; removed again on failure. */
+function writeTemp(dir: string, data: string): string {
+  const path = join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
+  const fd = openSync(path, 'wx', 0o600);
+  try {
+    fchmodSync(fd, 0o600);
+    writeFileSync(fd, data);
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    unlinkQuietly(path);
+    throw err;
+  }
+  closeSync(fd);
+  return path;
+}
+
+/** The JSON text of `p`, refusing one that could not be read back. */
+function serialize(p: Proposal): string {
+  const text = `${JSON.stringify(p, null, 2)}\n`;
+  const size = Buffer.byteLength(text);
+  if (size > MAX_PROPOSAL_FILE_BYTES) {
+    throw new RangeError(
+      `proposal ${p.id} would be ${size} bytes; a proposal file is at most ${MAX_PROPOSAL_FILE_BYTES} (bound the validation record's outputs)`,
+    );
+  }
+  return text;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Opens the proposal store under `dir` (nothing is created until the first `create`).
+ * `onProblem` hears of every file that was skipped (path and why); `lockWaitMs` bounds how long
+ * a transition waits for another holder of a proposal's lock (default 30 s, past the 10 s after
+ * which a crashed holder's lock is taken over).
+ */
+export function openProposalStore(
+  o: ProposalStoreOptions & { onProblem?: (file: string, reason: string) => void; lockWaitMs?: number },
+): ProposalStore {
+  const root = join(o.dir, 'proposals');
+  const now = o.now ?? (() => new Date());
+  const onProblem = o.onProblem ?? (() => {});
+  const lockWaitMs = o.lockWaitMs ?? LOCK_WAIT_MS;
+  const pathOf = (id: string) => join(root, `${id}.json`);
+
+  function read(id: string): Read {
+    const r = readProposal(pathOf(id), id);
+    if (r.status === 'bad') onProblem(pathOf(id), r.reason);
+    return r;
+  }
+
+  function ensureRoot(): void {
+    try {
+      mkdirSync(root, { recursive: true, mode: 0o700 });
+    } catch (err) {
+      throw codedError(
+        'dir_unusable',
+        `proposal directory ${root} cannot be created: ${(err as Error).message}; check the permissions of ${o.dir}`,
+        err,
+      );
+    }
+  }
+
+  async function withLock<T>(id: string, fn: (lost: () => boolean) => Promise<T>): Promise<T> {
+    let compromised = false;
+    let release: (() => Promise<void>) | undefined;
+    const deadline = Date.now() + lockWaitMs;
+    for (let wait = 5; !release; wait = Math.min(wait * 1.5, 100)) {
+      try {
+        release = await lockfile().lock(pathOf(id), {
+          realpath: false,
+          lockfilePath: join(root, `${id}.lock`),
+          stale: LOCK_STALE_MS,
+          retries: 0,
+          // Lost means this process stalled past the stale time and another may have taken over:
+          // the write is then refused (see `lost` below) rather than crashing the process.
+          onCompromised: () => {
+            compromised = true;
+          },
+        });
+      } catch (err) {
+        if (errno(err) !== 'ELOCKED') {
+          throw codedError(
+            'dir_unusable',
+            `cannot lock proposal ${id} in ${root}: ${(err as Error).message}; check the directory's permissions`,
+            err,
+          );
+        }
+        if (Date.now() >= deadline) {
+          throw codedError(
+            'lock_timeout',
+            `proposal ${id} in ${root} has been locked by another process for over ${lockWaitMs} ms; retry, or remove ${join(root, `${id}.lock`)} if no forge process is running`,
+            err,
+          );
+        }
+        await sleep(wait * (0.5 + Math.random()));
+      }
+    }
+    try {
+      return await fn(() => compromised);
+    } finally {
+      await release().catch(() => {});
+    }
+  }
+
+  const store: ProposalStore = {
+    dir: o.dir,
+
+    async create(input) {
+      const { by, ...rest } = input as typeof input & Partial<Proposal>;
+      if (typeof by !== 'string' || by === '') throw new TypeError('create: "by" must be a non-empty string (who proposed it)');
+      const at = now().toISOString();
+      ensureRoot();
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const id = `p-${randomBytes(8).toString('hex')}`;
+        const p: Proposal = { ...rest, id, state: input.state, created_at: at, updated_at: at, history: [{ state: input.state, at, by }] };
+        const problem = proposalProblem(p);
+        if (problem) throw new TypeError(`create: not a proposal: ${problem}`);
+        const tmp = writeTemp(root, serialize(p));
+        try {
+          linkSync(tmp, pathOf(id));
+        } catch (err) {
+          if (errno(err) === 'EEXIST') continue;
+          throw codedError('dir_unusable', `cannot write proposal ${id} in ${root}: ${(err as Error).message}`, err);
+        } finally {
+          unlinkQuietly(tmp);
+        }
+        syncDir(root);
+        return p;
+      }
+      throw new Error(`create: 5 fresh ids in a row already existed in ${root}; something else writes there`);
+    },
+
+    async get(id) {
+      if (!ID.test(id)) return undefined;
+      const r = read(id);
+      return r.status === 'ok' ? r.proposal : undefined;
+    },
+
+    async list(filter = {}) {
+      let files: string[];
+      try {
+        files = readdirSync(root);
+      } catch (err) {
+        if (errno(err) === 'ENOENT') return [];
+        throw codedError('dir_unusable', `cannot read proposal directory ${root}: ${(err as Error).message}`, err);
+      }
+      const states = filter.state === undefined ? undefined : new Set(Array.isArray(filter.state) ? filter.state : [filter.state]);
+      const out: Proposal[] = [];
+      for (const f of files) {
+        if (f.startsWith('.') || !f.endsWith('.json')) continue;
+        const m = FILE.exec(f);
+        if (!m) {
+          onProblem(join(root, f), 'not a proposal file name (p- and 16 hex digits, .json)');
+          continue;
+        }
+        const r = read(m[1] as string);
+        if (r.status !== 'ok') continue;
+        if (states && !states.has(r.proposal.state)) continue;
+        if (filter.name !== undefined && r.proposal.name !== filter.name) continue;
+        out.push(r.proposal);
+      }
+      return out.sort((a, b) => (a.created_at === b.created_at ? a.id.localeCompare(b.id) : a.created_at < b.created_at ? 1 : -1));
+    },
+
+    async transition(id, from, to, opts) {
+      if (!STATES.has(to)) throw new TypeError(`transition: ${JSON.stringify(to)} is not a proposal state`);
+      if (typeof opts.by !== 'string' || opts.by === '') throw new TypeError('transition: "by" must be a non-empty string');
+      const unknown = (why: string): UpdateResult => ({
+        ok: false,
+        kind: 'unknown_proposal',
+        message: `no proposal ${JSON.stringify(id)}${why}; see \`forge toolsmith list\``,
+      });
+      if (!ID.test(id)) return unknown(' (an id is p- and 16 hex digits)');
+      // Checked before locking, so that a store nothing was written to stays untouched.
+      if (readProposal(pathOf(id), id).status === 'missing') return unknown(` in ${root}`);
+      return withLock(id, async (lost) => {
+        const r = read(id);
+        if (r.status === 'missing') return unknown(` in ${root}`);
+        if (r.status === 'bad') return unknown(`: its file ${pathOf(id)} is unusable (${r.reason})`);
+        const current = r.proposal;
+        if (!from.includes(current.state)) {
+          const last = current.history[current.history.length - 1] as ProposalEvent;
+          return {
+            ok: false,
+            kind: 'state_conflict',
+            message: `proposal ${id} is ${current.state} (since ${last.at}, by ${last.by}), not ${from.join(' or ')}; nothing was changed: reload it and decide again`,
+            current,
+          };
+        }
+        const changes = opts.change?.(structuredClone(current)) ?? {};
+        for (const k of FROZEN) {
+          if (k in changes) throw new TypeError(`transition: change may not set "${k}" (the store sets it)`);
+        }
+        const at = now().toISOString();
+        const event: ProposalEvent =
+          opts.reason === undefined ? { state: to, at, by: opts.by } : { state: to, at, by: opts.by, reason: opts.reason };
+        const next: Proposal = { ...current, ...changes, id, state: to, updated_at: at, history: [...current.history, event] };
+        const problem = proposalProblem(next, id);
+        if (problem) throw new TypeError(`transition: the change leaves no proposal: ${problem}`);
+        const tmp = writeTemp(root, serialize(next));
+        if (lost()) {
+          unlinkQuietly(tmp);
+          throw codedError(
+            'lock_timeout',
+            `the lock on proposal ${id} was lost (this process stalled over ${LOCK_STALE_MS} ms); nothing was written: retry`,
+          );
+        }
+        try {
+          renameSync(tmp, pathOf(id));
+        } catch (err) {
+          unlinkQuietly(tmp);
+          throw codedError('dir_unusable', `cannot write proposal ${id} in ${root}: ${(err as Error).message}`, err);
+        }
+        syncDir(root);
+        return { ok: true, proposal: next };
+      });
+    },
+
+    async claim(id, by) {
+      if (!ID.test(id)) return false;
+      if (typeof by !== 'string' || by === '') throw new TypeError('claim: "by" must be a non-empty string (who approves)');
+      if (read(id).status !== 'ok') return false;
+      const tmp = writeTemp(root, `${JSON.stringify({ by, at: now().toISOString() })}\n`);
+      try {
+        // link(2) is exclusive like O_EXCL and publishes the claim with its content complete.
+        linkSync(tmp, join(root, `${id}.claim`));
+      } catch (err) {
+        if (errno(err) === 'EEXIST') return false;
+        throw codedError('dir_unusable', `cannot claim proposal ${id} in ${root}: ${(err as Error).message}`, err);
+      } finally {
+        unlinkQuietly(tmp);
+      }
+      syncDir(root);
+      return true;
+    },
+
+    async release(id) {
+      if (!ID.test(id)) return;
+      try {
+        unlinkSync(join(root, `${id}.claim`));
+      } catch (err) {
+        if (errno(err) === 'ENOENT') return;
+        throw codedError('dir_unusable', `cannot release the claim on proposal ${id} in ${root}: ${(err as Error).message}`, err);
+      }
+      syncDir(root);
+    },
+
+    async lineage(name) {
+      const all = await store.list({ name, state: ['active', 'retired'] });
+      const out: Proposal[] = [];
+      for (const p of all) {
+        if (p.activated) out.push(p);
+        else onProblem(pathOf(p.id), `${p.state} but never activated (no "activated" record): left out of the lineage of ${name}`);
+      }
+      return out.sort((a, b) => {
+        const x = (a.activated as { at: string }).at;
+        const y = (b.activated as { at: string }).at;
+        return x === y ? b.created_at.localeCompare(a.created_at) : x < y ? 1 : -1;
+      });
+    },
+  };
+  return store;
+}
