@@ -1,5 +1,6 @@
 import type { AuditLog } from '@forge/audit-chain';
-import type { ListedTool, Scope, StoredTool } from '@forge/registry';
+import type { PolicySnapshot } from '@forge/policy';
+import type { ListedTool, Scope, StoredTool, ToolState } from '@forge/registry';
 import type { Resolver, RuntimeTable } from '@forge/sandbox';
 import type { AuditTail } from './auditTail.js';
 import type { CacheLimits } from './cache.js';
@@ -13,7 +14,15 @@ import type { SandboxFacts } from './toolHints.js';
 /** The public API of the engine: what `createForge` takes and returns. */
 
 /** The meta-tools an MCP server serves itself: never forged, always callable. */
-export const META_TOOLS = Object.freeze(['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove'] as const);
+export const META_TOOLS = Object.freeze([
+  'forge_tool',
+  'forge_call',
+  'forge_list',
+  'forge_promote',
+  'forge_remove',
+  'forge_request',
+  'forge_propose',
+] as const);
 
 /** Who is asking: the persona and its ACL, and the session and task whose scopes apply. */
 export interface CallContext {
@@ -55,8 +64,11 @@ export interface ForgeOptions {
   runtimes?: RuntimeTable;
   /** Deterministic-result cache limits, or `false` to turn it off. */
   cache?: Partial<CacheLimits> | false;
-  /** Called when a call names no known tool (the toolsmith listens here later). */
-  onUnknownTool?: (name: string, ctx: Required<Pick<CallContext, 'persona' | 'session'>>) => void;
+  /**
+   * Called when a call names no known tool (the toolsmith records the gap here). A returned text
+   * is added to the `unknown_tool` message (what the agent can do about it). Exceptions are ignored.
+   */
+  onUnknownTool?: (name: string, ctx: Required<Pick<CallContext, 'persona' | 'session'>>) => string | undefined;
   /** The environment read for FORGE_PERSONA, FORGE_ALLOWED_TOOLS, FORGE_SESSION_ID, FORGE_TASK_ID. */
   env?: NodeJS.ProcessEnv;
   /** Clock (ms since the epoch) for breakers, the cache and stamps. */
@@ -90,6 +102,27 @@ export interface ForgeToolOptions extends CallContext {
   scope?: Scope;
   /** Replace a tool of that name in that scope (its previous version stays recoverable). */
   overwrite?: boolean;
+  /**
+   * The toolsmith's activation of an approved proposal: forged although the persona is in
+   * governed mode (policy `toolsmith.mode`), and the audit entry names the proposal and approver.
+   * Every other check of the forge pipeline still applies.
+   */
+  activation?: { proposal: string; approvedBy: string };
+}
+
+/** What {@link Forge.trialCall} runs: a spec that is not (or not yet) in the registry. */
+export interface TrialOptions extends CallContext {
+  /** Why it runs, for the audit entry (`toolsmith.trial_run`), e.g. a proposal id. */
+  purpose?: string;
+}
+
+/** A trial run's answer: the envelope a call would have given, and whether the impl ran. */
+export interface TrialResult {
+  envelope: Envelope;
+  /** False when forge refused before running anything (invalid input, policy, no sandbox). */
+  ran: boolean;
+  /** The runtime as resolved (`python3 3.11.2`). */
+  runtime: string;
 }
 
 /** An expected refusal: the error kind, and a message naming the field or rule. */
@@ -134,6 +167,42 @@ export interface Forge {
   promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
   /** Removes a tool from a scope (default: the scope it resolves to). */
   removeTool(name: string, options?: { scope?: Scope } & CallContext): Promise<ForgeResult>;
+  /**
+   * Runs `spec` (not stored) on `input` as a call would: the spec checked as forging checks it,
+   * then the call pipeline's gates (policy, forbidden names, runtime), input validation, the
+   * sandbox with what policy grants `ctx`'s persona, output validation, a run manifest and an
+   * audit entry (`toolsmith.trial_run`). Never cached, never counted by breakers. The toolsmith
+   * validates proposals this way.
+   */
+  trialCall(spec: unknown, input: unknown, options?: TrialOptions): Promise<TrialResult | Refusal>;
+  /**
+   * Stamps a state on the live version of a forged tool (see `Registry.setState`): the toolsmith
+   * retires (`retired`) and reactivates (`active`) tools. Listeners hear `toolsChanged`.
+   */
+  setToolState(
+    name: string,
+    state: ToolState,
+    options: {
+      scope?: Scope;
+      from?: readonly ToolState[];
+      digest?: string;
+      /** A `toolsmith.*` entry written once the state is stamped (the write is taken back when the log refuses it). */
+      event?: { type: string; data: Record<string, unknown> };
+    } & CallContext,
+  ): Promise<ForgeResult>;
+  /**
+   * The runtime `name` resolves to now, as `<name> <version>` (`python3 3.11.2`): the toolsmith
+   * validates again when it changed. Rejects when the runtime is not installed.
+   */
+  runtimeOf(name: string): Promise<string>;
+  /** The policy in force now (one snapshot), or why there is none. */
+  policy(): { ok: true; snapshot: PolicySnapshot } | Refusal;
+  /**
+   * Appends an entry of a package built over the engine (the toolsmith's `toolsmith.*`) to the
+   * audit log, redacted like every entry. Resolves once durable, to a refusal when the log did
+   * not take it. Types outside `toolsmith.` are refused (the engine's own are its to write).
+   */
+  recordEvent(type: string, data: Record<string, unknown>): Promise<Refusal | undefined>;
   /** How many times each tool was called since start (for `forge_list`). */
   callCount(name: string): number;
   /**

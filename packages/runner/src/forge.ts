@@ -9,6 +9,7 @@ import { AUDIT_UNAVAILABLE } from './auditGate.js';
 import { readAuditTail } from './auditTail.js';
 import { makeCallTool } from './call/pipeline.js';
 import { sourceContext } from './call/resolve.js';
+import { makeTrialCall, runtimeLabel } from './call/trial.js';
 import { createEngine, type Engine } from './engine.js';
 import { makeForgeTool } from './forgeTool.js';
 import { makeManage } from './manage.js';
@@ -26,6 +27,8 @@ export {
   META_TOOLS,
   type Refusal,
   type ToolsChanged,
+  type TrialOptions,
+  type TrialResult,
 } from './api.js';
 
 /**
@@ -58,7 +61,8 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
 
   const forgeTool = makeForgeTool(e);
   const callTool = makeCallTool(e);
-  const { promoteTool, removeTool } = makeManage(e);
+  const { promoteTool, removeTool, setToolState } = makeManage(e);
+  const trialCall = makeTrialCall(e);
 
   /** Counts `op` as in flight until it settles, so close() waits for it. */
   const guarded =
@@ -137,6 +141,19 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     listSourced,
     promoteTool: guarded(promoteTool),
     removeTool: guarded(removeTool),
+    trialCall: guarded(trialCall),
+    setToolState: guarded(setToolState),
+    runtimeOf: (name) => runtimeLabel(e, name),
+    policy() {
+      const pol = e.policyNow();
+      return pol.ok ? { ok: true, snapshot: pol.snap } : pol;
+    },
+    recordEvent: guarded(async (type, data) => {
+      if (!/^toolsmith\.[a-z_]{1,64}$/.test(type))
+        throw new TypeError(`recordEvent: "${type}" is not a toolsmith.* event type; the engine writes its own events`);
+      const f = await e.record(type, data);
+      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: f.message } : undefined;
+    }),
     callCount: (name) => e.calls.get(name) ?? 0,
     readRun: guarded(async (runId, c = {}) => {
       const deps = await readDeps(c);

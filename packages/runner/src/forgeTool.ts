@@ -1,4 +1,4 @@
-import { checkNamespace, checkRuntime, checkSecrets, checkToolName, type Decision, networkFor } from '@forge/policy';
+import { checkNamespace, checkRuntime, checkSecrets, checkToolName, type Decision, networkFor, toolsmithFor } from '@forge/policy';
 import { staticCheck } from '@forge/registry';
 import type { ForgeResult, ForgeToolOptions, Refusal } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
@@ -47,6 +47,20 @@ export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) 
     const pol = policyNow();
     if (!pol.ok) return refuse(pol);
     const snap = pol.snap;
+    // Governed mode: new tools come through forge_propose and an approver, never straight in.
+    const smith = toolsmithFor(snap, ctx.persona);
+    if (smith.mode === 'governed' && !o.activation) {
+      const off = smith.enabled
+        ? smith.paused
+          ? ` (the toolsmith is paused now: ${smith.pausedWhy})`
+          : ''
+        : ' (the toolsmith is off now: policy toolsmith.enabled is false, so ask an operator to enable it)';
+      return refuse({
+        ok: false,
+        kind: 'policy_denied',
+        message: `persona "${ctx.persona}" forges in governed mode (policy toolsmith.mode), so forge_tool is refused; propose the tool with forge_propose {capability, description, input_schema, impl, runtime, examples}: it is validated in the sandbox and goes live once an approver approves it${off}`,
+      });
+    }
     const checked = base.validate(spec);
     if (!checked.ok) return refuse(checked as Refusal);
     const tool = checked.spec;
@@ -110,6 +124,7 @@ export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) 
       digest: written.tool.digest,
       runtime: written.tool.runtime,
       ...(written.previous ? { replaced: written.previous } : {}),
+      ...(o.activation ? { toolsmith: { proposal: o.activation.proposal, approved_by: o.activation.approvedBy } } : {}),
       policy: snap.digest,
     });
     if (unrecorded) {

@@ -24,6 +24,8 @@ export {
   META_TOOLS,
   type Refusal,
   type ToolsChanged,
+  type TrialOptions,
+  type TrialResult,
 } from './forge.js';
 export type { ArtifactInfo } from './manifest.js';
 export { type DroppedFile, type FileRef, MAX_META_FILES } from './metaFiles.js';

@@ -1,4 +1,4 @@
-import type { Registry, Scope } from '@forge/registry';
+import type { Registry, Scope, ToolState } from '@forge/registry';
 import type { CallContext, ForgeResult, Refusal } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
 import type { Engine } from './engine.js';
@@ -110,7 +110,54 @@ export function makeManage(e: Engine) {
     return { ok: true, tool: r.removed };
   };
 
-  return { promoteTool, removeTool };
+  /**
+   * Stamps a state on a forged tool's live version (the toolsmith's retire and reactivation). The
+   * entry `o.event` names is written after the registry write; a write the log does not take is
+   * taken back (the previous state stamped again).
+   */
+  const setToolState = async (
+    name: string,
+    toState: ToolState,
+    o: {
+      scope?: Scope;
+      from?: readonly ToolState[];
+      digest?: string;
+      event?: { type: string; data: Record<string, unknown> };
+    } & CallContext,
+  ): Promise<ForgeResult> => {
+    const ctx = context(o);
+    const no = await admit(ctx, 'nothing was changed');
+    if (no) return { ok: false, kind: no.kind, message: no.message };
+    if (o.event && !/^toolsmith\.[a-z_]{1,64}$/.test(o.event.type))
+      throw new TypeError(`setToolState: "${o.event.type}" is not a toolsmith.* event type`);
+    const scope = o.scope ?? resolveIn(await layers(ctx), name)?.scope ?? 'project';
+    if (scope === 'task' && !ctx.task) return { ok: false, kind: 'validation_failed', message: 'scope "task" needs a task id' };
+    const reg = await registryFor(scope, ctx);
+    const r = await reg.setState(name, toState, { scope, ...(o.from ? { from: o.from } : {}), ...(o.digest ? { digest: o.digest } : {}) });
+    if (!r.ok) return { ok: false, kind: r.kind, message: r.message };
+    if (o.event) {
+      const unrecorded = await record(o.event.type, {
+        ...o.event.data,
+        name,
+        scope,
+        version: r.tool.version,
+        digest: r.tool.digest,
+        state: toState,
+      });
+      if (unrecorded) {
+        const before = r.previous
+          ? (await reg.versions(name, { scope })).find((v) => v.version === r.previous?.version)?.tool?.state
+          : undefined;
+        const back = before ? await reg.setState(name, before, { scope }) : undefined;
+        const undone = back?.ok ? `it is ${before} again` : `its state could not be put back; set it by hand`;
+        return { ok: false, kind: AUDIT_UNAVAILABLE, message: `${unrecorded.message}; "${name}" was not made ${toState}: ${undone}` };
+      }
+    }
+    notifyChanged([scope], [name]);
+    return { ok: true, tool: r.tool, ...(r.previous ? { previous: r.previous } : {}) };
+  };
+
+  return { promoteTool, removeTool, setToolState };
 }
 
 /**

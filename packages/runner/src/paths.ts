@@ -49,6 +49,8 @@ export interface ForgePaths {
   workspaceGateway: string;
   /** The gateway's own state (pins of approved upstream tools): `<home>/gateway/`. */
   gatewayDir: string;
+  /** The toolsmith's state of this project (gaps, proposals): `<project>/.forge/toolsmith/`. */
+  toolsmithDir: string;
 }
 
 export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv = process.env): ForgePaths {
@@ -69,5 +71,6 @@ export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv
     userGateway: join(home, 'gateway.json'),
     workspaceGateway: join(projectForge, 'gateway.json'),
     gatewayDir: join(home, 'gateway'),
+    toolsmithDir: join(projectForge, 'toolsmith'),
   };
 }

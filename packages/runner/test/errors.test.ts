@@ -177,9 +177,16 @@ describe('forge pipeline refusals', () => {
 describe('call pipeline refusals', () => {
   it('unknown_tool: refused, audited, and onUnknownTool fires with the name and who asked', async () => {
     const seen: unknown[] = [];
-    const fx = await setup({ forge: { onUnknownTool: (name, ctx) => seen.push([name, ctx]) } });
+    const fx = await setup({
+      forge: {
+        onUnknownTool: (name, ctx) => {
+          seen.push([name, ctx]);
+          return name === 'csv_filter' ? 'propose it with forge_propose' : undefined;
+        },
+      },
+    });
     const env = await fx.forge.callTool('csv_filter', { x: 1 }, { persona: 'analyst', session: 'sx' });
-    failed(env, 'unknown_tool');
+    expect(failed(env, 'unknown_tool').message).toMatch(/; propose it with forge_propose$/);
     expect(env.meta).toEqual({ cache: 'off', duration_ms: expect.any(Number) });
     expect(seen).toEqual([['csv_filter', { persona: 'analyst', session: 'sx' }]]);
     const meta = await fx.forge.callTool('forge_call', {});

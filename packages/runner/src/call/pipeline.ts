@@ -35,8 +35,13 @@ export function makeCallTool(e: Engine): (name: string, input: unknown, c?: Call
     // 1. resolve
     const found = await resolveTarget(e, call.ctx, asked);
     if (!found.ok) {
-      e.options.onUnknownTool?.(asked, { persona: call.ctx.persona, session: call.ctx.session });
-      return call.refuse('unknown_tool', found.message);
+      let hint: string | undefined;
+      try {
+        hint = e.options.onUnknownTool?.(asked, { persona: call.ctx.persona, session: call.ctx.session });
+      } catch {
+        hint = undefined;
+      }
+      return call.refuse('unknown_tool', typeof hint === 'string' && hint !== '' ? `${found.message}; ${hint}` : found.message);
     }
     const target = found.target;
     // Every gate, the audit entry and the manifest name the tool by its forge name.
@@ -73,7 +78,7 @@ export function makeCallTool(e: Engine): (name: string, input: unknown, c?: Call
 }
 
 /** Step 4, execute: the secrets (the persona's allow-list first, fail closed; then the vault), the executor's run, then the record. */
-async function execute(
+export async function execute(
   e: Engine,
   call: Call,
   target: Target,

@@ -12,6 +12,8 @@ export interface RunOutcome {
   envelope: Envelope;
   runId: string;
   outcome: 'success' | 'failure' | 'none';
+  /** False when nothing ran (the host could not sandbox, the upstream never answered). */
+  ran: boolean;
 }
 
 /** What every call entry (`forge.called`, `gateway.called`) says of the tool, the caller and the input. */
@@ -57,7 +59,8 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
         ...exec.manifest,
       }
     : undefined;
-  e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
+  // A trial run of a proposal is not a call of the tool (forge_list counts calls).
+  if (target.kind !== 'forged' || target.stored.state === 'active') e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
   const [unrecorded] = await Promise.all([
     e.record(
       call.eventType,
@@ -97,8 +100,8 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
         redactValue({ ...manifest, answered: AUDIT_UNAVAILABLE, audit_append }, secrets),
       );
     }
-    return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome };
+    return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome, ran: exec.ran };
   }
   if (envelope.ok && plan.cacheKey && e.cache) e.cache.set(plan.cacheKey, envelope, runId);
-  return { envelope, runId, outcome: exec.outcome };
+  return { envelope, runId, outcome: exec.outcome, ran: exec.ran };
 }
