@@ -102,6 +102,7 @@ export interface Toolsmith {
   /** `forge_propose {…}`: stores the blueprint as a proposal and validates it at once. */
   propose(args: unknown, ctx?: CallContext): Promise<ProposeAnswer | Refusal>;
   list(o?: { state?: ProposalState | ProposalState[]; name?: string }): Promise<Proposal[]>;
+  get(id: string): Promise<Proposal | undefined>;
   show(id: string): Promise<ProposalReview | Refusal>;
   approve(id: string, op: Operator): Promise<{ ok: true; proposal: Proposal; tool: StoredTool; revalidated: boolean } | Refusal>;
   reject(id: string, op: Operator & { reason: string }): Promise<{ ok: true; proposal: Proposal } | Refusal>;
@@ -355,6 +356,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
     },
 
     list: (o = {}) => proposals.list(o),
+    get: (id) => proposals.get(id),
 
     async show(id) {
       const p = await proposals.get(id);
