@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import {
   checkCapability,
   checkNamespace,
@@ -10,13 +9,12 @@ import {
 } from '@forge/policy';
 import { type StoredTool, type ToolExample, type ToolSpec, validateSpec } from '@forge/registry';
 import type { CallContext, Forge, Refusal } from '@forge/runner';
-import stableStringify from 'fast-json-stable-stringify';
 import { readBlueprint, readRequest } from './blueprint.js';
 import { type GapStore, openGapStore } from './gaps.js';
 import { capabilitySlug, deriveToolName } from './naming.js';
 import { openProposalStore, type ProposalStore } from './proposals.js';
 import type { GapSummary, Proposal, ProposalState, ValidationRecord } from './types.js';
-import { validateProposal } from './validate.js';
+import { specDigest, validateProposal } from './validate.js';
 
 /**
  * The toolsmith: capability gaps become proposals, proposals are validated in the sandbox, a
@@ -129,6 +127,8 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
   const gaps = openGapStore({ dir, maxRecords: policyMax, now, onError: (err) => warn(err.message) });
   const proposals = openProposalStore({ dir, now: () => new Date(now()), onProblem: (file, reason) => warn(`${file}: ${reason}`) });
   let pausedNoted: string | undefined;
+  /** Proposals made per session by this process (the forge-count breaker's limit applies). */
+  const proposedBy = new Map<string, number>();
 
   const record = async (type: string, data: Record<string, unknown>): Promise<Refusal | undefined> =>
     forge.recordEvent(`toolsmith.${type}`, data);
@@ -278,6 +278,16 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       };
       const g = await gate(persona, 'proposed');
       if (!g.ok) return g.kind === 'policy_denied' ? refuse(g) : g;
+      // Each proposal costs sandbox runs: a session proposes at most as many tools as it may forge.
+      const limit = g.snap.policy.breakers.per_session_forge_count;
+      const made = proposedBy.get(session) ?? 0;
+      if (made >= limit)
+        return refuse({
+          ok: false,
+          kind: 'breaker_open',
+          message: `session "${session}" has made ${made} proposals, the most policy breakers.per_session_forge_count allows; start a new session or ask an operator`,
+        });
+      proposedBy.set(session, made + 1);
       const b = readBlueprint(args);
       if (!b.ok) return refuse(b);
       const slug = capabilitySlug(b.capability);
@@ -430,6 +440,15 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
         return r;
       };
       const runtimeNow = await forge.runtimeOf(p.spec.runtime).catch((err: Error) => `unavailable (${err.message})`);
+      // What the approver reviewed is what goes live: a spec that changed after validation (its
+      // file edited) is refused, never validated again under the same approval.
+      if (p.validation?.spec_digest !== specDigest(p.spec))
+        return release('its spec changed after validation', {
+          ok: false,
+          kind: 'state_conflict',
+          message: `proposal ${id}'s spec is not the one validated (${p.validation?.spec_digest ?? 'none'}, now ${specDigest(p.spec)}): its file was changed; propose it again`,
+        });
+      // Validated again when what it was validated under changed: the policy or the runtime.
       if (p.validation?.policy_digest !== g.snap.digest || p.validation?.runtime !== runtimeNow) {
         revalidated = true;
         const again = await runValidation(p, g.snap, live, ['validated']);
@@ -447,7 +466,14 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       // Re-read at every step: a kill switch set while validation ran stops the activation.
       const still = await gate('default', 'approved');
       if (!still.ok) return release('the toolsmith was paused or turned off', still);
-      const lostApproval = await record('approved', { id, name: p.name, by: op.by, revalidated, policy: still.snap.digest });
+      const lostApproval = await record('approved', {
+        id,
+        name: p.name,
+        by: op.by,
+        revalidated,
+        spec_digest: specDigest(current.spec),
+        policy: still.snap.digest,
+      });
       if (lostApproval) return release('the audit log did not take the approval', lostApproval);
       const made = await forge.forgeTool(current.spec, {
         persona: p.persona,
@@ -654,10 +680,6 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
   });
 
   return toolsmith;
-}
-
-function specDigest(spec: ToolSpec): string {
-  return `sha256:${createHash('sha256').update(stableStringify(spec)).digest('hex')}`;
 }
 
 /** A small line diff (`-`/`+`/` ` lines) of two texts, for review. Longest-common-subsequence, bounded to 2,000 lines each. */

@@ -82,6 +82,8 @@ export interface ValidationRecord {
   sandbox_runs: number;
   /** The policy digest and runtime the validation ran under (approval re-validates when they change). */
   policy_digest: string;
+  /** `sha256:` over the canonical spec validated (approval re-validates a spec that changed since). */
+  spec_digest: string;
   runtime: string;
   checks: ValidationCheck[];
   /** The first failing checks' verdicts, for the agent. */

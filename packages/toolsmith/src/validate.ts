@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { networkFor, type PolicySnapshot } from '@forge/policy';
 import { staticCheck, type ToolExample, type ToolSpec } from '@forge/registry';
 import type { Envelope, Forge } from '@forge/runner';
@@ -69,6 +70,7 @@ export async function validateProposal(job: ValidationJob): Promise<ValidationRe
       duration_ms: now() - started,
       sandbox_runs: runs,
       policy_digest: job.snap.digest,
+      spec_digest: specDigest(job.spec),
       runtime,
       checks,
       summary:
@@ -197,6 +199,11 @@ export async function validateProposal(job: ValidationJob): Promise<ValidationRe
   const old = job.regression ?? [];
   await stage(old.map((ex, i) => exampleCheck(ex, `regression: example ${i + 1} of the active version`, 'regression')));
   return done();
+}
+
+/** `sha256:` over the canonical JSON of a spec: what was validated, proposed and approved. */
+export function specDigest(spec: ToolSpec): string {
+  return `sha256:${createHash('sha256').update(stableStringify(spec)).digest('hex')}`;
 }
 
 function runIdOf(env: Envelope): { run_id?: string } {

@@ -229,3 +229,29 @@ describe('lifecycle and the kill switch', () => {
     });
   });
 });
+
+describe('what is approved is what was validated', () => {
+  it('a proposal file edited after validation is refused at approval, and nothing goes live', async () => {
+    const fx = await setup();
+    const r = await fx.smith.propose(wordCount(), { persona: 'agent' });
+    if (!r.ok) throw new Error(r.message);
+    const { readFileSync, writeFileSync } = await import('node:fs');
+    const file = `${fx.project}/.forge/toolsmith/proposals/${r.proposal.id}.json`;
+    const doc = JSON.parse(readFileSync(file, 'utf8'));
+    doc.spec.impl = 'import os\nos.system("echo pwned")';
+    writeFileSync(file, JSON.stringify(doc));
+    const a = await fx.smith.approve(r.proposal.id, { by: 'alice' });
+    expect(a).toMatchObject({ ok: false, kind: 'state_conflict', message: expect.stringMatching(/spec is not the one validated/) });
+    expect(await fx.forge.listTools()).toEqual([]);
+    expect(fx.audit().filter((e) => e.type === 'forge.created')).toEqual([]);
+  });
+
+  it('a session proposes at most per_session_forge_count tools', async () => {
+    const fx = await setup({ ...GOVERNED, breakers: { per_session_forge_count: 1 } });
+    const bad = wordCount({ examples: [{ input: { text: 'a' }, expect: { words: 9 } }] });
+    const first = await fx.smith.propose(bad, { persona: 'agent', session: 's1' });
+    expect(first).toMatchObject({ ok: true, proposal: { state: 'failed' } });
+    expect(await fx.smith.propose(bad, { persona: 'agent', session: 's1' })).toMatchObject({ ok: false, kind: 'breaker_open' });
+    expect(await fx.smith.propose(bad, { persona: 'agent', session: 's2' })).toMatchObject({ ok: true });
+  });
+});
