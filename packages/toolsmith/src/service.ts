@@ -512,6 +512,19 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
         return { ok: false, kind: 'validation_failed', message: 'a rejection needs a reason (--reason "…"): the proposer sees it' };
       const p = await proposals.get(id);
       if (!p) return unknownProposal(id);
+      if (!['pending', 'validated', 'failed'].includes(p.state))
+        return {
+          ok: false,
+          kind: 'state_conflict',
+          message: `proposal ${id} is ${p.state}; only a pending, validated or failed proposal can be rejected`,
+        };
+      // The decision is one-shot too: a rejection and an approval racing give exactly one of them.
+      if (!(await proposals.claim(id, op.by)))
+        return {
+          ok: false,
+          kind: 'state_conflict',
+          message: `proposal ${id} is already being decided (approved or rejected); nothing was done`,
+        };
       const moved = await proposals.transition(id, ['pending', 'validated', 'failed'], 'rejected', {
         by: op.by,
         reason: op.reason.slice(0, 1000),

@@ -255,3 +255,22 @@ describe('what is approved is what was validated', () => {
     expect(await fx.smith.propose(bad, { persona: 'agent', session: 's2' })).toMatchObject({ ok: true });
   });
 });
+
+describe('reject', () => {
+  it('needs a listed approver and a reason; a rejection and an approval racing give exactly one decision', async () => {
+    const fx = await setup();
+    const r = await fx.smith.propose(wordCount(), { persona: 'agent' });
+    if (!r.ok) throw new Error(r.message);
+    expect(await fx.smith.reject(r.proposal.id, { by: 'mallory', reason: 'no' })).toMatchObject({ ok: false, kind: 'policy_denied' });
+    expect(await fx.smith.reject(r.proposal.id, { by: 'bob', reason: ' ' })).toMatchObject({ ok: false, kind: 'validation_failed' });
+    const [a, b] = await Promise.all([
+      fx.smith.approve(r.proposal.id, { by: 'alice' }),
+      fx.smith.reject(r.proposal.id, { by: 'bob', reason: 'duplicate of text.count' }),
+    ]);
+    expect([a.ok, b.ok].filter(Boolean)).toHaveLength(1);
+    const final = await fx.smith.get(r.proposal.id);
+    const live = await fx.forge.listTools();
+    if (a.ok) expect([final?.state, live.length]).toEqual(['active', 1]);
+    else expect([final?.state, live.length, final?.history.at(-1)?.reason]).toEqual(['rejected', 0, 'duplicate of text.count']);
+  });
+});
