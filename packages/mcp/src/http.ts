@@ -13,6 +13,7 @@ import { findView, type ToolView } from './schema.js';
 import { buildServer, listViews } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
 import { TaskStore } from './tasks.js';
+import type { ToolsmithSurface } from './toolsmithTools.js';
 
 /** One bearer token's caller: its persona and, optionally, its tool ACL (`FORGE_ALLOWED_TOOLS` syntax). */
 export interface HttpTokenGrant {
@@ -56,6 +57,8 @@ export interface ServeHttpOptions {
   /** Server name and version in the initialize answer. */
   name?: string;
   version?: string;
+  /** The project's toolsmith: `forge_request` and `forge_propose` for each caller's persona (see `ForgeMcpServerOptions.toolsmith`). */
+  toolsmith?: ToolsmithSurface;
 }
 
 /** A running Streamable HTTP server. */
@@ -246,7 +249,11 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     });
   };
 
-  const naming = { ...(options.name ? { name: options.name } : {}), ...(options.version ? { version: options.version } : {}) };
+  const naming = {
+    ...(options.name ? { name: options.name } : {}),
+    ...(options.version ? { version: options.version } : {}),
+    ...(options.toolsmith ? { toolsmith: options.toolsmith } : {}),
+  };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     // While it closes, only open sessions are served: a call there gets its refusal as a tool result.

@@ -10,3 +10,11 @@ export { type HttpServerHandle, type HttpTokenGrant, isLoopback, type ServeHttpO
 export { META_TOOL_DEFINITIONS } from './metaTools.js';
 export { createForgeMcpServer, type ForgeMcpServerOptions } from './server.js';
 export { type ServeStdioOptions, type StdioServerHandle, serveStdio } from './stdio.js';
+export {
+  TOOLSMITH_TOOL_DEFINITIONS,
+  type ToolsmithProposeAnswer,
+  type ToolsmithRequestAnswer,
+  type ToolsmithSurface,
+  type ToolsmithSurfaceCheck,
+  type ToolsmithSurfaceStatus,
+} from './toolsmithTools.js';

@@ -1,4 +1,4 @@
-/** The five meta-tools: their MCP definitions and what each does on the Forge. */
+/** The five meta-tools of forging: their MCP definitions and what each does on the Forge (the toolsmith's two are in toolsmithTools.ts). */
 import type { CallContext, Envelope, Forge } from '@forge/runner';
 import type { Tool } from '@modelcontextprotocol/server';
 
@@ -92,7 +92,7 @@ const FORGE_LIST: Tool = {
   name: 'forge_list',
   title: 'List forged tools',
   description:
-    "List the forged tools you can call (not the built-in meta-tools): name, scope, version, description, runtime and how often each was called, then the approved tools of the gateway's upstream MCP servers (source, server). Call it before forging, to reuse a tool that already does the job.",
+    "List the forged tools you can call (not the built-in meta-tools): name, scope, version, description, runtime and how often each was called, then the approved tools of the gateway's upstream MCP servers (source, server). Call it before forging or proposing a tool, to reuse one that already does the job.",
   inputSchema: {
     type: 'object',
     properties: {

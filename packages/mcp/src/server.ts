@@ -20,6 +20,13 @@ import { addSurface } from './surface.js';
 import { addTaskHandlers, startTask } from './taskCalls.js';
 import { declaresTasks, TASKS_EXTENSION, type TaskStore } from './tasks.js';
 import { toolEvents, withFiles } from './toolResults.js';
+import {
+  isToolsmithTool,
+  runToolsmithTool,
+  TOOLSMITH_TOOL_DEFINITIONS,
+  type ToolsmithSurface,
+  toolsmithListing,
+} from './toolsmithTools.js';
 
 /** The two families of MCP protocol revisions: `legacy` is 2024-11-05 … 2025-11-25 (initialize, sessions), `modern` 2026-07-28 (stateless). */
 export type ProtocolEra = 'legacy' | 'modern';
@@ -32,6 +39,13 @@ export interface ForgeMcpServerOptions {
   name?: string;
   /** Server version in the initialize and server/discover answers (default: this package's version). */
   version?: string;
+  /**
+   * The project's toolsmith (`createToolsmith` of @forge/toolsmith): while policy
+   * `toolsmith.enabled` is true for the caller's persona, `forge_request` and `forge_propose` are
+   * listed and answered by it; a persona in governed mode is not offered `forge_tool` (the runner
+   * refuses it). Without one, those two names are unknown tools, as before.
+   */
+  toolsmith?: ToolsmithSurface;
 }
 
 /** What {@link buildServer} needs beyond the public options. */
@@ -58,6 +72,10 @@ const PACKAGE_VERSION: string = packageJson.version;
 
 const INSTRUCTIONS =
   'forge lets you create tools at runtime. Before writing the same snippet a second time, computing exact numbers over data, or producing a file that must be reproducible, call forge_list, then forge_tool to create a tool and forge_call to use it at once. Do not forge one-off commands or pure language work.';
+
+/** For a persona in governed mode: new tools are proposed and approved, never forged directly. */
+const GOVERNED_INSTRUCTIONS =
+  'forge adds tools at runtime under governance: a new tool is proposed, validated in a sandbox and approved by a person before it can be called. Before writing the same snippet a second time, computing exact numbers over data, or producing a file that must be reproducible, call forge_list to reuse a tool; if none fits, call forge_propose with a blueprint and examples (forge_request just asks for one). Do not propose one-off commands or pure language work.';
 
 /** Thrown through the SDK's tools/call result check by a handler that started a task; see {@link ForgeServer}. */
 class TaskCreated extends Error {
@@ -134,7 +152,8 @@ export const CAPABILITIES: ServerCapabilities = {
 
 /**
  * One MCP server (the SDK's low-level `Server`) bound to one caller context: the five meta-tools
- * plus every forged tool visible to that context, `notifications/tools/list_changed` whenever
+ * (with `forge_request` and `forge_propose` when a toolsmith is attached and enabled, and without
+ * `forge_tool` for a persona in governed mode) plus every forged tool visible to that context, `notifications/tools/list_changed` whenever
  * that set changes, and tool calls answered as forge envelopes (`isError` when not ok).
  * Connect it to any transport with `server.connect(transport)` (it speaks the 2025 era there);
  * closing the server does not close the Forge, which belongs to the caller. `serveStdio` and
@@ -152,11 +171,14 @@ export function createForgeMcpServer(forge: Forge | PromiseLike<Forge>, options:
 export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOptions, inflight: Inflight): BuiltServer {
   const ctx: CallContext = { ...options.ctx };
   const tasks = options.era === 'modern' ? options.tasks : undefined;
+  const smith = options.toolsmith;
+  // The persona the toolsmith sees (it defaults an absent one to `default`, as here).
+  const persona = ctx.persona ?? 'default';
   const server = new ForgeServer(
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
     {
       capabilities: tasks ? { ...CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : CAPABILITIES,
-      instructions: INSTRUCTIONS,
+      instructions: toolsmithListing(smith, persona).hideForgeTool ? GOVERNED_INSTRUCTIONS : INSTRUCTIONS,
     },
   );
 
@@ -186,13 +208,18 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   let latest: Map<string, ToolView> | undefined;
   let previous: Map<string, ToolView> | undefined;
   let seen: string | undefined;
+  // What the toolsmith added to or took from the listing last time it was computed.
+  let smithListed = toolsmithListing(undefined, persona);
   const refresh = async (): Promise<{ views: Map<string, ToolView>; signature: string }> => {
     const { views, signature } = await listViews(await ready(), ctx);
     visible = views;
     previous = latest;
     latest = views;
     options.views?.set(views);
-    return { views, signature };
+    // The toolsmith's part of the listing is in the signature: turning it on or off, or a persona's
+    // mode changing, is list_changed like a tool coming or going.
+    smithListed = toolsmithListing(smith, persona);
+    return { views, signature: smithListed.key + signature };
   };
   /** The view of the tool `name` names, in either form (wire or forge name). */
   const viewOf = async (name: string): Promise<ToolView | undefined> => {
@@ -244,6 +271,14 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
       });
     return checking;
   };
+  /**
+   * The policy is not watched: a call is where a toolsmith switched on or off (or a mode changed)
+   * is noticed, and the client then hears list_changed before it reads the answer.
+   */
+  const noticeToolsmith = async (): Promise<void> => {
+    if (!smith || options.watch === false || seen === undefined) return;
+    if (toolsmithListing(smith, persona).key !== smithListed.key) await checkChanged();
+  };
   let disposed = false;
   let unsubscribe = () => {};
   const subscribe = (f: Forge) => {
@@ -262,7 +297,14 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   server.setRequestHandler('tools/list', async () => {
     const { views, signature } = await refresh();
     seen = signature;
-    const tools: Tool[] = [...META_TOOL_DEFINITIONS];
+    const tools: Tool[] = [];
+    for (const t of META_TOOL_DEFINITIONS) {
+      if (t.name === 'forge_tool') {
+        // Governed: forge_tool is refused, so it is not offered; proposing is (while enabled).
+        if (!smithListed.hideForgeTool) tools.push(t);
+        if (smithListed.propose) tools.push(...TOOLSMITH_TOOL_DEFINITIONS);
+      } else tools.push(t);
+    }
     for (const v of views.values()) {
       const support = v.record.meta?.task_support;
       // The 2026 Tool has no `execution` field (the SDK drops it): the support is in forge's _meta too.
@@ -305,9 +347,17 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
         signal: AbortSignal.any(signals),
         onEvent: toolEvents(name, request.params._meta?.progressToken, extra),
       };
+      if (smith && isToolsmithTool(name)) {
+        await ready();
+        // Enabled or not, the toolsmith answers: off or paused is its refusal, passed on.
+        const envelope = await runToolsmithTool(smith, name, args ?? {}, { ...callCtx, persona });
+        await noticeToolsmith();
+        return toResult(envelope);
+      }
       if (isMetaTool(name)) {
         const before = { sent, reported };
         const envelope = await runMetaTool(await ready(), name, args, callCtx);
+        await noticeToolsmith();
         // The client hears list_changed before it reads the answer to its own forge/promote/remove,
         // even when what it sees did not change (a promoted tool still shadowed by the project's).
         if (checking) await checking;
@@ -340,6 +390,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
           );
       }
       const envelope = await f.callTool(target, args ?? {}, callCtx);
+      await noticeToolsmith();
       return withFiles(toResult(envelope, view), envelope, f, ctx);
     } catch (err) {
       // A protocol error (a missing client capability) is the client's to hear as one.

@@ -6,6 +6,7 @@ import { DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING } from './jsonrpc.
 import { type BuiltServer, buildServer, type ProtocolEra } from './server.js';
 import { BoundedStdioTransport } from './stdioTransport.js';
 import { TaskStore } from './tasks.js';
+import type { ToolsmithSurface } from './toolsmithTools.js';
 
 /** Options of {@link serveStdio}. */
 export interface ServeStdioOptions {
@@ -27,6 +28,8 @@ export interface ServeStdioOptions {
   /** Server name and version in the initialize answer. */
   name?: string;
   version?: string;
+  /** The project's toolsmith: `forge_request` and `forge_propose` (see `ForgeMcpServerOptions.toolsmith`). */
+  toolsmith?: ToolsmithSurface;
 }
 
 /** A running stdio server. */
@@ -149,8 +152,12 @@ function maxMessageBytes(n: number | undefined): number {
   return n;
 }
 
-function pick(o: { name?: string; version?: string }): { name?: string; version?: string } {
-  return { ...(o.name ? { name: o.name } : {}), ...(o.version ? { version: o.version } : {}) };
+function pick(o: ServeStdioOptions): { name?: string; version?: string; toolsmith?: ToolsmithSurface } {
+  return {
+    ...(o.name ? { name: o.name } : {}),
+    ...(o.version ? { version: o.version } : {}),
+    ...(o.toolsmith ? { toolsmith: o.toolsmith } : {}),
+  };
 }
 
 /** Sends console output meant for stdout to stderr; returns the undo. */

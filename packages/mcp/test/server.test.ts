@@ -154,7 +154,12 @@ describe('forging and calling', () => {
 
   it('an unknown tool is an isError result pointing at forge_list and forge_tool, reported to onUnknownTool', async () => {
     const unknown: string[] = [];
-    const forge = await newForge(tempDirs(), { onUnknownTool: (name) => unknown.push(name) });
+    const forge = await newForge(tempDirs(), {
+      onUnknownTool: (name) => {
+        unknown.push(name);
+        return undefined;
+      },
+    });
     const { client } = await connect(forge);
     const { result, envelope } = await call(client, 'does_not_exist', { x: 1 });
     expect(result.isError).toBe(true);
