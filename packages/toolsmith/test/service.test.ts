@@ -274,3 +274,28 @@ describe('reject', () => {
     else expect([final?.state, live.length, final?.history.at(-1)?.reason]).toEqual(['rejected', 0, 'duplicate of text.count']);
   });
 });
+
+describe('taking capability away works while paused or off; nobody approves their own', () => {
+  it('retire and reject go through with the kill switch set and with the toolsmith off; self-approval is refused', async () => {
+    const fx = await setup({ ...GOVERNED, toolsmith: { ...GOVERNED.toolsmith, approvers: ['alice', 'agent'] } });
+    const live = await fx.smith.propose(wordCount(), { persona: 'agent' });
+    const other = await fx.smith.propose(wordCount({ capability: 'text.other' }), { persona: 'agent' });
+    if (!live.ok || !other.ok) throw new Error('propose failed');
+    expect(await fx.smith.approve(live.proposal.id, { by: 'agent' })).toMatchObject({
+      ok: false,
+      kind: 'policy_denied',
+      message: expect.stringMatching(/"agent" proposed .* and may not approve it/),
+    });
+    expect(await fx.smith.approve(live.proposal.id, { by: 'alice' })).toMatchObject({ ok: true });
+    fx.policy({ toolsmith: { ...GOVERNED.toolsmith, approvers: ['alice', 'agent'], paused: true } });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(await fx.smith.retire('text.word_count', { by: 'alice' })).toMatchObject({ ok: true, tool: { state: 'retired' } });
+    fx.policy({ toolsmith: { approvers: ['alice'] } });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(await fx.smith.reject(other.proposal.id, { by: 'alice', reason: 'not now' })).toMatchObject({
+      ok: true,
+      proposal: { state: 'rejected' },
+    });
+    expect(await fx.forge.listTools()).toEqual([]);
+  });
+});
