@@ -77,6 +77,19 @@ const INSTRUCTIONS =
 const GOVERNED_INSTRUCTIONS =
   'forge adds tools at runtime under governance: a new tool is proposed, validated in a sandbox and approved by a person before it can be called. Before writing the same snippet a second time, computing exact numbers over data, or producing a file that must be reproducible, call forge_list to reuse a tool; if none fits, call forge_propose with a blueprint and examples (forge_request just asks for one). Do not propose one-off commands or pure language work.';
 
+/**
+ * A persona in direct mode whose toolsmith is attached (or whose mode cannot be known yet: an
+ * engine still opening when initialize is answered) hears where forge_propose fits too.
+ */
+const GOVERNED_HINT =
+  'Where forge_tool is not in your tool list, new tools are governed: propose one with forge_propose instead (it goes live once a person approves it).';
+
+/** The initialize `instructions` for `persona` (fixed for the session: the SDK sends them once). */
+function instructionsFor(smith: ToolsmithSurface | undefined, persona: string): string {
+  if (!smith) return INSTRUCTIONS;
+  return toolsmithListing(smith, persona).hideForgeTool ? GOVERNED_INSTRUCTIONS : `${INSTRUCTIONS} ${GOVERNED_HINT}`;
+}
+
 /** Thrown through the SDK's tools/call result check by a handler that started a task; see {@link ForgeServer}. */
 class TaskCreated extends Error {
   constructor(readonly result: Record<string, unknown>) {
@@ -178,7 +191,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
     {
       capabilities: tasks ? { ...CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : CAPABILITIES,
-      instructions: toolsmithListing(smith, persona).hideForgeTool ? GOVERNED_INSTRUCTIONS : INSTRUCTIONS,
+      instructions: instructionsFor(smith, persona),
     },
   );
 
@@ -348,6 +361,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
         onEvent: toolEvents(name, request.params._meta?.progressToken, extra),
       };
       if (smith && isToolsmithTool(name)) {
+        // The toolsmith takes no signal: after the shutdown began nothing new is started there.
+        if (late) return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was requested or proposed`));
         await ready();
         // Enabled or not, the toolsmith answers: off or paused is its refusal, passed on.
         const envelope = await runToolsmithTool(smith, name, args ?? {}, { ...callCtx, persona });

@@ -3,11 +3,12 @@ import { join } from 'node:path';
 import type { Forge } from '@forge/runner';
 import { createToolsmith, type Toolsmith } from '@forge/toolsmith';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { createForgeMcpServer, type ToolsmithSurface } from '../src/index.js';
-import { call, listChanges, newForge, py, tempDirs } from './helpers.js';
+import { createForgeMcpServer, serveHttp, type ToolsmithSurface } from '../src/index.js';
+import { call, forgeOk, listChanges, newForge, py, tempDirs } from './helpers.js';
 
 /**
  * The toolsmith on the MCP surface, end to end: the SDK client, a real Forge over temp dirs with
@@ -25,8 +26,8 @@ const GOVERNED = {
   gap_recurrence_threshold: 2,
 };
 
-/** A Forge whose project policy has `toolsmith`, its toolsmith, and an SDK client of persona `bob`. */
-async function setup(toolsmith: Record<string, unknown>, o: { attach?: boolean } = {}) {
+/** A Forge over temp dirs whose project policy has `toolsmith`, and its toolsmith (closed after the test). */
+async function forgeWithToolsmith(toolsmith: Record<string, unknown>) {
   const dirs = tempDirs();
   const policyFile = join(dirs.project, '.forge', 'policy.json');
   writeFileSync(policyFile, JSON.stringify({ toolsmith }));
@@ -35,6 +36,12 @@ async function setup(toolsmith: Record<string, unknown>, o: { attach?: boolean }
   smith = createToolsmith({ forge, onWarning: (m) => console.error(m) });
   const s = smith;
   onTestFinished(() => s.close());
+  return { forge, smith, policyFile };
+}
+
+/** A Forge whose project policy has `toolsmith`, its toolsmith, and an SDK client of persona `bob`. */
+async function setup(toolsmith: Record<string, unknown>, o: { attach?: boolean } = {}) {
+  const { forge, smith, policyFile } = await forgeWithToolsmith(toolsmith);
   const server = createForgeMcpServer(forge, { ctx: { persona: 'bob' }, ...(o.attach === false ? {} : { toolsmith: smith }) });
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
   const client = new Client({ name: 'forge-mcp-toolsmith-test', version: '1.0.0' });
@@ -203,7 +210,7 @@ describe('the toolsmith over MCP (off, direct, not attached)', () => {
       'forge_promote',
       'forge_remove',
     ]);
-    expect(client.getInstructions()).toContain('forge_tool');
+    expect(client.getInstructions()).toMatch(/forge_tool to create a tool.*Where forge_tool is not in your tool list.*forge_propose/);
     await setPolicy({ ...GOVERNED, mode: { '*': 'direct' }, paused: true });
     const paused = await call(client, 'forge_request', { capability: 'text.upper', description: 'upper-cases a text' });
     expect(paused.result.isError, JSON.stringify(paused.envelope)).toBe(true);
@@ -220,8 +227,53 @@ describe('the toolsmith over MCP (off, direct, not attached)', () => {
   it('without a toolsmith attached, forge_propose is an unknown tool as before and forge_tool is listed', async () => {
     const { client } = await setup({ ...GOVERNED, mode: { '*': 'direct' } }, { attach: false });
     expect(await names(client)).toEqual(['forge_tool', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove']);
+    expect(client.getInstructions()).not.toContain('forge_propose');
     const { result, envelope } = await call(client, 'forge_propose', blueprint());
     expect(result.isError).toBe(true);
     expect(envelope).toMatchObject({ ok: false, error: { kind: 'unknown_tool' } });
+  });
+});
+
+describe('the toolsmith over Streamable HTTP', () => {
+  it("each token's persona gets its own listing (governed bob: forge_propose, direct coder: forge_tool too); once close() began, a forge_request is refused as cancelled", async () => {
+    const { forge, smith } = await forgeWithToolsmith({ ...GOVERNED, mode: { '*': 'governed', coder: 'direct' } });
+    const tokens = { 'token-of-bob-0123456789': { persona: 'bob' }, 'token-of-coder-0123456789': { persona: 'coder' } };
+    const server = await serveHttp(forge, { tokens, toolsmith: smith, graceMs: 5000 });
+    onTestFinished(() => server.close());
+    const client = async (token: string) => {
+      const transport = new StreamableHTTPClientTransport(new URL(server.url), {
+        requestInit: { headers: { Authorization: `Bearer ${token}` } },
+      });
+      const c = new Client({ name: 'forge-mcp-toolsmith-http', version: '1.0.0' });
+      await c.connect(transport);
+      onTestFinished(() => c.close());
+      return c;
+    };
+    const bob = await client('token-of-bob-0123456789');
+    const coder = await client('token-of-coder-0123456789');
+    expect(await names(bob)).toEqual(['forge_request', 'forge_propose', 'forge_call', 'forge_list', 'forge_promote', 'forge_remove']);
+    expect(await names(coder)).toEqual([
+      'forge_tool',
+      'forge_request',
+      'forge_propose',
+      'forge_call',
+      'forge_list',
+      'forge_promote',
+      'forge_remove',
+    ]);
+    expect(bob.getInstructions()).not.toContain('forge_tool');
+    await forgeOk(coder, py('slow', 'import time\ntime.sleep(0.6)\nprint(json.dumps({"ok": True, "data": "done"}))'));
+    const pending = call(coder, 'slow');
+    await new Promise((r) => setTimeout(r, 200));
+    const closing = server.close();
+    const late = await call(bob, 'forge_request', { capability: 'text.upper', description: 'upper-cases a text' });
+    expect(late.result.isError).toBe(true);
+    expect(late.envelope).toMatchObject({
+      ok: false,
+      error: { kind: 'cancelled', message: expect.stringContaining('nothing was requested or proposed') },
+    });
+    expect((await pending).envelope).toMatchObject({ ok: true, data: 'done' });
+    await closing;
+    expect(smith.gaps.history('missing_tool', 'text.upper')).toEqual([]);
   });
 });
