@@ -367,6 +367,8 @@ export interface ToolsmithSettings {
   threshold: number;
   windowMs: number;
   approvers: readonly string[];
+  /** May `persona` approve through its MCP client (policy approve_in_client, and it is an operator and an approver)? */
+  approvesInClient: boolean;
   cycleIntervalMs: number;
   gapStoreMax: number;
 }
@@ -392,6 +394,7 @@ export function toolsmithFor(snap: PolicySnapshot, persona: string): ToolsmithSe
     threshold: t.gap_recurrence_threshold,
     windowMs: t.gap_window_hours * 3_600_000,
     approvers: t.approvers,
+    approvesInClient: t.approve_in_client && t.approvers.includes(persona) && compile(snap.policy).operators.has(persona),
     cycleIntervalMs: t.cycle_interval_seconds * 1000,
     gapStoreMax: t.gap_store_max,
   };

@@ -64,6 +64,8 @@ export interface ToolsmithPolicy {
   gap_window_hours: number;
   capability_allow: readonly string[];
   approvers: readonly string[];
+  /** An operator persona may approve through its MCP client, confirmed by the human there (elicitation). */
+  approve_in_client: boolean;
   cycle_interval_seconds: number;
   gap_store_max: number;
 }
@@ -115,6 +117,7 @@ export const DEFAULT_POLICY: EffectivePolicy = deepFreeze({
     gap_window_hours: 24,
     capability_allow: [],
     approvers: [],
+    approve_in_client: false,
     cycle_interval_seconds: 3600,
     gap_store_max: 10_000,
   },

@@ -482,6 +482,15 @@ describe('toolsmithFor and checkCapability', () => {
     expect(t.pausedWhy).toBeUndefined();
   });
 
+  it('lets an operator persona that is an approver approve in its client only when approve_in_client says so', () => {
+    const on = { toolsmith: { approvers: ['ops', 'alice'], approve_in_client: true }, operator_personas: ['ops'] };
+    expect(toolsmithFor(snapshotOf(on), 'ops').approvesInClient).toBe(true);
+    expect(toolsmithFor(snapshotOf(on), 'alice').approvesInClient).toBe(false);
+    expect(toolsmithFor(snapshotOf({ ...on, toolsmith: { ...on.toolsmith, approve_in_client: false } }), 'ops').approvesInClient).toBe(
+      false,
+    );
+  });
+
   it('gives each persona its mode, `*` the others', () => {
     const snap = snapshotOf({ toolsmith: { enabled: true, mode: { '*': 'governed', coder: 'direct' } } });
     expect(toolsmithFor(snap, 'coder').mode).toBe('direct');

@@ -66,6 +66,7 @@ const FULL = `{
     "gap_window_hours": 48,
     "capability_allow": ["text.*", "csv_?"],
     "approvers": ["alice"],
+    "approve_in_client": true,
     "cycle_interval_seconds": 600,
     "gap_store_max": 5000
   }
@@ -606,6 +607,7 @@ describe('mergePolicies', () => {
         gap_window_hours: 24,
         capability_allow: [],
         approvers: [],
+        approve_in_client: false,
         cycle_interval_seconds: 3600,
         gap_store_max: 10_000,
       },
@@ -625,6 +627,7 @@ describe('mergePolicies', () => {
       gap_window_hours: 2,
       capability_allow: ['b.*'],
       approvers: ['ops'],
+      approve_in_client: false,
       cycle_interval_seconds: 3600,
       gap_store_max: 10_000,
     });
