@@ -88,6 +88,8 @@ export interface ToolsmithStatus {
   paused: boolean;
   pausedWhy?: string;
   mode: 'direct' | 'governed';
+  /** May this persona approve through its MCP client (policy approve_in_client; an operator and an approver)? */
+  approvesInClient: boolean;
 }
 
 export interface Toolsmith {
@@ -627,9 +629,15 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
 
     status(persona = 'default') {
       const pol = forge.policy();
-      if (!pol.ok) return { enabled: false, paused: true, pausedWhy: pol.message, mode: 'governed' };
+      if (!pol.ok) return { enabled: false, paused: true, pausedWhy: pol.message, mode: 'governed', approvesInClient: false };
       const t = toolsmithFor(pol.snapshot, persona);
-      return { enabled: t.enabled, paused: t.paused, ...(t.pausedWhy ? { pausedWhy: t.pausedWhy } : {}), mode: t.mode };
+      return {
+        enabled: t.enabled,
+        paused: t.paused,
+        ...(t.pausedWhy ? { pausedWhy: t.pausedWhy } : {}),
+        mode: t.mode,
+        approvesInClient: t.approvesInClient,
+      };
     },
 
     async close() {
