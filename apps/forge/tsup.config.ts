@@ -4,7 +4,8 @@ import { packageBuild } from '../../config/tsup.js';
 // their sources are bundled in as text.
 // The MCP server and the SDK under it (with zod and ajv) are bundled in: `forge serve` then
 // loads a few files instead of some hundred, which is most of its start time. The engine packages
-// stay external: each is one file already and loads its own optional dependencies lazily.
+// stay external: each is one file already and loads its own optional dependencies lazily (the
+// toolsmith requires proper-lockfile at its first transition, resolved from its own package).
 export default packageBuild({
   entry: ['src/cli.ts'],
   dts: false,
@@ -13,5 +14,5 @@ export default packageBuild({
     js: "#!/usr/bin/env node\nimport { createRequire as __forgeRequire } from 'node:module';\nconst require = __forgeRequire(import.meta.url);",
   },
   loader: { '.py': 'text' },
-  noExternal: [/^(?!@forge\/(audit-chain|policy|registry|runner|sandbox)$)/],
+  noExternal: [/^(?!@forge\/(audit-chain|policy|registry|runner|sandbox|toolsmith)$)/],
 });

@@ -9,6 +9,7 @@ import { GATEWAY_COMMANDS } from './commands/gateway.js';
 import { policyCheck } from './commands/policy.js';
 import { serve } from './commands/serve.js';
 import { toolsCall, toolsForge, toolsList, toolsPromote, toolsRemove, toolsShow } from './commands/tools.js';
+import { TOOLSMITH_COMMANDS } from './commands/toolsmith.js';
 import { where } from './context.js';
 import { commandHelp, globalHelp, groupHelp } from './help.js';
 import { createOutput } from './output.js';
@@ -27,6 +28,7 @@ export const COMMANDS: readonly Command[] = [
   auditTail,
   policyCheck,
   ...GATEWAY_COMMANDS,
+  ...TOOLSMITH_COMMANDS,
   doctor,
   demo,
 ];

@@ -1,6 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { CallContext, Forge, ToolSource } from '@forge/runner';
+import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
+import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
 
 /** Where forge lives for this command: home, project and the environment, flags applied. */
@@ -32,17 +33,48 @@ export function callContext(env: NodeJS.ProcessEnv): CallContext {
   return ctx;
 }
 
+/** An engine and its toolsmith, closed together (the toolsmith first). */
+export interface Engine {
+  forge: Forge;
+  toolsmith: Toolsmith;
+  close(options?: { graceMs?: number }): Promise<void>;
+}
+
+/**
+ * Creates an engine with its toolsmith attached: an unknown tool name becomes a gap (and the
+ * toolsmith's hint goes into the `unknown_tool` message). Opening writes nothing: the toolsmith
+ * creates its directory with its first gap or proposal. Throws what `createForge` throws.
+ */
+export async function createEngine(o: Omit<ForgeOptions, 'onUnknownTool'>): Promise<Engine> {
+  const [{ createForge }, { createToolsmith }] = await Promise.all([import('@forge/runner'), import('@forge/toolsmith')]);
+  // The engine is made before the toolsmith that answers its unknown tools: nothing is called in between.
+  let smith: Toolsmith | undefined;
+  const forge = await createForge({ ...o, onUnknownTool: (name, ctx) => smith?.unknownTool(name, ctx) });
+  smith = createToolsmith({ forge, onWarning: (m) => process.stderr.write(`forge toolsmith: ${m}\n`) });
+  const toolsmith = smith;
+  return {
+    forge,
+    toolsmith,
+    async close(options) {
+      try {
+        await toolsmith.close();
+      } finally {
+        await forge.close(options);
+      }
+    },
+  };
+}
+
 /**
  * Opens the engine for one command; a home or audit log that cannot be opened is an environment
  * error. A server watches the tool directories and keeps sandboxes built ahead for its next calls;
  * a one-shot command does neither (it would exit before either paid off).
  */
-export async function openForge(w: Where, options: { server?: boolean } = {}): Promise<Forge> {
-  const { createForge } = await import('@forge/runner');
+export async function openForge(w: Where, options: { server?: boolean } = {}): Promise<Engine> {
   const server = options.server ?? false;
   try {
     const sources = await gatewaySources(w, server);
-    return await createForge({ home: w.home, project: w.project, env: w.env, watch: server, prebuild: server, sources });
+    return await createEngine({ home: w.home, project: w.project, env: w.env, watch: server, prebuild: server, sources });
   } catch (err) {
     throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
   }
@@ -62,13 +94,13 @@ async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> 
   return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway') })];
 }
 
-/** Runs `fn` with an engine and closes it afterwards, whatever happens. */
-export async function withForge<T>(w: Where, fn: (forge: Forge) => Promise<T>): Promise<T> {
-  const forge = await openForge(w);
+/** Runs `fn` with an engine (and its toolsmith) and closes both afterwards, whatever happens. */
+export async function withForge<T>(w: Where, fn: (forge: Forge, toolsmith: Toolsmith) => Promise<T>): Promise<T> {
+  const engine = await openForge(w);
   try {
-    return await fn(forge);
+    return await fn(engine.forge, engine.toolsmith);
   } finally {
-    await forge.close();
+    await engine.close();
   }
 }
 

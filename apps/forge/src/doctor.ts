@@ -1,5 +1,6 @@
 import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { EffectivePolicy } from '@forge/policy';
 import { describeRunLimits, probe, resolveRuntimes } from '@forge/sandbox';
 import { checkPolicies } from './policy-check.js';
 
@@ -115,6 +116,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   }
   if (policy.files.every((f) => f.status === 'absent'))
     checks.push({ name: 'policy', ok: true, detail: 'no policy files: the bundle defaults apply' });
+  checks.push(await toolsmithCheck(o.project, policy.effective));
   checks.push(...(await gatewayChecks(o)));
 
   return {
@@ -183,6 +185,45 @@ async function gatewayChecks(o: { home: string; project: string; env: NodeJS.Pro
       },
     ];
   }
+}
+
+/**
+ * The toolsmith as the policy sets it (on, paused, governed for whom) and how many proposals
+ * wait for an approver. Reads the proposal files only; an invalid policy file is reported above
+ * (and pauses the toolsmith).
+ */
+async function toolsmithCheck(project: string, effective: EffectivePolicy | undefined): Promise<Check> {
+  const name = 'toolsmith';
+  if (!effective)
+    return {
+      name,
+      ok: true,
+      warn: true,
+      detail: 'paused: a policy file is invalid (fail-safe); nothing is proposed or approved until it reads',
+    };
+  const t = effective.toolsmith;
+  if (!t.enabled)
+    return { name, ok: true, detail: 'off (policy toolsmith.enabled is false): forge_tool works as configured, no governed forging' };
+  const modes = Object.entries(t.mode);
+  const governed = modes.filter(([, m]) => m === 'governed').map(([p]) => p);
+  const mode = governed.length === 0 ? 'every persona direct' : `governed: ${governed.join(', ')}`;
+  const { openProposalStore } = await import('@forge/toolsmith');
+  let waiting: number | string;
+  try {
+    waiting = (await openProposalStore({ dir: join(project, '.forge', 'toolsmith') }).list({ state: 'validated' })).length;
+  } catch (err) {
+    return { name, ok: false, detail: `the proposals cannot be read: ${(err as Error).message}`, fix: 'fix what the message names' };
+  }
+  const approvers = t.approvers.length === 0 ? 'no approvers' : `approvers ${t.approvers.join(', ')}`;
+  const allow = t.capability_allow.length === 0 ? 'no capability may be authored' : `capabilities ${t.capability_allow.join(', ')}`;
+  const detail = `${t.paused ? 'PAUSED (policy toolsmith.paused)' : 'on'}; ${mode}; ${allow}; ${approvers}; ${waiting} proposal(s) awaiting approval${
+    waiting ? ' (forge toolsmith list --state validated)' : ''
+  }`;
+  if (t.approvers.length === 0)
+    return { name, ok: true, warn: true, detail, fix: 'add operator identities to policy toolsmith.approvers, or nothing can be approved' };
+  return t.paused
+    ? { name, ok: true, warn: true, detail, fix: 'set policy toolsmith.paused to false to resume' }
+    : { name, ok: true, detail };
 }
 
 function homeCheck(home: string): Check {

@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import type { Gateway, ServerReport, ToolDiff, ToolState } from '@forge/gateway';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import type { Where } from '../context.js';
+import { createEngine, type Engine, type Where } from '../context.js';
 import { refusalLine } from '../format.js';
 import { clip, type Style, table } from '../output.js';
 
@@ -24,12 +24,13 @@ function gatewayPaths(w: Where) {
  * written to, forge's audit log), closing both afterwards, whatever happens.
  */
 export async function withGateway<T>(w: Where, fn: (g: Gateway) => Promise<T>): Promise<T> {
-  const [{ createGateway }, { createForge }] = await Promise.all([import('@forge/gateway'), import('@forge/runner')]);
+  const { createGateway } = await import('@forge/gateway');
   // bind_roots default: a project-level server's binds stay inside the project (as `forge serve` has it).
   const gateway = createGateway(gatewayPaths(w));
-  let forge: Awaited<ReturnType<typeof createForge>>;
+  let engine: Engine;
   try {
-    forge = await createForge({ home: w.home, project: w.project, env: w.env, sources: [gateway] });
+    // With its toolsmith: a server that cannot start is a service gap (an operator signal).
+    engine = await createEngine({ home: w.home, project: w.project, env: w.env, sources: [gateway] });
   } catch (err) {
     await gateway.close();
     throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
@@ -37,7 +38,7 @@ export async function withGateway<T>(w: Where, fn: (g: Gateway) => Promise<T>): 
   try {
     return await fn(gateway);
   } finally {
-    await forge.close();
+    await engine.close();
   }
 }
 

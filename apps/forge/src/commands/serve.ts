@@ -1,6 +1,10 @@
+import type { Refusal } from '@forge/runner';
+import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { callContext, openForge } from '../context.js';
+import { callContext, type Engine, openForge } from '../context.js';
+import type { Output } from '../output.js';
+import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
 
 /** Resolves on the first SIGTERM or SIGINT (and stops listening for them). */
@@ -101,7 +105,8 @@ export const serve: Command = {
       if (listen) {
         // Nothing to answer before the engine is open: open it while the MCP library loads.
         const w = await where();
-        const [mcp, forge] = await Promise.all([import('@forge/mcp'), openForge(w, { server: true })]);
+        const [mcp, engine] = await Promise.all([import('@forge/mcp'), openForge(w, { server: true })]);
+        const { forge } = engine;
         try {
           let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
           try {
@@ -114,30 +119,41 @@ export const serve: Command = {
               graceMs,
               name: 'forge',
               version: VERSION,
+              toolsmith: engine.toolsmith,
             });
           } catch (err) {
             throw new EnvironmentError(`cannot serve on ${values.http}: ${(err as Error).message}`);
           }
           if (out.json) out.data({ url: http.url, project: w.project, home: w.home });
           out.note(`forge ${VERSION}: MCP over Streamable HTTP at ${http.url} (project ${w.project}); Ctrl-C stops`);
-          await http.close({ reason: stopping(await stop.promise) });
+          const cycle = await periodicCycle(engine, out);
+          try {
+            await http.close({ reason: stopping(await stop.promise) });
+          } finally {
+            await cycle.stop();
+          }
         } finally {
-          await forge.close({ graceMs });
+          await engine.close({ graceMs });
         }
       } else {
         // The protocol comes up first and answers initialize while the engine opens (home,
         // project, audit log, registries, watchers); requests wait for it. An engine that cannot
         // open closes the session and exits 2, as before any answer.
         const mcp = await import('@forge/mcp');
-        const opening = where().then(async (w) => ({ w, forge: await openForge(w, { server: true }) }));
+        let engineOpened: Engine | undefined;
+        const opening = where().then(async (w) => {
+          engineOpened = await openForge(w, { server: true });
+          return { w, engine: engineOpened };
+        });
         const stdio = await mcp.serveStdio(
-          opening.then((o) => o.forge),
+          opening.then((o) => o.engine.forge),
           {
             ctx: callContext(envFromFlags(values)),
             graceMs,
             ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
             name: 'forge',
             version: VERSION,
+            toolsmith: lateToolsmith(() => engineOpened?.toolsmith),
           },
         );
         let opened: Awaited<typeof opening>;
@@ -147,6 +163,7 @@ export const serve: Command = {
           await stdio.close();
           throw err;
         }
+        const cycle = await periodicCycle(opened.engine, out);
         try {
           out.note(`forge ${VERSION}: MCP on stdio (project ${opened.w.project}, home ${opened.w.home})`);
           await Promise.race([stdio.closed, stop.promise.then((signal) => stdio.close({ reason: stopping(signal) }))]);
@@ -156,7 +173,8 @@ export const serve: Command = {
             failed = true;
           }
         } finally {
-          await opened.forge.close({ graceMs });
+          await cycle.stop();
+          await opened.engine.close({ graceMs });
         }
       }
     } finally {
@@ -165,6 +183,26 @@ export const serve: Command = {
     return failed ? 1 : 0;
   },
 };
+
+/**
+ * The toolsmith of an engine still opening, for the stdio server (which answers initialize
+ * first). Calls wait for the engine anyway, so they find it open; a status asked before it is
+ * open (the initialize instructions) says "paused" until it is: nothing is offered early.
+ */
+function lateToolsmith(get: () => Toolsmith | undefined): Pick<Toolsmith, 'status' | 'request' | 'propose'> {
+  const opening = (): Refusal => ({ ok: false, kind: 'unavailable', message: 'forge is still opening; call again' });
+  return {
+    status: (persona) => get()?.status(persona) ?? { enabled: false, paused: true, pausedWhy: 'forge is still opening', mode: 'direct' },
+    request: async (args, ctx) => (await get()?.request(args, ctx)) ?? opening(),
+    propose: async (args, ctx) => (await get()?.propose(args, ctx)) ?? opening(),
+  };
+}
+
+/** The toolsmith's periodic cycle of a server (its findings on stderr: stdout is the protocol's). */
+async function periodicCycle(engine: Engine, out: Output): Promise<PeriodicCycle> {
+  const { startPeriodicCycle } = await import('../toolsmith-cycle.js');
+  return startPeriodicCycle({ forge: engine.forge, toolsmith: engine.toolsmith, note: (l) => out.note(l) });
+}
 
 /** `--max-message-bytes`: a whole number of bytes from 1 to 256 MiB (what one string can hold, with room). */
 function parseMaxMessageBytes(v: unknown, usage: string): number | undefined {
