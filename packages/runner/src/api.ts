@@ -195,6 +195,8 @@ export interface Forge {
    * validates again when it changed. Rejects when the runtime is not installed.
    */
   runtimeOf(name: string): Promise<string>;
+  /** The caller as the engine sees it: `ctx` with the environment's defaults filled (persona, session, task). */
+  caller(ctx?: CallContext): { persona: string; session: string; task?: string };
   /** The policy in force now (one snapshot), or why there is none. */
   policy(): { ok: true; snapshot: PolicySnapshot } | Refusal;
   /**

@@ -144,6 +144,10 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     trialCall: guarded(trialCall),
     setToolState: guarded(setToolState),
     runtimeOf: (name) => runtimeLabel(e, name),
+    caller(c = {}) {
+      const ctx = context(c);
+      return { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}) };
+    },
     policy() {
       const pol = e.policyNow();
       return pol.ok ? { ok: true, snapshot: pol.snap } : pol;

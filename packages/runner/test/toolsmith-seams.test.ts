@@ -119,5 +119,9 @@ describe('setToolState and recordEvent', () => {
     await expect(fx.forge.recordEvent('forge.created', {})).rejects.toThrow(/not a toolsmith\.\* event type/);
     const pol = fx.forge.policy();
     expect(pol.ok && pol.snapshot.policy.toolsmith.enabled).toBe(false);
+    // The caller with the engine's defaults filled: one session per engine unless given.
+    const me = fx.forge.caller();
+    expect(me).toEqual({ persona: 'default', session: expect.stringMatching(/^s-[0-9a-f]{8}$/) });
+    expect(fx.forge.caller({ persona: 'agent', task: 't1' })).toEqual({ persona: 'agent', session: me.session, task: 't1' });
   });
 });

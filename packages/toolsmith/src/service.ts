@@ -238,8 +238,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
     },
 
     async request(args, ctx = {}) {
-      const persona = ctx.persona ?? 'default';
-      const session = ctx.session ?? '-';
+      const { persona, session } = forge.caller(ctx);
       const g = await gate(persona, 'requested');
       if (!g.ok) return g;
       const r = readRequest(args);
@@ -272,8 +271,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
     },
 
     async propose(args, ctx = {}) {
-      const persona = ctx.persona ?? 'default';
-      const session = ctx.session ?? '-';
+      const { persona, session } = forge.caller(ctx);
       const refuse = async (r: Refusal, extra: Record<string, unknown> = {}): Promise<Refusal> => {
         const lost = await record('proposed', { ok: false, persona, session, kind: r.kind, message: r.message, ...extra });
         return lost ?? r;
@@ -486,13 +484,25 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       });
       if (!made.ok) return release(`the forge pipeline refused it: ${made.kind}`, made);
       const at = new Date(now()).toISOString();
-      const moved = await proposals.transition(id, ['validated'], 'active', {
-        by: op.by,
-        change: () => ({ activated: { version: made.tool.version, digest: made.tool.digest, at, by: op.by } }),
-      });
-      if (!moved.ok) return { ok: false, kind: moved.kind, message: moved.message };
+      // The tool is live now (the registry decides): the proposal's record follows it, and the log
+      // says so even when the record cannot be written.
+      let moved: Awaited<ReturnType<ProposalStore['transition']>> | undefined;
+      let recordError: string | undefined;
+      for (let attempt = 0; attempt < 3 && !moved?.ok; attempt++) {
+        try {
+          moved = await proposals.transition(id, ['validated'], 'active', {
+            by: op.by,
+            change: () => ({ activated: { version: made.tool.version, digest: made.tool.digest, at, by: op.by } }),
+          });
+          if (!moved.ok) break;
+        } catch (err) {
+          recordError = (err as Error).message;
+        }
+      }
       if (p.replaces?.proposal)
-        await proposals.transition(p.replaces.proposal, ['active'], 'retired', { by: op.by, reason: `replaced by ${id}` });
+        await proposals
+          .transition(p.replaces.proposal, ['active'], 'retired', { by: op.by, reason: `replaced by ${id}` })
+          .catch((err: Error) => warn(`proposal ${p.replaces?.proposal} could not be marked retired: ${err.message}`));
       const lost = await record('activated', {
         id,
         name: p.name,
@@ -502,6 +512,12 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
         ...(p.replaces ? { replaced: p.replaces } : {}),
       });
       if (lost) return lost;
+      if (!moved?.ok)
+        return {
+          ok: false,
+          kind: 'internal',
+          message: `"${p.name}" is live as version ${made.tool.version} (approved by ${op.by}, audited), but proposal ${id}'s record could not be updated (${moved?.message ?? recordError ?? 'unknown error'}); retire the tool with forge toolsmith retire ${p.name} if it should not stay live`,
+        };
       return { ok: true, proposal: moved.proposal, tool: made.tool, revalidated };
     },
 
@@ -726,12 +742,13 @@ export function lineDiff(a: string, b: string): string {
       out.push(`  ${x[i]}`);
       i++;
       j++;
-    } else if (j < m && (i >= n || ((lcs[i] as number[])[j + 1] as number) >= ((lcs[i + 1] as number[])[j] as number))) {
-      out.push(`+ ${y[j]}`);
-      j++;
-    } else {
+    } else if (i < n && (j >= m || ((lcs[i + 1] as number[])[j] as number) >= ((lcs[i] as number[])[j + 1] as number))) {
+      // A changed line reads as the old one taken out, then the new one put in.
       out.push(`- ${x[i]}`);
       i++;
+    } else {
+      out.push(`+ ${y[j]}`);
+      j++;
     }
   }
   return out.join('\n');
