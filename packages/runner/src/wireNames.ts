@@ -54,10 +54,16 @@ export function findTool(
   return { ok: false, kind: 'unknown_tool', message: unknownToolMessage(name, metaTools) };
 }
 
+/** What an `unknown_tool` message tells the caller to do (a governed persona is told to propose instead). */
+export const UNKNOWN_TOOL_TODO = 'call forge_list to see the tools, or forge_tool to create it';
+/** The same for a persona in governed mode (policy toolsmith.mode). */
+export const UNKNOWN_TOOL_TODO_GOVERNED =
+  'call forge_list to see the tools, or forge_propose to propose one (forge_tool is refused in governed mode)';
+
 /** The `unknown_tool` message for `name`, naming its other form (forge or wire name) when it has one. */
 export function unknownToolMessage(name: string, metaTools: readonly string[]): string {
   if (metaTools.includes(name)) return `"${name}" is a meta-tool served by the MCP server, not a forged tool`;
-  const todo = 'call forge_list to see the tools, or forge_tool to create it';
+  const todo = UNKNOWN_TOOL_TODO;
   if (isValidToolName(name) && name.includes('.')) return `no forged tool is named "${name}" (wire name "${wireName(name)}"); ${todo}`;
   const dotted = name.replaceAll('__', '.');
   if (dotted !== name && isValidToolName(dotted) && wireName(dotted) === name) {

@@ -32,6 +32,16 @@ describe('governed mode', () => {
     });
   });
 
+  it('tells a governed persona that calls an unknown tool to propose one, not to forge it', async () => {
+    const fx = await setup({ workspacePolicy: { toolsmith: { enabled: true, mode: { agent: 'governed' } } } });
+    const governed = await fx.forge.callTool('text.nope', {}, { persona: 'agent' });
+    expect(governed.ok ? '' : governed.error.message).toMatch(
+      /or forge_propose to propose one \(forge_tool is refused in governed mode\)$/,
+    );
+    const direct = await fx.forge.callTool('text.nope', {}, { persona: 'coder' });
+    expect(direct.ok ? '' : direct.error.message).toMatch(/or forge_tool to create it$/);
+  });
+
   it('says when the toolsmith is off, so the persona knows to ask an operator', async () => {
     const fx = await setup({ workspacePolicy: { toolsmith: { mode: { agent: 'governed' } } } });
     const r = await fx.forge.forgeTool(DOUBLE, { persona: 'agent' });
