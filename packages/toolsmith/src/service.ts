@@ -223,7 +223,8 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       if (!pol.ok) return undefined;
       const t = toolsmithFor(pol.snapshot, ctx.persona);
       if (!t.enabled || t.paused) return undefined;
-      const slug = capabilitySlug(name);
+      // A client calls by the wire name (`text__reverse`): the gap is the forge name's (`text.reverse`).
+      const slug = capabilitySlug(name.replaceAll('__', '.'));
       const signature = slug.ok ? slug.slug : name.toLowerCase().slice(0, 128);
       gaps.note({ kind: 'missing_tool', signature, source: 'unknown_tool', persona: ctx.persona, session: ctx.session, asked: name });
       void record('gap_recorded', { kind: 'missing_tool', signature, source: 'unknown_tool', persona: ctx.persona, session: ctx.session });

@@ -11,7 +11,8 @@ describe('gaps', () => {
     const first = await fx.forge.callTool('text.word_count', { text: 'x' }, { persona: 'agent' });
     expect(first.ok ? '' : first.error.message).toMatch(/noted the request \(1 of 2 in 24 h.*forge_request/);
     await fx.smith.gaps.flush();
-    const second = await fx.forge.callTool('text.word_count', { text: 'x' }, { persona: 'agent' });
+    // By its wire name, as an MCP client calls: the same gap.
+    const second = await fx.forge.callTool('text__word_count', { text: 'x' }, { persona: 'agent' });
     expect(second.ok ? '' : second.error.message).toMatch(
       /asked for 2 times in 24 h, so a tool for it is wanted: propose one with forge_propose \{capability: "text.word_count"/,
     );
