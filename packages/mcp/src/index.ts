@@ -5,6 +5,7 @@
  *
  * Public API. Everything exported here is a deliberate, documented decision.
  */
+export { APPROVE_TOOL_DEFINITION } from './approveTool.js';
 export { FORGE_MCP_ERROR_CODES, ForgeMcpError, type ForgeMcpErrorCode } from './errors.js';
 export { type HttpServerHandle, type HttpTokenGrant, isLoopback, type ServeHttpOptions, serveHttp } from './http.js';
 export { META_TOOL_DEFINITIONS } from './metaTools.js';
@@ -12,9 +13,11 @@ export { createForgeMcpServer, type ForgeMcpServerOptions } from './server.js';
 export { type ServeStdioOptions, type StdioServerHandle, serveStdio } from './stdio.js';
 export {
   TOOLSMITH_TOOL_DEFINITIONS,
+  type ToolsmithApproveAnswer,
   type ToolsmithProposeAnswer,
   type ToolsmithRequestAnswer,
   type ToolsmithSurface,
   type ToolsmithSurfaceCheck,
+  type ToolsmithSurfaceReview,
   type ToolsmithSurfaceStatus,
 } from './toolsmithTools.js';

@@ -1,6 +1,8 @@
 import type { CallContext, Envelope, Forge } from '@forge/runner';
 import {
   type CallToolResult,
+  CLIENT_CAPABILITIES_META_KEY,
+  type ClientCapabilities,
   type LoggingLevel,
   MissingRequiredClientCapabilityError,
   ProtocolError,
@@ -13,6 +15,7 @@ import {
 } from '@modelcontextprotocol/server';
 // Inlined by the build: nothing is read from disk at run time, and a bundle of this package works.
 import packageJson from '../package.json' with { type: 'json' };
+import { APPROVE_TOOL_DEFINITION, elicitsForm, runApprove } from './approveTool.js';
 import { Inflight } from './inflight.js';
 import { isMetaTool, META_TOOL_DEFINITIONS, runMetaTool } from './metaTools.js';
 import { findView, sourcedView, type ToolRecord, type ToolView, toolView } from './schema.js';
@@ -43,7 +46,9 @@ export interface ForgeMcpServerOptions {
    * The project's toolsmith (`createToolsmith` of @forge/toolsmith): while policy
    * `toolsmith.enabled` is true for the caller's persona, `forge_request` and `forge_propose` are
    * listed and answered by it; a persona in governed mode is not offered `forge_tool` (the runner
-   * refuses it). Without one, those two names are unknown tools, as before.
+   * refuses it). Without one, those two names are unknown tools, as before. With its `show` and
+   * `approve`, `forge_approve` is listed for a persona policy lets approve in its client
+   * (`status().approvesInClient`) when the client can elicit: the human there confirms.
    */
   toolsmith?: ToolsmithSurface;
 }
@@ -307,7 +312,13 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   if (isPromiseLike(forge)) opening.then(subscribe, () => {});
   else subscribe(forge);
 
-  server.setRequestHandler('tools/list', async () => {
+  /** The client capabilities a request runs under: the request's own on the 2026 era, initialize's on the 2025 era. */
+  const declared = (extra: ServerContext): ClientCapabilities | undefined =>
+    options.era === 'modern'
+      ? ((extra.mcpReq.envelope as Record<string, unknown> | undefined)?.[CLIENT_CAPABILITIES_META_KEY] as ClientCapabilities | undefined)
+      : server.getClientCapabilities();
+
+  server.setRequestHandler('tools/list', async (_request, extra) => {
     const { views, signature } = await refresh();
     seen = signature;
     const tools: Tool[] = [];
@@ -316,6 +327,8 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
         // Governed: forge_tool is refused, so it is not offered; proposing is (while enabled).
         if (!smithListed.hideForgeTool) tools.push(t);
         if (smithListed.propose) tools.push(...TOOLSMITH_TOOL_DEFINITIONS);
+        // Approving in the client needs a human there to ask: only a client that can elicit is offered it.
+        if (smithListed.approve && elicitsForm(declared(extra))) tools.push(APPROVE_TOOL_DEFINITION);
       } else tools.push(t);
     }
     for (const v of views.values()) {
@@ -360,6 +373,27 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
         signal: AbortSignal.any(signals),
         onEvent: toolEvents(name, request.params._meta?.progressToken, extra),
       };
+      if (smith && name === 'forge_approve') {
+        if (late) return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was approved`));
+        await ready();
+        const step = await runApprove(smith, args ?? {}, {
+          persona,
+          declared: declared(extra),
+          inputResponses: extra.mcpReq.inputResponses,
+          requestState: extra.mcpReq.requestState(),
+        });
+        if ('ask' in step) {
+          // A question for the human, not the call's answer: the 2026 client asks and calls again; on the
+          // 2025 era the SDK's shim asks and runs this handler again under the same request id (counted
+          // anew then). Waiting for a person holds no place in flight: close() does not wait for one.
+          forget();
+          return step.ask as unknown as CallToolResult;
+        }
+        await noticeToolsmith();
+        // The client hears list_changed (the tool went live) before it reads the answer.
+        if (checking) await checking;
+        return toResult(step.envelope);
+      }
       if (smith && isToolsmithTool(name)) {
         // The toolsmith takes no signal: after the shutdown began nothing new is started there.
         if (late) return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was requested or proposed`));

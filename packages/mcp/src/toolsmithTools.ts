@@ -15,6 +15,11 @@ export interface ToolsmithSurfaceStatus {
   pausedWhy?: string;
   /** `governed`: new tools come through `forge_propose` and an approver; `forge_tool` is refused. */
   mode: 'direct' | 'governed';
+  /**
+   * May this persona approve through its MCP client (policy `toolsmith.approve_in_client`, and it
+   * is in `toolsmith.approvers` and `operator_personas`)? Absent means no.
+   */
+  approvesInClient?: boolean;
 }
 
 /** One check of a proposal's validation, as the toolsmith records it. */
@@ -61,6 +66,34 @@ export interface ToolsmithProposeAnswer {
   message: string;
 }
 
+/** The toolsmith's reviewable summary of one proposal (`forge toolsmith show`), as far as `forge_approve` shows it. */
+export interface ToolsmithSurfaceReview {
+  ok: true;
+  proposal: {
+    id: string;
+    state: string;
+    name: string;
+    capability: string;
+    /** The persona that proposed it (it may not approve it). */
+    persona: string;
+    spec: { description?: string; input_schema?: unknown; impl: string; runtime: string };
+    validation?: { ok: boolean; summary: string; sandbox_runs: number; spec_digest?: string };
+  };
+  /** The live tool of that name, if any. */
+  active?: { version: number };
+  /** A line diff of the impl against the live version (empty when there is none). */
+  impl_diff: string;
+}
+
+/** The toolsmith's answer to an approval: the proposal now active and the tool that went live. */
+export interface ToolsmithApproveAnswer {
+  ok: true;
+  proposal: { id: string; state: string; name: string };
+  tool: { version: number };
+  /** Whether validation ran again (the policy or runtime changed since). */
+  revalidated: boolean;
+}
+
 /**
  * What an MCP server needs of a toolsmith (`createToolsmith` of @forge/toolsmith is one): the
  * app composes the two and passes it as `ForgeMcpServerOptions.toolsmith`. Expected failures are
@@ -73,6 +106,10 @@ export interface ToolsmithSurface {
   request(args: unknown, ctx: CallContext): Promise<ToolsmithRequestAnswer | Refusal>;
   /** `forge_propose {…}`: stores the blueprint as a proposal and validates it at once. */
   propose(args: unknown, ctx: CallContext): Promise<ToolsmithProposeAnswer | Refusal>;
+  /** The reviewable summary of proposal `id` (for `forge_approve`; without it and `approve`, nothing is approved in the client). */
+  show?(id: string): Promise<ToolsmithSurfaceReview | Refusal>;
+  /** Approves proposal `id` as operator `by`, with every check of the toolsmith (for `forge_approve`). */
+  approve?(id: string, op: { by: string }): Promise<ToolsmithApproveAnswer | Refusal>;
 }
 
 const CAPABILITY = {
@@ -172,6 +209,8 @@ export function isToolsmithTool(name: string): boolean {
 export interface ToolsmithListing {
   /** List forge_request and forge_propose. */
   propose: boolean;
+  /** List forge_approve, if the client can also ask its user (policy approve_in_client for this persona). */
+  approve: boolean;
   /** Leave forge_tool out (governed mode: the runner refuses it). */
   hideForgeTool: boolean;
   /** A part of the listing signature, so a change of either is list_changed. */
@@ -180,17 +219,23 @@ export interface ToolsmithListing {
 
 /** How the toolsmith shapes the listing for `persona`; a status that cannot be read lists nothing of it and hides forge_tool. */
 export function toolsmithListing(smith: ToolsmithSurface | undefined, persona: string): ToolsmithListing {
-  if (!smith) return { propose: false, hideForgeTool: false, key: '' };
+  if (!smith) return { propose: false, approve: false, hideForgeTool: false, key: '' };
   let s: ToolsmithSurfaceStatus;
   try {
     s = smith.status(persona);
   } catch {
     // Fail closed: nothing offered that might not be governed.
-    return { propose: false, hideForgeTool: true, key: 'smith:unreadable\n' };
+    return { propose: false, approve: false, hideForgeTool: true, key: 'smith:unreadable\n' };
   }
   const propose = s.enabled === true;
   const hideForgeTool = s.mode !== 'direct';
-  return { propose, hideForgeTool, key: `smith:${propose ? 'on' : 'off'}:${hideForgeTool ? 'governed' : 'direct'}\n` };
+  const approve = propose && s.approvesInClient === true && smith.show !== undefined && smith.approve !== undefined;
+  return {
+    propose,
+    approve,
+    hideForgeTool,
+    key: `smith:${propose ? 'on' : 'off'}:${hideForgeTool ? 'governed' : 'direct'}${approve ? ':approves' : ''}\n`,
+  };
 }
 
 /** Failing checks an answer shows at most (the full record is the operator's, `forge toolsmith show`). */
