@@ -283,7 +283,7 @@ export async function runApprove(smith: ToolsmithSurface, args: unknown, round: 
         `proposal ${id} changed after the user was shown it; nothing was approved: call forge_approve again`,
       ),
     };
-  const r = await approve(id, { by: persona });
+  const r = await approve(id, { by: persona, via: 'client' });
   if (!r.ok) return { envelope: fromRefusal(r) };
   return {
     envelope: {

@@ -109,7 +109,7 @@ export interface ToolsmithSurface {
   /** The reviewable summary of proposal `id` (for `forge_approve`; without it and `approve`, nothing is approved in the client). */
   show?(id: string): Promise<ToolsmithSurfaceReview | Refusal>;
   /** Approves proposal `id` as operator `by`, with every check of the toolsmith (for `forge_approve`). */
-  approve?(id: string, op: { by: string }): Promise<ToolsmithApproveAnswer | Refusal>;
+  approve?(id: string, op: { by: string; via?: 'cli' | 'client' }): Promise<ToolsmithApproveAnswer | Refusal>;
 }
 
 const CAPABILITY = {

@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Forge } from '@forge/runner';
 import { createToolsmith, type Toolsmith } from '@forge/toolsmith';
@@ -139,6 +139,12 @@ describe('forge_approve on the 2025 era (elicitation/create)', () => {
       data: { id, state: 'active', name: 'text.word_count', version: 1, approved_by: 'alice' },
     });
     await heard;
+    // The log says the approval came through the client.
+    const approved = readFileSync(forge.paths.auditLog, 'utf8')
+      .split('\n')
+      .filter((l) => l.includes('"toolsmith.approved"'))
+      .map((l) => JSON.parse(l).data);
+    expect(approved).toEqual([expect.objectContaining({ id, by: 'alice', via: 'client' })]);
 
     // What the human was asked: one form, with the review and {approve, reason?}.
     expect(asked).toHaveLength(1);

@@ -37,6 +37,8 @@ export interface ToolsmithOptions {
 /** An operator acting on proposals: an identity that policy `toolsmith.approvers` lists. */
 export interface Operator {
   by: string;
+  /** Where the decision was made, for the audit entry: `cli` (default) or `client` (confirmed by the human at an MCP client). */
+  via?: 'cli' | 'client';
 }
 
 /** What `request` answers. */
@@ -471,6 +473,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
         id,
         name: p.name,
         by: op.by,
+        via: op.via ?? 'cli',
         revalidated,
         spec_digest: specDigest(current.spec),
         policy: still.snap.digest,

@@ -189,12 +189,21 @@ export const serve: Command = {
  * first). Calls wait for the engine anyway, so they find it open; a status asked before it is
  * open (the initialize instructions) says "paused" until it is: nothing is offered early.
  */
-function lateToolsmith(get: () => Toolsmith | undefined): Pick<Toolsmith, 'status' | 'request' | 'propose'> {
+function lateToolsmith(get: () => Toolsmith | undefined): Pick<Toolsmith, 'status' | 'request' | 'propose' | 'show' | 'approve'> {
   const opening = (): Refusal => ({ ok: false, kind: 'unavailable', message: 'forge is still opening; call again' });
   return {
-    status: (persona) => get()?.status(persona) ?? { enabled: false, paused: true, pausedWhy: 'forge is still opening', mode: 'direct' },
+    status: (persona) =>
+      get()?.status(persona) ?? {
+        enabled: false,
+        paused: true,
+        pausedWhy: 'forge is still opening',
+        mode: 'direct',
+        approvesInClient: false,
+      },
     request: async (args, ctx) => (await get()?.request(args, ctx)) ?? opening(),
     propose: async (args, ctx) => (await get()?.propose(args, ctx)) ?? opening(),
+    show: async (id) => (await get()?.show(id)) ?? opening(),
+    approve: async (id, op) => (await get()?.approve(id, op)) ?? opening(),
   };
 }
 
