@@ -6,6 +6,12 @@
  */
 export { digestSpec, STAMP_FIELDS, type TamperedFailure, verifyToolDigest } from './digest.js';
 export { REGISTRY_ERROR_CODES, RegistryError, type RegistryErrorCode } from './errors.js';
+/**
+ * The durable-file steps the registry writes with, for packages that keep their own files the same
+ * way (the toolsmith's proposals): a fsynced 0600 temp file, published by link (never replaces) or
+ * rename (replaces), then the directory fsynced.
+ */
+export { linkNew, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
 export {
   type CompiledToolSchema,
   type CompileToolSchemaOptions,

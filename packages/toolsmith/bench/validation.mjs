@@ -2,7 +2,7 @@
 // built library (run `pnpm build` first): how long the gate takes and how many sandbox runs it
 // took (target <= 2 s). Baseline in the same run: the same number of sandbox runs as plain calls
 // of the same tool once it is live, one after another, the cache off (what the runs alone cost serially).
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,41 +11,8 @@ import { createToolsmith } from '../dist/index.js';
 
 const ROUNDS = 5;
 
-const blueprint = {
-  capability: 'text.word_count',
-  description: 'Counts the words of a text, optionally lower-casing and keeping the top words.',
-  input_schema: {
-    type: 'object',
-    properties: {
-      text: { type: 'string', maxLength: 10000 },
-      lower: { type: 'boolean' },
-      top: { type: 'integer', minimum: 0, maximum: 20 },
-      sep: { type: 'string', enum: ['space', 'any'] },
-    },
-    required: ['text'],
-    additionalProperties: false,
-  },
-  output_schema: { type: 'object', properties: { words: { type: 'integer' }, top: { type: 'array' } }, required: ['words'] },
-  runtime: 'python3',
-  impl: [
-    'import json, re, sys',
-    'a = json.load(sys.stdin)',
-    't = a["text"].lower() if a.get("lower") else a["text"]',
-    'ws = t.split() if a.get("sep", "space") == "space" else [w for w in re.split(r"\\W+", t) if w]',
-    'counts = {}',
-    'for w in ws: counts[w] = counts.get(w, 0) + 1',
-    'top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: a.get("top", 0)]',
-    'print(json.dumps({"ok": True, "data": {"words": len(ws), "top": [k for k, _ in top]}}))',
-  ].join('\n'),
-  examples: [
-    { input: { text: 'a b c' }, expect: { words: 3, top: [] } },
-    { input: { text: 'A a b', lower: true, top: 1 }, expect: { words: 3, top: ['a'] } },
-    { input: { text: '' }, expect: { words: 0, top: [] } },
-    { input: { text: 'x,y', sep: 'any' }, expect: { words: 2, top: [] } },
-    { input: { text: 'one two two', top: 2 }, expect: { words: 3, top: ['two', 'one'] } },
-  ],
-  deterministic: true,
-};
+/** The typical proposal: a 4-property schema, 5 examples, deterministic (shared with the tests). */
+const blueprint = JSON.parse(readFileSync(new URL('./word-count.json', import.meta.url), 'utf8'));
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 

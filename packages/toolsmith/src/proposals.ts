@@ -1,21 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import {
-  closeSync,
-  constants,
-  fchmodSync,
-  fstatSync,
-  fsyncSync,
-  linkSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readSync,
-  renameSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { closeSync, constants, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, unlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { linkNew, replaceWith, syncDir, writeTemp } from '@forge/registry';
 import type lockfileType from 'proper-lockfile';
 import type { Proposal, ProposalEvent, ProposalState } from './types.js';
 
@@ -194,41 +181,6 @@ function readProposal(path: string, id: string): Read {
   return problem ? { status: 'bad', reason: problem } : { status: 'ok', proposal: value as Proposal };
 }
 
-/** fsyncs a directory so that a link, rename or unlink in it survives a crash. */
-function syncDir(dir: string): void {
-  const fd = openSync(dir, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
-function unlinkQuietly(path: string): void {
-  try {
-    unlinkSync(path);
-  } catch {
-    // already gone
-  }
-}
-
-/** Writes `data` to a new temporary file in `dir` (0600, random suffix) and fsyncs it; removed again on failure. */
-function writeTemp(dir: string, data: string): string {
-  const path = join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
-  const fd = openSync(path, 'wx', 0o600);
-  try {
-    fchmodSync(fd, 0o600);
-    writeFileSync(fd, data);
-    fsyncSync(fd);
-  } catch (err) {
-    closeSync(fd);
-    unlinkQuietly(path);
-    throw err;
-  }
-  closeSync(fd);
-  return path;
-}
-
 /** The JSON text of `p`, refusing one that could not be read back. */
 function serialize(p: Proposal): string {
   const text = `${JSON.stringify(p, null, 2)}\n`;
@@ -331,16 +283,14 @@ export function openProposalStore(
         const p: Proposal = { ...rest, id, state: input.state, created_at: at, updated_at: at, history: [{ state: input.state, at, by }] };
         const problem = proposalProblem(p);
         if (problem) throw new TypeError(`create: not a proposal: ${problem}`);
-        const tmp = writeTemp(root, serialize(p));
+        let made: boolean;
         try {
-          linkSync(tmp, pathOf(id));
+          made = await linkNew(await writeTemp(root, serialize(p)), pathOf(id));
         } catch (err) {
-          if (errno(err) === 'EEXIST') continue;
           throw codedError('dir_unusable', `cannot write proposal ${id} in ${root}: ${(err as Error).message}`, err);
-        } finally {
-          unlinkQuietly(tmp);
         }
-        syncDir(root);
+        if (!made) continue;
+        await syncDir(root);
         return p;
       }
       throw new Error(`create: 5 fresh ids in a row already existed in ${root}; something else writes there`);
@@ -413,21 +363,20 @@ export function openProposalStore(
         const next: Proposal = { ...current, ...changes, id, state: to, updated_at: at, history: [...current.history, event] };
         const problem = proposalProblem(next, id);
         if (problem) throw new TypeError(`transition: the change leaves no proposal: ${problem}`);
-        const tmp = writeTemp(root, serialize(next));
+        const tmp = await writeTemp(root, serialize(next));
         if (lost()) {
-          unlinkQuietly(tmp);
+          rmSync(tmp, { force: true });
           throw codedError(
             'lock_timeout',
             `the lock on proposal ${id} was lost (this process stalled over ${LOCK_STALE_MS} ms); nothing was written: retry`,
           );
         }
         try {
-          renameSync(tmp, pathOf(id));
+          await replaceWith(tmp, pathOf(id));
         } catch (err) {
-          unlinkQuietly(tmp);
           throw codedError('dir_unusable', `cannot write proposal ${id} in ${root}: ${(err as Error).message}`, err);
         }
-        syncDir(root);
+        await syncDir(root);
         return { ok: true, proposal: next };
       });
     },
@@ -436,17 +385,15 @@ export function openProposalStore(
       if (!ID.test(id)) return false;
       if (typeof by !== 'string' || by === '') throw new TypeError('claim: "by" must be a non-empty string (who approves)');
       if (read(id).status !== 'ok') return false;
-      const tmp = writeTemp(root, `${JSON.stringify({ by, at: now().toISOString() })}\n`);
+      let made: boolean;
       try {
         // link(2) is exclusive like O_EXCL and publishes the claim with its content complete.
-        linkSync(tmp, join(root, `${id}.claim`));
+        made = await linkNew(await writeTemp(root, `${JSON.stringify({ by, at: now().toISOString() })}\n`), join(root, `${id}.claim`));
       } catch (err) {
-        if (errno(err) === 'EEXIST') return false;
         throw codedError('dir_unusable', `cannot claim proposal ${id} in ${root}: ${(err as Error).message}`, err);
-      } finally {
-        unlinkQuietly(tmp);
       }
-      syncDir(root);
+      if (!made) return false;
+      await syncDir(root);
       return true;
     },
 
@@ -458,7 +405,7 @@ export function openProposalStore(
         if (errno(err) === 'ENOENT') return;
         throw codedError('dir_unusable', `cannot release the claim on proposal ${id} in ${root}: ${(err as Error).message}`, err);
       }
-      syncDir(root);
+      await syncDir(root);
     },
 
     async lineage(name) {

@@ -1,7 +1,7 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { verifyLog } from '@forge/audit-chain';
 import { createForge, type Forge } from '@forge/runner';
 import { probe } from '@forge/sandbox';
@@ -85,48 +85,8 @@ export async function setup(policy: unknown = GOVERNED): Promise<Fixture> {
   };
 }
 
-/** A typical blueprint: counts words (4-property schema, 5 examples, deterministic). */
+/** A typical blueprint (bench/word-count.json, which the benchmark runs too): counts words; a 4-property schema, 5 examples, deterministic. */
 export function wordCount(over: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    capability: 'text.word_count',
-    description: 'Counts the words of a text, optionally lower-casing and keeping the top words.',
-    input_schema: {
-      type: 'object',
-      properties: {
-        text: { type: 'string', maxLength: 10000 },
-        lower: { type: 'boolean' },
-        top: { type: 'integer', minimum: 0, maximum: 20 },
-        sep: { type: 'string', enum: ['space', 'any'] },
-      },
-      required: ['text'],
-      additionalProperties: false,
-    },
-    output_schema: {
-      type: 'object',
-      properties: { words: { type: 'integer' }, top: { type: 'array' } },
-      required: ['words'],
-    },
-    runtime: 'python3',
-    impl: [
-      'import json, re, sys',
-      'a = json.load(sys.stdin)',
-      't = a["text"].lower() if a.get("lower") else a["text"]',
-      'ws = t.split() if a.get("sep", "space") == "space" else [w for w in re.split(r"\\W+", t) if w]',
-      'counts = {}',
-      'for w in ws: counts[w] = counts.get(w, 0) + 1',
-      'top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: a.get("top", 0)]',
-      'print(json.dumps({"ok": True, "data": {"words": len(ws), "top": [k for k, _ in top]}}))',
-    ].join('\n'),
-    examples: [
-      { input: { text: 'a b c' }, expect: { words: 3, top: [] } },
-      { input: { text: 'A a b', lower: true, top: 1 }, expect: { words: 3, top: ['a'] } },
-      { input: { text: '' }, expect: { words: 0, top: [] } },
-      { input: { text: 'x,y', sep: 'any' }, expect: { words: 2, top: [] } },
-      { input: { text: 'one two two', top: 2 }, expect: { words: 3, top: ['two', 'one'] } },
-    ],
-    deterministic: true,
-    ...over,
-  };
+  const base = JSON.parse(readFileSync(new URL('../bench/word-count.json', import.meta.url), 'utf8')) as Record<string, unknown>;
+  return { ...base, ...over };
 }
-
-export { dirname };
