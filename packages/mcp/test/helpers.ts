@@ -6,9 +6,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { type CallContext, createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
-import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, type ClientCapabilities, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { expect, onTestFinished } from 'vitest';
-import { createForgeMcpServer } from '../src/index.js';
+import { createForgeMcpServer, type ForgeMcpServerOptions } from '../src/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const PACKAGE_DIR = resolve(here, '..');
@@ -108,11 +108,27 @@ export function listChanges(client: Client): { count(): number; next(timeoutMs?:
   };
 }
 
-/** An SDK Client connected in-process (InMemoryTransport) to a forge MCP server; both closed after the test. */
-export async function connect(forge: Forge, ctx?: CallContext): Promise<{ client: Client; changes: ReturnType<typeof listChanges> }> {
-  const server = createForgeMcpServer(forge, ctx ? { ctx } : {});
+/**
+ * An SDK Client connected in-process (InMemoryTransport) to a forge MCP server; both closed after
+ * the test. `options` are the server's (a toolsmith) and the client's (its capabilities, and a
+ * hook to set its handlers before it connects).
+ */
+export async function connect(
+  forge: Forge,
+  ctx?: CallContext,
+  options: {
+    server?: Omit<ForgeMcpServerOptions, 'ctx'>;
+    capabilities?: ClientCapabilities;
+    before?: (client: Client) => void;
+  } = {},
+): Promise<{ client: Client; changes: ReturnType<typeof listChanges> }> {
+  const server = createForgeMcpServer(forge, { ...(ctx ? { ctx } : {}), ...options.server });
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  const client = new Client({ name: 'forge-mcp-test', version: '1.0.0' });
+  const client = new Client(
+    { name: 'forge-mcp-test', version: '1.0.0' },
+    options.capabilities ? { capabilities: options.capabilities } : {},
+  );
+  options.before?.(client);
   const changes = listChanges(client);
   await server.connect(serverSide);
   await client.connect(clientSide);
@@ -146,4 +162,32 @@ export async function forgeOk(client: Client, spec: Spec, extra: Record<string, 
   const { result, envelope } = await call(client, 'forge_tool', { ...spec, ...extra });
   expect(result.isError, JSON.stringify(envelope)).toBe(false);
   return envelope;
+}
+
+/** A word counter blueprint for forge_propose (python3, two examples, deterministic); `extra` overrides fields. */
+export function wordCountBlueprint(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    capability: 'text.word_count',
+    description: 'Counts the words of a text (split on whitespace).',
+    input_schema: {
+      type: 'object',
+      properties: { text: { type: 'string', maxLength: 200 } },
+      required: ['text'],
+      additionalProperties: false,
+    },
+    output_schema: {
+      type: 'object',
+      properties: { words: { type: 'integer', minimum: 0 } },
+      required: ['words'],
+      additionalProperties: false,
+    },
+    impl: py('x', 'print(json.dumps({"ok": True, "data": {"words": len(args["text"].split())}}))').impl,
+    runtime: 'python3',
+    deterministic: true,
+    examples: [
+      { input: { text: 'one two three' }, expect: { words: 3 } },
+      { input: { text: '' }, expect: { words: 0 } },
+    ],
+    ...extra,
+  };
 }

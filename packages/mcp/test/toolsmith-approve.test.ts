@@ -8,10 +8,10 @@ import { StreamableHTTPClientTransport as LegacyHttpTransport } from '@modelcont
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { type CallToolResult, ElicitRequestSchema, type ElicitResult } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { createForgeMcpServer, serveHttp } from '../src/index.js';
+import { serveHttp } from '../src/index.js';
 import { Inflight } from '../src/inflight.js';
 import { buildServer } from '../src/server.js';
-import { call, envelopeOf, listChanges, newForge, py, tempDirs } from './helpers.js';
+import { call, connect, envelopeOf, newForge, tempDirs, wordCountBlueprint } from './helpers.js';
 
 /**
  * forge_approve: an operator persona approves a validated proposal through its MCP client, and
@@ -39,32 +39,16 @@ const withToolsmith = (extra: Record<string, unknown>, top: Policy = {}): Policy
   toolsmith: { ...POLICY.toolsmith, ...extra },
 });
 
-/** A word counter blueprint. */
-function blueprint(): Record<string, unknown> {
-  return {
-    capability: 'text.word_count',
-    description: 'Counts the words of a text (split on whitespace).',
+/** A word counter blueprint (with a second, optional property). */
+const blueprint = () =>
+  wordCountBlueprint({
     input_schema: {
       type: 'object',
       properties: { text: { type: 'string', maxLength: 200 }, lang: { type: 'string', maxLength: 8 } },
       required: ['text'],
       additionalProperties: false,
     },
-    output_schema: {
-      type: 'object',
-      properties: { words: { type: 'integer', minimum: 0 } },
-      required: ['words'],
-      additionalProperties: false,
-    },
-    impl: py('x', 'print(json.dumps({"ok": True, "data": {"words": len(args["text"].split())}}))').impl,
-    runtime: 'python3',
-    deterministic: true,
-    examples: [
-      { input: { text: 'one two three' }, expect: { words: 3 } },
-      { input: { text: '' }, expect: { words: 0 } },
-    ],
-  };
-}
+  });
 
 /** A Forge over temp dirs with `policy` in the project, its toolsmith, and a validated proposal of `proposer`. */
 async function forgeWithProposal(policy: Policy, proposer = 'bob') {
@@ -92,22 +76,22 @@ type Elicit = (params: Record<string, unknown>) => ElicitResult | Promise<Elicit
 
 /** A 2025-era SDK client of `persona`, in process; with `elicit`, it declares elicitation and answers with it. */
 async function legacyClient(forge: Forge, smith: Toolsmith, persona: string, elicit?: Elicit) {
-  const server = createForgeMcpServer(forge, { ctx: { persona }, toolsmith: smith });
-  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  const client = new Client({ name: 'forge-approve-test', version: '1.0.0' }, elicit ? { capabilities: { elicitation: {} } } : {});
   const asked: Record<string, unknown>[] = [];
-  if (elicit)
-    client.setRequestHandler(ElicitRequestSchema, async (req) => {
-      asked.push(req.params as Record<string, unknown>);
-      return elicit(req.params as Record<string, unknown>);
-    });
-  const changes = listChanges(client);
-  await server.connect(serverSide);
-  await client.connect(clientSide);
-  onTestFinished(async () => {
-    await client.close();
-    await server.close();
-  });
+  const { client, changes } = await connect(
+    forge,
+    { persona },
+    {
+      server: { toolsmith: smith },
+      ...(elicit ? { capabilities: { elicitation: {} } } : {}),
+      before: (c) => {
+        if (elicit)
+          c.setRequestHandler(ElicitRequestSchema, async (req) => {
+            asked.push(req.params as Record<string, unknown>);
+            return elicit(req.params as Record<string, unknown>);
+          });
+      },
+    },
+  );
   return { client, changes, asked };
 }
 

@@ -4,11 +4,10 @@ import type { Forge } from '@forge/runner';
 import { createToolsmith, type Toolsmith } from '@forge/toolsmith';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { createForgeMcpServer, serveHttp, type ToolsmithSurface } from '../src/index.js';
-import { call, forgeOk, listChanges, newForge, py, tempDirs } from './helpers.js';
+import { serveHttp, type ToolsmithSurface } from '../src/index.js';
+import { call, connect, forgeOk, newForge, py, tempDirs, wordCountBlueprint } from './helpers.js';
 
 /**
  * The toolsmith on the MCP surface, end to end: the SDK client, a real Forge over temp dirs with
@@ -42,16 +41,7 @@ async function forgeWithToolsmith(toolsmith: Record<string, unknown>) {
 /** A Forge whose project policy has `toolsmith`, its toolsmith, and an SDK client of persona `bob`. */
 async function setup(toolsmith: Record<string, unknown>, o: { attach?: boolean } = {}) {
   const { forge, smith, policyFile } = await forgeWithToolsmith(toolsmith);
-  const server = createForgeMcpServer(forge, { ctx: { persona: 'bob' }, ...(o.attach === false ? {} : { toolsmith: smith }) });
-  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  const client = new Client({ name: 'forge-mcp-toolsmith-test', version: '1.0.0' });
-  const changes = listChanges(client);
-  await server.connect(serverSide);
-  await client.connect(clientSide);
-  onTestFinished(async () => {
-    await client.close();
-    await server.close();
-  });
+  const { client, changes } = await connect(forge, { persona: 'bob' }, o.attach === false ? {} : { server: { toolsmith: smith } });
   /**
    * Rewrites the project policy. The engine takes one look at the policy per turn of the event
    * loop, and the in-memory transport never leaves the turn: the next call starts in a new one.
@@ -65,33 +55,7 @@ async function setup(toolsmith: Record<string, unknown>, o: { attach?: boolean }
 
 const names = async (client: Client) => (await client.listTools()).tools.map((t) => t.name);
 
-/** A word counter blueprint; `extra` overrides fields. */
-function blueprint(extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    capability: 'text.word_count',
-    description: 'Counts the words of a text (split on whitespace).',
-    input_schema: {
-      type: 'object',
-      properties: { text: { type: 'string', maxLength: 200 } },
-      required: ['text'],
-      additionalProperties: false,
-    },
-    output_schema: {
-      type: 'object',
-      properties: { words: { type: 'integer', minimum: 0 } },
-      required: ['words'],
-      additionalProperties: false,
-    },
-    impl: py('x', 'print(json.dumps({"ok": True, "data": {"words": len(args["text"].split())}}))').impl,
-    runtime: 'python3',
-    deterministic: true,
-    examples: [
-      { input: { text: 'one two three' }, expect: { words: 3 } },
-      { input: { text: '' }, expect: { words: 0 } },
-    ],
-    ...extra,
-  };
-}
+const blueprint = wordCountBlueprint;
 
 type Data = Record<string, unknown>;
 const dataOf = (envelope: unknown) => (envelope as { data: Data }).data;
