@@ -261,11 +261,21 @@ sb.stdout.on('data', (d) => process.stdout.write(d));`;
     parent.stderr.on('data', (d: Buffer) => (err += d.toString()));
     const [first] = (await once(parent.stdout, 'data')) as [Buffer];
     expect(first.toString(), err).toBe('up\n');
-    const pids = descendants(parent.pid);
-    expect(
-      pids.some((p) => readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('/bin/sleep')),
-      String(pids),
-    ).toBe(true);
+    // "up" is written before the shell execs sleep: wait for the exec (at most 10 s) before looking.
+    const sleeping = (ps: number[]) =>
+      ps.some((p) => {
+        try {
+          return readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('/bin/sleep');
+        } catch {
+          return false;
+        }
+      });
+    let pids = descendants(parent.pid);
+    for (let i = 0; i < 200 && !sleeping(pids); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      pids = descendants(parent.pid);
+    }
+    expect(sleeping(pids), String(pids)).toBe(true);
     parent.kill('SIGKILL');
     await once(parent, 'close');
     expect(await gone(pids)).toEqual([]);
