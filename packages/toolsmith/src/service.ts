@@ -332,7 +332,8 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
         capability,
         persona,
         session,
-        ...(b.gap ? { gap: b.gap } : { gap: { kind: 'missing_tool', signature: capability } }),
+        // The gap it answers, as the gap store keys it (normalised like every signature).
+        gap: { kind: 'missing_tool', signature: gapOf(b.gap?.signature) ?? capability },
         spec,
         ...(live
           ? { replaces: { version: live.version, digest: live.digest, ...(liveProposal ? { proposal: liveProposal.id } : {}) } }
@@ -721,6 +722,13 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
   });
 
   return toolsmith;
+}
+
+/** A gap signature as the store keys it (the capability slug), or undefined for none. */
+function gapOf(signature: string | undefined): string | undefined {
+  if (signature === undefined) return undefined;
+  const slug = capabilitySlug(signature);
+  return slug.ok ? slug.slug : signature;
 }
 
 /** A small line diff (`-`/`+`/` ` lines) of two texts, for review. Longest-common-subsequence, bounded to 2,000 lines each. */

@@ -300,3 +300,17 @@ describe('taking capability away works while paused or off; nobody approves thei
     expect(await fx.forge.listTools()).toEqual([]);
   });
 });
+
+describe('a proposal that names its gap', () => {
+  it('is filed under the gap as the store keys it, so its review shows the gap history', async () => {
+    const fx = await setup();
+    await fx.forge.callTool('text__word_count', { text: 'x' }, { persona: 'agent' });
+    await fx.smith.gaps.flush();
+    const { capability: _c, ...rest } = wordCount();
+    const r = await fx.smith.propose({ ...rest, gap: 'missing_tool:Text.Word_Count' }, { persona: 'agent' });
+    if (!r.ok) throw new Error(r.message);
+    expect(r.proposal).toMatchObject({ name: 'text.word_count', gap: { kind: 'missing_tool', signature: 'text.word_count' } });
+    const review = await fx.smith.show(r.proposal.id);
+    expect(review.ok && review.gap_history.map((g) => g.source)).toEqual(['unknown_tool']);
+  });
+});
