@@ -158,9 +158,10 @@ export interface GapStore {
    * Recurrence per (kind, signature): `count` of records with `at` inside `[now - windowMs, now]`,
    * `qualifies` when `count >= threshold`; `total`, `first_at`, `last_at`, `personas`, `sources`
    * and `description` (the latest given) cover every record held. Qualifying first, then by count
-   * (desc), then by latest observation. Throws a RangeError for a threshold below 1 or a negative window.
+   * (desc), then by latest observation. `only` keeps one (kind, signature) (none held: `[]`).
+   * Throws a RangeError for a threshold below 1 or a negative window.
    */
-  summary(o: { threshold: number; windowMs: number; now?: number }): GapSummary[];
+  summary(o: { threshold: number; windowMs: number; now?: number; only?: { kind: GapKind; signature: string } }): GapSummary[];
   /** One (kind, signature)'s records, oldest first. */
   history(kind: GapKind, signature: string): readonly GapRecord[];
   /** Resolves once every record accepted so far is durable (or has failed). */
@@ -485,13 +486,14 @@ export function openGapStore(o: GapStoreOptions): GapStore {
       }
     },
     records,
-    summary({ threshold, windowMs, now }) {
+    summary({ threshold, windowMs, now, only }) {
       if (!(threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${threshold})`);
       if (!(windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${windowMs})`);
       const at = now ?? clock();
       const from = at - windowMs;
       const groups = new Map<string, GapSummary & { personaSet: Set<string>; sourceSet: Set<GapSource>; descriptionAt: number }>();
       for (const r of records()) {
+        if (only && (r.kind !== only.kind || r.signature !== only.signature)) continue;
         const key = `${r.kind}\u0000${r.signature}`;
         let g = groups.get(key);
         if (g === undefined) {

@@ -13,7 +13,7 @@ import { readBlueprint, readRequest } from './blueprint.js';
 import { type GapStore, openGapStore } from './gaps.js';
 import { capabilitySlug, deriveToolName } from './naming.js';
 import { openProposalStore, type ProposalStore } from './proposals.js';
-import type { GapSummary, Proposal, ProposalState, ValidationRecord } from './types.js';
+import type { GapKind, GapSummary, Proposal, ProposalState, ValidationRecord } from './types.js';
 import { specDigest, validateProposal } from './validate.js';
 
 /**
@@ -194,26 +194,12 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
   const activeTool = async (name: string): Promise<StoredTool | undefined> =>
     (await forge.listTools({ scope: 'project' })).find((t) => t.tool.name === name)?.tool;
 
-  const summaryOf = (snap: PolicySnapshot, kind: 'missing_tool' | 'service_absent', signature: string): GapSummary => {
+  /** One gap's recurrence under the policy's threshold and window (the gap store's summary of it). */
+  const summaryOf = (snap: PolicySnapshot, kind: GapKind, signature: string): GapSummary => {
     const t = toolsmithFor(snap, 'default');
     const at = now();
-    const rows = gaps.history(kind, signature);
-    const inWindow = rows.filter((r) => r.at >= at - t.windowMs);
-    const last = rows.at(-1);
-    const first = rows[0];
-    const described = [...rows].reverse().find((r) => r.description !== undefined)?.description;
-    return {
-      kind,
-      signature,
-      count: inWindow.length,
-      total: rows.length,
-      first_at: first?.at ?? at,
-      last_at: last?.at ?? at,
-      personas: [...new Set(rows.map((r) => r.persona))].sort(),
-      sources: [...new Set(rows.map((r) => r.source))].sort(),
-      ...(described !== undefined ? { description: described } : {}),
-      qualifies: inWindow.length >= t.threshold,
-    };
+    const [row] = gaps.summary({ threshold: t.threshold, windowMs: t.windowMs, now: at, only: { kind, signature } });
+    return row ?? { kind, signature, count: 0, total: 0, first_at: at, last_at: at, personas: [], sources: [], qualifies: false };
   };
 
   const toolsmith: Toolsmith = {

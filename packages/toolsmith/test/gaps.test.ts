@@ -223,6 +223,12 @@ describe('gap store: recurrence', () => {
         .filter((g) => g.count > 0)
         .map((g) => g.signature),
     ).toEqual(['pdf']);
+    // One (kind, signature) only: the same row as in the whole summary, and kinds kept apart.
+    expect(a.summary({ threshold: 3, windowMs: 5_000, only: { kind: 'missing_tool', signature: 'csv-parse' } })).toEqual([s[0]]);
+    expect(
+      a.summary({ threshold: 1, windowMs: 5_000, only: { kind: 'service_absent', signature: 'github' } }).map((g) => [g.kind, g.total]),
+    ).toEqual([['service_absent', 1]]);
+    expect(a.summary({ threshold: 1, windowMs: 5_000, only: { kind: 'missing_tool', signature: 'nope' } })).toEqual([]);
     expect(a.history('missing_tool', 'github').map((r) => r.at)).toEqual([9_800]);
     expect(a.history('missing_tool', 'csv-parse').map((r) => r.at)).toEqual(at);
     expect(() => a.summary({ threshold: 0, windowMs: 1 })).toThrow(RangeError);
