@@ -110,6 +110,8 @@ export interface Toolsmith {
   reject(id: string, op: Operator & { reason: string }): Promise<{ ok: true; proposal: Proposal } | Refusal>;
   retire(name: string, op: Operator & { reason?: string }): Promise<{ ok: true; tool: StoredTool; proposal?: Proposal } | Refusal>;
   rollback(name: string, op: Operator): Promise<{ ok: true; tool: StoredTool; proposal: Proposal; from?: Proposal } | Refusal>;
+  /** Every gap held, judged by the policy's threshold and window now (`forge toolsmith gaps`); readable while off or paused. */
+  gapSummary(): GapSummary[] | Refusal;
   /** Promotes qualifying gaps to wanted signals and reports; never authors or approves. */
   cycle(): Promise<CycleReport | Refusal>;
   status(persona?: string): ToolsmithStatus;
@@ -611,6 +613,13 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       });
       if (lost) return lost;
       return { ok: true, tool: made.tool, proposal: moved.proposal, from: current };
+    },
+
+    gapSummary() {
+      const pol = forge.policy();
+      if (!pol.ok) return pol;
+      const t = toolsmithFor(pol.snapshot, 'default');
+      return gaps.summary({ threshold: t.threshold, windowMs: t.windowMs, now: now() });
     },
 
     async cycle() {

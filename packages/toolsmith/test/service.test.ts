@@ -20,6 +20,9 @@ describe('gaps', () => {
     const cycle = await fx.smith.cycle();
     if (!cycle.ok) throw new Error(cycle.message);
     expect(cycle.wanted.map((w) => [w.signature, w.count, w.qualifies])).toEqual([['text.word_count', 2, true]]);
+    expect(fx.smith.gapSummary()).toEqual([
+      expect.objectContaining({ kind: 'missing_tool', signature: 'text.word_count', count: 2, qualifies: true }),
+    ]);
     expect(fx.audit().filter((e) => e.type === 'toolsmith.gap_recorded')).toHaveLength(2);
   });
 

@@ -188,16 +188,10 @@ export const toolsmithGaps: Command = {
   summary: "the project's capability gaps: how often each recurred in the window and whether it qualifies",
   async run(_p, { out, where }) {
     const w = await where();
-    const [{ toolsmithFor }] = await Promise.all([import('@forge/policy')]);
-    const r = await withForge(w, async (f, t) => {
-      const pol = f.policy();
-      if (!pol.ok) return pol;
-      const s = toolsmithFor(pol.snapshot, 'default');
-      return { ok: true as const, gaps: t.gaps.summary({ threshold: s.threshold, windowMs: s.windowMs }) };
-    });
-    if (!r.ok) return refuse(out, r);
-    if (out.json) out.data(r.gaps);
-    else for (const l of gapRows(r.gaps, out.style)) out.line(l);
+    const r = await withSmith(w, async (t) => t.gapSummary());
+    if (!Array.isArray(r)) return refuse(out, r);
+    if (out.json) out.data(r);
+    else for (const l of gapRows(r, out.style)) out.line(l);
     return 0;
   },
 };
