@@ -30,6 +30,8 @@ export function findTool(
   name: string,
   resolve: (forgeName: string) => ResolvedTool | undefined,
   metaTools: readonly string[],
+  /** What an `unknown_tool` message tells the caller to do (asked only when nothing is found). */
+  todo: () => string = () => UNKNOWN_TOOL_TODO,
 ): ToolLookup {
   const direct = resolve(name);
   if (direct) return { ok: true, resolved: direct };
@@ -51,7 +53,7 @@ export function findTool(
       };
     }
   }
-  return { ok: false, kind: 'unknown_tool', message: unknownToolMessage(name, metaTools) };
+  return { ok: false, kind: 'unknown_tool', message: unknownToolMessage(name, metaTools, todo()) };
 }
 
 /** What an `unknown_tool` message tells the caller to do (a governed persona is told to propose instead). */
@@ -60,10 +62,12 @@ export const UNKNOWN_TOOL_TODO = 'call forge_list to see the tools, or forge_too
 export const UNKNOWN_TOOL_TODO_GOVERNED =
   'call forge_list to see the tools, or forge_propose to propose one (forge_tool is refused in governed mode)';
 
-/** The `unknown_tool` message for `name`, naming its other form (forge or wire name) when it has one. */
-export function unknownToolMessage(name: string, metaTools: readonly string[]): string {
+/**
+ * The `unknown_tool` message for `name`, naming its other form (forge or wire name) when it has
+ * one, and `todo`: what the caller can do (a governed persona is told to propose, not to forge).
+ */
+export function unknownToolMessage(name: string, metaTools: readonly string[], todo: string = UNKNOWN_TOOL_TODO): string {
   if (metaTools.includes(name)) return `"${name}" is a meta-tool served by the MCP server, not a forged tool`;
-  const todo = UNKNOWN_TOOL_TODO;
   if (isValidToolName(name) && name.includes('.')) return `no forged tool is named "${name}" (wire name "${wireName(name)}"); ${todo}`;
   const dotted = name.replaceAll('__', '.');
   if (dotted !== name && isValidToolName(dotted) && wireName(dotted) === name) {

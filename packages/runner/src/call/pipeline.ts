@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { checkSecrets, clampBudget, type PolicySnapshot, toolsmithFor } from '@forge/policy';
+import { checkSecrets, clampBudget, type PolicySnapshot } from '@forge/policy';
 import type { CallContext } from '../api.js';
 import type { Engine } from '../engine.js';
 import type { Envelope } from '../envelope.js';
@@ -10,7 +10,6 @@ import { newRunId } from '../manifest.js';
 import { type SecretList, secretList } from '../redact.js';
 import { RefusalError } from '../refusal.js';
 import { readSecrets } from '../vault.js';
-import { UNKNOWN_TOOL_TODO, UNKNOWN_TOOL_TODO_GOVERNED } from '../wireNames.js';
 import { cachedOrRun } from './cached.js';
 import { type Call, openCall } from './call.js';
 import { passGates } from './gates.js';
@@ -42,10 +41,7 @@ export function makeCallTool(e: Engine): (name: string, input: unknown, c?: Call
       } catch {
         hint = undefined;
       }
-      const pol = e.policyNow();
-      const governed = pol.ok && toolsmithFor(pol.snap, call.ctx.persona).mode === 'governed';
-      const base = governed ? found.message.replace(UNKNOWN_TOOL_TODO, UNKNOWN_TOOL_TODO_GOVERNED) : found.message;
-      return call.refuse('unknown_tool', typeof hint === 'string' && hint !== '' ? `${base}; ${hint}` : base);
+      return call.refuse('unknown_tool', typeof hint === 'string' && hint !== '' ? `${found.message}; ${hint}` : found.message);
     }
     const target = found.target;
     // Every gate, the audit entry and the manifest name the tool by its forge name.

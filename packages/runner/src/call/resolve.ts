@@ -1,9 +1,10 @@
+import { toolsmithFor } from '@forge/policy';
 import type { StoredTool } from '@forge/registry';
 import { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
 import { META_TOOLS } from '../api.js';
 import type { Ctx, Engine } from '../engine.js';
 import type { SourcedTool, ToolSource } from '../sources.js';
-import { findTool } from '../wireNames.js';
+import { findTool, UNKNOWN_TOOL_TODO, UNKNOWN_TOOL_TODO_GOVERNED } from '../wireNames.js';
 
 /** What a call names: a forged tool of the registry, or a tool a source serves. */
 export type Target = { kind: 'forged'; stored: StoredTool } | { kind: 'sourced'; tool: SourcedTool; source: ToolSource };
@@ -19,7 +20,12 @@ export async function resolveTarget(
   name: string,
 ): Promise<{ ok: true; target: Target } | { ok: false; message: string }> {
   const regs = await e.layers(ctx);
-  const found = findTool(regs, name, (n) => e.resolveIn(regs, n), META_TOOLS);
+  // A persona in governed mode (policy toolsmith.mode) is told to propose a tool, not to forge one.
+  const todo = () => {
+    const pol = e.policyNow();
+    return pol.ok && toolsmithFor(pol.snap, ctx.persona).mode === 'governed' ? UNKNOWN_TOOL_TODO_GOVERNED : UNKNOWN_TOOL_TODO;
+  };
+  const found = findTool(regs, name, (n) => e.resolveIn(regs, n), META_TOOLS, todo);
   if (found.ok) return { ok: true, target: { kind: 'forged', stored: found.resolved.tool } };
   for (const source of e.sources) {
     const who = sourceContext(ctx);
