@@ -716,6 +716,18 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
     void record('gap_recorded', { kind: 'service_absent', signature: server, source: 'gateway' });
   });
 
+  // A store that cannot be used (a directory that cannot be written, a lock held too long) is a
+  // refusal that says so, not an exception thrown into an MCP request or a CLI command.
+  for (const step of ['request', 'propose', 'show', 'approve', 'reject', 'retire', 'rollback', 'cycle'] as const) {
+    const run = toolsmith[step] as (...args: unknown[]) => Promise<unknown>;
+    (toolsmith as unknown as Record<string, unknown>)[step] = async (...args: unknown[]) => {
+      try {
+        return await run(...args);
+      } catch (err) {
+        return { ok: false, kind: 'internal', message: `the toolsmith could not ${step}: ${(err as Error).message}` };
+      }
+    };
+  }
   return toolsmith;
 }
 

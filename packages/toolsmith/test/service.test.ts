@@ -317,3 +317,19 @@ describe('a proposal that names its gap', () => {
     expect(review.ok && review.gap_history.map((g) => g.source)).toEqual(['unknown_tool']);
   });
 });
+
+describe('an unusable store', () => {
+  it('is a refusal that names the directory, not an exception', async () => {
+    const fx = await setup();
+    const { writeFileSync } = await import('node:fs');
+    const { createToolsmith } = await import('../src/index.js');
+    writeFileSync(`${fx.root}/not-a-dir`, 'x');
+    const smith = createToolsmith({ forge: fx.forge, dir: `${fx.root}/not-a-dir/toolsmith`, onWarning: () => {} });
+    try {
+      const r = await smith.propose(wordCount(), { persona: 'agent' });
+      expect(r).toMatchObject({ ok: false, kind: 'internal', message: expect.stringMatching(/could not propose: .*not-a-dir/) });
+    } finally {
+      await smith.close();
+    }
+  });
+});
