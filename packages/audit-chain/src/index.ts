@@ -6,12 +6,26 @@
  */
 
 export { type Checkpoint, generateSigningKeys, type KeyInput } from './checkpoint.js';
+export {
+  type CheckpointFields,
+  type DecodedEntry,
+  decodeEntry,
+  type EncodedEntry,
+  type EntryFields,
+  encodeCheckpoint,
+  encodeEntry,
+  encodePrepared,
+  type PreparedAppend,
+  prepareAppend,
+} from './encode.js';
 export { AUDIT_ERROR_CODES, AuditError, type AuditErrorCode } from './errors.js';
 export { type AuditEntry, GENESIS_HASH, VERIFY_REASONS, type VerifyReason } from './format.js';
 export type { JsonValue } from './ijson.js';
 export {
   type AppendResult,
   type AuditLog,
+  type EntriesOptions,
+  type LogHead,
   type OpenAuditLogOptions,
   openAuditLog,
   type RotateResult,

@@ -4,10 +4,11 @@ import { type FileHandle, open, rename, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { type Checkpoint, checkpointLine, type KeyInput, parseCheckpoint, signCheckpoint, toKey } from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
-import { assertEventType, buildLine, checkLine, encodeData, GENESIS_HASH, SUFFIX_BYTES, sha256Hex } from './format.js';
+import { type AuditEntry, assertEventType, buildLine, checkLine, encodeData, GENESIS_HASH, SUFFIX_BYTES, sha256Hex } from './format.js';
 import type { JsonValue } from './ijson.js';
 import { DirLock, type LockOptions } from './lock.js';
 import { type LogFiles, listSealedSegments, logFiles, segmentName } from './segments.js';
+import { tailLog } from './tail.js';
 
 /** Low-level file operations the writer uses for a batch; replaceable to inject faults in tests. */
 export interface WriterIo {
@@ -66,6 +67,18 @@ export interface RotateResult {
   entries: number;
 }
 
+/** The last entry of a log: its `seq` and `hash` (0 and `GENESIS_HASH` when the log is empty). */
+export interface LogHead {
+  seq: number;
+  hash: string;
+}
+
+/** Options of {@link AuditLog.entries}. */
+export interface EntriesOptions {
+  /** First sequence number wanted (default 1). */
+  from?: number;
+}
+
 /** An open, appendable log. Close it (or `await using`) to flush and release the file. */
 export interface AuditLog {
   readonly path: string;
@@ -81,6 +94,18 @@ export interface AuditLog {
   rotate(): Promise<RotateResult>;
   /** Resolves when everything appended before the call is durable. */
   flush(): Promise<void>;
+  /**
+   * The last durable entry of the whole log, as seen by every process appending to it (read under
+   * the writers' lock, after this log's own earlier appends): `{ seq: 0, hash: GENESIS_HASH }`
+   * for an empty log. Rejects with `closed`, `log_corrupt` or `lock_timeout`.
+   */
+  head(): Promise<LogHead>;
+  /**
+   * Verified entries with `seq >= from` (default 1), oldest first, as committed when each is read:
+   * every line's hash is checked and each entry must link to the one before it. Throws
+   * `log_corrupt` at the first entry that fails (run `verifyLog` for the full verdict).
+   */
+  entries(options?: EntriesOptions): AsyncIterable<AuditEntry>;
   /** Flushes, then closes the file. Later appends reject with `closed`. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -255,6 +280,20 @@ class Writer implements AuditLog {
         return this.rotateLocked();
       });
     });
+  }
+
+  head(): Promise<LogHead> {
+    return this.serial(async () => {
+      this.assertOpen();
+      return this.withLock(async () => {
+        const t = await this.refresh();
+        return { seq: t.seq, hash: t.hash };
+      });
+    });
+  }
+
+  entries(options: EntriesOptions = {}): AsyncIterable<AuditEntry> {
+    return entriesFrom(this.path, options.from ?? 1, () => this.assertOpen());
   }
 
   async close(): Promise<void> {
@@ -513,6 +552,15 @@ class Writer implements AuditLog {
       throw behind('does not hold the checkpointed entry at the checkpointed offset');
     }
   }
+}
+
+/** Entries of the log at `path` with seq >= `from`, verified from the first (tailLog). */
+async function* entriesFrom(path: string, from: number, assertOpen: () => void): AsyncGenerator<AuditEntry> {
+  if (!Number.isSafeInteger(from) || from < 1) {
+    throw new RangeError(`entries({ from: ${from} }): "from" must be a positive integer`);
+  }
+  assertOpen();
+  for await (const e of tailLog(path)) if (e.seq >= from) yield e;
 }
 
 /** The last line ending at or before `size`: its bytes, start offset, and whether it lacks '\n'. */
