@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what forge needs on a fresh Debian/Ubuntu machine with Node >= 20: pnpm (exact
-# version from package.json), bubblewrap, python3 (interop tests), then the workspace packages.
+# version from package.json), bubblewrap, python3 (interop tests), PostgreSQL (the Postgres store's
+# tests start their own throwaway server), then the workspace packages.
 # Safe to run again: it only installs what is missing. Used by the README quick start and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,11 @@ command -v python3 >/dev/null 2>&1 || apt_missing+=(python3)
 if [ "$(id -u)" -eq 0 ]; then
   { command -v setpriv && command -v unshare; } >/dev/null 2>&1 || apt_missing+=(util-linux)
   command -v mount >/dev/null 2>&1 || apt_missing+=(mount)
+fi
+# The Postgres store's tests start a throwaway PostgreSQL server (initdb in a temp dir): Debian
+# keeps the server binaries off PATH, in /usr/lib/postgresql/<major>/bin.
+if ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  apt_missing+=(postgresql)
 fi
 if [ "${#apt_missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then

@@ -1,3 +1,4 @@
 import { packageTests } from '../../config/vitest.js';
 
-export default packageTests();
+// Suites start a throwaway PostgreSQL server and spawn writer processes that they kill -9.
+export default packageTests({ testTimeout: 120_000 });
