@@ -6,6 +6,7 @@
  */
 export { digestSpec, STAMP_FIELDS, type TamperedFailure, verifyToolDigest } from './digest.js';
 export { REGISTRY_ERROR_CODES, RegistryError, type RegistryErrorCode } from './errors.js';
+export { fileToolStore } from './fileToolStore.js';
 /**
  * The durable-file steps the registry writes with, for packages that keep their own files the same
  * way (the toolsmith's proposals): a fsynced 0600 temp file, published by link (never replaces) or
@@ -24,7 +25,7 @@ export {
   VALIDATION_BUDGET_MS,
 } from './json-schema.js';
 export { MAX_PATTERN_REPEAT } from './linear-pattern.js';
-export { isValidToolName, MAX_NAME_BYTES, toolNameProblem, WIRE_NAME_PATTERN, wireName } from './name.js';
+export { isValidToolName, MAX_NAME_BYTES, toolNameProblem, WIRE_NAME_PATTERN, wireKey, wireLockKey, wireName } from './name.js';
 export {
   type CreateOptions,
   type CreateResult,
@@ -54,7 +55,18 @@ export {
   type StaticRule,
   staticCheck,
 } from './static-check.js';
-export type { FileFailure, ToolVersion } from './store.js';
+export type {
+  Collisions,
+  Decide,
+  Decision,
+  FileFailure,
+  ReadResult,
+  StoreFailure,
+  StoreWatcher,
+  StoreWatchOptions,
+  ToolStore,
+  ToolVersion,
+} from './toolStore.js';
 export {
   type CreatedBy,
   type Failure,

@@ -1,28 +1,38 @@
-import { existsSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname } from 'node:path';
+import { watchStores } from './changeFeed.js';
 import { RegistryError } from './errors.js';
+import { fileToolStore } from './fileToolStore.js';
 import { validationFailure } from './json-schema.js';
 import { toolNameProblem, wireKey, wireName, wireNameOfValid } from './name.js';
 import { configuredScopes, type ScopeRoots } from './scopes.js';
 import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
-import { type Decision, type FileFailure, type ReadResult, ScopeDir, type ToolVersion } from './store.js';
+import type { Collisions, Decision, ReadResult, StoreFailure, StoreWatcher, ToolStore, ToolVersion } from './toolStore.js';
 import {
   type CreatedBy,
   type Failure,
   type RegistryEvent,
+  SCOPES,
   type Scope,
   type StoredTool,
   TOOL_STATES,
   type ToolState,
   type ValidationFailure,
 } from './types.js';
-import { type ScopeChange, startWatcher, type Watcher, type WatchOptions } from './watch.js';
+import type { ScopeChange, WatchOptions } from './watch.js';
 import { markWireConflicts, wireTaken } from './wire.js';
 
 /** Options of `createRegistry`. */
 export interface RegistryOptions {
-  /** The scope directories (see `scopeRoots`). Only configured scopes are read and written. */
-  roots: ScopeRoots;
+  /**
+   * The scope directories (see `scopeRoots`): a file store (`fileToolStore`) for each scope that
+   * `stores` does not give. Only configured scopes (here or in `stores`) are read and written.
+   */
+  roots?: ScopeRoots;
+  /**
+   * The store of a scope, instead of its directory in `roots` (a database, say; see `ToolStore`).
+   * Open each with the same built-in names as `builtins`.
+   */
+  stores?: Partial<Record<Scope, ToolStore>>;
   /**
    * The project directory stamped as a promoted tool's `origin.project`. Default: derived from
    * `roots.project` (`<project>/.forge/tools` → `<project>`).
@@ -42,8 +52,8 @@ export interface RegistryOptions {
 export interface LoadReport {
   /** Tools loaded per configured scope. */
   loaded: Partial<Record<Scope, number>>;
-  /** Files skipped (each also sent as a `registry.load_failed` event). */
-  failed: Array<FileFailure & { scope: Scope }>;
+  /** Files (records) skipped (each also sent as a `registry.load_failed` event). */
+  failed: Array<StoreFailure & { scope: Scope }>;
 }
 
 /** A tool as lookup sees it: the winning scope and the scopes it hides. */
@@ -133,13 +143,14 @@ export interface PromoteOptions {
 }
 
 /**
- * A layered tool registry over one directory per scope. Lookups are in memory (call `load()`
- * first); writes go to disk atomically under a per-name cross-process lock and update memory.
+ * A layered tool registry over one store per scope (a directory, or any `ToolStore`). Lookups are
+ * in memory (call `load()` first); writes go to the store atomically under a per-name
+ * cross-process lock and update memory.
  * Expected outcomes are results (`{ ok: false, kind, message }`); a `RegistryError` is thrown
  * only for an unusable directory, a lock held too long, or a scope that is not configured.
  */
 export interface Registry {
-  /** The configured scope directories. */
+  /** The scope directories as configured (`{}` for a registry over `stores` only). */
   readonly roots: Readonly<ScopeRoots>;
   /**
    * Reads every configured scope from disk, replacing what is in memory. A file that is not
@@ -226,9 +237,9 @@ export interface Registry {
    */
   recover(name: string, version: number, options: { scope: Scope; createdBy?: CreatedBy }): Promise<RecoverResult>;
   /**
-   * Watches the scope directories (creating missing ones, mode 0700) and refreshes memory when
-   * another process writes a tool; `onChange` gets the names whose effective content changed,
-   * per scope, debounced. Writes made through this registry update memory at once and are not
+   * Watches every scope's store (`ToolStore.watch`; a file store creates no missing directory but
+   * waits for it) and refreshes memory when another process writes a tool; `onChange` gets the
+   * names whose effective content changed, per scope, debounced. Writes made through this registry update memory at once and are not
    * reported again. Resolves when the watcher is ready. One watcher per registry. What
    * `onChange` throws goes to `options.onError`.
    */
@@ -241,25 +252,36 @@ const EMPTY: readonly ListedTool[] = Object.freeze([]);
 /** The shared `shadows` of a tool that hides nothing (most of them): one array, not thousands. */
 const NO_SCOPES: readonly Scope[] = Object.freeze([]);
 
-/** Creates a registry over `options.roots`. Touches no file until `load`, a write or `watch`. */
+/**
+ * Creates a registry over `options.stores` and file stores for the other scopes of
+ * `options.roots`. Touches no file until `load`, a write or `watch`. Throws `invalid_option` for a
+ * store whose `scope` is not the scope it is given for.
+ */
 export function createRegistry(options: RegistryOptions): Registry {
   const builtins = new Set(options.builtins ?? []);
   const runtimes = options.runtimes ?? DEFAULT_RUNTIMES;
   const now = options.now ?? (() => new Date());
   const onEvent = options.onEvent ?? (() => {});
   const roots = Object.freeze({ ...options.roots });
-  const scopes = configuredScopes(roots);
+  const given = options.stores ?? {};
+  const scopes = SCOPES.filter((s) => given[s] !== undefined || configuredScopes(roots).includes(s));
   const projectDir =
     options.projectDir ??
     (roots.project && basename(roots.project) === 'tools' && basename(dirname(roots.project)) === '.forge'
       ? dirname(dirname(roots.project))
       : roots.project);
 
-  const dirs = new Map<Scope, ScopeDir>();
+  const stores = new Map<Scope, ToolStore>();
   const tables = new Map<Scope, Map<string, StoredTool>>();
   for (const s of scopes) {
+    const store = given[s];
     const root = roots[s];
-    if (root) dirs.set(s, new ScopeDir(s, root, builtins));
+    if (store) {
+      if (store.scope !== s) {
+        throw new RegistryError('invalid_option', `the store given for the ${s} scope keeps the ${store.scope} scope (${store.where})`);
+      }
+      stores.set(s, store);
+    } else if (root) stores.set(s, fileToolStore(s, root, builtins));
     tables.set(s, new Map());
   }
   const index = new Map<string, ResolvedTool>();
@@ -278,10 +300,14 @@ export function createRegistry(options: RegistryOptions): Registry {
    */
   const inFlight = new Map<string, { name: string; scope: Scope }[]>();
   let listCache = new Map<Scope | 'all', readonly ListedTool[]>();
-  let watcher: Watcher | undefined;
+  /** Set while `watch` starts (so a second call is refused at once) and while it runs. */
+  let watching: object | undefined;
+  let watcher: StoreWatcher | undefined;
+  /** Per `scope\0name`: how many writes of this registry have updated memory (see `refresh`). */
+  const ownWrites = new Map<string, number>();
 
-  function dirOf(scope: Scope): ScopeDir {
-    const d = dirs.get(scope);
+  function dirOf(scope: Scope): ToolStore {
+    const d = stores.get(scope);
     if (!d) {
       throw new RegistryError('invalid_option', `scope "${scope}" has no directory in this registry; configured: ${scopes.join(', ')}`);
     }
@@ -340,14 +366,19 @@ export function createRegistry(options: RegistryOptions): Registry {
 
   /**
    * Why writing `name` into `dir` would give two tools one wire name, or undefined. Asked under
-   * the name's lock (which colliding names share within a scope): a built-in, a file in the
-   * directory now, a tool in memory, a write of this registry in flight.
+   * the name's lock (which colliding names share within a scope): a built-in, a record in the
+   * store now (`collisions`, read under the lock), a tool in memory, a write of this registry in flight.
    */
-  function wireClash(name: string, dir: ScopeDir, kind: 'name_taken' | 'promote_conflict'): Failure<string> | undefined {
+  async function wireClash(
+    name: string,
+    dir: ToolStore,
+    collisions: () => Promise<Collisions>,
+    kind: 'name_taken' | 'promote_conflict',
+  ): Promise<Failure<string> | undefined> {
     const key = wireKey(name);
     const builtin = builtinWires.get(key);
     if (builtin !== undefined && builtin !== name) return wireTaken(kind, name, builtin, 'built-in');
-    const onDisk = dir.collisions(name).wires[0];
+    const onDisk = (await collisions()).wires[0];
     if (onDisk !== undefined) return wireTaken(kind, name, onDisk, `${dir.scope} scope`);
     const seen = wireVariant(name);
     if (seen) return wireTaken(kind, name, seen.tool.name, `${seen.scope} scope`);
@@ -400,24 +431,36 @@ export function createRegistry(options: RegistryOptions): Registry {
     return before.version !== tool.version || before.digest !== tool.digest || before.created_at !== tool.created_at;
   }
 
-  function emitFailure(scope: Scope, f: FileFailure): void {
+  function emitFailure(scope: Scope, f: StoreFailure): void {
     onEvent({ type: 'registry.load_failed', scope, path: f.path, reason: f.reason });
   }
 
-  /** Re-reads one name of one scope from disk (for the watcher). */
-  function refresh(scope: Scope, name: string): boolean {
+  /** Memory of `name` in `scope` after a write of this registry. */
+  function setOwn(scope: Scope, name: string, tool: StoredTool | undefined): void {
+    const key = `${scope}\0${name}`;
+    ownWrites.set(key, (ownWrites.get(key) ?? 0) + 1);
+    setTool(scope, name, tool);
+  }
+
+  /**
+   * Re-reads one name of one scope from its store (for the watcher); true when memory changed.
+   * A write of this registry that lands while the read is under way is newer than what the read
+   * may have seen: read again rather than put the older record back. `live()` false (the watcher
+   * was closed meanwhile): change nothing.
+   */
+  async function refresh(scope: Scope, name: string, live: () => boolean = () => true): Promise<boolean> {
     const dir = dirOf(scope);
-    const problem = toolNameProblem(name);
-    if (problem) {
-      // A file dropped in by hand (the watcher only reports names from the directory itself).
-      const path = join(dir.root, `${name}.json`);
-      if (existsSync(path))
-        emitFailure(scope, { path, reason: `file name ${JSON.stringify(`${name}.json`)} is not a tool name: it ${problem}` });
-      return false;
+    const key = `${scope}\0${name}`;
+    for (let attempt = 1; ; attempt++) {
+      const before = ownWrites.get(key);
+      const r = await dir.read(name);
+      if (!live()) return false;
+      if (ownWrites.get(key) !== before && attempt < 5) continue;
+      if (r.status === 'bad') emitFailure(scope, r.failure);
+      // A name outside the grammar is a file dropped in by hand: reported, never a tool.
+      if (toolNameProblem(name)) return false;
+      return setTool(scope, name, r.status === 'ok' ? r.tool : undefined);
     }
-    const r = dir.read(name);
-    if (r.status === 'bad') emitFailure(scope, r.failure);
-    return setTool(scope, name, r.status === 'ok' ? r.tool : undefined);
   }
 
   function stamp(spec: object, digest: string, version: number, scope: Scope, createdBy: CreatedBy): StoredTool {
@@ -496,15 +539,15 @@ export function createRegistry(options: RegistryOptions): Registry {
       const name = v.spec.name;
       const result = await claimed(name, opts.scope, (claim) =>
         dir
-          .put<CreateResult>(name, (current, next): Decision<CreateResult> => {
+          .put<CreateResult>(name, async (current, next, collisions): Promise<Decision<CreateResult>> => {
             // Only the very name, replaced on purpose, may stand beside a case variant or a wire
             // twin (one that existed before names were compared this way).
             if (current.status === 'missing' || !opts.overwrite) {
-              const onDisk = dir.caseVariants(name)[0];
+              const onDisk = (await collisions()).cases[0];
               if (onDisk !== undefined) return { value: caseTaken(name, onDisk, opts.scope) };
               const seen = caseVariant(name);
               if (seen) return { value: caseTaken(name, seen.tool.name, seen.scope) };
-              const clash = wireClash(name, dir, 'name_taken');
+              const clash = await wireClash(name, dir, collisions, 'name_taken');
               if (clash) return { value: clash };
             }
             if (current.status !== 'missing' && !opts.overwrite) {
@@ -527,7 +570,7 @@ export function createRegistry(options: RegistryOptions): Registry {
             return { write: tool, value: previous ? { ok: true, tool, previous } : { ok: true, tool } };
           })
           .then((r) => {
-            if (r.ok) setTool(opts.scope, name, r.tool);
+            if (r.ok) setOwn(opts.scope, name, r.tool);
             return r;
           }),
       );
@@ -544,10 +587,10 @@ export function createRegistry(options: RegistryOptions): Registry {
       );
       if (r.status === 'refused') {
         // Nothing was removed: memory keeps what the file holds.
-        refresh(opts.scope, name);
+        await refresh(opts.scope, name);
         return r.failure;
       }
-      setTool(opts.scope, name, undefined);
+      setOwn(opts.scope, name, undefined);
       if (r.status === 'missing') return unknownTool(name, `the ${opts.scope} scope`);
       if (r.status === 'bad') {
         // The unreadable file was still removed (and kept); report what was there.
@@ -623,7 +666,7 @@ export function createRegistry(options: RegistryOptions): Registry {
       const user = dirOf('user');
       const invalid = badName(name);
       if (invalid) return invalid;
-      const source = dirOf(from).read(name);
+      const source = await dirOf(from).read(name);
       if (source.status === 'bad') emitFailure(from, source.failure);
       if (source.status !== 'ok') {
         const why = source.status === 'bad' ? ` (its file is unusable: ${source.failure.reason})` : '';
@@ -632,13 +675,13 @@ export function createRegistry(options: RegistryOptions): Registry {
       const src = source.tool;
       const mayPromote = opts.authorize?.(src);
       if (mayPromote) return mayPromote;
-      const project = projectDir ?? dirOf(from).root;
+      const project = projectDir ?? dirOf(from).where;
       const result = await claimed(name, 'user', (claim) =>
         user
-          .put<PromoteResult>(name, (current, next): Decision<PromoteResult> => {
+          .put<PromoteResult>(name, async (current, next, collisions): Promise<Decision<PromoteResult>> => {
             let outcome: PromoteOutcome = 'created';
             if (current.status === 'missing') {
-              const variant = user.caseVariants(name)[0];
+              const variant = (await collisions()).cases[0];
               if (variant !== undefined) {
                 return {
                   value: {
@@ -648,7 +691,7 @@ export function createRegistry(options: RegistryOptions): Registry {
                   },
                 };
               }
-              const clash = wireClash(name, user, 'promote_conflict');
+              const clash = await wireClash(name, user, collisions, 'promote_conflict');
               if (clash) return { value: clash };
             }
             if (current.status === 'ok') {
@@ -692,7 +735,7 @@ export function createRegistry(options: RegistryOptions): Registry {
             return { write: tool, value };
           })
           .then((r) => {
-            if (r.ok) setTool('user', name, r.tool);
+            if (r.ok) setOwn('user', name, r.tool);
             return r;
           }),
       );
@@ -734,7 +777,7 @@ export function createRegistry(options: RegistryOptions): Registry {
           return { write: tool, value: { ok: true, tool, previous: { version: cur.version, digest: cur.digest } } };
         })
         .then((r) => {
-          if (r.ok) setTool(opts.scope, name, r.tool);
+          if (r.ok) setOwn(opts.scope, name, r.tool);
           return r;
         });
       return result;
@@ -755,9 +798,9 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (builtins.has(name)) return forbidden(name);
       const result = await claimed(name, opts.scope, (claim) =>
         dir
-          .put<RecoverResult>(name, (current: ReadResult, next): Decision<RecoverResult> => {
+          .put<RecoverResult>(name, async (current: ReadResult, next, collisions): Promise<Decision<RecoverResult>> => {
             if (current.status === 'missing') {
-              const clash = wireClash(name, dir, 'name_taken');
+              const clash = await wireClash(name, dir, collisions, 'name_taken');
               if (clash) return { value: clash as Failure<'name_taken'> };
             }
             // A recovered promoted tool keeps its origin: it still came from there.
@@ -768,7 +811,7 @@ export function createRegistry(options: RegistryOptions): Registry {
             return { write: tool, value };
           })
           .then((r) => {
-            if (r.ok) setTool(opts.scope, name, r.tool);
+            if (r.ok) setOwn(opts.scope, name, r.tool);
             return r;
           }),
       );
@@ -776,25 +819,36 @@ export function createRegistry(options: RegistryOptions): Registry {
     },
 
     async watch(onChange, watchOptions) {
-      if (watcher) throw new RegistryError('invalid_option', 'this registry is already watching; call close() first');
-      const targets = scopes.map((s) => ({ scope: s, root: dirOf(s).root }));
-      watcher = await startWatcher(
-        targets,
-        (pending) => {
-          const changes: ScopeChange[] = [];
-          for (const [scope, names] of pending) {
-            const changed = [...names].filter((n) => refresh(scope, n)).sort();
-            if (changed.length > 0) changes.push({ scope, names: changed });
-          }
-          if (changes.length > 0) onChange(changes);
-        },
-        watchOptions,
-      );
+      if (watching) throw new RegistryError('invalid_option', 'this registry is already watching; call close() first');
+      const claim = {};
+      watching = claim;
+      try {
+        const w = await watchStores(
+          scopes.map((s) => dirOf(s)),
+          async (pending, live) => {
+            const changes: ScopeChange[] = [];
+            for (const [scope, names] of pending) {
+              const changed: string[] = [];
+              for (const n of names) if (await refresh(scope, n, live)) changed.push(n);
+              if (changed.length > 0) changes.push({ scope, names: changed.sort() });
+            }
+            return changes;
+          },
+          onChange,
+          watchOptions,
+        );
+        if (watching === claim) watcher = w;
+        else await w.close();
+      } catch (err) {
+        if (watching === claim) watching = undefined;
+        throw err;
+      }
     },
 
     async close() {
       const w = watcher;
       watcher = undefined;
+      watching = undefined;
       await w?.close();
     },
   };

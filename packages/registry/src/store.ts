@@ -7,6 +7,7 @@ import { RegistryError } from './errors.js';
 import { ensureDir, linkNew, readTextSync, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
 import { toolNameProblem, wireKey, wireLockKey } from './name.js';
 import { storedToolProblem } from './spec.js';
+import type { Collisions, Decide, FileFailure, ReadResult, ToolVersion } from './toolStore.js';
 import type { Scope, StoredTool } from './types.js';
 
 // proper-lockfile (with graceful-fs) is loaded by the first write: reading never locks.
@@ -17,31 +18,7 @@ function lockfile(): typeof lockfileType {
   return lockfileModule;
 }
 
-/** A tool file that could not be used, and why. */
-export interface FileFailure {
-  path: string;
-  reason: string;
-}
-
-/** What reading one tool file gave. */
-export type ReadResult = { status: 'ok'; tool: StoredTool } | { status: 'missing' } | { status: 'bad'; failure: FileFailure };
-
-/** One recoverable version of a tool (see `Registry.versions`). */
-export interface ToolVersion {
-  version: number;
-  /** True for the live file; false for a file under `.versions/`. */
-  current: boolean;
-  path: string;
-  /** The stored tool, or undefined when the file is unreadable (`reason` says why). */
-  tool?: StoredTool;
-  reason?: string;
-}
-
-/** What a locked write decided: the tool to write (if any) and the value to return. */
-export interface Decision<R> {
-  write?: StoredTool;
-  value: R;
-}
+export type { Decision, FileFailure, ReadResult, ToolVersion } from './toolStore.js';
 
 const VERSIONS_DIR = '.versions';
 const LOCKS_DIR = '.locks';
@@ -173,7 +150,7 @@ export class ScopeDir {
    * differ from it only by case; `wires` are other names with the same wire name regardless of
    * case (`a__b` for `a.b`; see `wireName`). One directory read for both.
    */
-  collisions(name: string): { cases: string[]; wires: string[] } {
+  collisions(name: string): Collisions {
     const cases: string[] = [];
     const wires: string[] = [];
     let files: string[];
@@ -296,7 +273,7 @@ export class ScopeDir {
    * new name publishes with link(2), so it can never clobber; a replace keeps the previous file
    * in the history first.
    */
-  async put<R>(name: string, decide: (current: ReadResult, nextVersion: number) => Decision<R>): Promise<R> {
+  async put<R>(name: string, decide: Decide<R>): Promise<R> {
     return this.withLock(name, async () => {
       const live = this.pathOf(name);
       for (let attempt = 1; ; attempt++) {
@@ -304,7 +281,7 @@ export class ScopeDir {
         const current = this.read(name);
         const maxHistory = await this.maxHistoryVersion(name);
         const next = Math.max(current.status === 'ok' ? current.tool.version : 0, maxHistory) + 1;
-        const d = decide(current, next);
+        const d = await decide(current, next, async () => this.collisions(name));
         if (!d.write) return d.value;
         const tmp = await writeTemp(this.root, `${JSON.stringify(d.write, null, 2)}\n`);
         if (current.status === 'missing') {
