@@ -1,4 +1,13 @@
-import { type Checkpoint, checkpointLine, type KeyInput, parseCheckpoint, signCheckpoint, toKey } from './checkpoint.js';
+import {
+  type Checkpoint,
+  checkpointLine,
+  type KeyInput,
+  keyId,
+  parseCheckpoint,
+  signCheckpoint,
+  toKey,
+  verifyCheckpointSignature,
+} from './checkpoint.js';
 import { AuditError } from './errors.js';
 import { type AuditEntry, assertEventType, checkLine, encodeData, isHex64, SUFFIX_BYTES, sha256Hex } from './format.js';
 import type { JsonValue } from './ijson.js';
@@ -152,4 +161,32 @@ export function encodeCheckpoint(
   if (typeof checked === 'string') throw new AuditError('invalid_data', `checkpoint is invalid: ${checked}`);
   if (options.signingKey !== undefined) cp = signCheckpoint(cp, toKey(options.signingKey, 'private', 'signingKey'));
   return { checkpoint: cp, line: checkpointLine(cp) };
+}
+
+/** Result of {@link decodeCheckpoint}. */
+export type DecodedCheckpoint =
+  | {
+      ok: true;
+      checkpoint: Checkpoint;
+      /**
+       * With a public key: `'valid'` when signed by that key and the signature verifies,
+       * `'invalid'` when signed by that key but altered, `'other_key'` when unsigned or signed by
+       * another key. Without a key: `'unchecked'`.
+       */
+      signature: 'valid' | 'invalid' | 'other_key' | 'unchecked';
+    }
+  | { ok: false; message: string };
+
+/**
+ * Parses one line of a checkpoint file (with or without its line feed) as a verifier does
+ * (SPEC.md section 5.1) and, given `publicKey`, checks its signature (section 5.4). Throws
+ * `invalid_key` for a key that is not an Ed25519 public key.
+ */
+export function decodeCheckpoint(line: string, options: { publicKey?: KeyInput } = {}): DecodedCheckpoint {
+  const cp = parseCheckpoint(line.endsWith('\n') ? line.slice(0, -1) : line);
+  if (typeof cp === 'string') return { ok: false, message: cp };
+  if (options.publicKey === undefined) return { ok: true, checkpoint: cp, signature: 'unchecked' };
+  const pub = toKey(options.publicKey, 'public', 'publicKey');
+  if (cp.key_id !== keyId(pub)) return { ok: true, checkpoint: cp, signature: 'other_key' };
+  return { ok: true, checkpoint: cp, signature: verifyCheckpointSignature(cp, pub) ? 'valid' : 'invalid' };
 }

@@ -8,7 +8,9 @@
 export { type Checkpoint, generateSigningKeys, type KeyInput } from './checkpoint.js';
 export {
   type CheckpointFields,
+  type DecodedCheckpoint,
   type DecodedEntry,
+  decodeCheckpoint,
   decodeEntry,
   type EncodedEntry,
   type EntryFields,

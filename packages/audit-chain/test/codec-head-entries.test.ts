@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import {
   type AuditEntry,
+  decodeCheckpoint,
   decodeEntry,
   encodeCheckpoint,
   encodeEntry,
@@ -217,5 +218,21 @@ describe('AuditLog.entries', () => {
     await writeFile(path, text.replace('{"i":2}', '{"i":9}'));
     expect(await codeOf(collect(log.entries({ from: 3 })))).toBe('log_corrupt');
     await log.close();
+  });
+});
+
+describe('decodeCheckpoint', () => {
+  it('parses a checkpoint line and checks its signature against a key', () => {
+    const keys = generateSigningKeys();
+    const other = generateSigningKeys();
+    const fields = { entries: 2, head: 'c'.repeat(64), segment: 1, offset: 300, time: T0.toISOString() };
+    const signed = encodeCheckpoint(fields, { signingKey: keys.privateKey });
+    expect(decodeCheckpoint(signed.line)).toEqual({ ok: true, checkpoint: signed.checkpoint, signature: 'unchecked' });
+    expect(decodeCheckpoint(signed.line, { publicKey: keys.publicKey })).toMatchObject({ ok: true, signature: 'valid' });
+    expect(decodeCheckpoint(signed.line, { publicKey: other.publicKey })).toMatchObject({ ok: true, signature: 'other_key' });
+    const altered = signed.line.replace('"entries":2', '"entries":3');
+    expect(decodeCheckpoint(altered, { publicKey: keys.publicKey })).toMatchObject({ ok: true, signature: 'invalid' });
+    expect(decodeCheckpoint(encodeCheckpoint(fields).line, { publicKey: keys.publicKey })).toMatchObject({ signature: 'other_key' });
+    expect(decodeCheckpoint('{"entries":1}')).toMatchObject({ ok: false });
   });
 });
