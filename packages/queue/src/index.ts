@@ -2,4 +2,9 @@
  * @forge/queue — the job queue interface forge dispatches calls through, and its file-native
  * implementation for many processes on one host.
  */
+
+export { QUEUE_ERROR_CODES, QueueError, type QueueErrorCode } from './errors.js';
+export { type FileQueueOptions, openFileQueue } from './file.js';
+export { FILE_QUEUE_STEPS, type FileQueueStep } from './layout.js';
+export { JOB_ID, MAX_PAYLOAD_BYTES } from './names.js';
 export type * from './types.js';
