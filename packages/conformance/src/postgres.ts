@@ -29,6 +29,10 @@ export class PostgresHarnessError extends Error {
 export interface StartPostgresOptions {
   /** Extra server settings written to postgresql.conf (name → value, quoted for you). */
   settings?: Record<string, string | number>;
+  /** Directory of initdb, pg_ctl and postgres (default: PATH, else the highest /usr/lib/postgresql/N/bin). */
+  bin?: string;
+  /** The process whose death stops the server and removes its dir (default: this process). */
+  ownerPid?: number;
 }
 
 /** A running throwaway PostgreSQL cluster, reachable only through a Unix socket in {@link dir}. */
@@ -76,7 +80,7 @@ interface RunAs {
  * it and removes the dir should the calling process die first.
  */
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<PostgresServer> {
-  const bins = findBinaries();
+  const bins = findBinaries(options.bin);
   const as = runAs();
   const dir = await mkdtemp(join(tmpdir(), 'forge-pg-'));
   const data = join(dir, 'data');
@@ -91,7 +95,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     await exec(as, bins.pgCtl, ['start', '-w', '-t', '60', '-s', '-D', data, '-l', join(dir, 'server.log')], dir);
     const t2 = performance.now();
     const pid = await postmasterPid(data);
-    watchdog = startWatchdog(as, bins, dir, data);
+    watchdog = startWatchdog(as, bins, dir, data, options.ownerPid ?? process.pid);
     const server = new Server(dir, data, pid, as, bins, watchdog, { initdbMs: Math.round(t1 - t0), startMs: Math.round(t2 - t1) });
     return server;
   } catch (err) {
@@ -185,7 +189,15 @@ function serverConf(dir: string, extra: Record<string, string | number>): string
 }
 
 /** initdb and pg_ctl from PATH (resolved, so pg_ctl finds its postgres), else the highest /usr/lib/postgresql/N/bin. */
-function findBinaries(): Binaries {
+function findBinaries(only?: string): Binaries {
+  if (only !== undefined) {
+    const b = { bin: only, initdb: join(only, 'initdb'), pgCtl: join(only, 'pg_ctl') };
+    if (isExecutable(b.initdb) && isExecutable(b.pgCtl) && isExecutable(join(only, 'postgres'))) return b;
+    throw new PostgresHarnessError(
+      'postgres_missing',
+      `PostgreSQL server binaries not found in ${only} (initdb, pg_ctl and postgres); install them with ${POSTGRES_INSTALL_HINT}, or name the directory that holds them`,
+    );
+  }
   const candidates: string[] = [];
   for (const d of (process.env.PATH ?? '').split(delimiter)) {
     if (d && isExecutable(join(d, 'initdb'))) candidates.push(dirname(realpathSync(join(d, 'initdb'))));
@@ -333,9 +345,9 @@ function killQuietly(pid: number): void {
  * A detached shell that stops the cluster (immediate mode) and removes its dir once the process
  * that started it is gone, so a test worker torn down without its `afterAll` leaves no server.
  */
-function startWatchdog(as: RunAs, bins: Binaries, dir: string, data: string): number {
+function startWatchdog(as: RunAs, bins: Binaries, dir: string, data: string, owner: number): number {
   const stop = [...as.prefix, bins.pgCtl, 'stop', '-s', '-w', '-m', 'immediate', '-D', data].map(shq).join(' ');
-  const script = `cd / ; while kill -0 ${process.pid} 2>/dev/null; do sleep 1; done; cd ${shq(dir)} && ${stop}; cd / ; rm -rf ${shq(dir)}`;
+  const script = `cd / ; while kill -0 ${owner} 2>/dev/null; do sleep 1; done; cd ${shq(dir)} && ${stop}; cd / ; rm -rf ${shq(dir)}`;
   const child = spawn('sh', ['-c', script], { detached: true, stdio: 'ignore' });
   child.unref();
   if (child.pid === undefined) throw new Error('could not start the watchdog shell');

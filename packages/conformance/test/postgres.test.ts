@@ -1,7 +1,15 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PostgresServer, startPostgres } from '../src/postgres.js';
+
+/** The forge-pg- dirs in the temp dir now. */
+function pgDirs(): string[] {
+  return readdirSync(tmpdir()).filter((n) => n.startsWith('forge-pg-'));
+}
 
 /** Whether `pid` is a live process (a zombie counts as gone). */
 function alive(pid: number): boolean {
@@ -121,5 +129,32 @@ describe('startPostgres', () => {
     expect(existsSync(other.dir)).toBe(false);
     expect(segments()).not.toContain(shmid);
     expect(await query(server.url, 'select 1 as one')).toEqual([{ one: 1 }]);
+  });
+
+  it('when the process that started it dies, its watchdog stops the server and removes the dir', async () => {
+    const owner = spawn('sleep', ['600'], { stdio: 'ignore' });
+    const gone = new Promise((resolve) => owner.on('exit', resolve));
+    try {
+      const orphan = await startPostgres({ ownerPid: owner.pid as number });
+      expect(await query(orphan.url, 'select 1 as one')).toEqual([{ one: 1 }]);
+      owner.kill('SIGKILL');
+      await gone;
+      for (let i = 0; i < 600 && (alive(orphan.pid) || existsSync(orphan.dir)); i++) await sleep(50);
+      expect(alive(orphan.pid)).toBe(false);
+      expect(existsSync(orphan.dir)).toBe(false);
+    } finally {
+      owner.kill('SIGKILL');
+    }
+  });
+});
+
+describe('startPostgres without server binaries', () => {
+  it('fails with the install command and leaves nothing behind', async () => {
+    const before = pgDirs();
+    const err = await startPostgres({ bin: '/nonexistent/postgresql/bin' }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ name: 'PostgresHarnessError', code: 'postgres_missing' });
+    expect((err as Error).message).toContain('apt-get install -y postgresql');
+    expect((err as Error).message).toContain('bash scripts/setup.sh');
+    expect(pgDirs().filter((d) => !before.includes(d))).toEqual([]);
   });
 });
