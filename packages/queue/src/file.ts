@@ -68,6 +68,15 @@ export async function openFileQueue(dir: string, options: FileQueueOptions = {})
   return new FileQueue(ctx);
 }
 
+/** Runs a file operation, turning an unexpected failure into `io_error` naming `path` (QueueErrors pass). */
+async function guard<T>(what: string, path: string, op: () => Promise<T>): Promise<T> {
+  try {
+    return await op();
+  } catch (err) {
+    throw ioError(what, path, err);
+  }
+}
+
 class FileQueue implements JobQueue {
   readonly kind = 'file';
   readonly where: string;
@@ -96,8 +105,8 @@ class FileQueue implements JobQueue {
   async claim(worker: string): Promise<ClaimedJob | undefined> {
     this.open();
     checkId(worker, 'worker name');
-    for (const [J] of await pendingInOrder(this.ctx, this.order)) {
-      const won = await claimOne(this.ctx, J, worker);
+    for (const [J] of await guard('listing', this.ctx.q.pending, () => pendingInOrder(this.ctx, this.order))) {
+      const won = await guard('claiming', join(this.ctx.q.claimed, J), () => claimOne(this.ctx, J, worker));
       if (won) return this.hold(J, worker, won.request.payload, won.lease, won.note);
     }
     return undefined;
@@ -289,13 +298,15 @@ class FileQueue implements JobQueue {
         await renameIfThere(join(ldir, 'finishing'), join(ldir, 'worker'));
         return 'conflict';
       }
-      const ok = await finishRequest(this.ctx, h.J, result.status, {
-        status: result.status,
-        payload,
-        attempt: job.attempt,
-        finished_at: this.ctx.now(),
-        worker: job.worker,
-      });
+      const ok = await guard('finishing', join(this.ctx.q.claimed, h.J), () =>
+        finishRequest(this.ctx, h.J, result.status, {
+          status: result.status,
+          payload,
+          attempt: job.attempt,
+          finished_at: this.ctx.now(),
+          worker: job.worker,
+        }),
+      );
       this.resultSignal.fire(`${h.J}.result`);
       return ok ? 'finished' : 'conflict';
     });
@@ -329,6 +340,10 @@ class FileQueue implements JobQueue {
 
   async cancel(id: string, reason: string): Promise<'cancelled' | 'signalled' | 'finished' | 'unknown'> {
     this.open();
+    return guard('cancelling a job in', this.where, () => this.cancelJob(id, reason));
+  }
+
+  private async cancelJob(id: string, reason: string): Promise<'cancelled' | 'signalled' | 'finished' | 'unknown'> {
     const J = requestName(checkId(id));
     const why = typeof reason === 'string' && reason ? reason : 'cancelled';
     for (let tries = 0; tries < 20; tries++) {
@@ -352,11 +367,13 @@ class FileQueue implements JobQueue {
 
   async recover(options: { now?: number; onExhausted?: (job: ExhaustedJob) => Promise<JsonValue> } = {}): Promise<RecoverReport> {
     this.open();
-    const report = await recoverQueue(this.ctx, {
-      now: options.now ?? this.ctx.now(),
-      full: true,
-      ...(options.onExhausted ? { onExhausted: options.onExhausted } : {}),
-    });
+    const report = await guard('recovering', this.where, () =>
+      recoverQueue(this.ctx, {
+        now: options.now ?? this.ctx.now(),
+        full: true,
+        ...(options.onExhausted ? { onExhausted: options.onExhausted } : {}),
+      }),
+    );
     if (report.failed.length) this.resultSignal.fire(null);
     return report;
   }
