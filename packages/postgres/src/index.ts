@@ -1,4 +1,18 @@
 /**
  * @forge/postgres — forge's stores in one PostgreSQL database, for many front-ends and workers.
+ *
+ * Public API. Everything exported here is a deliberate, documented decision.
  */
-export {};
+
+export { AUDIT_CHANNEL, openPostgresAuditLog, type PostgresAuditLogOptions } from './audit.js';
+export { POSTGRES_ERROR_CODES, type PostgresErrorCode, PostgresStoreError } from './errors.js';
+export {
+  type ExportResult,
+  exportAuditLog,
+  type PostgresFirstBad,
+  type PostgresVerifyResult,
+  verifyPostgresAuditLog,
+} from './export.js';
+export { type MigrateResult, type MigrationStatus, migrate, migrationStatus } from './migrate.js';
+export { MIGRATIONS, type Migration } from './migrations.js';
+export { redactText, redactUrl } from './url.js';

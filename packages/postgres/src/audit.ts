@@ -1,0 +1,443 @@
+import {
+  type AppendResult,
+  type AuditEntry,
+  AuditError,
+  type AuditLog,
+  type Checkpoint,
+  decodeEntry,
+  type EntriesOptions,
+  encodeCheckpoint,
+  encodePrepared,
+  type JsonValue,
+  type KeyInput,
+  type LogHead,
+  type PreparedAppend,
+  prepareAppend,
+  type RotateResult,
+} from '@forge/audit-chain';
+import type pg from 'pg';
+import { describeError, PostgresStoreError } from './errors.js';
+import { assertMigrated, migrate } from './migrate.js';
+import { checkConnection, type PoolHandle, poolFor } from './pool.js';
+
+/** Channel of the change notification: payload is the new head's seq, sent after each batch commits. */
+export const AUDIT_CHANNEL = 'forge_audit';
+
+/** Options of {@link openPostgresAuditLog}. */
+export interface PostgresAuditLogOptions {
+  /** Ed25519 private key (PEM or KeyObject) used to sign checkpoints. */
+  signingKey?: KeyInput;
+  /** Largest entry line accepted, in bytes (default 1 MiB). Larger appends fail `entry_too_large`. */
+  maxEntryBytes?: number;
+  /** Most entries in one batch transaction (default 2000). */
+  maxBatchEntries?: number;
+  /** Most bytes of entry lines in one batch transaction (default 4 MiB). */
+  maxBatchBytes?: number;
+  /** Clock for entry and checkpoint times (default `() => new Date()`). */
+  clock?: () => Date;
+  /** Apply pending migrations when opening (default true); when false, an unmigrated database is refused. */
+  migrate?: boolean;
+  /** Send `NOTIFY forge_audit, '<seq>'` after each batch commits (default true). */
+  notify?: boolean;
+  /** Called after each committed batch, with its size (for metrics and tests). */
+  onBatch?: (batch: { entries: number; firstSeq: number; lastSeq: number }) => void;
+}
+
+interface Pending {
+  p: PreparedAppend;
+  resolve(r: AppendResult): void;
+  reject(e: unknown): void;
+}
+
+const SELECT_HEAD = 'SELECT seq, hash, bytes FROM forge_audit_head WHERE id = 1';
+const INSERT_BATCH = `WITH ins AS (
+  INSERT INTO forge_audit_entries (seq, ts, type, hash, end_offset, line)
+  SELECT s, $1::timestamptz, t, h, o, l FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[]) AS u(s, t, h, o, l)
+)
+UPDATE forge_audit_head SET seq = $7, hash = $8, bytes = $9 WHERE id = 1`;
+const PAGE = 1000;
+
+interface HeadRow {
+  seq: string;
+  hash: string;
+  bytes: string;
+}
+
+/**
+ * Opens the audit log kept in PostgreSQL (tables `forge_audit_head`, `forge_audit_entries`,
+ * `forge_audit_checkpoints`): the same `AuditLog` contract and the exact entry lines of the
+ * audit-chain format (SPEC.md), for any number of processes on any number of hosts. `target` is
+ * a `pg.Pool` (left open on close) or a connection string (a pool of its own, ended on close).
+ *
+ * Runs pending migrations first (unless `migrate: false`), then refuses a database that is not
+ * UTF8 (`wrong_encoding`), whose head disagrees with its last entry (`log_corrupt`, an
+ * AuditError) or that is behind its latest checkpoint (`log_behind_checkpoint`). Connection and
+ * schema failures are `PostgresStoreError`s; messages never show a password.
+ */
+export async function openPostgresAuditLog(target: pg.Pool | string, options: PostgresAuditLogOptions = {}): Promise<AuditLog> {
+  const h = poolFor(target);
+  try {
+    await checkConnection(h);
+    await checkEncoding(h);
+    if (options.migrate ?? true) await migrate(h.pool);
+    else await assertMigrated(h.pool);
+    await checkHead(h);
+  } catch (err) {
+    if (h.owned) await h.pool.end().catch(() => {});
+    throw err;
+  }
+  return new PostgresAuditLog(h, options);
+}
+
+async function checkEncoding(h: PoolHandle): Promise<void> {
+  const r = await h.pool.query<{ server_encoding: string }>('SHOW server_encoding');
+  const enc = r.rows[0]?.server_encoding;
+  if (enc !== 'UTF8') {
+    throw new PostgresStoreError(
+      'wrong_encoding',
+      `${h.label} has encoding ${enc}: the audit log stores its entry lines byte for byte and needs a UTF8 database (CREATE DATABASE … ENCODING 'UTF8')`,
+    );
+  }
+}
+
+/** Refuses a head row that disagrees with the last entry, or a log behind its latest checkpoint. */
+async function checkHead(h: PoolHandle): Promise<void> {
+  const head = (await h.pool.query<HeadRow>(SELECT_HEAD)).rows[0];
+  const last = (
+    await h.pool.query<{ seq: string; hash: string; end_offset: string }>(
+      'SELECT seq, hash, end_offset FROM forge_audit_entries ORDER BY seq DESC LIMIT 1',
+    )
+  ).rows[0];
+  const headSeq = Number(head?.seq ?? -1);
+  const lastSeq = Number(last?.seq ?? 0);
+  if (!head || headSeq !== lastSeq || (last && (last.hash !== head.hash || last.end_offset !== head.bytes))) {
+    throw new AuditError(
+      'log_corrupt',
+      `the audit head in ${h.label} (entry ${head?.seq ?? 'missing'}) does not match its last entry (${lastSeq}); refusing to append to a damaged log: run verifyPostgresAuditLog (forge doctor)`,
+    );
+  }
+  const cp = (
+    await h.pool.query<{ entries: string; head: string; offset: string; time: Date }>(
+      'SELECT entries, head, "offset", time FROM forge_audit_checkpoints ORDER BY entries DESC, id DESC LIMIT 1',
+    )
+  ).rows[0];
+  if (!cp || cp.entries === '0') return;
+  const at = (
+    await h.pool.query<{ hash: string; end_offset: string }>('SELECT hash, end_offset FROM forge_audit_entries WHERE seq = $1', [
+      cp.entries,
+    ])
+  ).rows[0];
+  if (!at || at.hash !== cp.head || at.end_offset !== cp.offset) {
+    throw new AuditError(
+      'log_behind_checkpoint',
+      `the audit log in ${h.label} ${at ? 'does not hold the checkpointed entry' : `has ${lastSeq} entries, fewer than its checkpoint`} (checkpoint of ${cp.time.toISOString()}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or restored from an older copy: restore it before appending`,
+    );
+  }
+}
+
+class PostgresAuditLog implements AuditLog {
+  readonly path: string;
+  private readonly h: PoolHandle;
+  private readonly o: PostgresAuditLogOptions;
+  private readonly clock: () => Date;
+  private readonly maxEntryBytes: number;
+  private readonly maxBatchEntries: number;
+  private readonly maxBatchBytes: number;
+  private queue: Pending[] = [];
+  private running: Promise<void> | undefined;
+  private closed = false;
+  private notifying: Promise<void> | undefined;
+  private notifySeq = 0;
+  private notifiedSeq = 0;
+
+  constructor(h: PoolHandle, o: PostgresAuditLogOptions) {
+    this.h = h;
+    this.o = o;
+    this.path = `${h.label} (forge_audit_entries)`;
+    this.clock = o.clock ?? (() => new Date());
+    this.maxEntryBytes = o.maxEntryBytes ?? 1 << 20;
+    this.maxBatchEntries = o.maxBatchEntries ?? 2000;
+    this.maxBatchBytes = Math.max(o.maxBatchBytes ?? 4 << 20, this.maxEntryBytes);
+    if (o.signingKey !== undefined)
+      encodeCheckpoint({ entries: 0, head: '0'.repeat(64), segment: 1, offset: 0, time: new Date(0).toISOString() }, o); // invalid_key now, not at the first checkpoint
+  }
+
+  append(type: string, data: JsonValue = null): Promise<AppendResult> {
+    try {
+      if (this.closed) throw new AuditError('closed', `audit log ${this.path} is closed; open it again to append`);
+      const p = prepareAppend(type, data, { maxEntryBytes: this.maxEntryBytes });
+      return new Promise<AppendResult>((resolve, reject) => {
+        this.queue.push({ p, resolve, reject });
+        this.kick();
+      });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  async flush(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  async head(): Promise<LogHead> {
+    this.assertOpen();
+    await this.flush();
+    const r = await this.query<HeadRow>(SELECT_HEAD);
+    const row = r.rows[0] as HeadRow;
+    return { seq: Number(row.seq), hash: row.hash };
+  }
+
+  async checkpoint(): Promise<Checkpoint> {
+    this.assertOpen();
+    await this.flush();
+    return this.transaction(async (c) => {
+      const row = (await c.query<HeadRow>(`${SELECT_HEAD} FOR UPDATE`)).rows[0] as HeadRow;
+      const time = this.clock().toISOString();
+      const fields = { entries: Number(row.seq), head: row.hash, segment: 1, offset: Number(row.bytes), time };
+      const { checkpoint, line } = encodeCheckpoint(fields, this.o.signingKey === undefined ? {} : { signingKey: this.o.signingKey });
+      await c.query('INSERT INTO forge_audit_checkpoints (entries, head, "offset", time, key_id, line) VALUES ($1, $2, $3, $4, $5, $6)', [
+        fields.entries,
+        fields.head,
+        fields.offset,
+        time,
+        checkpoint.key_id ?? null,
+        line,
+      ]);
+      return checkpoint;
+    }, 'recording a checkpoint');
+  }
+
+  /**
+   * A database log has one segment: rotation seals nothing. Commits what was appended and
+   * returns `sealed: 0` with the entry count; retention is the database's (or an export's).
+   */
+  async rotate(): Promise<RotateResult> {
+    const { seq } = await this.head();
+    return { sealed: 0, path: this.path, entries: seq };
+  }
+
+  entries(options: EntriesOptions = {}): AsyncIterable<AuditEntry> {
+    return readEntries(this.h, options.from ?? 1, () => this.assertOpen());
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.flush();
+    await this.notifying;
+    if (this.h.owned) {
+      const pool = this.h.pool as pg.Pool & { ended?: boolean };
+      if (!pool.ended) await pool.end();
+    }
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  // ---- internals -------------------------------------------------------------------------
+
+  private assertOpen(): void {
+    if (this.closed) throw new AuditError('closed', `audit log ${this.path} is closed; open it again`);
+  }
+
+  /** Starts the batch loop unless it runs; appends made in the same tick join the first batch. */
+  private kick(): void {
+    if (this.running) return;
+    this.running = new Promise<void>((resolve) => queueMicrotask(resolve))
+      .then(async () => {
+        while (this.queue.length > 0) await this.commitBatch(this.takeBatch());
+      })
+      .finally(() => {
+        this.running = undefined;
+        if (this.queue.length > 0) this.kick();
+      });
+  }
+
+  private takeBatch(): Pending[] {
+    let n = 0;
+    let bytes = 0;
+    while (n < this.queue.length && n < this.maxBatchEntries) {
+      const b = (this.queue[n] as Pending).p.maxBytes;
+      if (n > 0 && bytes + b > this.maxBatchBytes) break;
+      bytes += b;
+      n++;
+    }
+    return this.queue.splice(0, n);
+  }
+
+  /**
+   * One transaction: lock the head row, chain the batch's lines onto it, insert them in one
+   * statement with the new head, commit. Resolves every append after COMMIT, or rejects them all.
+   */
+  private async commitBatch(batch: Pending[]): Promise<void> {
+    let client: pg.PoolClient | undefined;
+    let sentCommit = false;
+    let last: { seq: number; hash: string } | undefined;
+    let results: AppendResult[] = [];
+    try {
+      client = await this.h.pool.connect();
+      const r = (await client.query(`BEGIN; ${SELECT_HEAD} FOR UPDATE`)) as unknown as pg.QueryResult<HeadRow>[];
+      const row = r[1]?.rows[0];
+      if (!row) throw new Error('the forge_audit_head row is missing');
+      const ts = this.clock().toISOString();
+      let seq = Number(row.seq);
+      let prev = row.hash;
+      let offset = Number(row.bytes);
+      const seqs: number[] = [];
+      const types: string[] = [];
+      const hashes: string[] = [];
+      const offsets: number[] = [];
+      const lines: string[] = [];
+      results = [];
+      for (const item of batch) {
+        seq++;
+        const e = encodePrepared(item.p, { seq, ts, prev });
+        offset += e.bytes;
+        seqs.push(seq);
+        types.push(item.p.type);
+        hashes.push(e.hash);
+        offsets.push(offset);
+        lines.push(e.line);
+        results.push({ seq, hash: e.hash, ts });
+        prev = e.hash;
+      }
+      await client.query(INSERT_BATCH, [ts, seqs, types, hashes, offsets, lines, seq, prev, offset]);
+      last = { seq, hash: prev };
+      sentCommit = true;
+      await client.query('COMMIT');
+    } catch (err) {
+      if (client && !sentCommit) await client.query('ROLLBACK').catch(() => {});
+      client?.release(err instanceof Error ? err : true);
+      client = undefined;
+      // A connection lost during COMMIT leaves the outcome unknown: look before answering.
+      if (sentCommit && last && (await this.isCommitted(last))) {
+        this.acknowledge(batch, results, last.seq);
+        return;
+      }
+      const e = new AuditError(
+        'write_failed',
+        `append of ${batch.length} entr${batch.length === 1 ? 'y' : 'ies'} to ${this.path} failed and was rolled back: ${describeError(err, this.h.secrets)}`,
+        { cause: err },
+      );
+      for (const p of batch) p.reject(e);
+      return;
+    } finally {
+      client?.release();
+    }
+    this.acknowledge(batch, results, last.seq);
+  }
+
+  private acknowledge(batch: Pending[], results: AppendResult[], lastSeq: number): void {
+    for (const [i, p] of batch.entries()) p.resolve(results[i] as AppendResult);
+    this.o.onBatch?.({ entries: batch.length, firstSeq: lastSeq - batch.length + 1, lastSeq });
+    if (this.o.notify ?? true) this.notify(lastSeq);
+  }
+
+  private async isCommitted(last: { seq: number; hash: string }): Promise<boolean> {
+    try {
+      const r = await this.h.pool.query<{ hash: string }>('SELECT hash FROM forge_audit_entries WHERE seq = $1', [last.seq]);
+      return r.rows[0]?.hash === last.hash;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * NOTIFY after COMMIT, never inside the append transaction (a pending NOTIFY takes a global lock
+   * at commit). One notification in flight at a time: batches that commit meanwhile are coalesced
+   * into the next one, which carries the newest seq.
+   */
+  private notify(seq: number): void {
+    this.notifySeq = Math.max(this.notifySeq, seq);
+    if (this.notifying) return;
+    this.notifying = (async () => {
+      while (this.notifySeq > this.notifiedSeq) {
+        const s = this.notifySeq;
+        try {
+          await this.h.pool.query('SELECT pg_notify($1, $2)', [AUDIT_CHANNEL, String(s)]);
+        } catch {
+          // A lost notification delays listeners until the next one; the entries are committed.
+        }
+        this.notifiedSeq = s;
+      }
+    })().finally(() => {
+      this.notifying = undefined;
+    });
+  }
+
+  private async query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    try {
+      return await this.h.pool.query<R>(text, values);
+    } catch (err) {
+      throw new PostgresStoreError('query_failed', `query on ${this.path} failed: ${describeError(err, this.h.secrets)}`, {
+        cause: err,
+        secrets: this.h.secrets,
+      });
+    }
+  }
+
+  private async transaction<T>(fn: (c: pg.PoolClient) => Promise<T>, what: string): Promise<T> {
+    let c: pg.PoolClient;
+    try {
+      c = await this.h.pool.connect();
+    } catch (err) {
+      throw new PostgresStoreError('connect_failed', `${what} on ${this.path}: ${describeError(err, this.h.secrets)}`, { cause: err });
+    }
+    try {
+      await c.query('BEGIN');
+      const out = await fn(c);
+      await c.query('COMMIT');
+      c.release();
+      return out;
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      c.release(true);
+      if (err instanceof AuditError) throw err;
+      throw new AuditError('write_failed', `${what} on ${this.path} failed and was rolled back: ${describeError(err, this.h.secrets)}`, {
+        cause: err,
+      });
+    }
+  }
+}
+
+/**
+ * Entries with seq >= `from`, oldest first, in pages of keyset queries, each line checked (hash,
+ * shape) and linked to the one before (the entry before `from` anchors the first).
+ */
+export async function* readEntries(h: PoolHandle, from: number, assertOpen: () => void = () => {}): AsyncGenerator<AuditEntry> {
+  if (!Number.isSafeInteger(from) || from < 1) throw new RangeError(`entries({ from: ${from} }): "from" must be a positive integer`);
+  assertOpen();
+  const corrupt = (seq: number, why: string) =>
+    new AuditError(
+      'log_corrupt',
+      `audit entry ${seq} in ${h.label} ${why}; run verifyPostgresAuditLog (forge doctor) for the full verdict`,
+    );
+  let prev: string | undefined;
+  let expected = from;
+  if (from > 1) {
+    const a = (await h.pool.query<{ line: string }>('SELECT line FROM forge_audit_entries WHERE seq = $1', [from - 1])).rows[0];
+    if (a) {
+      const d = decodeEntry(a.line);
+      if (!d.ok) throw corrupt(from - 1, `is damaged: ${d.message}`);
+      prev = d.entry.hash;
+    }
+  } else {
+    prev = '0'.repeat(64);
+  }
+  for (;;) {
+    const r = await h.pool.query<{ seq: string; line: string }>(
+      'SELECT seq, line FROM forge_audit_entries WHERE seq >= $1 ORDER BY seq LIMIT $2',
+      [expected, PAGE],
+    );
+    for (const row of r.rows) {
+      const d = decodeEntry(row.line);
+      if (!d.ok) throw corrupt(Number(row.seq), `is damaged: ${d.message}`);
+      if (d.entry.seq !== expected || Number(row.seq) !== expected) throw corrupt(expected, 'is missing (sequence gap)');
+      if (prev !== undefined && d.entry.prev !== prev) throw corrupt(expected, 'does not link to the entry before it');
+      prev = d.entry.hash;
+      expected++;
+      yield d.entry;
+    }
+    if (r.rows.length < PAGE) return;
+  }
+}

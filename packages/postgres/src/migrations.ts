@@ -1,0 +1,69 @@
+/** One schema change: applied once, in its own transaction, in `version` order. */
+export interface Migration {
+  /**
+   * Positive and increasing along the list; never reused or renumbered once released. Each store
+   * owns a range (1–9 the audit log, 10–19 the registry, …), so versions may have gaps.
+   */
+  version: number;
+  /** Short name shown by `migrationStatus` and `forge doctor`. */
+  name: string;
+  sql: string;
+}
+
+/**
+ * Every migration this version of the package knows, in version order. A released migration is
+ * never edited: a change is a new migration.
+ */
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'audit log',
+    sql: `
+      -- The audit log's head: the one row that appends lock (FOR UPDATE) to serialise.
+      CREATE TABLE forge_audit_head (
+        id integer PRIMARY KEY CHECK (id = 1),
+        seq bigint NOT NULL,
+        hash text NOT NULL,
+        bytes bigint NOT NULL
+      );
+      INSERT INTO forge_audit_head (id, seq, hash, bytes) VALUES (1, 0, repeat('0', 64), 0);
+
+      -- One row per entry; line is the exact entry line of the audit-chain format (with its
+      -- line feed), the other columns are copies of its fields for queries.
+      CREATE TABLE forge_audit_entries (
+        seq bigint PRIMARY KEY,
+        ts timestamptz NOT NULL,
+        type text NOT NULL,
+        hash text NOT NULL,
+        end_offset bigint NOT NULL,
+        line text NOT NULL
+      );
+
+      -- Checkpoint records, each with its exact line of the format's checkpoint file.
+      CREATE TABLE forge_audit_checkpoints (
+        id bigserial PRIMARY KEY,
+        entries bigint NOT NULL,
+        head text NOT NULL,
+        "offset" bigint NOT NULL,
+        time timestamptz NOT NULL,
+        key_id text,
+        line text NOT NULL
+      );
+
+      -- Entries and checkpoints are append-only: an UPDATE, DELETE or TRUNCATE is refused (a
+      -- superuser can still disable this, which is what verification is for).
+      CREATE FUNCTION forge_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        RAISE EXCEPTION 'the forge audit log is append-only: % on % refused', TG_OP, TG_TABLE_NAME;
+      END $$;
+      CREATE TRIGGER forge_audit_entries_append_only BEFORE UPDATE OR DELETE ON forge_audit_entries
+        FOR EACH ROW EXECUTE FUNCTION forge_audit_append_only();
+      CREATE TRIGGER forge_audit_entries_no_truncate BEFORE TRUNCATE ON forge_audit_entries
+        FOR EACH STATEMENT EXECUTE FUNCTION forge_audit_append_only();
+      CREATE TRIGGER forge_audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON forge_audit_checkpoints
+        FOR EACH ROW EXECUTE FUNCTION forge_audit_append_only();
+      CREATE TRIGGER forge_audit_checkpoints_no_truncate BEFORE TRUNCATE ON forge_audit_checkpoints
+        FOR EACH STATEMENT EXECUTE FUNCTION forge_audit_append_only();
+    `,
+  },
+];

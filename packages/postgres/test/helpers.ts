@@ -1,0 +1,51 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import pg from 'pg';
+import { afterAll, beforeAll, onTestFinished } from 'vitest';
+
+/** The built package, for child processes (tests run after `build`). */
+export const DIST = new URL('../dist/index.js', import.meta.url).pathname;
+
+/** One throwaway server for the test file (started in beforeAll, stopped in afterAll). */
+export function usePostgres(): { server(): PostgresServer } {
+  let server: PostgresServer | undefined;
+  beforeAll(async () => {
+    server = await startPostgres();
+  }, 120_000);
+  afterAll(async () => {
+    await server?.stop();
+  }, 120_000);
+  return {
+    server: () => {
+      if (!server) throw new Error('the PostgreSQL server did not start (see beforeAll)');
+      return server;
+    },
+  };
+}
+
+/** A pool on `url`, ended when the current test finishes. */
+export function poolOn(url: string, max = 4): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => {});
+  onTestFinished(() => pool.end());
+  return pool;
+}
+
+/** A fresh temporary directory (forge- prefix), removed when the current test finishes. */
+export async function tempDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'forge-pgtest-'));
+  onTestFinished(() => rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** The `code` of what `p` rejects with ('resolved' when it does not). */
+export async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    return String((err as { code?: unknown }).code);
+  }
+  return 'resolved';
+}
