@@ -13,6 +13,7 @@ import {
   removeDir,
   renameIfThere,
   syncDir,
+  syncDirs,
   tempName,
   writeNew,
 } from './fsx.js';
@@ -131,21 +132,21 @@ export async function claimOne(ctx: Ctx, J: string, worker: string): Promise<Won
   const cdir = join(q.claimed, J);
   if (!(await mkdirExclusive(cdir))) return undefined;
   ctx.step('claim.mkdir');
-  await syncDir(q.claimed);
   if (!(await renameIfThere(from, join(cdir, J)))) {
     await removeDir(cdir);
     await syncDir(q.claimed);
     return undefined;
   }
   ctx.step('claim.rename');
-  await syncDir(cdir);
-  await syncDir(q.pending);
-  ctx.step('claim.sync');
   const r = await readRegular(join(cdir, J), MAX_FILE_BYTES);
   const request = r.kind === 'file' ? asRequest(parseJson(r.text), id) : undefined;
-  if (!request) return undefined; // swapped underneath: left claimed without a lease, recover() reports it
+  if (!request) {
+    // Swapped underneath: left claimed without a lease, for recover() to report.
+    await syncDirs(q.claimed, cdir, q.pending);
+    return undefined;
+  }
   const ldir = join(q.lease, J);
-  if (await mkdirExclusive(ldir)) await syncDir(q.lease);
+  const newLeaseDir = await mkdirExclusive(ldir);
   ctx.step('lease.mkdir');
   const names = await list(ldir);
   for (const stale of ['worker', 'finishing']) {
@@ -163,8 +164,12 @@ export async function claimOne(ctx: Ctx, J: string, worker: string): Promise<Won
     expires_at: ctx.now() + ctx.leaseMs,
   };
   const tmp = join(ldir, tempName('lease'));
-  await writeNew(tmp, JSON.stringify(lease));
-  ctx.step('lease.temp');
+  // The claim move is synced while the lease is written to its temporary (one fsync round);
+  // lease/J/worker itself is only linked once both are durable.
+  await Promise.all([
+    syncDirs(q.claimed, cdir, q.pending, ...(newLeaseDir ? [q.lease] : [])).then(() => ctx.step('claim.sync')),
+    writeNew(tmp, JSON.stringify(lease)).then(() => ctx.step('lease.temp')),
+  ]);
   try {
     await link(tmp, join(ldir, 'worker'));
   } catch (err) {
@@ -225,14 +230,13 @@ export async function moveBeside(ctx: Ctx, J: string, state: 'done' | 'failed'):
   const cdir = join(q.claimed, J);
   if (await renameIfThere(join(cdir, J), join(q[state], J))) {
     ctx.step('finish.rename');
-    await syncDir(q[state]);
-    await syncDir(cdir);
+    await syncDirs(q[state], cdir);
     ctx.step('finish.sync-request');
   }
-  await removeClaim(ctx, J);
-  ctx.step('finish.claim-removed');
-  await removeLease(ctx, J);
-  ctx.step('finish.lease-removed');
+  await Promise.all([
+    removeClaim(ctx, J).then(() => ctx.step('finish.claim-removed')),
+    removeLease(ctx, J).then(() => ctx.step('finish.lease-removed')),
+  ]);
 }
 
 /** Removes claimed/J once its request has left it: its files (a cancel marker, temporaries), then the directory. */
@@ -249,20 +253,18 @@ export async function removeLease(ctx: Ctx, J: string): Promise<void> {
   if (await removeDir(ldir)) await syncDir(ctx.q.lease);
 }
 
+// The unlinks are made durable by the sync of the parent after the directory's removal.
 async function removeFilesIn(dir: string, which: (name: string) => boolean): Promise<void> {
-  let removed = false;
   for (const n of await list(dir)) {
     if (!which(n)) continue;
     try {
       await unlink(join(dir, n));
-      removed = true;
     } catch (err) {
       const code = errno(err);
       // A directory planted where a file belongs stays: the dir is then not empty and recover() reports it.
       if (code !== 'ENOENT' && code !== 'EISDIR' && code !== 'EPERM') throw ioError('removing', join(dir, n), err);
     }
   }
-  if (removed) await syncDir(dir);
 }
 
 /** Moves a request from claimed/J/J back to pending/J and removes the claim directory. */
@@ -271,8 +273,7 @@ export async function returnToPending(ctx: Ctx, J: string): Promise<boolean> {
   const cdir = join(q.claimed, J);
   if (!(await renameIfThere(join(cdir, J), join(q.pending, J)))) return false;
   ctx.step('recover.return');
-  await syncDir(q.pending);
-  await syncDir(cdir);
+  await syncDirs(q.pending, cdir);
   ctx.step('recover.sync');
   await removeClaim(ctx, J);
   ctx.step('recover.claim-removed');
@@ -318,14 +319,12 @@ export async function cancelPending(ctx: Ctx, J: string, reason: string): Promis
   const { q } = ctx;
   const cdir = join(q.claimed, J);
   if (!(await mkdirExclusive(cdir))) return 'lost';
-  await syncDir(q.claimed);
   await writeCancel(ctx, J, reason);
   if (!(await renameIfThere(join(q.pending, J), join(cdir, J)))) {
     await removeClaim(ctx, J);
     return 'lost';
   }
-  await syncDir(cdir);
-  await syncDir(q.pending);
+  await syncDirs(q.claimed, cdir, q.pending);
   const lost = (await list(join(q.lease, J))).filter((n) => n.startsWith('lost-')).length;
   const ok = await finishRequest(ctx, J, 'failed', {
     status: 'cancelled',
