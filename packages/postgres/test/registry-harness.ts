@@ -1,0 +1,92 @@
+import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import type { ToolStoreHarness } from '@forge/conformance/registry';
+import type { Scope, ToolStore } from '@forge/registry';
+import pg from 'pg';
+import { postgresToolStore, REGISTRY_MIGRATIONS } from '../src/registry.js';
+
+/** The scope ids the tests use for the session and task scopes. */
+export const SCOPE_IDS: Partial<Record<Scope, string>> = { session: 's-1', task: 't-1' };
+
+/**
+ * Bundles test/registry-child-entry.ts (the store, pg and @forge/registry in one ESM file) into a
+ * forge- temp dir, for child processes; returns its path and how to remove it.
+ */
+export async function buildChildEntry(): Promise<{ module: string; remove(): void }> {
+  const root = fileURLToPath(new URL('../../../', import.meta.url));
+  const require = createRequire(realpathSync(join(root, 'node_modules/tsup/package.json')));
+  const esbuild = require('esbuild') as { build(options: Record<string, unknown>): Promise<unknown> };
+  const dir = mkdtempSync(join(tmpdir(), 'forge-pgreg-'));
+  const module = join(dir, 'child.mjs');
+  await esbuild.build({
+    entryPoints: [fileURLToPath(new URL('./registry-child-entry.ts', import.meta.url))],
+    outfile: module,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    external: ['pg-native'],
+    logLevel: 'error',
+    // pg is CommonJS: give its require() calls of node builtins a real require.
+    banner: { js: "import { createRequire as __forgeRequire } from 'node:module'; const require = __forgeRequire(import.meta.url);" },
+  });
+  return { module, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Applies the registry's migrations to a fresh database (each in its own transaction). */
+export async function migrateRegistry(pool: pg.Pool): Promise<void> {
+  for (const m of REGISTRY_MIGRATIONS) {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query(m.sql);
+      await c.query('COMMIT');
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      c.release();
+    }
+  }
+}
+
+/** A fresh migrated database on `server`, with a pool the test ends in `cleanup`. */
+export async function freshDatabase(server: PostgresServer): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
+  const url = await server.database();
+  const pool = new pg.Pool({ connectionString: url, max: 12 });
+  pool.on('error', () => {});
+  await migrateRegistry(pool);
+  return { url, pool, cleanup: () => pool.end() };
+}
+
+/** The conformance harness over a fresh database per test; `child` opens the bundle at `childModule`. */
+export function harnessFactory(server: () => PostgresServer, childModule: () => string): () => Promise<ToolStoreHarness> {
+  return async () => {
+    const db = await freshDatabase(server());
+    return {
+      async open(scope, options = {}): Promise<ToolStore> {
+        return postgresToolStore(db.pool, { scope, scopeId: SCOPE_IDS[scope], builtins: options.builtins ?? [] });
+      },
+      child: { module: childModule(), export: 'openStore', args: [db.url, SCOPE_IDS] },
+      async corrupt(scope, name) {
+        // Half a JSON document, as a torn write would leave it.
+        const r = await db.pool.query(
+          'UPDATE forge_tools SET tool = left(tool, length(tool) / 2) WHERE scope = $1 AND scope_id = $2 AND name = $3 AND live',
+          [scope, SCOPE_IDS[scope] ?? '', name],
+        );
+        if (r.rowCount !== 1) throw new Error(`no live record of ${name} in ${scope} to corrupt`);
+        await db.pool.query('SELECT pg_notify($1, $2)', [
+          'forge_tools',
+          JSON.stringify({ scope, id: SCOPE_IDS[scope] ?? '', names: [name] }),
+        ]);
+      },
+      cleanup: () => db.cleanup(),
+    };
+  };
+}
+
+export { startPostgres };
