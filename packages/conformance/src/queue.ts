@@ -212,13 +212,13 @@ export function describeJobQueue(label: string, makeFactory: () => Promise<JobQu
       });
 
       it('renews a held lease: a live worker keeps its job past the first lease', async () => {
-        const q = await open({ leaseMs: 300 });
-        const other = await open({ leaseMs: 300 });
+        const q = await open({ leaseMs: 900 });
+        const other = await open({ leaseMs: 900 });
         await q.publish({ id: 'r', payload: 1 });
         const job = (await q.claim('w')) as ClaimedJob;
         const first = job.leaseExpiresAt;
         await until('a renewal', () => (job.leaseExpiresAt > first ? true : undefined));
-        await new Promise((r) => setTimeout(r, 500));
+        await new Promise((r) => setTimeout(r, 1000)); // past the first lease
         expect(await other.recover()).toEqual({ returned: [], failed: [], conflicts: [] });
         expect(job.signal.aborted).toBe(false);
         expect(await q.finish(job, { status: 'done', payload: 1 })).toBe('finished');
