@@ -1,5 +1,6 @@
 import * as registry from '@forge/registry';
 import { type ReadResult, type Scope, type StoredTool, TOOL_STATES, toolNameProblem, wireKey } from '@forge/registry';
+import { redactUrl } from './url.js';
 
 type RecordCheck = (value: unknown, where: { name: string; scope: Scope; builtins: ReadonlySet<string>; path: string }) => ReadResult;
 
@@ -111,22 +112,6 @@ export function sameWire(other: string, key: string): boolean {
   return toolNameProblem(other) === undefined && wireKey(other) === key;
 }
 
-/**
- * `url` with its password masked: the user-info password (`postgres://user:***@host/db`) and any
- * `password=`/`sslpassword=` parameter. When the user-info cannot be told apart for sure,
- * everything from the first `:` after `//` to the last `@` is masked (fail closed).
- */
-export function withoutPassword(url: string): string {
-  let out = url;
-  const i = out.indexOf('//');
-  const at = out.lastIndexOf('@');
-  if (i >= 0 && at > i) {
-    const colon = out.indexOf(':', i + 2);
-    if (colon >= 0 && colon < at) out = `${out.slice(0, colon + 1)}***${out.slice(at)}`;
-  }
-  return out.replace(/\b((?:ssl)?password)\s*=\s*(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s&;]+)/gi, (_m, key: string) => `${key}=***`);
-}
-
 /** What a pool connects to, as a URL without any password (for `where` and messages). */
 export function poolLocator(options: {
   connectionString?: string | undefined;
@@ -135,7 +120,7 @@ export function poolLocator(options: {
   database?: string | undefined;
   user?: string | undefined;
 }): string {
-  if (options.connectionString) return withoutPassword(options.connectionString);
+  if (options.connectionString) return redactUrl(options.connectionString);
   const user = options.user ?? process.env.PGUSER;
   const host = options.host ?? process.env.PGHOST ?? 'localhost';
   const port = options.port ?? process.env.PGPORT;

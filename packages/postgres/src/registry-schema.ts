@@ -1,3 +1,5 @@
+import type { Migration } from './migrations.js';
+
 /**
  * The registry's tables (migration versions 10–19 belong to the registry) and the names the tool
  * store shares with them.
@@ -9,16 +11,9 @@ export const TOOLS_TABLE = 'forge_tools';
 /** The LISTEN/NOTIFY channel writers notify after each commit (see `postgresToolStore`). */
 export const TOOLS_CHANNEL = 'forge_tools';
 
-/** One registry migration, in the shape of the package's migration list (`{version, name, sql}`). */
-export interface RegistryMigration {
-  version: number;
-  name: string;
-  sql: string;
-}
-
 /**
- * The registry's migrations, to append to the package's migration list (versions 10–19 are the
- * registry's). A released migration is never edited: a change is a new one.
+ * The registry's migrations, for the package's migration list `MIGRATIONS` (versions 10–19 are
+ * the registry's; `migrate` applies them in version order with the others). A released migration is never edited: a change is a new one.
  *
  * Version 10: `forge_tools`, one row per stored version of a tool. `tool` is the stored tool's
  * JSON text exactly as written; `live` marks the one live version of a name (at most one, by a
@@ -28,7 +23,7 @@ export interface RegistryMigration {
  * look-up. `changed_xid` is the transaction that last wrote the row (insert, or the update that
  * took it out of the live set): watchers sweep by it for changes whose notification was lost.
  */
-export const REGISTRY_MIGRATIONS: readonly RegistryMigration[] = [
+export const REGISTRY_MIGRATIONS: readonly Migration[] = [
   {
     version: 10,
     name: 'registry tools',

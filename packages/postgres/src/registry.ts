@@ -15,11 +15,12 @@ import {
   wireLockKey,
 } from '@forge/registry';
 import type pg from 'pg';
-import { parseRow, poolLocator, sameWire, type ToolRow, withoutPassword } from './registry-record.js';
+import { parseRow, poolLocator, sameWire, type ToolRow } from './registry-record.js';
 import { TOOLS_CHANNEL } from './registry-schema.js';
 import { watchTools } from './registry-watch.js';
+import { redactText, redactUrl } from './url.js';
 
-export { REGISTRY_MIGRATIONS, type RegistryMigration, TOOLS_CHANNEL, TOOLS_TABLE } from './registry-schema.js';
+export { REGISTRY_MIGRATIONS, TOOLS_CHANNEL, TOOLS_TABLE } from './registry-schema.js';
 
 /** Options of {@link postgresToolStore}. */
 export interface PostgresToolStoreOptions {
@@ -87,7 +88,7 @@ export function postgresToolStore(pool: pg.Pool, options: PostgresToolStoreOptio
   const lockTimeoutMs = options.lockTimeoutMs ?? 20_000;
   if (!Number.isInteger(lockTimeoutMs) || lockTimeoutMs < 1)
     throw new RegistryError('invalid_option', `lockTimeoutMs must be a positive integer (got ${lockTimeoutMs})`);
-  const base = options.where !== undefined ? withoutPassword(options.where) : poolLocator(pool.options);
+  const base = options.where !== undefined ? redactUrl(options.where) : poolLocator(pool.options);
   const where = `${base}#${scope}${scopeId ? `/${encodeURIComponent(scopeId)}` : ''}`;
   const store = new PgToolStore(pool, scope, scopeId, where, new Set(options.builtins ?? []), lockTimeoutMs, options.sweepMs ?? 2000);
   return {
@@ -149,7 +150,7 @@ class PgToolStore {
   /** A `RegistryError` for a database that cannot be used: what failed, where, and what to do. */
   unusable(what: string, err: unknown): RegistryError {
     const code = (err as { code?: unknown } | undefined)?.code;
-    const detail = withoutPassword(err instanceof Error ? err.message || String(code ?? err.name) : String(err));
+    const detail = redactText(err instanceof Error ? err.message || String(code ?? err.name) : String(err));
     if (code === LOCK_NOT_AVAILABLE) {
       return new RegistryError(
         'lock_timeout',

@@ -7,6 +7,8 @@ import { type PostgresServer, startPostgres } from '@forge/conformance/postgres'
 import type { ToolStoreHarness } from '@forge/conformance/registry';
 import type { Scope, ToolStore } from '@forge/registry';
 import pg from 'pg';
+import { migrate } from '../src/migrate.js';
+import { MIGRATIONS } from '../src/migrations.js';
 import { postgresToolStore, REGISTRY_MIGRATIONS } from '../src/registry.js';
 
 /** The scope ids the tests use for the session and task scopes. */
@@ -37,21 +39,13 @@ export async function buildChildEntry(): Promise<{ module: string; remove(): voi
   return { module, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-/** Applies the registry's migrations to a fresh database (each in its own transaction). */
+/**
+ * Migrates a fresh database with the package's migrations and the registry's (the list the
+ * package will run once REGISTRY_MIGRATIONS is in MIGRATIONS).
+ */
 export async function migrateRegistry(pool: pg.Pool): Promise<void> {
-  for (const m of REGISTRY_MIGRATIONS) {
-    const c = await pool.connect();
-    try {
-      await c.query('BEGIN');
-      await c.query(m.sql);
-      await c.query('COMMIT');
-    } catch (err) {
-      await c.query('ROLLBACK').catch(() => {});
-      throw err;
-    } finally {
-      c.release();
-    }
-  }
+  const known = new Set(MIGRATIONS.map((m) => m.version));
+  await migrate(pool, [...MIGRATIONS, ...REGISTRY_MIGRATIONS.filter((m) => !known.has(m.version))]);
 }
 
 /** A fresh migrated database on `server`, with a pool the test ends in `cleanup`. */
