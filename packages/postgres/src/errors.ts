@@ -14,8 +14,6 @@ export const POSTGRES_ERROR_CODES = [
   'not_migrated',
   /** The database's encoding is not UTF8, so entry lines could not be stored byte for byte. */
   'wrong_encoding',
-  /** The stored entries or head are damaged (the message names the entry). */
-  'log_corrupt',
   /** A file could not be written (export). */
   'io_error',
 ] as const;
