@@ -80,7 +80,14 @@ function prepareWorkspace(dir: string): string {
     for (const name of readdirSync(groupDir)) {
       const pkgDir = join(groupDir, name);
       if (!existsSync(join(pkgDir, 'package.json'))) continue;
-      const pkg = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8')) as { name: string; bin?: Record<string, string> };
+      const pkg = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8')) as {
+        name: string;
+        bin?: Record<string, string>;
+        private?: boolean;
+        scripts?: Record<string, string>;
+      };
+      // A private package without a build (the conformance suites, run from source) is no example's import.
+      if (pkg.private && !pkg.scripts?.build) continue;
       if (!existsSync(join(pkgDir, 'dist'))) {
         throw new Error(`${group}/${name} is not built (no dist/): run \`pnpm build\` first; the README examples run the built packages`);
       }

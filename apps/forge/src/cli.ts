@@ -8,8 +8,10 @@ import { doctor } from './commands/doctor.js';
 import { GATEWAY_COMMANDS } from './commands/gateway.js';
 import { policyCheck } from './commands/policy.js';
 import { serve } from './commands/serve.js';
+import { status } from './commands/status.js';
 import { toolsCall, toolsForge, toolsList, toolsPromote, toolsRemove, toolsShow } from './commands/tools.js';
 import { TOOLSMITH_COMMANDS } from './commands/toolsmith.js';
+import { worker } from './commands/worker.js';
 import { where } from './context.js';
 import { commandHelp, globalHelp, groupHelp } from './help.js';
 import { createOutput } from './output.js';
@@ -18,6 +20,7 @@ import { VERSION } from './version.js';
 
 export const COMMANDS: readonly Command[] = [
   serve,
+  worker,
   toolsList,
   toolsShow,
   toolsForge,
@@ -30,6 +33,7 @@ export const COMMANDS: readonly Command[] = [
   ...GATEWAY_COMMANDS,
   ...TOOLSMITH_COMMANDS,
   doctor,
+  status,
   demo,
 ];
 

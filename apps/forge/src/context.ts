@@ -1,5 +1,6 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { JobQueue } from '@forge/queue';
 import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
@@ -70,11 +71,19 @@ export async function createEngine(o: Omit<ForgeOptions, 'onUnknownTool'>): Prom
  * error. A server watches the tool directories and keeps sandboxes built ahead for its next calls;
  * a one-shot command does neither (it would exit before either paid off).
  */
-export async function openForge(w: Where, options: { server?: boolean } = {}): Promise<Engine> {
+export async function openForge(w: Where, options: { server?: boolean; dispatch?: ForgeOptions['dispatch'] } = {}): Promise<Engine> {
   const server = options.server ?? false;
   try {
     const sources = await gatewaySources(w, server);
-    return await createEngine({ home: w.home, project: w.project, env: w.env, watch: server, prebuild: server, sources });
+    return await createEngine({
+      home: w.home,
+      project: w.project,
+      env: w.env,
+      watch: server,
+      prebuild: server,
+      sources,
+      ...(options.dispatch ? { dispatch: options.dispatch } : {}),
+    });
   } catch (err) {
     throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
   }
@@ -92,6 +101,20 @@ async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> 
   if (!server && !existsSync(userFile) && !existsSync(workspaceFile)) return [];
   const { createGateway } = await import('@forge/gateway');
   return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway') })];
+}
+
+/**
+ * The job queue of this project's front-ends and workers on one host (`<project>/.forge/queue`),
+ * opened for a server or a worker; one that cannot be opened is an environment error.
+ */
+export async function openQueue(w: Where): Promise<JobQueue> {
+  const { openFileQueue } = await import('@forge/queue');
+  const dir = join(w.project, '.forge', 'queue');
+  try {
+    return await openFileQueue(dir);
+  } catch (err) {
+    throw new EnvironmentError(`cannot open the job queue at ${dir}: ${(err as Error).message}`);
+  }
 }
 
 /** Runs `fn` with an engine (and its toolsmith) and closes both afterwards, whatever happens. */

@@ -1,6 +1,7 @@
 import type { AuditLog } from '@forge/audit-chain';
 import type { PolicySnapshot } from '@forge/policy';
-import type { ListedTool, Scope, StoredTool, ToolState } from '@forge/registry';
+import type { JobQueue } from '@forge/queue';
+import type { ListedTool, Scope, StoredTool, ToolState, ToolStore } from '@forge/registry';
 import type { Resolver, RuntimeTable } from '@forge/sandbox';
 import type { AuditTail } from './auditTail.js';
 import type { CacheLimits } from './cache.js';
@@ -95,6 +96,52 @@ export interface ForgeOptions {
    * redaction, manifest and audit entry (see sources.ts). `close()` closes them.
    */
   sources?: readonly ToolSource[];
+  /**
+   * Hands the execute and record steps of forged tools' calls to workers through a job queue
+   * (a front-end: `forge serve --workers N`, or many front-ends over one store): each call is
+   * published as a job, run by a worker (`Forge.work`), recorded there once, and answered here.
+   * Resolve, gates, input validation, breakers and the cache stay here. Tool events (progress,
+   * logs) of a run on a worker do not reach the caller.
+   */
+  dispatch?: DispatchOptions;
+  /**
+   * Where each scope's tools are kept, instead of the scope directories (a database shared by
+   * many front-ends and workers; see `ToolStore` of @forge/registry). Asked once per scope (and
+   * per session and task id for those scopes); return undefined to keep a scope's directory.
+   * Stores are opened with {@link META_TOOLS} as their built-in names.
+   */
+  toolStores?: (scope: Scope, ids: { session?: string; task?: string }) => ToolStore | undefined;
+}
+
+/** How a front-end dispatches calls (see {@link ForgeOptions.dispatch}). */
+export interface DispatchOptions {
+  queue: JobQueue;
+  /**
+   * How long a call may wait for a worker to take it (ms, default 30 000), on top of its own time
+   * budget; past it the call is withdrawn and refused as `timeout`, naming the queue.
+   */
+  startWithinMs?: number;
+}
+
+/** How a worker takes jobs (see {@link Forge.work}). */
+export interface WorkOptions {
+  queue: JobQueue;
+  /** Stops taking jobs; the jobs held are finished first. */
+  signal: AbortSignal;
+  /** This worker's name in leases and logs: letters, digits, `_` and `-` (default `<host>-<pid>`). */
+  worker?: string;
+  /** Jobs run at once (default 1). */
+  concurrency?: number;
+  /** Hears each job as it ends (for a worker's log). */
+  onJob?: (job: {
+    id: string;
+    name?: string;
+    ok: boolean;
+    kind?: string;
+    attempt: number;
+    ms: number;
+    from: 'run' | 'note' | 'lost' | 'invalid';
+  }) => void;
 }
 
 export interface ForgeToolOptions extends CallContext {
@@ -235,6 +282,14 @@ export interface Forge {
   sandboxFacts(ctx?: CallContext): SandboxFacts;
   on(event: 'audit', listener: (e: ForgeEvent) => void): () => void;
   on(event: 'toolsChanged', listener: (e: ToolsChanged) => void): () => void;
+  /**
+   * Runs as a worker until `signal` aborts: takes call jobs that front-ends published to
+   * `queue`, runs each through this engine's own gates, input validation, sandbox and record
+   * step (the tool pinned to the digest the front-end resolved), and finishes the job with the
+   * answer. A job delivered again after its worker was lost is finished from what that worker
+   * noted, so the log holds one `forge.called` per call. Resolves once the jobs held are done.
+   */
+  work(options: WorkOptions): Promise<void>;
   /** Waits for calls in flight (aborting them after `graceMs`, default 10 s), flushes and closes. */
   close(options?: { graceMs?: number }): Promise<void>;
 }

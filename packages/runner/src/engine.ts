@@ -1,9 +1,19 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { openAuditLog } from '@forge/audit-chain';
 import { Breakers, createPolicy, type Policy, type PolicySnapshot, parseToolAcl, type ToolAcl } from '@forge/policy';
-import { createRegistry, type Registry, type ResolvedTool, type Scope, type StoredTool, scopeIdProblem, scopeRoots } from '@forge/registry';
+import {
+  createRegistry,
+  type Registry,
+  type ResolvedTool,
+  type Scope,
+  type StoredTool,
+  scopeIdProblem,
+  scopeRoots,
+  type ToolStore,
+} from '@forge/registry';
 import { runtimeNames as findRuntimeNames, type RuntimeTable, resolveRuntimes } from '@forge/sandbox';
 import { type CallContext, type ForgeEvent, type ForgeOptions, META_TOOLS, type Refusal, type ToolsChanged } from './api.js';
 import { auditSafe } from './auditData.js';
@@ -144,8 +154,18 @@ export async function createEngine(options: ForgeOptions) {
   runtimesReady.catch(() => {}); // reported by the call that needs it
   const runtimeNames = options.runtimes ? options.runtimes.list.map((r) => r.name) : findRuntimeNames();
   const registryEvent = (e: { type: string }) => void record(e.type, { ...e });
+  /** The stores `ForgeOptions.toolStores` gives for `scopes` (none: their directories). */
+  const storesFor = (scopes: Scope[], ids: { session?: string; task?: string } = {}) => {
+    const out: Partial<Record<Scope, ToolStore>> = {};
+    for (const s of scopes) {
+      const store = options.toolStores?.(s, ids);
+      if (store) out[s] = store;
+    }
+    return out;
+  };
   const base = createRegistry({
     roots: scopeRoots({ forgeHome: paths.home, project: paths.project }),
+    stores: storesFor(['user', 'project']),
     builtins: META_TOOLS,
     runtimes: runtimeNames,
     onEvent: registryEvent,
@@ -168,8 +188,10 @@ export async function createEngine(options: ForgeOptions) {
     const roots = scopeRoots({ forgeHome: paths.home, project: paths.project, session, ...(task ? { task } : {}) });
     const dir = roots[scope] as string;
     r = (async () => {
+      const stores = storesFor([scope], { session, ...(task ? { task } : {}) });
       const reg = createRegistry({
         roots: { [scope]: dir },
+        stores,
         builtins: META_TOOLS,
         runtimes: runtimeNames,
         onEvent: registryEvent,
@@ -177,7 +199,7 @@ export async function createEngine(options: ForgeOptions) {
       });
       await reg.load();
       // Watching would create the directory: a session that forged nothing leaves none behind.
-      if (options.watch && existsSync(dir)) await reg.watch(onScopeChange, { onError: watchErrors });
+      if (options.watch && (stores[scope] || existsSync(dir))) await reg.watch(onScopeChange, { onError: watchErrors });
       return reg;
     })();
     scoped.set(ids, r);
@@ -210,6 +232,21 @@ export async function createEngine(options: ForgeOptions) {
     out.push(await scopeRegistry('session', ctx.session));
     out.push(base);
     return out;
+  };
+  /**
+   * Reads the tool stores `ctx` sees again (a worker asked for a tool its watcher has not
+   * reported yet). At most one reload at a time; a caller during one waits for it.
+   */
+  let reloading: Promise<void> | undefined;
+  const reloadTools = (ctx: Ctx): Promise<void> => {
+    reloading ??= (async () => {
+      try {
+        for (const r of await layers(ctx)) await r.load();
+      } finally {
+        reloading = undefined;
+      }
+    })();
+    return reloading;
   };
   const resolveIn = (regs: Registry[], name: string): ResolvedTool | undefined => {
     let found: ResolvedTool | undefined;
@@ -327,6 +364,7 @@ export async function createEngine(options: ForgeOptions) {
     contextProblem,
     admit,
     layers,
+    reloadTools,
     resolveIn,
     registryFor,
     calledFacts,
@@ -339,6 +377,10 @@ export async function createEngine(options: ForgeOptions) {
     notifyChanged,
     wireClaims,
     sources: options.sources ?? [],
+    /** This process in the job queue: `<host>-<pid>` (a queue name: letters, digits, `_`, `-`). */
+    workerName: `${hostname()
+      .replace(/[^A-Za-z0-9_-]/g, '-')
+      .slice(0, 80)}-${process.pid}`,
     state,
   };
 }

@@ -10,6 +10,7 @@ import { readAuditTail } from './auditTail.js';
 import { makeCallTool } from './call/pipeline.js';
 import { sourceContext } from './call/resolve.js';
 import { makeTrialCall, runtimeLabel } from './call/trial.js';
+import { work } from './call/work.js';
 import { createEngine, type Engine } from './engine.js';
 import { makeForgeTool } from './forgeTool.js';
 import { makeManage } from './manage.js';
@@ -19,6 +20,7 @@ import { withWireConflicts } from './wireNames.js';
 
 export {
   type CallContext,
+  type DispatchOptions,
   type Forge,
   type ForgeEvent,
   type ForgeOptions,
@@ -29,6 +31,7 @@ export {
   type ToolsChanged,
   type TrialOptions,
   type TrialResult,
+  type WorkOptions,
 } from './api.js';
 
 /**
@@ -191,6 +194,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       set.add(listener);
       return () => set.delete(listener);
     },
+    work: guarded((o) => work(e, o)),
     close: (o = {}) => close(e, o.graceMs ?? 10_000),
   };
 }

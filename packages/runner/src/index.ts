@@ -16,6 +16,7 @@ export { DEFAULT_EVENT_LIMITS, type EventLimits, type EventSummary, LOG_LEVELS, 
 export {
   type CallContext,
   createForge,
+  type DispatchOptions,
   type Forge,
   type ForgeEvent,
   type ForgeOptions,
@@ -26,6 +27,7 @@ export {
   type ToolsChanged,
   type TrialOptions,
   type TrialResult,
+  type WorkOptions,
 } from './forge.js';
 export type { ArtifactInfo } from './manifest.js';
 export { type DroppedFile, type FileRef, MAX_META_FILES } from './metaFiles.js';

@@ -51,6 +51,8 @@ export interface ForgePaths {
   gatewayDir: string;
   /** The toolsmith's state of this project (gaps, proposals): `<project>/.forge/toolsmith/`. */
   toolsmithDir: string;
+  /** The job queue of this project's front-ends and workers on one host: `<project>/.forge/queue/`. */
+  queueDir: string;
 }
 
 export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv = process.env): ForgePaths {
@@ -72,5 +74,6 @@ export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv
     workspaceGateway: join(projectForge, 'gateway.json'),
     gatewayDir: join(home, 'gateway'),
     toolsmithDir: join(projectForge, 'toolsmith'),
+    queueDir: join(projectForge, 'queue'),
   };
 }

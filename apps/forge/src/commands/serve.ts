@@ -1,28 +1,15 @@
+import type { JobQueue } from '@forge/queue';
 import type { Refusal } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { callContext, type Engine, openForge } from '../context.js';
+import { callContext, type Engine, openForge, openQueue, type Where } from '../context.js';
 import type { Output } from '../output.js';
+import { keepPresent, openPresence } from '../presence.js';
+import { untilSignal } from '../signals.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
-
-/** Resolves on the first SIGTERM or SIGINT (and stops listening for them). */
-function untilSignal(): { promise: Promise<string>; dispose(): void } {
-  let done!: (s: string) => void;
-  const promise = new Promise<string>((r) => (done = r));
-  const on = (s: string) => done(s);
-  // \`on\`, not \`once\`: a handler that removes itself while the signal is delivered lets a
-  // library's own exit hook (signal-exit, loaded with proper-lockfile) see no other listener and
-  // re-raise the signal, killing the process before it can close cleanly.
-  process.on('SIGTERM', on);
-  process.on('SIGINT', on);
-  const dispose = () => {
-    process.off('SIGTERM', on);
-    process.off('SIGINT', on);
-  };
-  return { promise, dispose };
-}
+import { startWorkers } from '../workers.js';
 
 /** What a refused or killed call is told: "forge is shutting down (SIGTERM)". */
 const shutdownReason = (signal: string): string => `forge is shutting down (${signal})`;
@@ -30,7 +17,7 @@ const shutdownReason = (signal: string): string => `forge is shutting down (${si
 export const serve: Command = {
   words: 'serve',
   usage:
-    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--max-message-bytes N]',
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N] [--max-message-bytes N]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
@@ -45,6 +32,9 @@ export const serve: Command = {
     '--session-idle-ms N  a session with nothing open this long is closed (default 1800000)',
     '--grace-ms N         how long calls in flight may finish at shutdown (default 10000); then their',
     '                     tools are killed and they are answered (kind cancelled) and audited',
+    "--workers N          run forged tools' calls in N `forge worker` processes through the project's",
+    '                     job queue (<project>/.forge/queue) instead of in this process; a worker',
+    '                     that dies is restarted and its calls are delivered again (default: none)',
     '--max-message-bytes N',
     '                     largest protocol message: a stdio line, an HTTP body (default 16777216,',
     '                     16 MiB; at most 268435456). A longer stdio line is answered with a JSON-RPC',
@@ -56,12 +46,13 @@ export const serve: Command = {
     token: { type: 'string', multiple: true },
     'allow-origin': { type: 'string', multiple: true },
     'grace-ms': { type: 'string' },
+    workers: { type: 'string' },
     'max-message-bytes': { type: 'string' },
     'max-sessions': { type: 'string' },
     'max-sessions-per-principal': { type: 'string' },
     'session-idle-ms': { type: 'string' },
   },
-  async run({ values }, { out, where }) {
+  async run({ values }, { out, where, cliPath }) {
     const listen = typeof values.http === 'string' ? parseListen(values.http) : undefined;
     const tokenArgs = (values.token as string[] | undefined) ?? [];
     if (tokenArgs.length > 0 && !listen)
@@ -72,6 +63,9 @@ export const serve: Command = {
     if (!Number.isInteger(graceMs) || graceMs < 0)
       throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
     const maxMessageBytes = parseMaxMessageBytes(values['max-message-bytes'], this.usage);
+    const workers = values.workers === undefined ? 0 : Number(values.workers);
+    if (typeof values.workers === 'string' && (!/^\d+$/.test(values.workers) || workers < 1 || workers > 256))
+      throw new UsageError(`--workers expects a number of worker processes from 1 to 256 (got "${values.workers}")`, this.usage);
     const limits: { maxSessions?: number; maxSessionsPerPrincipal?: number; sessionIdleMs?: number } = {};
     for (const [flag, key] of [
       ['max-sessions', 'maxSessions'],
@@ -105,7 +99,8 @@ export const serve: Command = {
       if (listen) {
         // Nothing to answer before the engine is open: open it while the MCP library loads.
         const w = await where();
-        const [mcp, engine] = await Promise.all([import('@forge/mcp'), openForge(w, { server: true })]);
+        const [mcp, served] = await Promise.all([import('@forge/mcp'), openServed(w, workers, graceMs, cliPath, out)]);
+        const { engine } = served;
         const { forge } = engine;
         try {
           let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
@@ -133,7 +128,7 @@ export const serve: Command = {
             await cycle.stop();
           }
         } finally {
-          await engine.close({ graceMs });
+          await served.close();
         }
       } else {
         // The protocol comes up first and answers initialize while the engine opens (home,
@@ -142,8 +137,9 @@ export const serve: Command = {
         const mcp = await import('@forge/mcp');
         let engineOpened: Engine | undefined;
         const opening = where().then(async (w) => {
-          engineOpened = await openForge(w, { server: true });
-          return { w, engine: engineOpened };
+          const served = await openServed(w, workers, graceMs, cliPath, out);
+          engineOpened = served.engine;
+          return { w, engine: served.engine, served };
         });
         const stdio = await mcp.serveStdio(
           opening.then((o) => o.engine.forge),
@@ -174,7 +170,7 @@ export const serve: Command = {
           }
         } finally {
           await cycle.stop();
-          await opened.engine.close({ graceMs });
+          await opened.served.close();
         }
       }
     } finally {
@@ -183,6 +179,58 @@ export const serve: Command = {
     return failed ? 1 : 0;
   },
 };
+
+/**
+ * The engine a server serves and, with `--workers N`, the queue it dispatches forged tools'
+ * calls through and the worker processes that run them. `close` goes in that order: the engine
+ * (its calls in flight get their answers from the workers), then the workers, then the queue.
+ */
+async function openServed(w: Where, workers: number, graceMs: number, cliPath: string, out: Output) {
+  const present = keepPresent(await openPresence(w), { name: `serve-${process.pid}`, kind: 'front-end', facts: { workers } }, (l) =>
+    out.note(l),
+  );
+  if (workers === 0) {
+    const engine = await openForge(w, { server: true }).catch(async (err: unknown) => {
+      await present.stop();
+      throw err;
+    });
+    return {
+      engine,
+      async close() {
+        try {
+          await engine.close({ graceMs });
+        } finally {
+          await present.stop();
+        }
+      },
+    };
+  }
+  let queue: JobQueue | undefined;
+  let engine: Engine;
+  try {
+    queue = await openQueue(w);
+    engine = await openForge(w, { server: true, dispatch: { queue } });
+  } catch (err) {
+    await queue?.close();
+    await present.stop();
+    throw err;
+  }
+  const q = queue;
+  const pool = startWorkers(workers, w, { cliPath, graceMs, note: (l) => out.note(l) });
+  out.note(`forge serve: ${workers} worker(s) on the job queue ${q.where}`);
+  return {
+    engine,
+    async close() {
+      try {
+        await engine.close({ graceMs });
+      } finally {
+        await pool.stop();
+        await q.close();
+        await present.stop();
+      }
+    },
+  };
+}
 
 /**
  * The toolsmith of an engine still opening, for the stdio server (which answers initialize

@@ -12,6 +12,7 @@ import { RefusalError } from '../refusal.js';
 import { readSecrets } from '../vault.js';
 import { cachedOrRun } from './cached.js';
 import { type Call, openCall } from './call.js';
+import { dispatchCall } from './dispatch.js';
 import { passGates } from './gates.js';
 import { type RunOutcome, recordRun } from './record.js';
 import { resolveTarget, type Target } from './resolve.js';
@@ -24,57 +25,101 @@ import { validateInput } from './validate.js';
  * anything touches the disk or starts a process. Only the executor differs by where a tool lives.
  */
 export function makeCallTool(e: Engine): (name: string, input: unknown, c?: CallContext) => Promise<Envelope> {
-  const executors = { forged: sandboxExecutor(e), sourced: sourceExecutor(e) };
-  const executorOf = (t: Target) => (t.kind === 'forged' ? executors.forged : executors.sourced) as Executor;
+  const executors = callExecutors(e);
+  return async (asked, input, c = {}) => (await runCall(e, executors, openCall(e, asked, input, c))).envelope;
+}
 
-  return async (asked, input, c = {}) => {
-    const call = openCall(e, asked, input, c);
-    const no = await e.admit(call.ctx, 'the tool did not run');
-    if (no) return no.audited ? call.refuse(no.kind, no.message) : call.unrecorded(no.kind, no.message);
+/** The executors of a call pipeline: the sandbox for forged tools, the source's own for the others. */
+export function callExecutors(e: Engine): { forged: Executor; sourced: Executor } {
+  return { forged: sandboxExecutor(e) as Executor, sourced: sourceExecutor(e) as Executor };
+}
 
-    // 1. resolve
-    const found = await resolveTarget(e, call.ctx, asked);
-    if (!found.ok) {
-      let hint: string | undefined;
-      try {
-        hint = e.options.onUnknownTool?.(asked, { persona: call.ctx.persona, session: call.ctx.session });
-      } catch {
-        hint = undefined;
-      }
-      return call.refuse('unknown_tool', typeof hint === 'string' && hint !== '' ? `${found.message}; ${hint}` : found.message);
-    }
-    const target = found.target;
-    // Every gate, the audit entry and the manifest name the tool by its forge name.
-    call.name = target.kind === 'forged' ? target.stored.name : target.tool.name;
-    if (target.kind === 'sourced') call.eventType = `${target.source.kind}.called`;
+/**
+ * One call through every step. A front-end with a job queue (`ForgeOptions.dispatch`) hands a
+ * forged tool's execute and record steps to a worker (dispatch.ts); a worker runs them itself for
+ * the job it holds, with `pinned` the digest the front-end resolved (the tool must not have
+ * changed in between).
+ */
+export async function runCall(
+  e: Engine,
+  executors: { forged: Executor; sourced: Executor },
+  call: Call,
+  options: { pinned?: string } = {},
+): Promise<{ envelope: Envelope; outcome: RunOutcome['outcome'] }> {
+  const asked = call.name;
+  const no = await e.admit(call.ctx, 'the tool did not run');
+  if (no) return { envelope: no.audited ? await call.refuse(no.kind, no.message) : call.unrecorded(no.kind, no.message), outcome: 'none' };
 
-    // 2. gates
-    const gate = passGates(e, call, target);
-    if (!gate.ok) return call.refuse(gate.kind, gate.message, gate.eventType, gate.extra);
-    // From here the breaker expects an outcome.
-    let outcome: RunOutcome['outcome'] = 'none';
+  // 1. resolve (a worker whose registry has not seen the tool the front-end resolved yet, or not
+  // its latest version, reads the stores again before it refuses)
+  let found = await resolveTarget(e, call.ctx, asked);
+  if (options.pinned !== undefined && !(found.ok && found.target.kind === 'forged' && found.target.stored.digest === options.pinned)) {
+    await e.reloadTools(call.ctx);
+    found = await resolveTarget(e, call.ctx, asked);
+  }
+  if (!found.ok) {
+    let hint: string | undefined;
     try {
-      // 3. validate
-      const valid = validateInput(e, call, target);
-      if (!valid.ok) return await call.refuse(valid.kind, valid.message, valid.eventType, valid.extra);
-      // 4. execute, 5. record
-      const executor = executorOf(target);
-      const plan = await executor.plan(call, target, gate.snap);
-      const runOnce = () => execute(e, call, target, plan, gate.snap, executor);
-      const r = plan.cacheKey
-        ? await cachedOrRun(e, call, target, { ...plan, cacheKey: plan.cacheKey }, gate.snap, runOnce)
-        : await runOnce();
-      outcome = r.outcome;
-      return r.envelope;
-    } catch (err) {
-      if (err instanceof RefusalError)
-        return await call.refuse(err.kind, err.message, err.eventType === 'forge.called' ? call.eventType : err.eventType);
-      outcome = 'failure';
-      return await call.refuse('internal', `forge failed while calling "${call.name}": ${(err as Error).message}`);
-    } finally {
-      gate.breakers.recordOutcome(call.name, outcome, gate.settings, gate.trial);
+      hint =
+        options.pinned === undefined
+          ? e.options.onUnknownTool?.(asked, { persona: call.ctx.persona, session: call.ctx.session })
+          : undefined;
+    } catch {
+      hint = undefined;
     }
-  };
+    const message = typeof hint === 'string' && hint !== '' ? `${found.message}; ${hint}` : found.message;
+    return { envelope: await call.refuse('unknown_tool', message), outcome: 'none' };
+  }
+  const target = found.target;
+  // Every gate, the audit entry and the manifest name the tool by its forge name.
+  call.name = target.kind === 'forged' ? target.stored.name : target.tool.name;
+  if (target.kind === 'sourced') call.eventType = `${target.source.kind}.called`;
+  if (options.pinned !== undefined) {
+    const now = target.kind === 'forged' ? target.stored : undefined;
+    if (now?.digest !== options.pinned) {
+      const what = now ? `is now ${now.digest} (version ${now.version})` : 'is not a forged tool here';
+      return {
+        envelope: await call.refuse(
+          'internal',
+          `tool "${call.name}" changed between the front-end and this worker: the call was for ${options.pinned}, and the tool ${what}; call it again`,
+        ),
+        outcome: 'none',
+      };
+    }
+  }
+
+  // 2. gates
+  const gate = passGates(e, call, target);
+  if (!gate.ok) return { envelope: await call.refuse(gate.kind, gate.message, gate.eventType, gate.extra), outcome: 'none' };
+  // From here the breaker expects an outcome.
+  let outcome: RunOutcome['outcome'] = 'none';
+  try {
+    // 3. validate
+    const valid = validateInput(e, call, target);
+    if (!valid.ok) return { envelope: await call.refuse(valid.kind, valid.message, valid.eventType, valid.extra), outcome };
+    // 4. execute, 5. record: here, or by a worker (the front-end waits for its answer).
+    const executor = target.kind === 'forged' ? executors.forged : executors.sourced;
+    const plan = await executor.plan(call, target, gate.snap);
+    const remote = options.pinned === undefined ? e.options.dispatch : undefined;
+    const runOnce =
+      remote && target.kind === 'forged'
+        ? () => dispatchCall(e, call, target, plan, gate.snap, remote)
+        : () => execute(e, call, target, plan, gate.snap, executor);
+    const r = plan.cacheKey
+      ? await cachedOrRun(e, call, target, { ...plan, cacheKey: plan.cacheKey }, gate.snap, runOnce)
+      : await runOnce();
+    outcome = r.outcome;
+    return { envelope: r.envelope, outcome };
+  } catch (err) {
+    if (err instanceof RefusalError) {
+      const envelope = await call.refuse(err.kind, err.message, err.eventType === 'forge.called' ? call.eventType : err.eventType);
+      return { envelope, outcome };
+    }
+    outcome = 'failure';
+    return { envelope: await call.refuse('internal', `forge failed while calling "${call.name}": ${(err as Error).message}`), outcome };
+  } finally {
+    gate.breakers.recordOutcome(call.name, outcome, gate.settings, gate.trial);
+  }
 }
 
 /** Step 4, execute: the secrets (the persona's allow-list first, fail closed; then the vault), the executor's run, then the record. */

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { auditSafe } from '../auditData.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import type { Ctx, Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
@@ -61,29 +62,39 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
     : undefined;
   // A trial run of a proposal is not a call of the tool (forge_list counts calls).
   if (target.kind !== 'forged' || target.stored.state === 'active') e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
+  const calledData: Record<string, unknown> = {
+    ok: envelope.ok,
+    ...calledFacts(target, ctx, call.inputDigest),
+    run_id: exec.ran ? runId : null,
+    cache,
+    ...(envelope.ok ? {} : { kind: envelope.error.kind }),
+    ...exec.audit,
+    ...(plan.secretNames.length > 0 ? { secrets: plan.secretNames } : {}),
+    ...(job.clamped.length > 0 ? { policy_clamped: job.clamped } : {}),
+    policy: job.snap.digest,
+    ...(call.dispatched ? { call_id: call.dispatched.callId } : {}),
+  };
+  const injected =
+    plan.secretNames.length > 0 && exec.ran
+      ? {
+          name: call.name,
+          run_id: runId,
+          secrets: plan.secretNames,
+          persona: ctx.persona,
+          ...(call.dispatched ? { call_id: call.dispatched.callId } : {}),
+        }
+      : undefined;
+  if (call.dispatched) {
+    const entries = [{ type: call.eventType, data: auditSafe(calledData, secrets) as Record<string, unknown> }];
+    if (injected) entries.push({ type: 'tool.secrets_injected', data: injected });
+    await call.dispatched.beforeRecord(entries, envelope, exec.outcome);
+  }
   const [unrecorded] = await Promise.all([
-    e.record(
-      call.eventType,
-      {
-        ok: envelope.ok,
-        ...calledFacts(target, ctx, call.inputDigest),
-        run_id: exec.ran ? runId : null,
-        cache,
-        ...(envelope.ok ? {} : { kind: envelope.error.kind }),
-        ...exec.audit,
-        ...(plan.secretNames.length > 0 ? { secrets: plan.secretNames } : {}),
-        ...(job.clamped.length > 0 ? { policy_clamped: job.clamped } : {}),
-        policy: job.snap.digest,
-      },
-      secrets,
-    ),
+    e.record(call.eventType, calledData, secrets),
     // Redacted whole (artifact names, network hosts a tool chose), never cut before that.
     manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), redactValue(manifest, secrets)),
   ]);
-  const unrecordedSecrets =
-    !unrecorded && plan.secretNames.length > 0 && exec.ran
-      ? await e.record('tool.secrets_injected', { name: call.name, run_id: runId, secrets: plan.secretNames, persona: ctx.persona })
-      : undefined;
+  const unrecordedSecrets = !unrecorded && injected ? await e.record('tool.secrets_injected', injected) : undefined;
   const lost = unrecorded ?? unrecordedSecrets;
   if (lost) {
     // Answered only once audited: the tool's answer is withheld, and the run says why.
@@ -102,6 +113,7 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
     }
     return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome, ran: exec.ran };
   }
-  if (envelope.ok && plan.cacheKey && e.cache) e.cache.set(plan.cacheKey, envelope, runId);
+  // A worker's answer is cached by the front-end that asked (dispatch.ts), where the calls look.
+  if (envelope.ok && plan.cacheKey && e.cache && !call.dispatched) e.cache.set(plan.cacheKey, envelope, runId);
   return { envelope, runId, outcome: exec.outcome, ran: exec.ran };
 }

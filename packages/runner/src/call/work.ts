@@ -1,0 +1,151 @@
+import type { ClaimedJob, ExhaustedJob, JobQueue, JsonValue } from '@forge/queue';
+import type { WorkOptions } from '../api.js';
+import { AUDIT_UNAVAILABLE } from '../auditGate.js';
+import type { Engine } from '../engine.js';
+import { type Envelope, failure } from '../envelope.js';
+import { openCall } from './call.js';
+import { type CallAnswer, type CallJob, readCallJob } from './dispatch.js';
+import { callExecutors, runCall } from './pipeline.js';
+import type { RunOutcome } from './record.js';
+
+/**
+ * What a worker notes with a job before it appends the call's entries: the entries themselves,
+ * the answer they go with, and the log's head before them. A later delivery of the job (this
+ * worker was lost after the note) appends only the entries the log does not hold after `head`,
+ * and answers with `answer`: one `forge.called` per call, and no second run.
+ */
+interface CallNote {
+  v: 1;
+  head: number;
+  entries: { type: string; data: Record<string, unknown> }[];
+  answer: Envelope;
+  outcome: RunOutcome['outcome'];
+}
+
+/**
+ * The worker loop (`Forge.work`): `concurrency` slots, each taking the next job, running it
+ * through this engine's pipeline and finishing it, until `signal` aborts. A job the queue
+ * delivers again after its worker was lost goes on from that worker's note when it left one.
+ */
+export async function work(e: Engine, o: WorkOptions): Promise<void> {
+  const executors = callExecutors(e);
+  const worker = o.worker ?? e.workerName;
+  const slots = Math.max(1, Math.floor(o.concurrency ?? 1));
+  const onExhausted = (job: ExhaustedJob) => lostAnswer(e, job);
+  const slot = async (n: number) => {
+    const name = slots > 1 ? `${worker}-${n}` : worker;
+    while (!o.signal.aborted) {
+      const job = await o.queue.next(name, { signal: o.signal, onExhausted });
+      if (!job) return;
+      await runJob(e, executors, o, job);
+    }
+  };
+  await Promise.all(Array.from({ length: slots }, (_, i) => slot(i + 1)));
+}
+
+async function runJob(e: Engine, executors: ReturnType<typeof callExecutors>, o: WorkOptions, job: ClaimedJob): Promise<void> {
+  const started = e.now();
+  const read = readCallJob(job.payload);
+  let answer: CallAnswer;
+  let from: 'run' | 'note' | 'invalid' = 'run';
+  const note = readNote(job.note);
+  if (note) {
+    from = 'note';
+    answer = await fromNote(e, job.id, note);
+  } else if (!read.ok) {
+    from = 'invalid';
+    const message = `job ${job.id} in the ${o.queue.kind} job queue at ${o.queue.where} is not a call job: ${read.reason}; it was not run`;
+    void e.record('dispatch.job_invalid', { call_id: job.id, reason: read.reason });
+    answer = { envelope: failure('internal', message, { cache: 'off' }), outcome: 'none' };
+  } else {
+    answer = await runDispatched(e, executors, o.queue, job, read.job);
+  }
+  const done = await o.queue.finish(job, { status: 'done', payload: answer as unknown as JsonValue }).catch((err: unknown) => {
+    process.emitWarning(`forge worker: finishing job ${job.id} failed: ${(err as Error).message}`);
+    return 'conflict' as const;
+  });
+  if (done === 'conflict')
+    process.emitWarning(`forge worker: job ${job.id} had an answer already or was taken from this worker; its answer was not kept`);
+  const env = answer.envelope;
+  o.onJob?.({
+    id: job.id,
+    ...(read.ok ? { name: read.job.name } : {}),
+    ok: env.ok,
+    ...(env.ok ? {} : { kind: env.error.kind }),
+    attempt: job.attempt,
+    ms: e.now() - started,
+    from,
+  });
+}
+
+/** Runs one call job through the pipeline, as the caller it names, with the job's cancel signal. */
+async function runDispatched(
+  e: Engine,
+  executors: ReturnType<typeof callExecutors>,
+  queue: JobQueue,
+  job: ClaimedJob,
+  cj: CallJob,
+): Promise<CallAnswer> {
+  const call = openCall(e, cj.name, cj.input, {
+    persona: cj.persona,
+    session: cj.session,
+    ...(cj.task !== undefined ? { task: cj.task } : {}),
+    ...(cj.acl !== null ? { allowedTools: cj.acl.join(',') } : {}),
+    signal: job.signal,
+  });
+  call.dispatched = {
+    callId: job.id,
+    async beforeRecord(entries, answer, outcome) {
+      await e.audit.flush();
+      const head = await e.audit.head();
+      const n: CallNote = { v: 1, head: head.seq, entries, answer, outcome };
+      await queue.note(job, n as unknown as JsonValue);
+    },
+  };
+  return runCall(e, executors, call, { pinned: cj.digest });
+}
+
+/** Appends what the note names and the log lacks after its head, then answers as the note says. */
+async function fromNote(e: Engine, callId: string, note: CallNote): Promise<CallAnswer> {
+  await e.audit.flush();
+  const present = new Set<string>();
+  for await (const entry of e.audit.entries({ from: note.head + 1 })) {
+    const data = entry.data as Record<string, unknown> | null;
+    if (data && typeof data === 'object' && data.call_id === callId) present.add(entry.type);
+  }
+  for (const entry of note.entries) {
+    if (present.has(entry.type)) continue;
+    const lost = await e.record(entry.type, entry.data);
+    if (lost) return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, note.answer.meta), outcome: note.outcome };
+  }
+  return { envelope: note.answer, outcome: note.outcome };
+}
+
+/** The answer of a job whose workers were lost too many times: from its note, else recorded as failed here. */
+async function lostAnswer(e: Engine, job: ExhaustedJob): Promise<JsonValue> {
+  const note = readNote(job.note);
+  if (note) return (await fromNote(e, job.id, note)) as unknown as JsonValue;
+  const read = readCallJob(job.payload);
+  const message = `the call was lost: the worker running it stopped (killed or crashed) ${job.attempts} time(s) before it finished, so it is not run again; check the workers' logs and call it again`;
+  const envelope = failure('internal', message, { cache: 'off' });
+  const lost = await e.record('forge.called', {
+    ok: false,
+    name: read.ok ? read.job.name : null,
+    ...(read.ok ? { persona: read.job.persona, session: read.job.session, ...(read.job.task ? { task: read.job.task } : {}) } : {}),
+    kind: 'internal',
+    message,
+    attempts: job.attempts,
+    call_id: job.id,
+  });
+  const answer: CallAnswer = lost
+    ? { envelope: failure(AUDIT_UNAVAILABLE, lost.message, { cache: 'off' }), outcome: 'failure' }
+    : { envelope, outcome: 'failure' };
+  return answer as unknown as JsonValue;
+}
+
+function readNote(v: JsonValue | undefined): CallNote | undefined {
+  if (!v || typeof v !== 'object' || Array.isArray(v)) return undefined;
+  const n = v as Record<string, unknown>;
+  if (n.v !== 1 || typeof n.head !== 'number' || !Array.isArray(n.entries) || !n.answer || typeof n.answer !== 'object') return undefined;
+  return v as unknown as CallNote;
+}
