@@ -4,10 +4,13 @@
 //     line over a pipe to a worker process and a line back.
 //  2. jobs/s drained by 1, 2 and 4 worker processes (claim → finish); baseline: pipe round trips/s
 //     to as many processes.
+//  3. the cost of one rename + directory fsync on the same disk, measured in the same run: the
+//     queue's latency is fsync-bound, so this says how many fsync rounds a round trip costs.
 // Prints the figures and the ratios. The queue lives under the system temp dir (its disk decides
-// the fsync cost), removed afterwards.
+// the fsync cost) and, when /dev/shm exists, the latency is measured on tmpfs too (no fsync cost:
+// the protocol's own overhead). Everything is removed afterwards.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, existsSync, fsyncSync, mkdtempSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -17,10 +20,12 @@ const CHILD = new URL('./child.mjs', import.meta.url).pathname;
 const JOBS = Number(process.env.BENCH_JOBS ?? 500);
 const DRAIN = Number(process.env.BENCH_DRAIN ?? 1000);
 const root = mkdtempSync(join(tmpdir(), 'forge-queue-bench-'));
+const shm = existsSync('/dev/shm') ? mkdtempSync('/dev/shm/forge-queue-bench-') : undefined;
 const children = new Set();
 process.on('exit', () => {
   for (const c of children) c.kill('SIGKILL');
   rmSync(root, { recursive: true, force: true });
+  if (shm) rmSync(shm, { recursive: true, force: true });
 });
 
 function start(args) {
@@ -30,7 +35,12 @@ function start(args) {
   const queue = [];
   const waiters = [];
   lines.on('line', (l) => (waiters.length ? waiters.shift()(l) : queue.push(l)));
-  const exited = new Promise((resolve) => child.on('exit', (code) => (children.delete(child), resolve(code))));
+  const exited = new Promise((resolve) =>
+    child.on('exit', (code) => {
+      children.delete(child);
+      resolve(code);
+    }),
+  );
   return { child, exited, line: () => (queue.length ? Promise.resolve(queue.shift()) : new Promise((r) => waiters.push(r))) };
 }
 
@@ -40,8 +50,24 @@ const pct = (xs, p) => {
 };
 const f2 = (x) => x.toFixed(2);
 
-async function queueLatency() {
-  const dir = join(root, 'latency');
+function fsyncCost(base) {
+  const dir = mkdtempSync(join(base, 'fsync-'));
+  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  writeFileSync(join(dir, 'a'), 'x');
+  const ms = [];
+  for (let i = 0; i < 200; i++) {
+    const t0 = performance.now();
+    renameSync(join(dir, i % 2 ? 'b' : 'a'), join(dir, i % 2 ? 'a' : 'b'));
+    fsyncSync(fd);
+    ms.push(performance.now() - t0);
+  }
+  closeSync(fd);
+  rmSync(dir, { recursive: true });
+  return pct(ms, 50);
+}
+
+async function queueLatency(base) {
+  const dir = join(base, 'latency');
   const q = await openFileQueue(dir);
   const w = start(['serve', dir]);
   await w.line();
@@ -111,16 +137,24 @@ async function pipeThroughput(workers) {
   return DRAIN / s;
 }
 
-const ql = await queueLatency();
+const ql = await queueLatency(root);
 const pl = await pipeLatency();
 const qm = pct(ql, 50);
 const pm = pct(pl, 50);
-console.log(`round trip, ${JOBS} jobs one at a time, one worker process (queue in ${tmpdir()}):`);
-console.log(`  file queue   p50 ${f2(qm)} ms   p95 ${f2(pct(ql, 95))} ms`);
+console.log(`round trip, ${JOBS} jobs one at a time, one worker process:`);
+console.log(`  file queue (${tmpdir()})   p50 ${f2(qm)} ms   p95 ${f2(pct(ql, 95))} ms`);
+if (shm) {
+  const sl = await queueLatency(shm);
+  console.log(
+    `  file queue (/dev/shm, tmpfs)   p50 ${f2(pct(sl, 50))} ms   p95 ${f2(pct(sl, 95))} ms   added p50 ${f2(pct(sl, 50) - pm)} ms`,
+  );
+}
 console.log(`  plain pipe   p50 ${f2(pm)} ms   p95 ${f2(pct(pl, 95))} ms   (baseline)`);
 console.log(
-  `  added by the queue: p50 ${f2(qm - pm)} ms, p95 ${f2(pct(ql, 95) - pct(pl, 95))} ms; ratio ${f2(qm / pm)}x (target: added <= 2 ms at p50)`,
+  `  added by the queue (${tmpdir()}): p50 ${f2(qm - pm)} ms, p95 ${f2(pct(ql, 95) - pct(pl, 95))} ms; ratio ${f2(qm / pm)}x (target: added <= 2 ms at p50)`,
 );
+const fc = fsyncCost(root);
+console.log(`  one rename + directory fsync on ${tmpdir()}: p50 ${f2(fc)} ms, so the round trip is ${f2((qm - pm) / fc)} fsync rounds`);
 console.log(`throughput, ${DRAIN} jobs drained (claim + finish):`);
 for (const n of [1, 2, 4]) {
   const qt = await queueThroughput(n);

@@ -1,9 +1,8 @@
 import { type FSWatcher, watch } from 'node:fs';
-import { rename } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { QueueError } from './errors.js';
-import { ioError, kindOf, list, parseJson, readRegular, renameIfThere, syncDir, tempName, writeNew } from './fsx.js';
+import { ioError, kindOf, list, parseJson, readRegular, renameFile, renameIfThere, syncDir, tempName, writeNew } from './fsx.js';
 import { type Ctx, type FileQueueStep, prepareLayout } from './layout.js';
 import { checkId, checkJson, idOfName, requestName, serialise } from './names.js';
 import {
@@ -222,7 +221,7 @@ class FileQueue implements JobQueue {
       const tmp = join(ldir, tempName('renew'));
       await writeNew(tmp, JSON.stringify({ ...lease, expires_at: expires }));
       this.ctx.step('renew.temp');
-      await rename(tmp, join(ldir, 'worker'));
+      renameFile(tmp, join(ldir, 'worker'));
       this.ctx.step('renew.rename');
       await syncDir(ldir);
       this.ctx.step('renew.sync');
@@ -260,7 +259,7 @@ class FileQueue implements JobQueue {
       try {
         await writeNew(tmp, bytes);
         this.ctx.step('note.temp');
-        await rename(tmp, join(ldir, 'note.json'));
+        renameFile(tmp, join(ldir, 'note.json'));
         this.ctx.step('note.rename');
         await syncDir(ldir);
         this.ctx.step('note.sync');

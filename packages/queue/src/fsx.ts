@@ -1,10 +1,35 @@
 import { randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
-import { type FileHandle, link, lstat, mkdir, open, readdir, rename, rmdir, unlink } from 'node:fs/promises';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFile,
+  readFileSync,
+  renameSync,
+  rmdirSync,
+  unlinkSync,
+  write,
+  writeSync,
+} from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { describeCause, QueueError } from './errors.js';
 
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_DIRECTORY } = constants;
+
+// The metadata calls (open, lstat, mkdir, rename, link, unlink, rmdir) and reads of small files are
+// synchronous: each takes microseconds, and a thread-pool round trip per call would cost more than
+// the call. fsync, large reads and writes, and directory listings go to the thread pool.
+const fsyncAsync = promisify(fsync);
+const readFd = promisify(readFile) as (fd: number, encoding: 'utf8') => Promise<string>;
+const writeFd = promisify(write) as (fd: number, data: Buffer | string) => Promise<unknown>;
+const SMALL = 256 * 1024;
 
 /** Mode of every directory and file the queue creates. */
 export const DIR_MODE = 0o700;
@@ -32,15 +57,19 @@ export function tempName(tag: string): string {
 
 /** fsyncs a directory so that a rename, link or removal in it is durable. */
 export async function syncDir(path: string): Promise<void> {
-  let fh: FileHandle | undefined;
+  let fd: number;
   try {
-    fh = await open(path, O_RDONLY | O_DIRECTORY);
-    await fh.sync();
+    fd = openSync(path, O_RDONLY | O_DIRECTORY);
   } catch (err) {
     if (errno(err) === 'ENOENT') return; // removed meanwhile: nothing left in it to make durable
     throw ioError('syncing directory', path, err);
+  }
+  try {
+    await fsyncAsync(fd);
+  } catch (err) {
+    throw ioError('syncing directory', path, err);
   } finally {
-    await fh?.close();
+    closeSync(fd);
   }
 }
 
@@ -51,31 +80,16 @@ export async function syncDirs(...paths: string[]): Promise<void> {
 
 /** Creates a new file (never following or replacing anything), writes it and fsyncs it. */
 export async function writeNew(path: string, data: Buffer | string): Promise<void> {
-  const fh = await open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, FILE_MODE);
+  const fd = openSync(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, FILE_MODE);
   try {
-    await fh.writeFile(data);
-    await fh.sync();
+    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+    if (bytes.length <= SMALL) {
+      for (let off = 0; off < bytes.length; ) off += writeSync(fd, bytes, off);
+    } else await writeFd(fd, bytes);
+    await fsyncAsync(fd);
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
-}
-
-/**
- * Moves `from` to `to` without replacing anything (link, then unlink of `from`): false when `to`
- * exists. `from` must be a temporary of ours.
- */
-export async function moveNoReplace(from: string, to: string): Promise<boolean> {
-  try {
-    await link(from, to);
-  } catch (err) {
-    if (errno(err) === 'EEXIST') {
-      await unlink(from).catch(() => undefined);
-      return false;
-    }
-    throw err;
-  }
-  await unlink(from);
-  return true;
 }
 
 /** What reading a request, lease or result file found. */
@@ -83,9 +97,9 @@ export type ReadOutcome = { kind: 'file'; text: string; mtimeMs: number } | { ki
 
 /** Reads a regular file without following a symlink or blocking on a FIFO; anything else is reported, not read. */
 export async function readRegular(path: string, maxBytes: number): Promise<ReadOutcome> {
-  let fh: FileHandle;
+  let fd: number;
   try {
-    fh = await open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    fd = openSync(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
   } catch (err) {
     const code = errno(err);
     if (code === 'ENOENT' || code === 'ENOTDIR') return { kind: 'missing' };
@@ -94,16 +108,16 @@ export async function readRegular(path: string, maxBytes: number): Promise<ReadO
     throw ioError('opening', path, err);
   }
   try {
-    const st = await fh.stat();
+    const st = fstatSync(fd);
     if (!st.isFile()) return { kind: 'not_regular', what: st.isDirectory() ? 'a directory' : 'not a regular file' };
     if (st.size > maxBytes) return { kind: 'not_regular', what: `a file of ${st.size} bytes (over the cap)` };
-    const text = await fh.readFile('utf8');
+    const text = st.size <= SMALL ? readFileSync(fd, 'utf8') : await readFd(fd, 'utf8');
     return { kind: 'file', text, mtimeMs: st.mtimeMs };
   } catch (err) {
     if (errno(err) === 'EISDIR') return { kind: 'not_regular', what: 'a directory' };
     throw ioError('reading', path, err);
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
 }
 
@@ -119,7 +133,7 @@ export function parseJson(text: string): unknown {
 /** lstat kind of a path: 'file', 'dir', 'other' (symlink, FIFO, ...) or 'missing'. Never follows a symlink. */
 export async function kindOf(path: string): Promise<'file' | 'dir' | 'other' | 'missing'> {
   try {
-    const st = await lstat(path);
+    const st = lstatSync(path);
     return st.isFile() ? 'file' : st.isDirectory() ? 'dir' : 'other';
   } catch (err) {
     const code = errno(err);
@@ -131,7 +145,7 @@ export async function kindOf(path: string): Promise<'file' | 'dir' | 'other' | '
 /** mtime of a path (ms), or undefined when it is missing. */
 export async function mtimeOf(path: string): Promise<number | undefined> {
   try {
-    return (await lstat(path)).mtimeMs;
+    return lstatSync(path).mtimeMs;
   } catch (err) {
     if (errno(err) === 'ENOENT') return undefined;
     throw ioError('inspecting', path, err);
@@ -152,7 +166,7 @@ export async function list(path: string): Promise<string[]> {
 /** rename that reports a missing source as false (someone else moved it first) instead of throwing. */
 export async function renameIfThere(from: string, to: string): Promise<boolean> {
   try {
-    await rename(from, to);
+    renameSync(from, to);
     return true;
   } catch (err) {
     if (errno(err) === 'ENOENT') return false;
@@ -163,7 +177,7 @@ export async function renameIfThere(from: string, to: string): Promise<boolean> 
 /** mkdir that reports an existing directory as false (the exclusive arbitration of a claim). */
 export async function mkdirExclusive(path: string): Promise<boolean> {
   try {
-    await mkdir(path, { mode: DIR_MODE });
+    mkdirSync(path, { mode: DIR_MODE });
     return true;
   } catch (err) {
     if (errno(err) === 'EEXIST') return false;
@@ -175,7 +189,7 @@ export async function mkdirExclusive(path: string): Promise<boolean> {
 export async function removeFiles(dir: string, names: string[]): Promise<void> {
   for (const n of names) {
     try {
-      await unlink(join(dir, n));
+      unlinkSync(join(dir, n));
     } catch (err) {
       const code = errno(err);
       if (code !== 'ENOENT') throw ioError('removing', join(dir, n), err);
@@ -186,11 +200,35 @@ export async function removeFiles(dir: string, names: string[]): Promise<void> {
 /** Removes a directory that should be empty: false when it is not empty or already gone. */
 export async function removeDir(path: string): Promise<boolean> {
   try {
-    await rmdir(path);
+    rmdirSync(path);
     return true;
   } catch (err) {
     const code = errno(err);
     if (code === 'ENOENT' || code === 'ENOTEMPTY' || code === 'EEXIST') return false;
     throw ioError('removing directory', path, err);
   }
+}
+
+/** link(2), synchronously (see the note at the top). */
+export function linkFile(from: string, to: string): void {
+  linkSync(from, to);
+}
+
+/** unlink(2), synchronously; throws like unlink. */
+export function unlinkFile(path: string): void {
+  unlinkSync(path);
+}
+
+/** unlink that ignores every failure (a temporary that may already be gone). */
+export function unlinkQuiet(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone, or never made: nothing to clean
+  }
+}
+
+/** rename(2), synchronously; throws like rename. */
+export function renameFile(from: string, to: string): void {
+  renameSync(from, to);
 }

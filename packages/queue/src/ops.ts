@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { link, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { QueueError } from './errors.js';
 import {
   errno,
   ioError,
   kindOf,
+  linkFile,
   list,
   mkdirExclusive,
   parseJson,
@@ -15,6 +15,8 @@ import {
   syncDir,
   syncDirs,
   tempName,
+  unlinkFile,
+  unlinkQuiet,
   writeNew,
 } from './fsx.js';
 import type { Ctx } from './layout.js';
@@ -62,16 +64,16 @@ export async function publishJob(ctx: Ctx, job: JobRequest): Promise<void> {
     await writeNew(tmp, bytes);
     ctx.step('publish.temp');
     try {
-      await link(tmp, target);
+      linkFile(tmp, target);
     } catch (err) {
       if (errno(err) === 'EEXIST') {
-        await unlink(tmp).catch(() => undefined);
+        unlinkQuiet(tmp);
         throw exists();
       }
       throw err;
     }
     ctx.step('publish.link');
-    await unlink(tmp);
+    unlinkFile(tmp);
     ctx.step('publish.unlink');
     await syncDir(ctx.q.pending);
     ctx.step('publish.sync');
@@ -171,13 +173,13 @@ export async function claimOne(ctx: Ctx, J: string, worker: string): Promise<Won
     writeNew(tmp, JSON.stringify(lease)).then(() => ctx.step('lease.temp')),
   ]);
   try {
-    await link(tmp, join(ldir, 'worker'));
+    linkFile(tmp, join(ldir, 'worker'));
   } catch (err) {
-    await unlink(tmp).catch(() => undefined);
+    unlinkQuiet(tmp);
     throw ioError('creating the lease', join(ldir, 'worker'), err);
   }
   ctx.step('lease.link');
-  await unlink(tmp);
+  unlinkFile(tmp);
   await syncDir(ldir);
   ctx.step('lease.sync');
   return { request, lease, ...(note === undefined ? {} : { note }) };
@@ -210,14 +212,14 @@ export async function finishRequest(ctx: Ctx, J: string, state: 'done' | 'failed
   await writeNew(tmp, bytes);
   ctx.step('finish.temp');
   try {
-    await link(tmp, join(dir, `${J}.result`));
+    linkFile(tmp, join(dir, `${J}.result`));
   } catch (err) {
-    await unlink(tmp).catch(() => undefined);
+    unlinkQuiet(tmp);
     if (errno(err) === 'EEXIST') return false;
     throw ioError('writing the result', join(dir, `${J}.result`), err);
   }
   ctx.step('finish.link');
-  await unlink(tmp);
+  unlinkFile(tmp);
   await syncDir(dir);
   ctx.step('finish.sync');
   await moveBeside(ctx, J, state);
@@ -258,7 +260,7 @@ async function removeFilesIn(dir: string, which: (name: string) => boolean): Pro
   for (const n of await list(dir)) {
     if (!which(n)) continue;
     try {
-      await unlink(join(dir, n));
+      unlinkFile(join(dir, n));
     } catch (err) {
       const code = errno(err);
       // A directory planted where a file belongs stays: the dir is then not empty and recover() reports it.
@@ -299,13 +301,13 @@ export async function writeCancel(ctx: Ctx, J: string, reason: string): Promise<
     throw ioError('writing the cancel marker in', cdir, err);
   }
   try {
-    await link(tmp, join(cdir, 'cancel'));
+    linkFile(tmp, join(cdir, 'cancel'));
   } catch (err) {
     if (errno(err) === 'EEXIST') return 'exists';
     if (errno(err) === 'ENOENT') return 'gone';
     throw ioError('writing the cancel marker in', cdir, err);
   } finally {
-    await unlink(tmp).catch(() => undefined);
+    unlinkQuiet(tmp);
   }
   await syncDir(cdir);
   return 'written';

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { kindOf, list, mtimeOf, parseJson, readRegular, renameIfThere, syncDir } from './fsx.js';
+import { kindOf, list, mtimeOf, parseJson, readRegular, renameIfThere, syncDir, unlinkQuiet } from './fsx.js';
 import type { Ctx } from './layout.js';
 import { checkJson, idOfName } from './names.js';
 import { finishRequest, moveBeside, readCancel, readNote, removeClaim, removeLease, returnToPending, terminalOf } from './ops.js';
@@ -27,7 +26,7 @@ export async function recoverQueue(ctx: Ctx, run: RecoverRun): Promise<RecoverRe
   for (const n of await list(q.inbox)) {
     if (!n.startsWith('.tmp-')) continue;
     const m = await mtimeOf(join(q.inbox, n));
-    if (m !== undefined && m < run.now - ctx.leaseMs) await unlink(join(q.inbox, n)).catch(() => undefined);
+    if (m !== undefined && m < run.now - ctx.leaseMs) unlinkQuiet(join(q.inbox, n));
   }
   for (const name of await list(q.claimed)) {
     const id = idOfName(name);
