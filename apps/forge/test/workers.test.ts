@@ -60,6 +60,19 @@ describe('forge serve --workers N', () => {
       () => c.stderr(),
     );
 
+    // forge status sees the server and its two workers, the queue and the log's head.
+    const st = await runCli(['status', '--json'], { cwd: s.project, env: s.env });
+    expect(st.code, st.stderr).toBe(0);
+    const report = JSON.parse(st.stdout) as {
+      members: { kind: string; alive: boolean; pid: number }[];
+      queue: { done: number; pending: number };
+      audit: { seq: number; hash: string };
+    };
+    expect(report.members.filter((m) => m.alive).map((m) => m.kind)).toEqual(['front-end', 'worker', 'worker']);
+    expect(report.queue).toMatchObject({ done: 1, pending: 0 });
+    const last = auditEntries(s).at(-1) as { seq: number; hash?: string };
+    expect(report.audit).toMatchObject({ seq: last.seq, hash: last.hash });
+
     const [a, b] = workerPids(c.stderr());
     process.kill(a as number, 'SIGKILL');
     await until(
@@ -80,6 +93,9 @@ describe('forge serve --workers N', () => {
       () => `workers ${pids.join(', ')} still running`,
     );
     expect(auditEntries(s).filter((e) => e.type === 'forge.called')).toHaveLength(2);
+    // Stopped cleanly, each removed its presence record (the replacement of the killed worker took its name).
+    const after = JSON.parse((await runCli(['status', '--json'], { cwd: s.project, env: s.env })).stdout) as { members: unknown[] };
+    expect(after.members).toEqual([]);
     expect((await runCli(['audit', 'verify'], { cwd: s.project, env: s.env })).code).toBe(0);
   });
 
