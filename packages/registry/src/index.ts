@@ -55,6 +55,7 @@ export {
   type StaticRule,
   staticCheck,
 } from './static-check.js';
+export { checkStoredRecord, type StoredRecordContext } from './storedRecord.js';
 export type {
   Collisions,
   Decide,

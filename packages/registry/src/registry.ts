@@ -30,7 +30,8 @@ export interface RegistryOptions {
   roots?: ScopeRoots;
   /**
    * The store of a scope, instead of its directory in `roots` (a database, say; see `ToolStore`).
-   * Open each with the same built-in names as `builtins`.
+   * Open each with the same built-in names as `builtins`. They stay the caller's: `close()` stops
+   * watching them but does not close them.
    */
   stores?: Partial<Record<Scope, ToolStore>>;
   /**

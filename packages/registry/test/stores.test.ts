@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { createRegistry, fileToolStore, type ReadResult, type ToolStore } from '../src/index.js';
+import { checkStoredRecord, createRegistry, fileToolStore, type ReadResult, type ToolStore } from '../src/index.js';
 import { BUILTINS, BY, fixture, requireBuilt, runChild, spec, tempDir } from './helpers.js';
 
 describe('createRegistry over stores', () => {
@@ -103,5 +103,28 @@ describe('watch refresh and own writes', () => {
     expect(reg.resolve('csv.count')?.tool).toMatchObject({ version: 3, description: 'v3' });
     // The re-read that v3 overtook read again: v2 never came back, so nothing changed to report.
     expect(reported).toEqual([]);
+  });
+});
+
+describe('checkStoredRecord', () => {
+  const context = { name: 'csv.count', scope: 'user' as const, builtins: new Set(BUILTINS), path: 'db#user/csv.count' };
+  it('gives the tool with the store’s scope, or why the record is unusable', async () => {
+    const f = await fixture();
+    const made = await f.registry.create(spec(), { scope: 'project', createdBy: BY });
+    if (!made.ok) throw new Error(made.message);
+    const record = JSON.parse(JSON.stringify(made.tool));
+    expect(checkStoredRecord(record, context)).toEqual({ status: 'ok', tool: { ...made.tool, scope: 'user' } });
+    expect(checkStoredRecord({ half: true }, context)).toMatchObject({
+      status: 'bad',
+      failure: { path: 'db#user/csv.count', reason: expect.stringMatching(/^not a valid tool spec: /) },
+    });
+    expect(checkStoredRecord(record, { ...context, name: 'other' })).toEqual({
+      status: 'bad',
+      failure: { path: 'db#user/csv.count', reason: 'stored under "other" but the spec is named "csv.count"' },
+    });
+    expect(checkStoredRecord({ ...record, name: 'forge_tool' }, { ...context, name: 'forge_tool' })).toEqual({
+      status: 'bad',
+      failure: { path: 'db#user/csv.count', reason: '"forge_tool" is a built-in name; a stored tool cannot shadow it' },
+    });
   });
 });
