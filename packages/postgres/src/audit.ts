@@ -50,6 +50,8 @@ interface Pending {
 }
 
 const SELECT_HEAD = 'SELECT seq, hash, bytes FROM forge_audit_head WHERE id = 1';
+/** The head, and the batch transaction's id (to learn its outcome should the connection drop at COMMIT). */
+const SELECT_HEAD_XID = 'SELECT seq, hash, bytes, pg_current_xact_id()::text AS xid FROM forge_audit_head WHERE id = 1';
 /**
  * The batch's rows and the new head in one statement. Lines, types and hashes travel as three texts
  * split on line feeds (an entry line holds none but its last byte), which costs the client and the
@@ -95,9 +97,18 @@ export async function openPostgresAuditLog(target: pg.Pool | string, options: Po
     await checkHead(h);
   } catch (err) {
     if (h.owned) await h.pool.end().catch(() => {});
-    throw err;
+    throw asStoreError(err, h, 'opening the audit log');
   }
   return new PostgresAuditLog(h, options);
+}
+
+/** `err` as thrown by this package: its own errors as they are, anything else `query_failed`, redacted. */
+function asStoreError(err: unknown, h: PoolHandle, what: string): Error {
+  if (err instanceof AuditError || err instanceof PostgresStoreError) return err;
+  return new PostgresStoreError('query_failed', `${what} on ${h.label} failed: ${describeError(err, h.secrets)}`, {
+    cause: err,
+    secrets: h.secrets,
+  });
 }
 
 async function checkEncoding(h: PoolHandle): Promise<void> {
@@ -256,7 +267,13 @@ class PostgresAuditLog implements AuditLog {
     if (this.running) return;
     this.running = new Promise<void>((resolve) => queueMicrotask(resolve))
       .then(async () => {
-        while (this.queue.length > 0) await this.commitBatch(this.takeBatch());
+        while (this.queue.length > 0) {
+          const batch = this.takeBatch();
+          // commitBatch answers every append itself; this only guards against a bug leaving one hanging.
+          await this.commitBatch(batch).catch((err: unknown) => {
+            for (const p of batch) p.reject(err);
+          });
+        }
       })
       .finally(() => {
         this.running = undefined;
@@ -285,10 +302,12 @@ class PostgresAuditLog implements AuditLog {
     let sentCommit = false;
     let last: { seq: number; hash: string } | undefined;
     let results: AppendResult[] = [];
+    let xid: string | undefined;
     try {
       client = await this.h.pool.connect();
-      const r = (await client.query(`BEGIN; ${SELECT_HEAD} FOR UPDATE`)) as unknown as pg.QueryResult<HeadRow>[];
+      const r = (await client.query(`BEGIN; ${SELECT_HEAD_XID} FOR UPDATE`)) as unknown as pg.QueryResult<HeadRow & { xid: string }>[];
       const row = r[1]?.rows[0];
+      xid = row?.xid;
       if (!row) throw new Error('the forge_audit_head row is missing');
       const ts = this.clock().toISOString();
       let seq = Number(row.seq);
@@ -320,7 +339,7 @@ class PostgresAuditLog implements AuditLog {
       client?.release(err instanceof Error ? err : true);
       client = undefined;
       // A connection lost during COMMIT leaves the outcome unknown: look before answering.
-      if (sentCommit && last && (await this.isCommitted(last))) {
+      if (sentCommit && last && xid && (await this.committed(xid))) {
         this.acknowledge(batch, results, last.seq);
         return;
       }
@@ -339,17 +358,31 @@ class PostgresAuditLog implements AuditLog {
 
   private acknowledge(batch: Pending[], results: AppendResult[], lastSeq: number): void {
     for (const [i, p] of batch.entries()) p.resolve(results[i] as AppendResult);
-    this.o.onBatch?.({ entries: batch.length, firstSeq: lastSeq - batch.length + 1, lastSeq });
+    try {
+      this.o.onBatch?.({ entries: batch.length, firstSeq: lastSeq - batch.length + 1, lastSeq });
+    } catch {
+      // A metrics callback that throws must not undo an acknowledgement.
+    }
     if (this.o.notify ?? true) this.notify(lastSeq);
   }
 
-  private async isCommitted(last: { seq: number; hash: string }): Promise<boolean> {
-    try {
-      const r = await this.h.pool.query<{ hash: string }>('SELECT hash FROM forge_audit_entries WHERE seq = $1', [last.seq]);
-      return r.rows[0]?.hash === last.hash;
-    } catch {
-      return false;
+  /**
+   * Whether transaction `xid` committed, asked on another connection; waits while the server
+   * still reports it in progress (its COMMIT may be under way). Unknown counts as not committed.
+   */
+  private async committed(xid: string): Promise<boolean> {
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      try {
+        const r = await this.h.pool.query<{ s: string | null }>('SELECT pg_xact_status($1::xid8) AS s', [xid]);
+        const status = r.rows[0]?.s;
+        if (status !== 'in progress') return status === 'committed';
+      } catch {
+        // The server may be restarting: ask again.
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
     }
+    return false;
   }
 
   /**
@@ -414,9 +447,17 @@ class PostgresAuditLog implements AuditLog {
  * Entries with seq >= `from`, oldest first, in pages of keyset queries, each line checked (hash,
  * shape) and linked to the one before (the entry before `from` anchors the first).
  */
-export async function* readEntries(h: PoolHandle, from: number, assertOpen: () => void = () => {}): AsyncGenerator<AuditEntry> {
+async function* readEntries(h: PoolHandle, from: number, assertOpen: () => void = () => {}): AsyncGenerator<AuditEntry> {
   if (!Number.isSafeInteger(from) || from < 1) throw new RangeError(`entries({ from: ${from} }): "from" must be a positive integer`);
   assertOpen();
+  try {
+    yield* readChecked(h, from);
+  } catch (err) {
+    throw asStoreError(err, h, 'reading audit entries');
+  }
+}
+
+async function* readChecked(h: PoolHandle, from: number): AsyncGenerator<AuditEntry> {
   const corrupt = (seq: number, why: string) =>
     new AuditError(
       'log_corrupt',

@@ -35,6 +35,10 @@ describe('group commit', () => {
     );
     expect(stored.rows[0]).toEqual({ n: '2000', d: '2000' });
     expect(await verifyPostgresAuditLog(url)).toMatchObject({ ok: true, entries: 2000 });
+    // entries() reads in pages of 1000: across the page boundary, linked from the entry before `from`.
+    const seqs: number[] = [];
+    for await (const e of log.entries({ from: 999 })) seqs.push(e.seq);
+    expect(seqs).toEqual(Array.from({ length: 1002 }, (_, i) => 999 + i));
   });
 
   it('a batch that fails rejects every append in it, stores nothing of it, and the log goes on', async () => {
@@ -55,6 +59,30 @@ describe('group commit', () => {
     expect((await pool.query('SELECT count(*)::int AS n FROM forge_audit_entries')).rows[0].n).toBe(1);
     const after = await log.append('t.after', 4);
     expect(after.seq).toBe(2);
+    expect(await verifyPostgresAuditLog(url)).toMatchObject({ ok: true, entries: 2 });
+  });
+  it('a connection killed during COMMIT: the outcome is asked of the server, the batch rejected, nothing stored', async () => {
+    const url = await pgs.server().database();
+    const log = await openLog(url);
+    await log.append('t.before', 1);
+    const pool = poolOn(url);
+    // A deferred trigger runs at COMMIT: it sleeps there, and the test kills the backend meanwhile.
+    await pool.query(`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.type = 't.slow' THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$;
+      CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON forge_audit_entries DEFERRABLE INITIALLY DEFERRED
+        FOR EACH ROW EXECUTE FUNCTION slow_commit();`);
+    const slow = log.append('t.slow', 2);
+    let killed = false;
+    while (!killed) {
+      const r = await pool.query<{ ok: boolean }>(
+        "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
+      );
+      killed = r.rows.some((x) => x.ok);
+      if (!killed) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(await codeOf(slow)).toBe('write_failed');
+    expect((await pool.query('SELECT count(*)::int AS n FROM forge_audit_entries')).rows[0].n).toBe(1);
+    expect((await log.append('t.after', 3)).seq).toBe(2);
     expect(await verifyPostgresAuditLog(url)).toMatchObject({ ok: true, entries: 2 });
   });
 });
@@ -182,5 +210,9 @@ describe('integrity at rest and at open', () => {
     expect(await codeOf(log.head())).toBe('closed');
     expect(await codeOf(log.append('t.a', 1))).toBe('closed');
     expect(await codeOf(log.checkpoint())).toBe('closed');
+    const iterate = async () => {
+      for await (const _ of log.entries()) break;
+    };
+    expect(await codeOf(iterate())).toBe('closed');
   });
 });
