@@ -32,7 +32,8 @@ export const REGISTRY_MIGRATIONS: readonly Migration[] = [
         scope text NOT NULL CHECK (scope IN ('task', 'session', 'project', 'user')),
         -- The session or task id ('' for the project and user scopes unless one is given).
         scope_id text NOT NULL DEFAULT '',
-        name text NOT NULL,
+        -- Compared byte by byte whatever the database collation (names are ASCII; pages of loadAll are by name).
+        name text COLLATE "C" NOT NULL,
         version integer NOT NULL CHECK (version >= 1),
         live boolean NOT NULL,
         -- The stored tool's JSON text, byte for byte as the store wrote it.

@@ -196,7 +196,7 @@ class PgToolStore {
         try {
           rows = (
             await client.query<ToolRow>(
-              `SELECT name, version, tool FROM forge_tools WHERE scope = $1 AND scope_id = $2 AND live AND name > $3 ORDER BY name COLLATE "C" LIMIT 500`,
+              `SELECT name, version, tool FROM forge_tools WHERE scope = $1 AND scope_id = $2 AND live AND name COLLATE "C" > $3 ORDER BY name COLLATE "C" LIMIT 500`,
               [this.scope, this.scopeId, after],
             )
           ).rows;

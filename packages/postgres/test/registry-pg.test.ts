@@ -4,7 +4,7 @@ import { type CreatedBy, createRegistry, digestSpec, type StoredTool, type ToolS
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { postgresToolStore } from '../src/registry.js';
-import { buildChildEntry, freshDatabase, SCOPE_IDS, startPostgres } from './registry-harness.js';
+import { buildChildEntry, freshDatabase, migrateRegistry, SCOPE_IDS, startPostgres } from './registry-harness.js';
 
 let server: PostgresServer;
 let child: { module: string; remove(): void };
@@ -251,6 +251,30 @@ describe('postgresToolStore', () => {
     release();
     expect(await holding).toBe('held');
     expect(await impatient.put('code.tool', () => ({ value: 'now' }))).toBe('now');
+  });
+
+  it('loadAll reads in pages of one snapshot: 1100 tools of mixed case and punctuation in a database with an ICU collation, each once', async () => {
+    const admin = new pg.Client({ connectionString: server.url });
+    await admin.connect();
+    await admin.query(`CREATE DATABASE icu_names LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0`);
+    await admin.end();
+    const pool = new pg.Pool({ connectionString: server.url.replace('/postgres?', '/icu_names?') });
+    onTestFinished(() => pool.end());
+    await migrateRegistry(pool);
+    const names = Array.from({ length: 1100 }, (_, i) => [`a_b${i}`, `aB${i}`, `A.c${i}`, `a-d${i}`][i % 4] as string);
+    const text = names.map((n) => JSON.stringify(tool(n)));
+    await pool.query(
+      "INSERT INTO forge_tools (scope, name, version, live, tool) SELECT 'project', n, 1, true, t FROM unnest($1::text[], $2::text[]) AS x(n, t)",
+      [names, text],
+    );
+    const store = postgresToolStore(pool, { scope: 'project' });
+    const loaded: string[] = [];
+    await store.loadAll(
+      (t) => loaded.push(t.name),
+      (f) => loaded.push(`bad ${f.path}`),
+    );
+    expect(loaded).toHaveLength(1100);
+    expect([...loaded].sort()).toEqual([...names].sort());
   });
 
   it('session and task stores of different ids are apart', async () => {
