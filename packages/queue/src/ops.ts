@@ -150,6 +150,11 @@ export async function claimOne(ctx: Ctx, J: string, worker: string): Promise<Won
   const ldir = join(q.lease, J);
   const newLeaseDir = await mkdirExclusive(ldir);
   ctx.step('lease.mkdir');
+  if (!newLeaseDir && (await kindOf(ldir)) !== 'dir') {
+    // Never write through a symlink: the claim stays without a lease, and recover() reports it.
+    await syncDirs(q.claimed, cdir, q.pending);
+    return undefined;
+  }
   const names = await list(ldir);
   for (const stale of ['worker', 'finishing']) {
     // Left by a holder that renewed after its lease was recovered: history, not a lease.
@@ -244,6 +249,7 @@ export async function moveBeside(ctx: Ctx, J: string, state: 'done' | 'failed'):
 /** Removes claimed/J once its request has left it: its files (a cancel marker, temporaries), then the directory. */
 export async function removeClaim(ctx: Ctx, J: string): Promise<void> {
   const cdir = join(ctx.q.claimed, J);
+  if ((await kindOf(cdir)) !== 'dir') return; // never remove files through a symlink
   await removeFilesIn(cdir, (n) => n !== J);
   if (await removeDir(cdir)) await syncDir(ctx.q.claimed);
 }
@@ -251,6 +257,7 @@ export async function removeClaim(ctx: Ctx, J: string): Promise<void> {
 /** Removes lease/J: every file in it (lease, lost attempts, note), then the directory. */
 export async function removeLease(ctx: Ctx, J: string): Promise<void> {
   const ldir = join(ctx.q.lease, J);
+  if ((await kindOf(ldir)) !== 'dir') return; // never remove files through a symlink
   await removeFilesIn(ldir, () => true);
   if (await removeDir(ldir)) await syncDir(ctx.q.lease);
 }

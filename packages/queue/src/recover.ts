@@ -40,6 +40,10 @@ export async function recoverQueue(ctx: Ctx, run: RecoverRun): Promise<RecoverRe
   for (const name of await list(q.lease)) {
     const id = idOfName(name);
     if (!id || (await kindOf(join(q.claimed, name))) !== 'missing') continue;
+    if ((await kindOf(join(q.lease, name))) !== 'dir') {
+      if (run.full) report.conflicts.push({ id, reason: `lease/${name} is not a directory (a symlink?); remove it by hand` });
+      continue;
+    }
     const t = await terminalOf(ctx, name);
     if (t.doneReq || t.failedReq)
       await removeLease(ctx, name); // a finish that died before removing its lease
@@ -72,6 +76,8 @@ async function recoverClaim(ctx: Ctx, J: string, id: string, run: RecoverRun, re
   if (reqKind !== 'file') return void conflict(`claimed/${J}/${J} is not a regular file; remove it by hand`);
   if ((await kindOf(join(q.pending, J))) !== 'missing') return void conflict(`${J} is both pending and claimed`);
   if (t.doneReq || t.failedReq) return void conflict(`${J} is both claimed and ${t.doneReq ? 'done' : 'failed'}`);
+  const ldirKind = await kindOf(ldir);
+  if (ldirKind !== 'dir' && ldirKind !== 'missing') return void conflict(`lease/${J} is not a directory (a symlink?); remove it by hand`);
   const leaseFile = await readRegular(join(ldir, 'worker'), 64 * 1024);
   if (leaseFile.kind === 'not_regular') return void conflict(`lease/${J}/worker is ${leaseFile.what}, not a lease file`);
   const sealed = await readRegular(join(ldir, 'finishing'), 64 * 1024);

@@ -111,6 +111,25 @@ describe('file queue on disk', () => {
     expect(await b.claim('w2')).toBeUndefined();
   });
 
+  it('never writes or removes through a symlink planted as lease/J', async () => {
+    const d = fresh();
+    const q = await open(d);
+    const elsewhere = fresh();
+    await writeFile(join(elsewhere, 'keep'), 'precious');
+    await q.publish({ id: 'v', payload: 1 });
+    await symlink(elsewhere, join(d, 'lease', J('v')));
+    expect(await q.claim('w')).toBeUndefined();
+    expect(await readdir(elsewhere)).toEqual(['keep']);
+    await writeFile(join(d, 'lease', 'w.req.json'), ''); // a file is no lease directory either
+    const report = await q.recover({ now: FAR });
+    expect(report.conflicts).toEqual([
+      { id: 'v', reason: expect.stringMatching(/lease\/v\.req\.json is not a directory/) },
+      { id: 'w', reason: expect.stringMatching(/lease\/w\.req\.json is not a directory/) },
+    ]);
+    expect(await readdir(elsewhere)).toEqual(['keep']);
+    expect(await readFile(join(elsewhere, 'keep'), 'utf8')).toBe('precious');
+  });
+
   it('never overwrites a result: a planted result makes finish a conflict and stays as it was', async () => {
     const d = fresh();
     const q = await open(d);
@@ -178,11 +197,16 @@ describe('file queue on disk', () => {
     expect(await readdir(join(d, 'inbox'))).toEqual(['not-ours']);
   });
 
-  it('turns a file failure into io_error naming the path (a file where lease/J belongs)', async () => {
+  it('turns a file failure into io_error naming the path (inbox/ replaced by a file after opening)', async () => {
     const d = fresh();
     const q = await open(d);
-    await q.publish({ id: 'x', payload: 1 });
-    await writeFile(join(d, 'lease', J('x')), '');
-    await expect(q.claim('w')).rejects.toMatchObject({ code: 'io_error', message: expect.stringContaining(join(d, 'lease', J('x'))) });
+    const { rm } = await import('node:fs/promises');
+    await rm(join(d, 'inbox'), { recursive: true });
+    await writeFile(join(d, 'inbox'), '');
+    await expect(q.publish({ id: 'x', payload: 1 })).rejects.toMatchObject({
+      code: 'io_error',
+      message: expect.stringContaining(join(d, 'pending', J('x'))),
+    });
+    expect(await q.stats()).toMatchObject({ pending: 0 });
   });
 });
