@@ -289,9 +289,9 @@ class PgToolStore {
     let broken: Error | undefined;
     let out: Written<R>;
     try {
-      await client.query('BEGIN');
-      await client.query(`SET LOCAL lock_timeout = ${this.lockTimeoutMs}`);
-      await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [advisoryKey(this.scope, this.scopeId, wireLockKey(name))]);
+      // One round trip: both values are integers this code made (no caller text in the SQL).
+      const key = advisoryKey(this.scope, this.scopeId, wireLockKey(name));
+      await client.query(`BEGIN; SET LOCAL lock_timeout = ${this.lockTimeoutMs}; SELECT pg_advisory_xact_lock(${key}::bigint)`);
       out = await fn(client);
       await client.query('COMMIT');
     } catch (err) {
