@@ -4,6 +4,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type lockfileType from 'proper-lockfile';
+import type { GapInput, GapQuery, GapStore as GapStoreContract } from './stores.js';
 import type { GapKind, GapRecord, GapSource, GapSummary } from './types.js';
 
 // proper-lockfile (with graceful-fs) is loaded by the first write: reading never locks.
@@ -136,8 +137,12 @@ export interface GapStoreOptions {
   onError?: (err: Error) => void;
 }
 
-/** A durable, bounded, multi-process store of gap observations (`<dir>/gaps.jsonl`, JSON Lines). */
-export interface GapStore {
+/**
+ * The file implementation of the {@link GapStoreContract | GapStore} interface: a durable, bounded,
+ * multi-process store of gap observations (`<dir>/gaps.jsonl`, JSON Lines). Its reads answer at
+ * once (synchronously), from a view of the file kept up to date incrementally.
+ */
+export interface FileGapStore extends GapStoreContract {
   /** `<dir>/gaps.jsonl`. */
   readonly file: string;
   /**
@@ -145,29 +150,84 @@ export interface GapStore {
    * fdatasync per batch of concurrent calls). Rejects with a {@link GapStoreError}: `invalid_record`
    * (naming the field), `unusable` (the directory or file cannot be written), `closed`.
    */
-  record(r: Omit<GapRecord, 'at'> & { at?: number }): Promise<void>;
+  record(r: GapInput): Promise<void>;
   /** Best effort: `record()` without waiting; any failure goes to `onError`. Never throws, never blocks. */
-  note(r: Omit<GapRecord, 'at'> & { at?: number }): void;
+  note(r: GapInput): void;
   /**
    * The records held now, oldest first, other processes' appends included (the file is re-read
    * when its inode, size or mtime changed; incrementally when the same inode grew). Throws
    * `unusable` when the file exists but cannot be read; a missing file is an empty store.
    */
   records(): readonly GapRecord[];
-  /**
-   * Recurrence per (kind, signature): `count` of records with `at` inside `[now - windowMs, now]`,
-   * `qualifies` when `count >= threshold`; `total`, `first_at`, `last_at`, `personas`, `sources`
-   * and `description` (the latest given) cover every record held. Qualifying first, then by count
-   * (desc), then by latest observation. `only` keeps one (kind, signature) (none held: `[]`).
-   * Throws a RangeError for a threshold below 1 or a negative window.
-   */
-  summary(o: { threshold: number; windowMs: number; now?: number; only?: { kind: GapKind; signature: string } }): GapSummary[];
+  /** {@link summarizeGaps} over {@link records}, at once. */
+  summary(q: GapQuery): GapSummary[];
   /** One (kind, signature)'s records, oldest first. */
   history(kind: GapKind, signature: string): readonly GapRecord[];
   /** Resolves once every record accepted so far is durable (or has failed). */
   flush(): Promise<void>;
   /** Flushes, then releases the file; later `record()` calls reject with `closed`. */
   close(): Promise<void>;
+}
+
+/** The file store's type under its earlier name (as `./gaps.js` exported it); the package exports the interface as `GapStore`. */
+export type GapStore = FileGapStore;
+
+/**
+ * Recurrence per (kind, signature) over `records` (oldest first), as {@link GapStoreContract.summary}
+ * specifies it; `now` is the window's end when `q.now` is not given. Every gap store answers with
+ * this function, so that they agree to the order. Throws a RangeError for a threshold below 1 or a
+ * negative window.
+ */
+export function summarizeGaps(records: readonly GapRecord[], q: GapQuery, now: number): GapSummary[] {
+  const { threshold, windowMs, only } = q;
+  if (!(threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${threshold})`);
+  if (!(windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${windowMs})`);
+  const at = q.now ?? now;
+  const from = at - windowMs;
+  const groups = new Map<string, GapSummary & { personaSet: Set<string>; sourceSet: Set<GapSource>; descriptionAt: number }>();
+  for (const r of records) {
+    if (only && (r.kind !== only.kind || r.signature !== only.signature)) continue;
+    const key = `${r.kind}\u0000${r.signature}`;
+    let g = groups.get(key);
+    if (g === undefined) {
+      g = {
+        kind: r.kind,
+        signature: r.signature,
+        count: 0,
+        total: 0,
+        first_at: r.at,
+        last_at: r.at,
+        personas: [],
+        sources: [],
+        qualifies: false,
+        personaSet: new Set(),
+        sourceSet: new Set(),
+        descriptionAt: -1,
+      };
+      groups.set(key, g);
+    }
+    g.total++;
+    if (r.at >= from && r.at <= at) g.count++;
+    g.first_at = Math.min(g.first_at, r.at);
+    g.last_at = Math.max(g.last_at, r.at);
+    if (r.description !== undefined && r.at >= g.descriptionAt) {
+      g.description = r.description;
+      g.descriptionAt = r.at;
+    }
+    g.personaSet.add(r.persona);
+    g.sourceSet.add(r.source);
+  }
+  const out: GapSummary[] = [];
+  for (const { personaSet, sourceSet, descriptionAt: _, ...g } of groups.values()) {
+    out.push({ ...g, personas: [...personaSet].sort(), sources: [...sourceSet].sort(), qualifies: g.count >= threshold });
+  }
+  return out.sort(
+    (a, b) =>
+      Number(b.qualifies) - Number(a.qualifies) ||
+      b.count - a.count ||
+      b.last_at - a.last_at ||
+      (a.kind + a.signature < b.kind + b.signature ? -1 : 1),
+  );
 }
 
 /** What this process knows of the file: the inode it holds open, how far it has read, and the ring of records. */
@@ -386,7 +446,7 @@ async function compact(file: string, dir: string, held: readonly GapRecord[], ba
 }
 
 /** Opens (lazily: nothing is read or created yet) the gap store in `o.dir`. */
-export function openGapStore(o: GapStoreOptions): GapStore {
+export function openGapStore(o: GapStoreOptions): FileGapStore {
   const max = o.maxRecords ?? 10_000;
   if (!Number.isInteger(max) || max < 1) throw new RangeError(`openGapStore: maxRecords must be a positive integer (got ${max})`);
   const clock = o.now ?? Date.now;
@@ -459,7 +519,7 @@ export function openGapStore(o: GapStoreOptions): GapStore {
     running = undefined;
   };
 
-  const record = (r: Omit<GapRecord, 'at'> & { at?: number }): Promise<void> => {
+  const record = (r: GapInput): Promise<void> => {
     if (closed) return Promise.reject(new GapStoreError('closed', `gap store ${file} is closed; open it again to record`));
     const s = sanitizeGapRecord({ ...r, at: r.at ?? clock() });
     if (!s.ok) return Promise.reject(new GapStoreError('invalid_record', `${s.message}; not recorded`, { field: s.field }));
@@ -486,55 +546,11 @@ export function openGapStore(o: GapStoreOptions): GapStore {
       }
     },
     records,
-    summary({ threshold, windowMs, now, only }) {
-      if (!(threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${threshold})`);
-      if (!(windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${windowMs})`);
-      const at = now ?? clock();
-      const from = at - windowMs;
-      const groups = new Map<string, GapSummary & { personaSet: Set<string>; sourceSet: Set<GapSource>; descriptionAt: number }>();
-      for (const r of records()) {
-        if (only && (r.kind !== only.kind || r.signature !== only.signature)) continue;
-        const key = `${r.kind}\u0000${r.signature}`;
-        let g = groups.get(key);
-        if (g === undefined) {
-          g = {
-            kind: r.kind,
-            signature: r.signature,
-            count: 0,
-            total: 0,
-            first_at: r.at,
-            last_at: r.at,
-            personas: [],
-            sources: [],
-            qualifies: false,
-            personaSet: new Set(),
-            sourceSet: new Set(),
-            descriptionAt: -1,
-          };
-          groups.set(key, g);
-        }
-        g.total++;
-        if (r.at >= from && r.at <= at) g.count++;
-        g.first_at = Math.min(g.first_at, r.at);
-        g.last_at = Math.max(g.last_at, r.at);
-        if (r.description !== undefined && r.at >= g.descriptionAt) {
-          g.description = r.description;
-          g.descriptionAt = r.at;
-        }
-        g.personaSet.add(r.persona);
-        g.sourceSet.add(r.source);
-      }
-      const out: GapSummary[] = [];
-      for (const { personaSet, sourceSet, descriptionAt: _, ...g } of groups.values()) {
-        out.push({ ...g, personas: [...personaSet].sort(), sources: [...sourceSet].sort(), qualifies: g.count >= threshold });
-      }
-      return out.sort(
-        (a, b) =>
-          Number(b.qualifies) - Number(a.qualifies) ||
-          b.count - a.count ||
-          b.last_at - a.last_at ||
-          (a.kind + a.signature < b.kind + b.signature ? -1 : 1),
-      );
+    summary(q) {
+      // Checked before reading, as before: a bad query throws without touching the file.
+      if (!(q.threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${q.threshold})`);
+      if (!(q.windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${q.windowMs})`);
+      return summarizeGaps(records(), q, q.now ?? clock());
     },
     history(kind, signature) {
       return records().filter((r) => r.kind === kind && r.signature === signature);

@@ -7,22 +7,30 @@
 export { type Blueprint, type RequestArgs, readBlueprint, readRequest } from './blueprint.js';
 export { type ExpectEnvelope, matchExpect, sameData } from './expect.js';
 export {
-  type GapStore,
+  type FileGapStore,
   GapStoreError,
   type GapStoreErrorCode,
   type GapStoreOptions,
   openGapStore,
   type SanitizeResult,
   sanitizeGapRecord,
+  summarizeGaps,
 } from './gaps.js';
 export { capabilitySlug, deriveToolName } from './naming.js';
 export { generateProbes, type Probe, type ProbeOptions } from './probes.js';
 export {
+  applyTransition,
+  byActivation,
+  byNewest,
+  checkTransition,
+  type FileProposalStore,
+  isProposalId,
   MAX_PROPOSAL_FILE_BYTES,
+  newProposal,
+  newProposalId,
   openProposalStore,
-  type ProposalStore,
   type ProposalStoreOptions,
-  type UpdateResult,
+  proposalProblem,
 } from './proposals.js';
 export {
   type CycleReport,
@@ -36,6 +44,16 @@ export {
   type ToolsmithOptions,
   type ToolsmithStatus,
 } from './service.js';
+export type {
+  Awaitable,
+  GapInput,
+  GapQuery,
+  GapStore,
+  ProposalFilter,
+  ProposalInput,
+  ProposalStore,
+  UpdateResult,
+} from './stores.js';
 export type {
   GapKind,
   GapRecord,

@@ -4,6 +4,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { linkNew, replaceWith, syncDir, writeTemp } from '@forge/registry';
 import type lockfileType from 'proper-lockfile';
+import type { ProposalInput, ProposalStore as ProposalStoreContract, UpdateResult } from './stores.js';
 import type { Proposal, ProposalEvent, ProposalState } from './types.js';
 
 // proper-lockfile (with graceful-fs) is loaded by the first transition: reading never locks.
@@ -22,18 +23,16 @@ export interface ProposalStoreOptions {
   now?: () => Date;
 }
 
-/** What a transition gave: the proposal as written, or why nothing was written. */
-export type UpdateResult =
-  | { ok: true; proposal: Proposal }
-  | { ok: false; kind: 'unknown_proposal' | 'state_conflict'; message: string; current?: Proposal };
+export type { UpdateResult } from './stores.js';
 
 /**
- * The durable proposals of one project, one JSON file each (`<dir>/proposals/<id>.json`, mode
+ * The file implementation of the {@link ProposalStoreContract | ProposalStore} interface: the
+ * durable proposals of one project, one JSON file each (`<dir>/proposals/<id>.json`, mode
  * 0600, directories 0700 created by the first `create`). The store records state; it decides
  * nothing: whether a tool is live is what the registry holds, so a file hand-edited to `active`
  * makes nothing callable.
  */
-export interface ProposalStore {
+export interface FileProposalStore extends ProposalStoreContract {
   /** The toolsmith directory given (the files are under `<dir>/proposals/`). */
   readonly dir: string;
   /**
@@ -76,6 +75,9 @@ export interface ProposalStore {
   lineage(name: string): Promise<Proposal[]>;
 }
 
+/** The file store's type under its earlier name (as `./proposals.js` exported it); the package exports the interface as `ProposalStore`. */
+export type ProposalStore = FileProposalStore;
+
 /** Proposal files larger than this are refused when read (and never written). */
 export const MAX_PROPOSAL_FILE_BYTES = 4 * 1024 * 1024;
 const ID = /^p-[0-9a-f]{16}$/;
@@ -96,8 +98,16 @@ function codedError(code: string, message: string, cause?: unknown): Error {
   return Object.assign(new Error(message, cause === undefined ? undefined : { cause }), { code });
 }
 
-/** Why `value` is not a usable proposal stored as `<fileId>.json`, or undefined. */
-function proposalProblem(value: unknown, fileId?: string): string | undefined {
+/** Whether `id` is a proposal id: `p-` and 16 lower-case hex digits. */
+export function isProposalId(id: unknown): id is string {
+  return typeof id === 'string' && ID.test(id);
+}
+
+/**
+ * Why `value` is not a usable stored proposal (stored under the id `fileId`, when given), in
+ * words, or undefined when it is one. Every proposal store checks what it reads with this.
+ */
+export function proposalProblem(value: unknown, fileId?: string): string | undefined {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'not a JSON object';
   const p = value as Record<string, unknown>;
   for (const k of REQUIRED_STRINGS) {
@@ -136,6 +146,75 @@ function proposalProblem(value: unknown, fileId?: string): string | undefined {
     }
   }
   return undefined;
+}
+
+/** A fresh proposal id: `p-` and 16 hex digits from crypto. */
+export function newProposalId(): string {
+  return `p-${randomBytes(8).toString('hex')}`;
+}
+
+/** The proposal `create` stores for `input` under `id` at `at`; a TypeError for a malformed one. */
+export function newProposal(input: ProposalInput, id: string, at: string): Proposal {
+  const { by, ...rest } = input as ProposalInput & Partial<Proposal>;
+  if (typeof by !== 'string' || by === '') throw new TypeError('create: "by" must be a non-empty string (who proposed it)');
+  const p: Proposal = { ...rest, id, state: input.state, created_at: at, updated_at: at, history: [{ state: input.state, at, by }] };
+  const problem = proposalProblem(p);
+  if (problem) throw new TypeError(`create: not a proposal: ${problem}`);
+  return p;
+}
+
+/** The TypeErrors of `transition`'s arguments: `to` must be a state and `by` a non-empty string. */
+export function checkTransition(to: unknown, by: unknown): void {
+  if (typeof to !== 'string' || !STATES.has(to)) throw new TypeError(`transition: ${JSON.stringify(to)} is not a proposal state`);
+  if (typeof by !== 'string' || by === '') throw new TypeError('transition: "by" must be a non-empty string');
+}
+
+/**
+ * The compare-and-set step of every proposal store, on the proposal read under its lock: the
+ * `state_conflict` when `current` is not in one of `from`, else the proposal as it becomes (the
+ * event appended, `updated_at` = `clock()`). A TypeError when `change` sets a field the store
+ * sets or leaves no proposal.
+ */
+export function applyTransition(
+  current: Proposal,
+  from: readonly ProposalState[],
+  to: ProposalState,
+  opts: { by: string; reason?: string; change?: (p: Proposal) => Partial<Proposal> },
+  clock: () => string,
+): UpdateResult {
+  const id = current.id;
+  if (!from.includes(current.state)) {
+    const last = current.history[current.history.length - 1] as ProposalEvent;
+    return {
+      ok: false,
+      kind: 'state_conflict',
+      message: `proposal ${id} is ${current.state} (since ${last.at}, by ${last.by}), not ${from.join(' or ')}; nothing was changed: reload it and decide again`,
+      current,
+    };
+  }
+  const changes = opts.change?.(structuredClone(current)) ?? {};
+  for (const k of FROZEN) {
+    if (k in changes) throw new TypeError(`transition: change may not set "${k}" (the store sets it)`);
+  }
+  const at = clock();
+  const event: ProposalEvent =
+    opts.reason === undefined ? { state: to, at, by: opts.by } : { state: to, at, by: opts.by, reason: opts.reason };
+  const next: Proposal = { ...current, ...changes, id, state: to, updated_at: at, history: [...current.history, event] };
+  const problem = proposalProblem(next, id);
+  if (problem) throw new TypeError(`transition: the change leaves no proposal: ${problem}`);
+  return { ok: true, proposal: next };
+}
+
+/** `list`'s order: newest `created_at` first, then by id. */
+export function byNewest(a: Proposal, b: Proposal): number {
+  return a.created_at === b.created_at ? a.id.localeCompare(b.id) : a.created_at < b.created_at ? 1 : -1;
+}
+
+/** `lineage`'s order: newest activation first, then newest `created_at`. */
+export function byActivation(a: Proposal, b: Proposal): number {
+  const x = (a.activated as { at: string }).at;
+  const y = (b.activated as { at: string }).at;
+  return x === y ? b.created_at.localeCompare(a.created_at) : x < y ? 1 : -1;
 }
 
 type Read = { status: 'ok'; proposal: Proposal } | { status: 'missing' } | { status: 'bad'; reason: string };
@@ -203,7 +282,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 export function openProposalStore(
   o: ProposalStoreOptions & { onProblem?: (file: string, reason: string) => void; lockWaitMs?: number },
-): ProposalStore {
+): FileProposalStore {
   const root = join(o.dir, 'proposals');
   const now = o.now ?? (() => new Date());
   const onProblem = o.onProblem ?? (() => {});
@@ -270,19 +349,16 @@ export function openProposalStore(
     }
   }
 
-  const store: ProposalStore = {
+  const store: FileProposalStore = {
     dir: o.dir,
 
     async create(input) {
-      const { by, ...rest } = input as typeof input & Partial<Proposal>;
-      if (typeof by !== 'string' || by === '') throw new TypeError('create: "by" must be a non-empty string (who proposed it)');
       const at = now().toISOString();
+      newProposal(input, newProposalId(), at); // a malformed proposal is refused before anything is created
       ensureRoot();
       for (let attempt = 0; attempt < 5; attempt++) {
-        const id = `p-${randomBytes(8).toString('hex')}`;
-        const p: Proposal = { ...rest, id, state: input.state, created_at: at, updated_at: at, history: [{ state: input.state, at, by }] };
-        const problem = proposalProblem(p);
-        if (problem) throw new TypeError(`create: not a proposal: ${problem}`);
+        const id = newProposalId();
+        const p = newProposal(input, id, at);
         let made: boolean;
         try {
           made = await linkNew(await writeTemp(root, serialize(p)), pathOf(id));
@@ -325,12 +401,11 @@ export function openProposalStore(
         if (filter.name !== undefined && r.proposal.name !== filter.name) continue;
         out.push(r.proposal);
       }
-      return out.sort((a, b) => (a.created_at === b.created_at ? a.id.localeCompare(b.id) : a.created_at < b.created_at ? 1 : -1));
+      return out.sort(byNewest);
     },
 
     async transition(id, from, to, opts) {
-      if (!STATES.has(to)) throw new TypeError(`transition: ${JSON.stringify(to)} is not a proposal state`);
-      if (typeof opts.by !== 'string' || opts.by === '') throw new TypeError('transition: "by" must be a non-empty string');
+      checkTransition(to, opts.by);
       const unknown = (why: string): UpdateResult => ({
         ok: false,
         kind: 'unknown_proposal',
@@ -343,26 +418,9 @@ export function openProposalStore(
         const r = read(id);
         if (r.status === 'missing') return unknown(` in ${root}`);
         if (r.status === 'bad') return unknown(`: its file ${pathOf(id)} is unusable (${r.reason})`);
-        const current = r.proposal;
-        if (!from.includes(current.state)) {
-          const last = current.history[current.history.length - 1] as ProposalEvent;
-          return {
-            ok: false,
-            kind: 'state_conflict',
-            message: `proposal ${id} is ${current.state} (since ${last.at}, by ${last.by}), not ${from.join(' or ')}; nothing was changed: reload it and decide again`,
-            current,
-          };
-        }
-        const changes = opts.change?.(structuredClone(current)) ?? {};
-        for (const k of FROZEN) {
-          if (k in changes) throw new TypeError(`transition: change may not set "${k}" (the store sets it)`);
-        }
-        const at = now().toISOString();
-        const event: ProposalEvent =
-          opts.reason === undefined ? { state: to, at, by: opts.by } : { state: to, at, by: opts.by, reason: opts.reason };
-        const next: Proposal = { ...current, ...changes, id, state: to, updated_at: at, history: [...current.history, event] };
-        const problem = proposalProblem(next, id);
-        if (problem) throw new TypeError(`transition: the change leaves no proposal: ${problem}`);
+        const step = applyTransition(r.proposal, from, to, opts, () => now().toISOString());
+        if (!step.ok) return step;
+        const next = step.proposal;
         const tmp = await writeTemp(root, serialize(next));
         if (lost()) {
           rmSync(tmp, { force: true });
@@ -415,11 +473,7 @@ export function openProposalStore(
         if (p.activated) out.push(p);
         else onProblem(pathOf(p.id), `${p.state} but never activated (no "activated" record): left out of the lineage of ${name}`);
       }
-      return out.sort((a, b) => {
-        const x = (a.activated as { at: string }).at;
-        const y = (b.activated as { at: string }).at;
-        return x === y ? b.created_at.localeCompare(a.created_at) : x < y ? 1 : -1;
-      });
+      return out.sort(byActivation);
     },
   };
   return store;

@@ -10,9 +10,10 @@ import {
 import { type StoredTool, type ToolExample, type ToolSpec, validateSpec } from '@forge/registry';
 import type { CallContext, Forge, Refusal } from '@forge/runner';
 import { readBlueprint, readRequest } from './blueprint.js';
-import { type GapStore, openGapStore } from './gaps.js';
+import { type FileGapStore, openGapStore } from './gaps.js';
 import { capabilitySlug, deriveToolName } from './naming.js';
-import { openProposalStore, type ProposalStore } from './proposals.js';
+import { type FileProposalStore, openProposalStore } from './proposals.js';
+import type { Awaitable, GapStore, ProposalStore, UpdateResult } from './stores.js';
 import type { GapKind, GapSummary, Proposal, ProposalState, ValidationRecord } from './types.js';
 import { specDigest, validateProposal } from './validate.js';
 
@@ -23,11 +24,19 @@ import { specDigest, validateProposal } from './validate.js';
  * of forge's audit log.
  */
 
-export interface ToolsmithOptions {
+export interface ToolsmithOptions<G extends GapStore = FileGapStore, P extends ProposalStore = FileProposalStore> {
   /** The engine the toolsmith validates in and activates through (its policy, sandbox and audit log). */
   forge: Forge;
-  /** Where the gaps and proposals of the project live (default `forge.paths.toolsmithDir`). */
+  /** Where the file stores of the project live (default `forge.paths.toolsmithDir`); unused for a store given below. */
   dir?: string;
+  /**
+   * The gap store (default: the file store `openGapStore` in `dir`, bounded by policy
+   * `toolsmith.gap_store_max`). A store given here stays the caller's: `close()` flushes it but
+   * does not close it.
+   */
+  gapStore?: G;
+  /** The proposal store (default: the file store `openProposalStore` in `dir`); the caller's, like `gapStore`. */
+  proposalStore?: P;
   /** Clock (ms since the epoch). */
   now?: () => number;
   /** Where best-effort failures go (a gap the store could not take); default a process warning. */
@@ -94,9 +103,10 @@ export interface ToolsmithStatus {
   approvesInClient: boolean;
 }
 
-export interface Toolsmith {
-  readonly gaps: GapStore;
-  readonly proposals: ProposalStore;
+/** The toolsmith of one project; `G` and `P` are the types of its stores (the file stores unless others were given). */
+export interface Toolsmith<G extends GapStore = FileGapStore, P extends ProposalStore = FileProposalStore> {
+  readonly gaps: G;
+  readonly proposals: P;
   /** For `ForgeOptions.onUnknownTool`: records a `missing_tool` gap; the returned hint goes into the `unknown_tool` message. */
   unknownTool(name: string, ctx: { persona: string; session: string }): string | undefined;
   /** `forge_request {capability, description, example_inputs?}`: records the need explicitly. */
@@ -111,7 +121,7 @@ export interface Toolsmith {
   retire(name: string, op: Operator & { reason?: string }): Promise<{ ok: true; tool: StoredTool; proposal?: Proposal } | Refusal>;
   rollback(name: string, op: Operator): Promise<{ ok: true; tool: StoredTool; proposal: Proposal; from?: Proposal } | Refusal>;
   /** Every gap held, judged by the policy's threshold and window now (`forge toolsmith gaps`); readable while off or paused. */
-  gapSummary(): GapSummary[] | Refusal;
+  gapSummary(): GapSummary[] | Refusal | Promise<GapSummary[] | Refusal>;
   /** Promotes qualifying gaps to wanted signals and reports; never authors or approves. */
   cycle(): Promise<CycleReport | Refusal>;
   status(persona?: string): ToolsmithStatus;
@@ -120,8 +130,14 @@ export interface Toolsmith {
 
 const PERSONA_PATTERN = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 
-/** Creates the toolsmith of `forge`'s project. Nothing is written until a gap or proposal is. */
-export function createToolsmith(o: ToolsmithOptions): Toolsmith {
+/**
+ * Creates the toolsmith of `forge`'s project over the stores given, or the file stores under
+ * `dir`. Nothing is written until a gap or proposal is. `gapSummary()` answers at once when the
+ * gap store does (the file store), else with a promise.
+ */
+export function createToolsmith<G extends GapStore = FileGapStore, P extends ProposalStore = FileProposalStore>(
+  o: ToolsmithOptions<G, P>,
+): Toolsmith<G, P> {
   const { forge } = o;
   const now = o.now ?? Date.now;
   const warn = o.onWarning ?? ((m: string) => process.emitWarning(`forge toolsmith: ${m}`));
@@ -130,8 +146,10 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
     const p = forge.policy();
     return p.ok ? p.snapshot.policy.toolsmith.gap_store_max : 10_000;
   })();
-  const gaps = openGapStore({ dir, maxRecords: policyMax, now, onError: (err) => warn(err.message) });
-  const proposals = openProposalStore({ dir, now: () => new Date(now()), onProblem: (file, reason) => warn(`${file}: ${reason}`) });
+  const ownGaps = o.gapStore === undefined;
+  const gaps = (o.gapStore ?? openGapStore({ dir, maxRecords: policyMax, now, onError: (err) => warn(err.message) })) as G;
+  const proposals = (o.proposalStore ??
+    openProposalStore({ dir, now: () => new Date(now()), onProblem: (file, reason) => warn(`${file}: ${reason}`) })) as P;
   let pausedNoted: string | undefined;
   /** Proposals made per session by this process (the forge-count breaker's limit applies). */
   const proposedBy = new Map<string, number>();
@@ -197,14 +215,25 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
     (await forge.listTools({ scope: 'project' })).find((t) => t.tool.name === name)?.tool;
 
   /** One gap's recurrence under the policy's threshold and window (the gap store's summary of it). */
-  const summaryOf = (snap: PolicySnapshot, kind: GapKind, signature: string): GapSummary => {
+  const summaryOf = (snap: PolicySnapshot, kind: GapKind, signature: string): Awaitable<GapSummary> => {
     const t = toolsmithFor(snap, 'default');
     const at = now();
-    const [row] = gaps.summary({ threshold: t.threshold, windowMs: t.windowMs, now: at, only: { kind, signature } });
-    return row ?? { kind, signature, count: 0, total: 0, first_at: at, last_at: at, personas: [], sources: [], qualifies: false };
+    const none: GapSummary = {
+      kind,
+      signature,
+      count: 0,
+      total: 0,
+      first_at: at,
+      last_at: at,
+      personas: [],
+      sources: [],
+      qualifies: false,
+    };
+    const rows = gaps.summary({ threshold: t.threshold, windowMs: t.windowMs, now: at, only: { kind, signature } });
+    return rows instanceof Promise ? rows.then(([row]) => row ?? none) : (rows[0] ?? none);
   };
 
-  const toolsmith: Toolsmith = {
+  const toolsmith: Toolsmith<G, P> = {
     gaps,
     proposals,
 
@@ -219,10 +248,15 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       gaps.note({ kind: 'missing_tool', signature, source: 'unknown_tool', persona: ctx.persona, session: ctx.session, asked: name });
       void record('gap_recorded', { kind: 'missing_tool', signature, source: 'unknown_tool', persona: ctx.persona, session: ctx.session });
       if (t.mode !== 'governed') return undefined;
+      const hours = t.windowMs / 3_600_000;
       // The record being written counts too.
       const seen = summaryOf(pol.snapshot, 'missing_tool', signature);
+      // The hint is given at once: a store that answers later (a database) gets one without the count.
+      if (seen instanceof Promise) {
+        seen.catch(() => {});
+        return `the toolsmith noted the request (a tool is wanted once it is asked for ${t.threshold} times in ${hours} h); to ask for it now, call forge_request {capability, description, example_inputs}`;
+      }
       const count = seen.count + 1;
-      const hours = t.windowMs / 3_600_000;
       return count >= t.threshold
         ? `the toolsmith has seen "${signature}" asked for ${count} times in ${hours} h, so a tool for it is wanted: propose one with forge_propose {capability: "${signature}", description, input_schema, impl, runtime, examples}`
         : `the toolsmith noted the request (${count} of ${t.threshold} in ${hours} h before a tool is wanted); to ask for it now, call forge_request {capability, description, example_inputs}`;
@@ -251,7 +285,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       }
       const lost = await record('gap_recorded', { kind: 'missing_tool', signature: slug.slug, source: 'forge_request', persona, session });
       if (lost) return lost;
-      const gap = summaryOf(g.snap, 'missing_tool', slug.slug);
+      const gap = await summaryOf(g.snap, 'missing_tool', slug.slug);
       const authorable = checkCapability(g.snap, slug.slug).ok;
       const message = !authorable
         ? `recorded; "${slug.slug}" is outside policy toolsmith.capability_allow, so no tool can be proposed for it until an operator allows it`
@@ -365,7 +399,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       if (!p) return unknownProposal(id);
       const live = await activeTool(p.name);
       const liveProposal = live ? (await proposals.lineage(p.name)).find((x) => x.state === 'active') : undefined;
-      const history = p.gap ? gaps.history(p.gap.kind, p.gap.signature).slice(-50) : [];
+      const history = p.gap ? (await gaps.history(p.gap.kind, p.gap.signature)).slice(-50) : [];
       return {
         ok: true,
         proposal: p,
@@ -479,7 +513,7 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       const at = new Date(now()).toISOString();
       // The tool is live now (the registry decides): the proposal's record follows it, and the log
       // says so even when the record cannot be written.
-      let moved: Awaited<ReturnType<ProposalStore['transition']>> | undefined;
+      let moved: UpdateResult | undefined;
       let recordError: string | undefined;
       for (let attempt = 0; attempt < 3 && !moved?.ok; attempt++) {
         try {
@@ -619,13 +653,17 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
       const pol = forge.policy();
       if (!pol.ok) return pol;
       const t = toolsmithFor(pol.snapshot, 'default');
-      return gaps.summary({ threshold: t.threshold, windowMs: t.windowMs, now: now() });
+      const rows = gaps.summary({ threshold: t.threshold, windowMs: t.windowMs, now: now() });
+      if (!(rows instanceof Promise)) return rows;
+      return rows.catch(
+        (err: Error): Refusal => ({ ok: false, kind: 'internal', message: `the toolsmith could not read its gaps: ${err.message}` }),
+      );
     },
 
     async cycle() {
       const g = await gate('default', 'cycled');
       if (!g.ok) return g;
-      const rows = gaps.summary({ threshold: g.t.threshold, windowMs: g.t.windowMs, now: now() }).filter((s) => s.qualifies);
+      const rows = (await gaps.summary({ threshold: g.t.threshold, windowMs: g.t.windowMs, now: now() })).filter((s) => s.qualifies);
       const open = await proposals.list({ state: ['pending', 'validated', 'active'] });
       const inFlight = new Set(open.map((p) => p.capability));
       const wanted = rows.filter((s) => s.kind === 'missing_tool' && !inFlight.has(s.signature));
@@ -658,7 +696,9 @@ export function createToolsmith(o: ToolsmithOptions): Toolsmith {
 
     async close() {
       unsubscribe();
-      await gaps.close();
+      // A store given to createToolsmith stays the caller's to close; its pending notes are flushed.
+      if (ownGaps) await gaps.close();
+      else await gaps.flush();
     },
   };
 
