@@ -1,3 +1,7 @@
+import { PRESENCE_MIGRATIONS } from './presence.js';
+import { QUEUE_MIGRATIONS } from './queue-schema.js';
+import { REGISTRY_MIGRATIONS } from './registry-schema.js';
+
 /** One schema change: applied once, in its own transaction, in `version` order. */
 export interface Migration {
   /**
@@ -10,11 +14,8 @@ export interface Migration {
   sql: string;
 }
 
-/**
- * Every migration this version of the package knows, in version order. A released migration is
- * never edited: a change is a new migration.
- */
-export const MIGRATIONS: readonly Migration[] = [
+/** The audit log's migrations (versions 1–9). */
+export const AUDIT_MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: 'audit log',
@@ -67,3 +68,16 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
 ];
+
+/**
+ * Every migration this version of the package knows, in version order: the audit log's (1–9), the
+ * registry's (10–19), the job queue's (20–29) and the deployment's (50–59: presence). Every store opens the database with this whole
+ * list, so that no store mistakes another's migration for one of a newer forge. A released
+ * migration is never edited: a change is a new migration.
+ */
+export const MIGRATIONS: readonly Migration[] = [
+  ...AUDIT_MIGRATIONS,
+  ...REGISTRY_MIGRATIONS,
+  ...QUEUE_MIGRATIONS,
+  ...PRESENCE_MIGRATIONS,
+].sort((a, b) => a.version - b.version);

@@ -10,6 +10,7 @@ import { MIGRATIONS, type Migration, migrate, migrationStatus, openPostgresAudit
 import { codeOf, DIST, poolOn, usePostgres } from './helpers.js';
 
 const run = promisify(execFile);
+const LATEST = (MIGRATIONS.at(-1) as Migration).version;
 const pgs = usePostgres();
 
 describe('migrate', () => {
@@ -17,21 +18,36 @@ describe('migrate', () => {
     const pool = poolOn(await pgs.server().database());
     expect(await migrationStatus(pool)).toEqual({
       current: 0,
-      latest: MIGRATIONS.length,
+      latest: LATEST,
       pending: MIGRATIONS.map((m) => ({ version: m.version, name: m.name })),
       unknown: [],
     });
     const first = await migrate(pool);
-    expect(first).toEqual({ applied: MIGRATIONS.map((m) => ({ version: m.version, name: m.name })), current: 1, latest: 1 });
+    expect(first).toEqual({ applied: MIGRATIONS.map((m) => ({ version: m.version, name: m.name })), current: LATEST, latest: LATEST });
     const tables = await pool.query<{ t: string }>(
       "SELECT table_name AS t FROM information_schema.tables WHERE table_name LIKE 'forge_%' ORDER BY 1",
     );
-    expect(tables.rows.map((r) => r.t)).toEqual(['forge_audit_checkpoints', 'forge_audit_entries', 'forge_audit_head', 'forge_migrations']);
-    expect(await migrate(pool)).toEqual({ applied: [], current: 1, latest: 1 });
-    expect(await migrationStatus(pool)).toMatchObject({ current: 1, pending: [], unknown: [] });
+    expect(tables.rows.map((r) => r.t)).toEqual(
+      expect.arrayContaining(['forge_audit_checkpoints', 'forge_audit_entries', 'forge_audit_head', 'forge_migrations']),
+    );
+    expect(await migrate(pool)).toEqual({ applied: [], current: LATEST, latest: LATEST });
+    expect(await migrationStatus(pool)).toMatchObject({ current: LATEST, pending: [], unknown: [] });
     const rows = await pool.query('SELECT version, name, applied_at FROM forge_migrations');
-    expect(rows.rows).toHaveLength(1);
+    expect(rows.rows).toHaveLength(MIGRATIONS.length);
     expect(rows.rows[0].applied_at).toBeInstanceOf(Date);
+  });
+
+  it('one list for every store: opening the audit log migrates the registry and queue tables too, and a second store opens the same database', async () => {
+    const url = await pgs.server().database();
+    const log = await openPostgresAuditLog(url);
+    await log.append('t.a', 1);
+    await log.close();
+    const pool = poolOn(url);
+    const versions = (await pool.query('SELECT version FROM forge_migrations ORDER BY version')).rows.map((r) => r.version);
+    expect(versions).toEqual(MIGRATIONS.map((m) => m.version));
+    expect(versions).toEqual(expect.arrayContaining([1, 10, 20]));
+    expect(await migrate(pool)).toMatchObject({ applied: [] });
+    await (await openPostgresAuditLog(url, { migrate: false })).close();
   });
 
   it('six processes migrating at once apply each migration exactly once', async () => {
@@ -87,11 +103,11 @@ describe('migrate', () => {
     const err = await migrate(pool).catch((e: unknown) => e as Error & { code: string });
     expect(err).toMatchObject({ code: 'schema_too_new' });
     expect((err as Error).message).toBe(
-      'the database was migrated to version 99 ("from the future") by a newer forge; this forge knows versions up to 1 and refuses to use it: upgrade forge on this machine (or point it at another database)',
+      `the database was migrated to version 99 ("from the future") by a newer forge; this forge knows versions up to ${LATEST} and refuses to use it: upgrade forge on this machine (or point it at another database)`,
     );
     expect(await migrationStatus(pool)).toMatchObject({
       current: 99,
-      latest: 1,
+      latest: LATEST,
       pending: [],
       unknown: [{ version: 99, name: 'from the future' }],
     });
