@@ -15,4 +15,6 @@ export {
 } from './export.js';
 export { type MigrateResult, type MigrationStatus, migrate, migrationStatus } from './migrate.js';
 export { MIGRATIONS, type Migration } from './migrations.js';
+export { PRESENCE_MIGRATIONS, postgresPresence } from './presence.js';
+export { type OpenStoresOptions, openPostgresStores, type PostgresStores, type StoreCheck } from './stores.js';
 export { redactText, redactUrl } from './url.js';
