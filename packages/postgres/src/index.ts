@@ -13,8 +13,10 @@ export {
   type PostgresVerifyResult,
   verifyPostgresAuditLog,
 } from './export.js';
+export { GAPS_TABLE, type PostgresGapStoreOptions, postgresGapStore, TOOLSMITH_MIGRATIONS } from './gaps.js';
 export { type MigrateResult, type MigrationStatus, migrate, migrationStatus } from './migrate.js';
 export { MIGRATIONS, type Migration } from './migrations.js';
 export { PRESENCE_MIGRATIONS, postgresPresence } from './presence.js';
+export { type PostgresProposalStoreOptions, postgresProposalStore } from './proposals.js';
 export { type OpenStoresOptions, openPostgresStores, type PostgresStores, type StoreCheck } from './stores.js';
 export { redactText, redactUrl } from './url.js';

@@ -1,0 +1,27 @@
+import { describeGapStore } from '@forge/conformance/gaps';
+import { postgresGapStore } from '../src/gaps.js';
+import { usePostgres } from './helpers.js';
+import { PROJECT, TOOLSMITH_OPENER, toolsmithDatabase } from './toolsmith-harness.js';
+
+const pg = usePostgres();
+
+// The Postgres gap store over a fresh database per test; another project's records share the table.
+describeGapStore('postgres (postgresGapStore)', async () => {
+  const db = await toolsmithDatabase(pg.server());
+  const neighbour = postgresGapStore(db.pool, { project: 'neighbour' });
+  await neighbour.record({ kind: 'missing_tool', signature: 'w0', source: 'forge_request', persona: 'p', session: 'n-0', at: 1 });
+  return {
+    open: async (options = {}) => postgresGapStore(db.pool, { project: PROJECT, ...options }),
+    child: { module: TOOLSMITH_OPENER, export: 'openPgGapStore', args: [db.url, PROJECT] },
+    // A row that is not JSON, one that is not a record, and a record cut in half.
+    corrupt: async () => {
+      await db.pool.query(
+        `INSERT INTO forge_toolsmith_gaps (project, kind, signature, record) VALUES
+           ($1, 'missing_tool', 'x', 'not json'), ($1, 'missing_tool', 'x', '{"kind":"missing_tool"}'),
+           ($1, 'missing_tool', 'x', '{"kind":"missing_tool","signa')`,
+        [PROJECT],
+      );
+    },
+    cleanup: () => db.cleanup(),
+  };
+});
