@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { QueueError } from './errors.js';
 import { ioError, kindOf, list, parseJson, readRegular, renameFile, renameIfThere, syncDir, tempName, writeNew } from './fsx.js';
 import { type Ctx, type FileQueueStep, prepareLayout } from './layout.js';
-import { checkId, checkJson, idOfName, requestName, serialise } from './names.js';
+import { checkId, checkJson, checkWorker, idOfName, requestName, serialise } from './names.js';
 import {
   cancelPending,
   claimOne,
@@ -103,7 +103,7 @@ class FileQueue implements JobQueue {
 
   async claim(worker: string): Promise<ClaimedJob | undefined> {
     this.open();
-    checkId(worker, 'worker name');
+    checkWorker(worker);
     for (const [J] of await guard('listing', this.ctx.q.pending, () => pendingInOrder(this.ctx, this.order))) {
       const won = await guard('claiming', join(this.ctx.q.claimed, J), () => claimOne(this.ctx, J, worker));
       if (won) return this.hold(J, worker, won.request.payload, won.lease, won.note);

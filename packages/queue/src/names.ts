@@ -33,6 +33,15 @@ export function checkId(id: unknown, what = 'job id'): string {
   return id;
 }
 
+/** Throws `invalid_job` unless `worker` is a usable worker name: 1 to 200 characters, no control characters. */
+export function checkWorker(worker: unknown): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused
+  if (typeof worker !== 'string' || worker.length === 0 || worker.length > 200 || /[\u0000-\u001f\u007f]/.test(worker)) {
+    throw new QueueError('invalid_job', `worker name ${JSON.stringify(worker)} is not valid: use 1 to 200 printable characters`);
+  }
+  return worker;
+}
+
 /** Throws `invalid_job` unless `value` is plain JSON (no NaN, undefined, functions, class instances or cycles). */
 export function checkJson(value: unknown, what: string): JsonValue {
   const seen = new Set<object>();

@@ -178,6 +178,17 @@ describe('file queue on disk', () => {
     await expect(openFileQueue(join(d, 'q2'))).rejects.toMatchObject({ code: 'queue_unusable' });
   });
 
+  it('takes any printable worker name (kept in the lease), refuses empty or control characters', async () => {
+    const d = fresh();
+    const q = await open(d);
+    await q.publish({ id: 'a', payload: 1 });
+    const job = (await q.claim('host-1:4242 worker/2')) as ClaimedJob;
+    expect(JSON.parse(await readFile(join(d, 'lease', J('a'), 'worker'), 'utf8')).worker).toBe('host-1:4242 worker/2');
+    await q.finish(job, { status: 'done', payload: 1 });
+    await expect(q.claim('')).rejects.toMatchObject({ code: 'invalid_job' });
+    await expect(q.claim('a\nb')).rejects.toMatchObject({ code: 'invalid_job' });
+  });
+
   it('names the 16 MiB payload cap and the JSON pointer of a bad value', async () => {
     const q = await open(fresh());
     await expect(q.publish({ id: 'big', payload: 'x'.repeat(16 * 1024 * 1024) })).rejects.toThrow(/over the queue's cap of 16 MiB/);
