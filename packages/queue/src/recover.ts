@@ -93,9 +93,7 @@ async function recoverClaim(ctx: Ctx, J: string, id: string, run: RecoverRun, re
   if (!lease) {
     // Claimed but no lease was ever made durable: execution never started, so it may go back as it was.
     if (!(await old(cdir)) || !(await old(ldir))) return;
-    if (cancel !== undefined) return void (await cancelHeld(ctx, J, cancel, 0));
-    if (await returnToPending(ctx, J)) report.returned.push(id);
-    return;
+    return settle(ctx, J, id, run, report, cancel, null);
   }
   if (lease.expires_at > run.now) return;
   const src = leaseFile.kind === 'file' ? 'worker' : 'finishing';
@@ -103,8 +101,28 @@ async function recoverClaim(ctx: Ctx, J: string, id: string, run: RecoverRun, re
   if (!(await renameIfThere(join(ldir, src), join(ldir, `lost-${lease.attempt}-${randomBytes(4).toString('hex')}`)))) return;
   ctx.step('recover.lost');
   await syncDir(ldir);
-  if (cancel !== undefined) return void (await cancelHeld(ctx, J, cancel, lease.attempt));
+  await settle(ctx, J, id, run, report, cancel, lease.worker);
+}
+
+/**
+ * The rest of a recovery once the claim has no live lease: cancelled (a marker is there), failed
+ * (the lost attempts reached maxAttempts), or back to pending. A recovery that dies (or whose
+ * onExhausted throws) here is taken up again by the next one on the same path.
+ */
+async function settle(
+  ctx: Ctx,
+  J: string,
+  id: string,
+  run: RecoverRun,
+  report: RecoverReport,
+  cancel: string | undefined,
+  worker: string | null,
+): Promise<void> {
+  const { q } = ctx;
+  const cdir = join(q.claimed, J);
+  const ldir = join(q.lease, J);
   const attempts = (await list(ldir)).filter((n) => n.startsWith('lost-')).length;
+  if (cancel !== undefined) return void (await cancelHeld(ctx, J, cancel, attempts));
   if (attempts >= ctx.maxAttempts) {
     const r = await readRegular(join(cdir, J), MAX_FILE_BYTES);
     const request = r.kind === 'file' ? asRequest(parseJson(r.text), id) : undefined;
@@ -113,7 +131,7 @@ async function recoverClaim(ctx: Ctx, J: string, id: string, run: RecoverRun, re
     const payload = run.onExhausted
       ? checkJson(await run.onExhausted(exhausted), `onExhausted's result for job ${id}`)
       : { error: 'worker_lost', attempts };
-    await finishRequest(ctx, J, 'failed', { status: 'failed', payload, attempt: attempts, finished_at: ctx.now(), worker: lease.worker });
+    await finishRequest(ctx, J, 'failed', { status: 'failed', payload, attempt: attempts, finished_at: ctx.now(), worker });
     report.failed.push(id);
     return;
   }

@@ -189,6 +189,25 @@ describe('file queue on disk', () => {
     await expect(q.claim('a\nb')).rejects.toMatchObject({ code: 'invalid_job' });
   });
 
+  it('an onExhausted that throws leaves the job claimed for the next recovery, which fails it (never returns it)', async () => {
+    const d = fresh();
+    const q = await open(d, { leaseMs: 1000, maxAttempts: 1 });
+    await q.publish({ id: 'e', payload: 1 });
+    await q.claim('w');
+    const boom = async () => {
+      throw new Error('boom');
+    };
+    await expect(q.recover({ now: FAR, onExhausted: boom })).rejects.toThrow('boom');
+    expect(await q.stats()).toMatchObject({ pending: 0, claimed: 1 });
+    expect(await q.recover({ now: FAR + 10_000, onExhausted: async () => ({ gave_up: true }) })).toEqual({
+      returned: [],
+      failed: ['e'],
+      conflicts: [],
+    });
+    expect(await q.result('e')).toMatchObject({ status: 'failed', payload: { gave_up: true }, attempt: 1 });
+    expect(await q.claim('w')).toBeUndefined();
+  });
+
   it('names the 16 MiB payload cap and the JSON pointer of a bad value', async () => {
     const q = await open(fresh());
     await expect(q.publish({ id: 'big', payload: 'x'.repeat(16 * 1024 * 1024) })).rejects.toThrow(/over the queue's cap of 16 MiB/);
