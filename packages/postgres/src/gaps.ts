@@ -11,68 +11,11 @@ import {
   summarizeGaps,
 } from '@forge/toolsmith';
 import type pg from 'pg';
-import type { Migration } from './migrations.js';
 import { poolLocator } from './registry-record.js';
+import { GAPS_TABLE } from './toolsmith-schema.js';
 import { redactText, redactUrl } from './url.js';
 
-/** The table of gap observations (migration 40, {@link TOOLSMITH_MIGRATIONS}). */
-export const GAPS_TABLE = 'forge_toolsmith_gaps';
-
-/**
- * The toolsmith's migrations, for the package's migration list `MIGRATIONS` (versions 40–49 are
- * the toolsmith's). A released migration is never edited: a change is a new one.
- *
- * Version 40: `forge_toolsmith_gaps`, one row per gap observation of a project, `seq` in commit
- * order (writers of a project hold its advisory lock from their first insert to their commit),
- * `record` the sanitised record's JSON text exactly as the file store writes a line of
- * gaps.jsonl (without the line feed); `kind` and `signature` are copies of its fields for look-ups.
- *
- * Version 41: `forge_toolsmith_proposals`, one row per proposal (`proposal` its JSON text; `state`,
- * `name`, `created_at` copies for filtering; `row_version` counts its writes), and
- * `forge_toolsmith_claims`, the one-shot approval claims: one row per claimed proposal, so the
- * primary key makes a second claim impossible.
- */
-export const TOOLSMITH_MIGRATIONS: readonly Migration[] = [
-  {
-    version: 40,
-    name: 'toolsmith gaps',
-    sql: `
-      CREATE TABLE forge_toolsmith_gaps (
-        project text COLLATE "C" NOT NULL,
-        seq bigint GENERATED ALWAYS AS IDENTITY,
-        kind text COLLATE "C" NOT NULL,
-        signature text COLLATE "C" NOT NULL,
-        record text NOT NULL,
-        PRIMARY KEY (project, seq)
-      );
-      CREATE INDEX forge_toolsmith_gaps_key ON forge_toolsmith_gaps (project, kind, signature, seq);
-    `,
-  },
-  {
-    version: 41,
-    name: 'toolsmith proposals',
-    sql: `
-      CREATE TABLE forge_toolsmith_proposals (
-        project text COLLATE "C" NOT NULL,
-        id text COLLATE "C" NOT NULL CHECK (id ~ '^p-[0-9a-f]{16}$'),
-        name text COLLATE "C" NOT NULL,
-        state text COLLATE "C" NOT NULL,
-        created_at text COLLATE "C" NOT NULL,
-        row_version integer NOT NULL DEFAULT 1,
-        proposal text NOT NULL,
-        PRIMARY KEY (project, id)
-      );
-      CREATE INDEX forge_toolsmith_proposals_name ON forge_toolsmith_proposals (project, name);
-      CREATE TABLE forge_toolsmith_claims (
-        project text COLLATE "C" NOT NULL,
-        id text COLLATE "C" NOT NULL,
-        claimed_by text NOT NULL,
-        claimed_at text NOT NULL,
-        PRIMARY KEY (project, id)
-      );
-    `,
-  },
-];
+export { GAPS_TABLE, TOOLSMITH_MIGRATIONS } from './toolsmith-schema.js';
 
 /** Options of {@link postgresGapStore}. */
 export interface PostgresGapStoreOptions {
@@ -104,7 +47,7 @@ interface Pending {
 
 /**
  * The PostgreSQL implementation of `GapStore` (@forge/toolsmith): the gap observations of one
- * project in the table `forge_toolsmith_gaps` (migration 40, {@link TOOLSMITH_MIGRATIONS}).
+ * project in the table `forge_toolsmith_gaps` (migration 40, `TOOLSMITH_MIGRATIONS`).
  * - `record` sanitises as the file store does (`sanitizeGapRecord`); concurrent calls of one
  *   store share one transaction (group commit): the project's advisory lock, one INSERT of the
  *   batch, and a DELETE of every row older than the newest `maxRecords`. So `seq` order is commit

@@ -1,6 +1,7 @@
 import { PRESENCE_MIGRATIONS } from './presence.js';
 import { QUEUE_MIGRATIONS } from './queue-schema.js';
 import { REGISTRY_MIGRATIONS } from './registry-schema.js';
+import { TOOLSMITH_MIGRATIONS } from './toolsmith-schema.js';
 
 /** One schema change: applied once, in its own transaction, in `version` order. */
 export interface Migration {
@@ -79,5 +80,6 @@ export const MIGRATIONS: readonly Migration[] = [
   ...AUDIT_MIGRATIONS,
   ...REGISTRY_MIGRATIONS,
   ...QUEUE_MIGRATIONS,
+  ...TOOLSMITH_MIGRATIONS,
   ...PRESENCE_MIGRATIONS,
 ].sort((a, b) => a.version - b.version);
