@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import type { PostgresServer } from '@forge/conformance/postgres';
 import pg from 'pg';
-import { TOOLSMITH_MIGRATIONS } from '../src/gaps.js';
 import { migrate } from '../src/migrate.js';
 import { MIGRATIONS } from '../src/migrations.js';
 
@@ -17,15 +16,11 @@ export const TOOLSMITH_OPENER = new URL('./toolsmith-child-stores.mjs', import.m
 /** The project the suites' stores keep (a second one shares the database to prove they stay apart). */
 export const PROJECT = 'conformance';
 
-/**
- * A fresh database on `server` migrated with the package's migrations and the toolsmith's (the
- * list the package will run once TOOLSMITH_MIGRATIONS is in MIGRATIONS), and a pool on it.
- */
+/** A fresh database on `server` migrated with the package's migrations (the toolsmith's among them), and a pool on it. */
 export async function toolsmithDatabase(server: PostgresServer): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
   const url = await server.database();
   const pool = new pg.Pool({ connectionString: url, max: 8 });
   pool.on('error', () => {});
-  const known = new Set(MIGRATIONS.map((m) => m.version));
-  await migrate(pool, [...MIGRATIONS, ...TOOLSMITH_MIGRATIONS.filter((m) => !known.has(m.version))]);
+  await migrate(pool, MIGRATIONS);
   return { url, pool, cleanup: () => pool.end() };
 }
