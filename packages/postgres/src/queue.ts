@@ -274,8 +274,13 @@ class PostgresQueue implements JobQueue {
   /** Ensures the one LISTEN connection of this handle; a lost one is re-made on the next use and every waiter looks again. */
   private ensureListening(): Promise<void> {
     if (this.listening) return this.listening;
+    if (this.closed) return Promise.reject(new QueueError('closed', `the job queue ${this.where} was closed; open it again to use it`));
     this.listening = (async () => {
       const c = await this.h.pool.connect();
+      if (this.closed) {
+        c.release();
+        throw new QueueError('closed', `the job queue ${this.where} was closed; open it again to use it`);
+      }
       const lost = () => {
         if (this.listener !== c) return;
         this.listener = undefined;

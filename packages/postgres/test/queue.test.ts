@@ -1,5 +1,7 @@
 // The JobQueue conformance suite against the PostgreSQL queue (pg-boss engine + forge_queue_jobs),
 // one throwaway server for the file, a fresh database per test.
+
+import { spawn } from 'node:child_process';
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -7,8 +9,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { describeJobQueue } from '@forge/conformance/queue';
+import type { JobQueue, JsonValue } from '@forge/queue';
 import pg from 'pg';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { openPostgresQueue, POSTGRES_QUEUE_STEPS } from '../src/queue.js';
 
 let server: PostgresServer;
@@ -21,6 +24,17 @@ async function buildChild(): Promise<{ module: string; remove(): void }> {
   const esbuild = require('esbuild') as { build(options: Record<string, unknown>): Promise<unknown> };
   const dir = mkdtempSync(join(tmpdir(), 'forge-pgqueue-'));
   const module = join(dir, 'child.mjs');
+  const remove = () => rmSync(dir, { recursive: true, force: true });
+  try {
+    await build(esbuild, module);
+  } catch (err) {
+    remove();
+    throw err;
+  }
+  return { module, remove };
+}
+
+async function build(esbuild: { build(options: Record<string, unknown>): Promise<unknown> }, module: string): Promise<void> {
   await esbuild.build({
     stdin: {
       contents: `
@@ -34,6 +48,35 @@ async function buildChild(): Promise<{ module: string; remove(): void }> {
             process.kill(process.pid, 'SIGKILL');
           };
           return openPostgresQueue(spec.url, { ...options, ...(at ? { onStep } : {}) });
+        }
+        // Run directly (node child.mjs worker <url> <name> <leaseMs>): a worker that takes jobs with
+        // next(); a job with payload {hang: true} is noted and held forever on its first attempt.
+        if (process.argv[2] === 'worker') {
+          const [url, name, leaseMs] = process.argv.slice(3);
+          const q = await openPostgresQueue(url, { leaseMs: Number(leaseMs) });
+          const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+          const stop = new AbortController();
+          process.on('SIGTERM', () => stop.abort());
+          say({ ready: name });
+          for (;;) {
+            const job = await q.next(name, { signal: stop.signal });
+            if (!job) break;
+            say({ claimed: job.id, attempt: job.attempt, note: job.note ?? null });
+            if (job.payload && job.payload.hang && job.attempt === 1) {
+              await q.note(job, { step: 'half', by: name });
+              say({ noted: job.id });
+              const keep = setInterval(() => undefined, 1000);
+              await new Promise((resolve) => job.signal.addEventListener('abort', resolve, { once: true }));
+              clearInterval(keep);
+              const reason = String(job.signal.reason?.code ?? job.signal.reason);
+              say({ aborted: job.id, reason });
+              await q.finish(job, { status: 'failed', payload: { error: 'cancelled', reason, by: name } });
+              continue;
+            }
+            await q.finish(job, { status: 'done', payload: { by: name, note: job.note ?? null } });
+          }
+          await q.close();
+          process.exit(0);
         }`,
       resolveDir: fileURLToPath(new URL('..', import.meta.url)),
       loader: 'ts',
@@ -47,11 +90,15 @@ async function buildChild(): Promise<{ module: string; remove(): void }> {
     logLevel: 'error',
     banner: { js: "import { createRequire as __forgeRequire } from 'node:module'; const require = __forgeRequire(import.meta.url);" },
   });
-  return { module, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 beforeAll(async () => {
-  [server, child] = await Promise.all([startPostgres(), buildChild()]);
+  // Both settle before a failure is thrown, so that afterAll stops and removes whichever was made.
+  const [s, c] = await Promise.allSettled([startPostgres(), buildChild()]);
+  if (s.status === 'fulfilled') server = s.value;
+  if (c.status === 'fulfilled') child = c.value;
+  if (s.status === 'rejected') throw s.reason;
+  if (c.status === 'rejected') throw c.reason;
 }, 120_000);
 afterAll(async () => {
   child?.remove();
@@ -91,4 +138,133 @@ describeJobQueue('postgres queue (openPostgresQueue, pg-boss)', async () => {
     },
     cleanup: () => pool.end(),
   };
+});
+
+/** A queue on `url`, closed when the test finishes. */
+async function openOn(url: string, options: Parameters<typeof openPostgresQueue>[1] = {}): Promise<JobQueue> {
+  const q = await openPostgresQueue(url, options);
+  onTestFinished(() => q.close());
+  return q;
+}
+
+/** A worker process of the bundled child (see buildChild), killed when the test finishes. */
+function startWorker(url: string, name: string, leaseMs: number) {
+  const p = spawn(process.execPath, [child.module, 'worker', url, name, String(leaseMs)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: Record<string, JsonValue>[] = [];
+  let out = '';
+  let err = '';
+  p.stdout.setEncoding('utf8').on('data', (s: string) => {
+    out += s;
+    for (let nl = out.indexOf('\n'); nl >= 0; nl = out.indexOf('\n')) {
+      lines.push(JSON.parse(out.slice(0, nl)));
+      out = out.slice(nl + 1);
+    }
+  });
+  p.stderr.setEncoding('utf8').on('data', (s: string) => (err += s));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+    p.on('close', (code, signal) => r({ code, signal })),
+  );
+  onTestFinished(async () => {
+    if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    await exited;
+  });
+  return { p, name, lines, exited, stderr: () => err };
+}
+
+async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('postgres queue: beyond the suite', () => {
+  it('where and every error name the database with its password masked', async () => {
+    const url = await server.database();
+    const withPassword = url.replace(/^(postgres(?:ql)?:\/\/forge)@/, '$1:s3cret-pw@');
+    expect(withPassword).toContain('s3cret-pw');
+    const q = await openOn(withPassword);
+    expect(q.where).not.toContain('s3cret-pw');
+    expect(q.where).toContain('***');
+    expect(q.where).toMatch(/#forge_calls$/);
+    const bad = 'postgresql://forge:s3cret-pw@/nowhere?host=/nonexistent-forge-socket-dir';
+    const err = await openPostgresQueue(bad).then(
+      () => undefined,
+      (e: unknown) => e as Error & { code: string },
+    );
+    expect(err?.code).toBe('queue_unusable');
+    expect(err?.message).toContain('postgresql://forge:***@');
+    expect(err?.message).not.toContain('s3cret-pw');
+    expect(String((err?.cause as Error | undefined)?.message ?? '')).not.toContain('s3cret-pw');
+  });
+
+  it('wait wakes on a finish in another handle by its notification (the safety rescan is an hour away)', async () => {
+    const url = await server.database();
+    const waiter = await openOn(url, { rescanMs: 600_000 });
+    const worker = await openOn(url);
+    await worker.publish({ id: 'w1', payload: 1 });
+    const got = waiter.wait('w1', { timeoutMs: 30_000 });
+    await new Promise((r) => setTimeout(r, 300));
+    const job = await worker.claim('w');
+    expect(await worker.finish(job as never, { status: 'done', payload: { ok: true } })).toBe('finished');
+    expect(await got).toMatchObject({ id: 'w1', status: 'done', payload: { ok: true }, attempt: 1 });
+  });
+
+  it('next() in a waiting handle is woken by a publish from another (the safety rescan is an hour away)', async () => {
+    const url = await server.database();
+    const w = await openOn(url, { rescanMs: 600_000 });
+    const pub = await openOn(url);
+    const ac = new AbortController();
+    onTestFinished(() => ac.abort());
+    const got = w.next('w', { signal: ac.signal });
+    await new Promise((r) => setTimeout(r, 300));
+    await pub.publish({ id: 'n1', payload: 'x' });
+    expect(await got).toMatchObject({ id: 'n1', attempt: 1 });
+  });
+
+  it('two worker processes and a publisher: each job done once; a worker killed -9 mid-job has it redone by the other (attempt 2, with the note)', async () => {
+    const url = await server.database();
+    const q = await openOn(url, { leaseMs: 400 });
+    const workers = [startWorker(url, 'wa', 400), startWorker(url, 'wb', 400)];
+    await until('the workers to start', () => (workers.every((w) => w.lines.some((l) => 'ready' in l)) ? true : undefined));
+    const ids = Array.from({ length: 30 }, (_, i) => `j${i}`);
+    await q.publish({ id: 'hang', payload: { hang: true } });
+    for (const id of ids) await q.publish({ id, payload: id });
+    const holder = await until('the hanging job to be noted', () => workers.find((w) => w.lines.some((l) => l.noted === 'hang')));
+    holder.p.kill('SIGKILL');
+    expect(await holder.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    const other = workers.find((w) => w !== holder) as (typeof workers)[number];
+    const r = await q.wait('hang', { timeoutMs: 30_000 });
+    expect(r).toMatchObject({ status: 'done', attempt: 2, payload: { by: other.name, note: { step: 'half', by: holder.name } } });
+    const results = await Promise.all(ids.map((id) => q.wait(id, { timeoutMs: 30_000 })));
+    expect(results.map((x) => x?.status)).toEqual(ids.map(() => 'done'));
+    other.p.kill('SIGTERM');
+    expect(await other.exited, other.stderr()).toEqual({ code: 0, signal: null });
+    const claims = workers.flatMap((w) => w.lines.filter((l) => 'claimed' in l).map((l) => `${l.claimed}@${l.attempt}`));
+    // Every job claimed once, but for the hanging one: once by the killed worker, then attempt 2.
+    expect(claims.filter((c) => c.startsWith('j')).sort()).toEqual(ids.map((id) => `${id}@1`).sort());
+    expect(claims.filter((c) => c.startsWith('hang')).sort()).toEqual(['hang@1', 'hang@2']);
+    expect(await q.stats()).toEqual({ pending: 0, claimed: 0, done: ids.length + 1, failed: 0 });
+  });
+
+  it("a held job cancelled from another process: the holder process's signal aborts with the reason (NOTIFY to the holder) and it finishes the job", async () => {
+    const url = await server.database();
+    const q = await openOn(url, { leaseMs: 60_000 });
+    const w = startWorker(url, 'wc', 60_000);
+    await until('the worker to start', () => (w.lines.some((l) => 'ready' in l) ? true : undefined));
+    await q.publish({ id: 'held', payload: { hang: true } });
+    await until('the job to be held', () => (w.lines.some((l) => l.noted === 'held') ? true : undefined));
+    expect(await q.cancel('held', 'stop it')).toBe('signalled');
+    // Well before the holder's first renewal (20 s), which would also see the mark.
+    expect(await q.wait('held', { timeoutMs: 10_000 })).toMatchObject({
+      status: 'failed',
+      attempt: 1,
+      payload: { error: 'cancelled', reason: 'stop it', by: 'wc' },
+    });
+    expect(w.lines).toContainEqual({ aborted: 'held', reason: 'stop it' });
+    expect(await q.cancel('held', 'again')).toBe('finished');
+  });
 });
