@@ -391,6 +391,19 @@ export function describeJobQueue(label: string, makeFactory: () => Promise<JobQu
         expect(claimed.sort()).toEqual([...ids].sort());
       });
 
+      it('a worker process killed while holding a job: a waiting next() elsewhere gets it again once the lease runs out', async () => {
+        const q = await open({ leaseMs: 400 });
+        await q.publish({ id: 'held', payload: { n: 1 } });
+        const holder = startChild(f, 'hold', ['doomed'], { leaseMs: 400 });
+        await until('the child to claim', () => (holder.lines.some((l) => l.claimed === 'held') ? true : undefined));
+        holder.child.kill('SIGKILL');
+        expect(await holder.exited).toEqual({ code: null, signal: 'SIGKILL' });
+        const job = await q.next('rescuer', { signal: AbortSignal.timeout(30_000) });
+        expect(job).toMatchObject({ id: 'held', payload: { n: 1 }, attempt: 2, worker: 'rescuer' });
+        expect(await q.finish(job as ClaimedJob, { status: 'done', payload: 'rescued' })).toBe('finished');
+        expect(await q.stats()).toMatchObject({ pending: 0, claimed: 0, done: 1 });
+      });
+
       it('4 publisher processes: every publish lands once, and one id published by all is taken once', async () => {
         const q = await open();
         const pubs = [0, 1, 2, 3].map((p) =>
