@@ -154,8 +154,7 @@ async function main() {
     const url = await server.database('bench');
     const admin = new lib.pg.Pool({ connectionString: url });
     pools.push(admin);
-    const known = new Set(lib.MIGRATIONS.map((m) => m.version));
-    await lib.migrate(admin, [...lib.MIGRATIONS, ...lib.REGISTRY_MIGRATIONS.filter((m) => !known.has(m.version))]);
+    await lib.migrate(admin, lib.MIGRATIONS);
     const pgWhere = { kind: 'postgres', url };
     const fileWhere = { kind: 'file', root: join(dir, 'tools') };
     const pgStore = await openStore(lib, pgWhere, pools);
