@@ -4,10 +4,11 @@ import type { JobQueue } from '@forge/queue';
 import type { ListedTool, Scope, StoredTool, ToolState, ToolStore } from '@forge/registry';
 import type { Resolver, RuntimeTable } from '@forge/sandbox';
 import type { AuditTail } from './auditTail.js';
-import type { CacheLimits } from './cache.js';
+import type { CacheLimits, CacheStore } from './cache.js';
 import type { Envelope } from './envelope.js';
 import type { ToolEvent } from './events.js';
 import type { ForgePaths } from './paths.js';
+import type { RunStore } from './runStore.js';
 import type { ArtifactContent, RunRecord } from './runs.js';
 import type { SourcedTool, ToolSource } from './sources.js';
 import type { SandboxFacts } from './toolHints.js';
@@ -65,6 +66,17 @@ export interface ForgeOptions {
   runtimes?: RuntimeTable;
   /** Deterministic-result cache limits, or `false` to turn it off. */
   cache?: Partial<CacheLimits> | false;
+  /**
+   * Where cached results are kept (default: files under the home's cache directory, limited by
+   * `cache`). A store shared by several front-ends (`postgresCacheStore`) keeps its own limits.
+   */
+  cacheStore?: CacheStore;
+  /**
+   * Where run manifests, cache hit records and artifact metadata are kept (default: files under
+   * the project's `.forge/runs/`). Front-ends and workers sharing one (`postgresRunStore`) read
+   * each other's runs.
+   */
+  runStore?: RunStore;
   /**
    * Called when a call names no known tool (the toolsmith records the gap here). A returned text
    * is added to the `unknown_tool` message (what the agent can do about it). Exceptions are ignored.

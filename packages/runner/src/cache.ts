@@ -1,32 +1,8 @@
 import { createHash } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import type { CacheEntry, CacheStore } from './cacheStore.js';
 import type { Envelope } from './envelope.js';
 
-export interface CacheLimits {
-  /** Entries kept (least recently used evicted first). */
-  maxEntries: number;
-  /** Bytes of stored entries kept. */
-  maxBytes: number;
-  /** Age past which an entry is a miss (and removed). */
-  maxAgeMs: number;
-}
-
-export const DEFAULT_CACHE_LIMITS: Readonly<CacheLimits> = { maxEntries: 2000, maxBytes: 64 << 20, maxAgeMs: 7 * 24 * 3600_000 };
-
-/** A cached ok result and the run that produced it. */
-export interface CacheEntry {
-  envelope: Envelope;
-  /** The run whose result this is. */
-  seed_run: string;
-  created_at: number;
-}
-
-interface Slot {
-  bytes: number;
-  created: number;
-  entry?: CacheEntry; // kept in memory once read or written
-}
+export { type CacheEntry, type CacheLimits, type CacheStore, DEFAULT_CACHE_LIMITS, fileCacheStore } from './cacheStore.js';
 
 /**
  * The cache key of a deterministic call: the spec digest (impl, schemas, runtime), the resolved
@@ -38,94 +14,42 @@ export function cacheKey(specDigest: string, runtimeVersion: string, inputDigest
 }
 
 /**
- * Results of deterministic tools, on disk under one directory (a file per entry, written
- * atomically, mode 0600) with an in-memory index in LRU order, so a hit is a map lookup. Bounded
- * by entries, bytes and age. Concurrent identical calls run once ({@link ResultCache.once}).
+ * The result cache as the call pipeline uses it: a {@link CacheStore} (files by default, one
+ * database for many front-ends) and, above it in this process, single flight: concurrent identical
+ * calls run once ({@link ResultCache.once}). A store that fails is a miss on read and a warning on
+ * write: the call is answered either way, never from a store that could not be read.
  */
 export class ResultCache {
-  readonly #dir: string;
-  readonly #limits: CacheLimits;
-  readonly #now: () => number;
-  readonly #slots = new Map<string, Slot>(); // insertion order = least recently used first
+  readonly store: CacheStore;
   readonly #flights = new Map<string, Promise<unknown>>();
-  #bytes = 0;
 
-  constructor(dir: string, limits: Partial<CacheLimits> = {}, now: () => number = Date.now) {
-    this.#dir = dir;
-    this.#limits = { ...DEFAULT_CACHE_LIMITS, ...limits };
-    this.#now = now;
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const found: [string, number, number][] = [];
-    for (const name of readdirSync(dir)) {
-      if (!/^[0-9a-f]{64}\.json$/.test(name)) {
-        if (name.includes('.tmp-')) rmSync(join(dir, name), { force: true }); // a write cut short
-        continue;
-      }
-      try {
-        const st = statSync(join(dir, name));
-        found.push([name.slice(0, 64), st.size, st.mtimeMs]);
-      } catch {
-        // removed meanwhile by another process
-      }
-    }
-    found.sort((a, b) => a[2] - b[2]);
-    for (const [key, bytes, created] of found) {
-      this.#slots.set(key, { bytes, created });
-      this.#bytes += bytes;
-    }
-    this.#evict();
+  constructor(store: CacheStore) {
+    this.store = store;
   }
 
-  /** The entry for `key`, or undefined (a miss; expired and unreadable entries are removed). */
-  get(key: string): CacheEntry | undefined {
-    const slot = this.#slots.get(key);
-    if (!slot) return undefined;
-    if (this.#now() - slot.created > this.#limits.maxAgeMs) {
-      this.#drop(key);
+  /** The entry for `key`, or undefined (a miss, or a store that could not answer). */
+  get(key: string): Promise<CacheEntry | undefined> {
+    return this.store.get(key).catch((err: unknown) => {
+      process.emitWarning(
+        `forge: the ${this.store.kind} result cache at ${this.store.where} could not be read (a miss): ${(err as Error).message}`,
+      );
       return undefined;
-    }
-    if (!slot.entry) {
-      try {
-        const entry = JSON.parse(readFileSync(join(this.#dir, `${key}.json`), 'utf8')) as CacheEntry;
-        if (!entry || typeof entry !== 'object' || entry.envelope?.ok !== true || typeof entry.seed_run !== 'string')
-          throw new Error('bad entry');
-        slot.entry = entry;
-      } catch {
-        this.#drop(key);
-        return undefined;
-      }
-    }
-    // Most recently used last.
-    this.#slots.delete(key);
-    this.#slots.set(key, slot);
-    return slot.entry;
+    });
   }
 
-  /** Stores an ok result. */
-  set(key: string, envelope: Envelope, seedRun: string): void {
-    if (!envelope.ok) return;
-    const entry: CacheEntry = { envelope, seed_run: seedRun, created_at: this.#now() };
-    const text = JSON.stringify(entry);
-    const bytes = Buffer.byteLength(text);
-    if (bytes > this.#limits.maxBytes) return;
-    const file = join(this.#dir, `${key}.json`);
-    const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
-    const fd = openSync(tmp, 'wx', 0o600);
+  /** Stores an ok result; settles once stored (never rejects: a failed write is a warning). */
+  set(key: string, envelope: Envelope, seedRun: string): Promise<void> {
+    let p: Promise<void>;
     try {
-      writeSync(fd, text);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
+      p = this.store.set(key, envelope, seedRun);
+    } catch (err) {
+      p = Promise.reject(err);
     }
-    renameSync(tmp, file);
-    const old = this.#slots.get(key);
-    if (old) {
-      this.#bytes -= old.bytes;
-      this.#slots.delete(key);
-    }
-    this.#slots.set(key, { bytes, created: entry.created_at, entry });
-    this.#bytes += bytes;
-    this.#evict();
+    return p.catch((err: unknown) => {
+      process.emitWarning(
+        `forge: the ${this.store.kind} result cache at ${this.store.where} did not store a result: ${(err as Error).message}`,
+      );
+    });
   }
 
   /**
@@ -138,25 +62,5 @@ export class ResultCache {
     const p = fn().finally(() => this.#flights.delete(key));
     this.#flights.set(key, p);
     return { shared: false, result: p };
-  }
-
-  /** Entries and bytes held. */
-  stats(): { entries: number; bytes: number } {
-    return { entries: this.#slots.size, bytes: this.#bytes };
-  }
-
-  #evict(): void {
-    for (const [key] of this.#slots) {
-      if (this.#slots.size <= this.#limits.maxEntries && this.#bytes <= this.#limits.maxBytes) break;
-      this.#drop(key);
-    }
-  }
-
-  #drop(key: string): void {
-    const slot = this.#slots.get(key);
-    if (!slot) return;
-    this.#slots.delete(key);
-    this.#bytes -= slot.bytes;
-    rmSync(join(this.#dir, `${key}.json`), { force: true });
   }
 }

@@ -18,13 +18,13 @@ import { runtimeNames as findRuntimeNames, type RuntimeTable, resolveRuntimes } 
 import { type CallContext, type ForgeEvent, type ForgeOptions, META_TOOLS, type Refusal, type ToolsChanged } from './api.js';
 import { auditSafe } from './auditData.js';
 import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
-import { ResultCache } from './cache.js';
+import { fileCacheStore, ResultCache } from './cache.js';
 import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import type { ToolEvent } from './events.js';
-import { HitLog } from './manifest.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
 import type { SecretList } from './redact.js';
 import { stopReason } from './refusal.js';
+import { fileRunStore } from './runStore.js';
 import { WireClaims } from './wireNames.js';
 
 /**
@@ -292,8 +292,10 @@ export async function createEngine(options: ForgeOptions) {
     return b;
   };
 
-  const cache = options.cache === false ? undefined : new ResultCache(paths.cacheDir, options.cache ?? {}, now);
-  const hits = new HitLog(join(paths.runsDir, 'hits.jsonl'));
+  const cache =
+    options.cache === false ? undefined : new ResultCache(options.cacheStore ?? fileCacheStore(paths.cacheDir, options.cache ?? {}, now));
+  /** Run manifests, hit records and artifacts (cached.ts, record.ts, runs.ts). */
+  const runs = options.runStore ?? fileRunStore(paths.runsDir);
   // Sandboxes built ahead keep their per-run files' placeholders in a directory of their own under
   // the system's temporary directory (made at the first call that may use one): a tool's mount
   // table then shows nothing of the project's or the home's paths.
@@ -371,7 +373,7 @@ export async function createEngine(options: ForgeOptions) {
     verified,
     breakersOf,
     cache,
-    hits,
+    runs,
     calls,
     running,
     notifyChanged,

@@ -127,7 +127,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     const bad = contextProblem(ctx);
     if (bad) return { ok: false, kind: 'validation_failed', message: bad };
     return {
-      runsDir: paths.runsDir,
+      runs: e.runs,
       persona: ctx.persona,
       session: ctx.session,
       policy: e.policyNow,

@@ -11,6 +11,7 @@ export { MIME_HEAD_BYTES, mimeTypeOf } from './artifactFiles.js';
 export { AUDIT_RECOVERED, AUDIT_UNAVAILABLE } from './auditGate.js';
 export { AUDIT_TAIL_WINDOW, type AuditTail, MAX_AUDIT_TAIL } from './auditTail.js';
 export { type CacheLimits, DEFAULT_CACHE_LIMITS } from './cache.js';
+export { assertCacheKey, CACHE_KEY_PATTERN, type CacheEntry, type CacheStore, fileCacheStore, isCacheEntry } from './cacheStore.js';
 export type { Envelope, EnvelopeMeta, ErrorEnvelope, OkEnvelope } from './envelope.js';
 export { DEFAULT_EVENT_LIMITS, type EventLimits, type EventSummary, LOG_LEVELS, type LogLevel, type ToolEvent } from './events.js';
 export {
@@ -41,6 +42,7 @@ export {
   type RunUri,
   runIdProblem,
 } from './runIds.js';
+export { type ArtifactBytes, assertRunId, type FoundRun, fileRunStore, type RunStore, type StoredArtifact } from './runStore.js';
 export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, type RunRecord } from './runs.js';
 export type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolOrigin, ToolSource } from './sources.js';
 export { type AnnotatedSpec, bindModes, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';

@@ -1,10 +1,8 @@
-import { closeSync, createReadStream } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { isOperator, type PolicySnapshot } from '@forge/policy';
 import type { Refusal } from './api.js';
-import { mimeTypeOf, type OpenProblem, openBeneath, openDirBeneath, readHead } from './artifactFiles.js';
-import { type ArtifactInfo, listArtifacts } from './manifest.js';
-import { artifactPathProblem, artifactUri, manifestUri, runDirName, runIdProblem } from './runIds.js';
+import { mimeTypeOf } from './artifactFiles.js';
+import { artifactPathProblem, artifactUri, manifestUri, runIdProblem } from './runIds.js';
+import type { RunStore, StoredArtifact } from './runStore.js';
 
 /**
  * Reading a run back by its id: its manifest and its artifacts, for the caller allowed to see it.
@@ -18,7 +16,7 @@ import { artifactPathProblem, artifactUri, manifestUri, runDirName, runIdProblem
  */
 
 /** One entry of a run's artifacts directory (walked when read; links listed, never followed). */
-export interface RunArtifact extends ArtifactInfo {
+export interface RunArtifact extends StoredArtifact {
   /** For a regular file: its `forge://runs/<run_id>/artifacts/<path>` URI. */
   uri?: string;
 }
@@ -51,11 +49,11 @@ export interface ArtifactContent {
 
 /** Default cap of one artifact read. */
 export const DEFAULT_ARTIFACT_MAX_BYTES = 16 << 20;
-const MAX_MANIFEST_BYTES = 8 << 20;
 
 /** What the reads need from the engine. */
 export interface RunReadDeps {
-  runsDir: string;
+  /** Where the run records are (the file store under the project's `runs/`, or a shared one). */
+  runs: RunStore;
   persona: string;
   session: string;
   /** The policy now (operators), or why there is none. */
@@ -79,15 +77,8 @@ export async function readRun(deps: RunReadDeps, runId: string): Promise<RunReco
   const f = found as Found;
   const artifacts: RunArtifact[] = [];
   if (f.artifactsOf) {
-    const dir = openDirBeneath(deps.runsDir, [runDirName(f.artifactsOf) as string, 'artifacts']);
-    if ('fd' in dir) {
-      try {
-        for (const a of listArtifacts(`/proc/self/fd/${dir.fd}`)) {
-          artifacts.push(a.kind === 'file' ? { ...a, uri: artifactUri(runId, a.path) } : a);
-        }
-      } finally {
-        closeSync(dir.fd);
-      }
+    for (const a of await deps.runs.listArtifacts(f.artifactsOf)) {
+      artifacts.push(a.kind === 'file' ? { ...a, uri: artifactUri(runId, a.path) } : a);
     }
   }
   return { ok: true, run_id: runId, kind: f.kind, uri: manifestUri(runId), manifest: f.manifest, artifacts };
@@ -118,27 +109,24 @@ export async function readArtifact(
     return { ok: false, kind, message };
   };
   if (!f.artifactsOf) return refuse('not_found', `run "${runId}" has no artifact "${path}"`, 'seed_run_missing');
-  const opened = openBeneath(deps.runsDir, [runDirName(f.artifactsOf) as string, 'artifacts'], path);
-  if ('problem' in opened) {
-    const [kind, message] = artifactProblem(runId, path, opened);
-    return refuse(kind, message, opened.problem);
-  }
-  try {
-    if (opened.size > maxBytes) {
-      return await refuse(
+  const read = await deps.runs.readArtifact(f.artifactsOf, path, maxBytes);
+  if (!read.ok) {
+    if (read.problem === 'too_large') {
+      return refuse(
         'resource_limit',
-        `artifact "${path}" of run "${runId}" is ${opened.size} bytes, over the read limit of ${maxBytes}; read a smaller file, or ask with a larger maxBytes`,
+        `artifact "${path}" of run "${runId}" is ${read.size} bytes, over the read limit of ${maxBytes}; read a smaller file, or ask with a larger maxBytes`,
         'too_large',
       );
     }
-    const bytes = readHead(opened.fd, opened.size);
-    return { ok: true, run_id: runId, path, uri: artifactUri(runId, path), mime_type: mimeTypeOf(path, bytes), size: bytes.length, bytes };
-  } finally {
-    closeSync(opened.fd);
+    if (read.problem === 'elsewhere') return refuse('resource_limit', read.message, 'on_worker');
+    const [kind, message] = artifactProblem(runId, path, read);
+    return refuse(kind, message, read.problem);
   }
+  const { bytes } = read;
+  return { ok: true, run_id: runId, path, uri: artifactUri(runId, path), mime_type: mimeTypeOf(path, bytes), size: bytes.length, bytes };
 }
 
-function artifactProblem(runId: string, path: string, p: OpenProblem): [string, string] {
+function artifactProblem(runId: string, path: string, p: { problem: string; at: string }): [string, string] {
   const where = p.at === path ? `"${path}"` : `"${p.at}" (on the way to "${path}")`;
   switch (p.problem) {
     case 'missing':
@@ -167,54 +155,18 @@ async function findRun(deps: RunReadDeps, runId: string): Promise<Found | Refusa
       message: `no run "${runId}" that persona "${deps.persona}" may read (a run is readable by the persona that made the call and by operator personas, policy operator_personas)`,
     };
   };
-  const dirName = runDirName(runId) as string;
+  // Hits queued by this process are written before one is looked for.
+  await Promise.resolve(deps.hitsWritten()).catch(() => {});
+  const record = await deps.runs.readManifest(runId);
   let found: Found | undefined;
-  const m = openBeneath(deps.runsDir, [dirName], 'run_manifest.json');
-  if ('fd' in m) {
-    try {
-      const text = m.size <= MAX_MANIFEST_BYTES ? readHead(m.fd, m.size).toString('utf8') : undefined;
-      const manifest = text === undefined ? undefined : parseObject(text);
-      if (manifest) found = { kind: 'run', manifest, artifactsOf: runId };
-    } finally {
-      closeSync(m.fd);
-    }
-  } else if (m.problem === 'missing' && m.at === '') {
-    const hit = await findHit(deps, runId);
-    if (hit) {
-      const seed = typeof hit.seed_run === 'string' && !runIdProblem(hit.seed_run) ? hit.seed_run : undefined;
-      found = { kind: 'hit', manifest: hit, artifactsOf: seed };
-    }
+  if (record?.kind === 'run') found = { kind: 'run', manifest: record.manifest, artifactsOf: runId };
+  else if (record) {
+    const seed =
+      typeof record.manifest.seed_run === 'string' && !runIdProblem(record.manifest.seed_run) ? record.manifest.seed_run : undefined;
+    found = { kind: 'hit', manifest: record.manifest, artifactsOf: seed };
   }
   if (!found) return notFound('missing');
   const persona = found.manifest.persona;
   if (persona !== deps.persona && !isOperator(pol.snap, deps.persona)) return notFound(`not_yours`);
   return found;
-}
-
-/** The hit record of `runId` in `runs/hits.jsonl` (read by descriptor, line by line), or undefined. */
-async function findHit(deps: RunReadDeps, runId: string): Promise<Record<string, unknown> | undefined> {
-  await deps.hitsWritten();
-  const f = openBeneath(deps.runsDir, [], 'hits.jsonl');
-  if ('problem' in f) return undefined;
-  const needle = `"run_id":${JSON.stringify(runId)}`;
-  const lines = createInterface({ input: createReadStream('', { fd: f.fd, autoClose: true }), crlfDelay: Number.POSITIVE_INFINITY });
-  try {
-    for await (const line of lines) {
-      if (!line.includes(needle)) continue;
-      const rec = parseObject(line);
-      if (rec?.run_id === runId) return rec;
-    }
-  } finally {
-    lines.close();
-  }
-  return undefined;
-}
-
-function parseObject(text: string): Record<string, unknown> | undefined {
-  try {
-    const v: unknown = JSON.parse(text);
-    return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
 }

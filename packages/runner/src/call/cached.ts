@@ -26,7 +26,7 @@ export async function cachedOrRun(
   const cache = e.cache;
   if (!cache) return runOnce();
   const key = plan.cacheKey;
-  const hit = cache.get(key);
+  const hit = await cache.get(key);
   if (hit) return { envelope: await cacheHit(e, call, target, plan, snap, hit.envelope, hit.seed_run, false), outcome: 'success' };
   const flight = cache.once(key, runOnce);
   const r = await flight.result;
@@ -69,7 +69,7 @@ async function cacheHit(
   const { runtime: _runtime, ...tool } = plan.tool;
   // A hit runs nothing: its record goes to runs/hits.jsonl, batched (close() waits for it).
   e.state.hitsWritten = e.track(
-    e.hits.append({
+    e.runs.appendHit({
       run_id: runId,
       at: new Date(e.now()).toISOString(),
       tool,

@@ -1,10 +1,8 @@
-import { join } from 'node:path';
 import { auditSafe } from '../auditData.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import type { Ctx, Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { Execution, RunJob } from '../executor.js';
-import { writeJsonAtomic } from '../manifest.js';
 import { redactValue } from '../redact.js';
 import type { Target } from './resolve.js';
 
@@ -92,7 +90,7 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
   const [unrecorded] = await Promise.all([
     e.record(call.eventType, calledData, secrets),
     // Redacted whole (artifact names, network hosts a tool chose), never cut before that.
-    manifest && writeJsonAtomic(join(runDir, 'run_manifest.json'), redactValue(manifest, secrets)),
+    manifest && e.runs.writeManifest(runId, redactValue(manifest, secrets) as Record<string, unknown>, { runDir }),
   ]);
   const unrecordedSecrets = !unrecorded && injected ? await e.record('tool.secrets_injected', injected) : undefined;
   const lost = unrecorded ?? unrecordedSecrets;
@@ -106,14 +104,15 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
         at: lost.at,
         message: lost.message,
       };
-      await writeJsonAtomic(
-        join(runDir, 'run_manifest.json'),
-        redactValue({ ...manifest, answered: AUDIT_UNAVAILABLE, audit_append }, secrets),
+      await e.runs.writeManifest(
+        runId,
+        redactValue({ ...manifest, answered: AUDIT_UNAVAILABLE, audit_append }, secrets) as Record<string, unknown>,
+        { runDir },
       );
     }
     return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome, ran: exec.ran };
   }
   // A worker's answer is cached by the front-end that asked (dispatch.ts), where the calls look.
-  if (envelope.ok && plan.cacheKey && e.cache && !call.dispatched) e.cache.set(plan.cacheKey, envelope, runId);
+  if (envelope.ok && plan.cacheKey && e.cache && !call.dispatched) await e.cache.set(plan.cacheKey, envelope, runId);
   return { envelope, runId, outcome: exec.outcome, ran: exec.ran };
 }
