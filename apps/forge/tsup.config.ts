@@ -14,5 +14,5 @@ export default packageBuild({
     js: "#!/usr/bin/env node\nimport { createRequire as __forgeRequire } from 'node:module';\nconst require = __forgeRequire(import.meta.url);",
   },
   loader: { '.py': 'text' },
-  noExternal: [/^(?!@forge\/(audit-chain|policy|queue|registry|runner|sandbox|toolsmith)$)/],
+  noExternal: [/^(?!@forge\/(audit-chain|policy|postgres|queue|registry|runner|sandbox|toolsmith)$)/],
 });

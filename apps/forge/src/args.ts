@@ -37,6 +37,7 @@ export const GLOBAL_OPTIONS = {
   session: { type: 'string' },
   task: { type: 'string' },
   vault: { type: 'string' },
+  store: { type: 'string' },
   'allowed-tools': { type: 'string' },
 } as const satisfies Options;
 
@@ -47,6 +48,7 @@ export const FLAG_ENV = {
   session: 'FORGE_SESSION_ID',
   task: 'FORGE_TASK_ID',
   vault: 'FORGE_SECRET_VAULT',
+  store: 'FORGE_STORE',
   'allowed-tools': 'FORGE_ALLOWED_TOOLS',
 } as const;
 

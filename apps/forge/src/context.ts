@@ -4,6 +4,7 @@ import type { JobQueue } from '@forge/queue';
 import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
+import { openStore, type Store } from './store.js';
 
 /** Where forge lives for this command: home, project and the environment, flags applied. */
 export interface Where {
@@ -68,24 +69,41 @@ export async function createEngine(o: Omit<ForgeOptions, 'onUnknownTool'>): Prom
 
 /**
  * Opens the engine for one command; a home or audit log that cannot be opened is an environment
- * error. A server watches the tool directories and keeps sandboxes built ahead for its next calls;
- * a one-shot command does neither (it would exit before either paid off).
+ * error. A server watches the tool stores and keeps sandboxes built ahead for its next calls; a
+ * one-shot command does neither (it would exit before either paid off). Over `store` (default:
+ * the one this invocation names, opened here and closed with the engine); with `dispatch`, the
+ * forged tools' calls go to workers through that queue.
  */
-export async function openForge(w: Where, options: { server?: boolean; dispatch?: ForgeOptions['dispatch'] } = {}): Promise<Engine> {
+export async function openForge(w: Where, options: { server?: boolean; dispatch?: JobQueue; store?: Store } = {}): Promise<Engine> {
   const server = options.server ?? false;
+  const store = options.store ?? (await openStore(w));
   try {
     const sources = await gatewaySources(w, server);
-    return await createEngine({
+    const { META_TOOLS } = await import('@forge/runner');
+    const engine = await createEngine({
       home: w.home,
       project: w.project,
       env: w.env,
       watch: server,
       prebuild: server,
       sources,
-      ...(options.dispatch ? { dispatch: options.dispatch } : {}),
+      ...store.forgeOptions(META_TOOLS),
+      ...(options.dispatch ? { dispatch: { queue: options.dispatch } } : {}),
     });
+    if (options.store) return engine;
+    return {
+      ...engine,
+      async close(o) {
+        try {
+          await engine.close(o);
+        } finally {
+          await store.close();
+        }
+      },
+    };
   } catch (err) {
-    throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}): ${(err as Error).message}`);
+    if (!options.store) await store.close().catch(() => {});
+    throw new EnvironmentError(`cannot open forge (home ${w.home}, project ${w.project}, store ${store.where}): ${(err as Error).message}`);
   }
 }
 
@@ -101,20 +119,6 @@ async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> 
   if (!server && !existsSync(userFile) && !existsSync(workspaceFile)) return [];
   const { createGateway } = await import('@forge/gateway');
   return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway') })];
-}
-
-/**
- * The job queue of this project's front-ends and workers on one host (`<project>/.forge/queue`),
- * opened for a server or a worker; one that cannot be opened is an environment error.
- */
-export async function openQueue(w: Where): Promise<JobQueue> {
-  const { openFileQueue } = await import('@forge/queue');
-  const dir = join(w.project, '.forge', 'queue');
-  try {
-    return await openFileQueue(dir);
-  } catch (err) {
-    throw new EnvironmentError(`cannot open the job queue at ${dir}: ${(err as Error).message}`);
-  }
 }
 
 /** Runs `fn` with an engine (and its toolsmith) and closes both afterwards, whatever happens. */

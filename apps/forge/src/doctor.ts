@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import type { EffectivePolicy } from '@forge/policy';
 import { describeRunLimits, probe, resolveRuntimes } from '@forge/sandbox';
 import { checkPolicies } from './policy-check.js';
+import { storeUrl } from './store.js';
 
 /** One thing `forge doctor` looked at. */
 export interface Check {
@@ -99,7 +100,9 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   if (others.length > 0) checks.push({ name: 'runtimes', ok: true, detail: `also: ${others.join(', ')}` });
 
   checks.push(homeCheck(o.home));
-  checks.push(auditLogCheck(paths.auditLog));
+  const database = await storeChecks(o.env);
+  if (database) checks.push(...database);
+  else checks.push(auditLogCheck(paths.auditLog));
   checks.push(vaultCheck(paths.vault));
   const policy = checkPolicies({ home: o.home, project: o.project });
   for (const f of policy.files.filter((x) => x.status !== 'absent')) {
@@ -339,4 +342,99 @@ function vaultCheck(vault: string): Check {
 
 function octal(mode: number): string {
   return `0${(mode & 0o777).toString(8)}`;
+}
+
+/** Clock skew between this host and the database past which entries and leases disagree visibly. */
+const MAX_SKEW_MS = 2_000;
+
+/**
+ * The database of `--store postgres://…` (FORGE_STORE): reachable, migrated (and not by a newer
+ * forge), the clock skew against this host, the job queue's depth. Undefined when the store is
+ * files (the audit log's own check then runs). Opening applies pending migrations, as every
+ * command over the store does.
+ */
+async function storeChecks(env: NodeJS.ProcessEnv): Promise<Check[] | undefined> {
+  let url: string | undefined;
+  try {
+    url = storeUrl(env);
+  } catch (err) {
+    return [
+      {
+        name: 'store',
+        ok: false,
+        detail: (err as Error).message,
+        fix: 'set --store (FORGE_STORE) to postgres://user@host/db, or unset it for files',
+      },
+    ];
+  }
+  if (!url) return undefined;
+  const pgs = await import('@forge/postgres');
+  const where = pgs.redactUrl(url);
+  let stores: Awaited<ReturnType<typeof pgs.openPostgresStores>>;
+  try {
+    stores = await pgs.openPostgresStores(url);
+  } catch (err) {
+    const message = pgs.redactText((err as Error).message);
+    const newer = /newer/.test(message);
+    return [
+      {
+        name: 'store',
+        ok: false,
+        detail: message,
+        fix: newer
+          ? 'this database was migrated by a newer forge: run that version here, or point --store at another database'
+          : `start the server or fix the connection string (psql "${where}" should connect); the password goes in ~/.pgpass or PGPASSWORD, never in logs`,
+      },
+    ];
+  }
+  try {
+    const c = await stores.check();
+    const out: Check[] = [];
+    if (!c.reachable)
+      return [{ name: 'store', ok: false, detail: `${where}: ${c.problem ?? 'not reachable'}`, fix: 'check that the server is up' }];
+    out.push({ name: 'store', ok: true, detail: `PostgreSQL ${c.server} at ${where}` });
+    const m = c.migrations;
+    if (m)
+      out.push(
+        m.unknown.length > 0
+          ? { name: 'migrations', ok: false, detail: `applied by a newer forge: ${m.unknown.join(', ')}`, fix: 'run the newer forge here' }
+          : {
+              name: 'migrations',
+              ok: m.pending.length === 0,
+              detail: `at version ${m.current} of ${m.latest}${m.pending.length ? `; pending: ${m.pending.join(', ')}` : ''}`,
+            },
+      );
+    if (c.clockSkewMs !== undefined) {
+      const skew = Math.abs(c.clockSkewMs);
+      out.push({
+        name: 'clock skew',
+        ok: skew <= MAX_SKEW_MS,
+        detail: `this host is ${c.clockSkewMs >= 0 ? 'ahead of' : 'behind'} the database by ${skew} ms`,
+        ...(skew > MAX_SKEW_MS
+          ? { fix: 'run NTP (chrony, systemd-timesyncd) on this host and the database host: audit timestamps and leases depend on it' }
+          : {}),
+      });
+    }
+    if (c.queue)
+      out.push({
+        name: 'queue',
+        ok: true,
+        ...(c.queue.pending > 0 && (c.queue.oldestPendingMs ?? 0) > 30_000 ? { warn: true } : {}),
+        detail: `${c.queue.pending} pending${c.queue.oldestPendingMs !== undefined ? ` (oldest ${Math.round(c.queue.oldestPendingMs / 1000)} s)` : ''}, ${c.queue.claimed} running, ${c.queue.done} done, ${c.queue.failed} failed`,
+      });
+    const v = await pgs.verifyPostgresAuditLog(stores.pool);
+    out.push(
+      v.ok
+        ? { name: 'audit log', ok: true, detail: `${v.entries} entries in ${where}, chain intact` }
+        : {
+            name: 'audit log',
+            ok: false,
+            detail: `${where}: ${JSON.stringify(v.first_bad ?? v)}`,
+            fix: 'export it (forge audit export FILE) and keep the copy; investigate before appending more',
+          },
+    );
+    return out;
+  } finally {
+    await stores.close();
+  }
 }

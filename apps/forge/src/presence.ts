@@ -1,16 +1,8 @@
 import { hostname } from 'node:os';
-import { join } from 'node:path';
 import type { Member, PresenceStore } from '@forge/queue';
-import type { Where } from './context.js';
 
 /** How often a running front-end or worker says it is alive. */
 const BEAT_MS = 5_000;
-
-/** The presence records of this project's front-ends and workers on one host: `<project>/.forge/presence`. */
-export async function openPresence(w: Where): Promise<PresenceStore> {
-  const { filePresence } = await import('@forge/queue');
-  return filePresence(join(w.project, '.forge', 'presence'));
-}
 
 /**
  * Keeps `member`'s presence record fresh while it runs (a beat now, then every few seconds; a

@@ -1,8 +1,10 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { clip } from '../output.js';
+import type { Where } from '../context.js';
+import { clip, type Output } from '../output.js';
+import { openStore, storeUrl } from '../store.js';
 
 const logOf = (home: string) => join(home, 'audit', 'forge.log');
 
@@ -16,7 +18,9 @@ export const auditVerify: Command = {
   ],
   options: { 'key-pub': { type: 'string' } },
   async run({ values }, { out, where }) {
-    const log = logOf((await where()).home);
+    const w = await where();
+    if (storeUrl(w.env)) return verifyDatabase(w, out);
+    const log = logOf(w.home);
     const { verifyLog } = await import('@forge/audit-chain');
     const keyFile = values['key-pub'] as string | undefined;
     let publicKey: string | undefined;
@@ -68,7 +72,13 @@ export const auditTail: Command = {
   async run({ values }, { out, where }) {
     const n = values.lines === undefined ? 20 : Number(values.lines);
     if (!Number.isInteger(n) || n < 0) throw new UsageError(`-n expects a whole number (got "${String(values.lines)}")`, this.usage);
-    const log = logOf((await where()).home);
+    const w = await where();
+    if (storeUrl(w.env)) {
+      if (values.follow === true)
+        throw new UsageError('-f follows the file log; with --store postgres://… read the last entries without it', this.usage);
+      return tailDatabase(w, n, out);
+    }
+    const log = logOf(w.home);
     const { tailLog } = await import('@forge/audit-chain');
     if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: forge has not run with this FORGE_HOME`);
     const stop = new AbortController();
@@ -93,3 +103,82 @@ export const auditTail: Command = {
     return 0;
   },
 };
+
+export const auditExport: Command = {
+  words: 'audit export',
+  usage: 'forge audit export FILE [--force]',
+  summary: "write the database's audit log (--store postgres://…) to FILE, as a file log forge-audit verifies byte for byte",
+  details: [
+    'FILE gets every entry, in order, as the exact line stored; FILE.checkpoints gets the checkpoints.',
+    'The copy is verified (forge audit verify on a file log) before this command says it is done.',
+    '--force   replace FILE (and FILE.checkpoints) when they exist',
+    'The file log of one host needs no export: it is a file already ($FORGE_HOME/audit/forge.log).',
+  ],
+  positionals: [1, 1],
+  options: { force: { type: 'boolean' } },
+  async run({ values, positionals }, { out, where }) {
+    const file = positionals[0] as string;
+    const w = await where();
+    if (!storeUrl(w.env))
+      throw new UsageError(
+        `the audit log of this host is a file already (${logOf(w.home)}): copy it with its .checkpoints file; export is for --store postgres://…`,
+        this.usage,
+      );
+    if (existsSync(file) && values.force !== true)
+      throw new EnvironmentError(`${file} exists: pass --force to replace it, or name another file`);
+    const store = await openStore(w);
+    try {
+      if (values.force === true) for (const f of [file, `${file}.checkpoints`]) rmSync(f, { force: true });
+      const r = await out.progress('exporting the audit log', (store.exportAudit as NonNullable<typeof store.exportAudit>)(file));
+      const { verifyLog } = await import('@forge/audit-chain');
+      const v = await out.progress('verifying the copy', verifyLog(file));
+      if (out.json) out.data({ file, store: store.where, ...r, verified: v });
+      else if (v.ok)
+        out.line(
+          `${out.style.green('✓')} ${file}: ${r.entries} entries and ${r.checkpoints} checkpoint(s) from ${store.where} (${r.bytes} bytes), verified`,
+        );
+      else out.line(`${out.style.red('✗')} ${file}: the copy does not verify: ${JSON.stringify(v.first_bad)}`);
+      return v.ok ? 0 : 1;
+    } finally {
+      await store.close();
+    }
+  },
+};
+
+/** `forge audit verify` over a database: the chain checked inside it, in one snapshot. */
+async function verifyDatabase(w: Where, out: Output): Promise<number> {
+  const store = await openStore(w);
+  try {
+    const r = await out.progress('verifying the audit log', (store.verifyAudit as NonNullable<typeof store.verifyAudit>)());
+    if (out.json) out.data({ store: store.where, ...r });
+    else if (r.ok) out.line(`${out.style.green('✓')} ${store.where}: ${r.entries} entries intact, head ${r.head.slice(0, 12)}…`);
+    else if (r.first_bad) {
+      const b = r.first_bad;
+      out.line(`${out.style.red('✗')} ${store.where}: entry ${b.seq} ${out.style.red(b.reason)}: ${b.message}`);
+      out.line(`  ${r.entries} entries before it verify; everything from entry ${b.seq} on is untrusted`);
+    }
+    return r.ok ? 0 : 1;
+  } finally {
+    await store.close();
+  }
+}
+
+/** `forge audit tail -n N` over a database. */
+async function tailDatabase(w: Where, n: number, out: Output): Promise<number> {
+  const store = await openStore(w);
+  try {
+    const { audit } = store.forgeOptions([]) as { audit: import('@forge/audit-chain').AuditLog };
+    const head = await audit.head();
+    for await (const e of audit.entries({ from: Math.max(1, head.seq - n + 1) })) {
+      if (out.gone.aborted || e.seq > head.seq) break;
+      if (out.json) out.line(JSON.stringify(e));
+      else
+        out.line(
+          `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
+        );
+    }
+    return 0;
+  } finally {
+    await store.close();
+  }
+}

@@ -3,10 +3,11 @@ import type { Refusal } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { callContext, type Engine, openForge, openQueue, type Where } from '../context.js';
+import { callContext, type Engine, openForge, type Where } from '../context.js';
 import type { Output } from '../output.js';
-import { keepPresent, openPresence } from '../presence.js';
+import { keepPresent } from '../presence.js';
 import { untilSignal } from '../signals.js';
+import { openStore } from '../store.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
 import { startWorkers } from '../workers.js';
@@ -17,7 +18,7 @@ const shutdownReason = (signal: string): string => `forge is shutting down (${si
 export const serve: Command = {
   words: 'serve',
   usage:
-    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N] [--max-message-bytes N]',
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
@@ -35,6 +36,8 @@ export const serve: Command = {
     "--workers N          run forged tools' calls in N `forge worker` processes through the project's",
     '                     job queue (<project>/.forge/queue) instead of in this process; a worker',
     '                     that dies is restarted and its calls are delivered again (default: none)',
+    "--dispatch           hand forged tools' calls to the workers on the job queue without starting",
+    '                     any (`forge worker` on this host, or on others with --store postgres://…)',
     '--max-message-bytes N',
     '                     largest protocol message: a stdio line, an HTTP body (default 16777216,',
     '                     16 MiB; at most 268435456). A longer stdio line is answered with a JSON-RPC',
@@ -47,6 +50,7 @@ export const serve: Command = {
     'allow-origin': { type: 'string', multiple: true },
     'grace-ms': { type: 'string' },
     workers: { type: 'string' },
+    dispatch: { type: 'boolean' },
     'max-message-bytes': { type: 'string' },
     'max-sessions': { type: 'string' },
     'max-sessions-per-principal': { type: 'string' },
@@ -64,6 +68,7 @@ export const serve: Command = {
       throw new UsageError(`--grace-ms expects milliseconds (got "${String(values['grace-ms'])}")`, this.usage);
     const maxMessageBytes = parseMaxMessageBytes(values['max-message-bytes'], this.usage);
     const workers = values.workers === undefined ? 0 : Number(values.workers);
+    const dispatch = values.dispatch === true;
     if (typeof values.workers === 'string' && (!/^\d+$/.test(values.workers) || workers < 1 || workers > 256))
       throw new UsageError(`--workers expects a number of worker processes from 1 to 256 (got "${values.workers}")`, this.usage);
     const limits: { maxSessions?: number; maxSessionsPerPrincipal?: number; sessionIdleMs?: number } = {};
@@ -99,7 +104,7 @@ export const serve: Command = {
       if (listen) {
         // Nothing to answer before the engine is open: open it while the MCP library loads.
         const w = await where();
-        const [mcp, served] = await Promise.all([import('@forge/mcp'), openServed(w, workers, graceMs, cliPath, out)]);
+        const [mcp, served] = await Promise.all([import('@forge/mcp'), openServed(w, { workers, dispatch, graceMs, cliPath, out })]);
         const { engine } = served;
         const { forge } = engine;
         try {
@@ -137,7 +142,7 @@ export const serve: Command = {
         const mcp = await import('@forge/mcp');
         let engineOpened: Engine | undefined;
         const opening = where().then(async (w) => {
-          const served = await openServed(w, workers, graceMs, cliPath, out);
+          const served = await openServed(w, { workers, dispatch, graceMs, cliPath, out });
           engineOpened = served.engine;
           return { w, engine: served.engine, served };
         });
@@ -181,52 +186,44 @@ export const serve: Command = {
 };
 
 /**
- * The engine a server serves and, with `--workers N`, the queue it dispatches forged tools'
- * calls through and the worker processes that run them. `close` goes in that order: the engine
- * (its calls in flight get their answers from the workers), then the workers, then the queue.
+ * The engine a server serves over the store this invocation names and, with `--workers N` or
+ * `--dispatch`, the queue it hands forged tools' calls to (and, with `--workers N`, the worker
+ * processes it runs). `close` goes in that order: the engine (its calls in flight get their
+ * answers from the workers), then the workers, then presence and the store.
  */
-async function openServed(w: Where, workers: number, graceMs: number, cliPath: string, out: Output) {
-  const present = keepPresent(await openPresence(w), { name: `serve-${process.pid}`, kind: 'front-end', facts: { workers } }, (l) =>
-    out.note(l),
-  );
-  if (workers === 0) {
-    const engine = await openForge(w, { server: true }).catch(async (err: unknown) => {
-      await present.stop();
-      throw err;
-    });
-    return {
-      engine,
-      async close() {
-        try {
-          await engine.close({ graceMs });
-        } finally {
-          await present.stop();
-        }
-      },
-    };
-  }
-  let queue: JobQueue | undefined;
+async function openServed(w: Where, o: { workers: number; dispatch: boolean; graceMs: number; cliPath: string; out: Output }) {
+  const { workers, graceMs, out } = o;
+  const store = await openStore(w);
+  let present: { stop(): Promise<void> } | undefined;
   let engine: Engine;
+  let queue: JobQueue | undefined;
   try {
-    queue = await openQueue(w);
-    engine = await openForge(w, { server: true, dispatch: { queue } });
+    present = keepPresent(
+      await store.presence(),
+      { name: `serve-${process.pid}`, kind: 'front-end', facts: { workers, store: store.kind } },
+      (l) => out.note(l),
+    );
+    queue = workers > 0 || o.dispatch ? await store.queue() : undefined;
+    engine = await openForge(w, { server: true, store, ...(queue ? { dispatch: queue } : {}) });
   } catch (err) {
-    await queue?.close();
-    await present.stop();
+    await present?.stop();
+    await store.close().catch(() => {});
     throw err;
   }
-  const q = queue;
-  const pool = startWorkers(workers, w, { cliPath, graceMs, note: (l) => out.note(l) });
-  out.note(`forge serve: ${workers} worker(s) on the job queue ${q.where}`);
+  const pool = workers > 0 ? startWorkers(workers, w, { cliPath: o.cliPath, graceMs, note: (l) => out.note(l) }) : undefined;
+  if (queue)
+    out.note(
+      `forge serve: forged tools' calls go to ${workers > 0 ? `${workers} worker(s) of this server and any other worker` : 'the workers'} on the job queue ${queue.where}`,
+    );
   return {
     engine,
     async close() {
       try {
         await engine.close({ graceMs });
       } finally {
-        await pool.stop();
-        await q.close();
-        await present.stop();
+        await pool?.stop();
+        await present?.stop();
+        await store.close();
       }
     },
   };

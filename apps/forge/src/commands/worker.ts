@@ -1,14 +1,16 @@
 import { hostname } from 'node:os';
+import type { JobQueue } from '@forge/queue';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { openForge, openQueue } from '../context.js';
-import { keepPresent, openPresence } from '../presence.js';
+import { openForge } from '../context.js';
+import { keepPresent } from '../presence.js';
 import { untilSignal } from '../signals.js';
+import { openStore } from '../store.js';
 import { VERSION } from '../version.js';
 
 export const worker: Command = {
   words: 'worker',
-  usage: 'forge worker [--concurrency N] [--name NAME] [--grace-ms N]',
+  usage: 'forge worker [--concurrency N] [--name NAME] [--grace-ms N] [--store URL]',
   summary: "run the calls front-ends put in the project's job queue (`forge serve --workers N` starts these itself)",
   details: [
     '--concurrency N   calls run at once (default 1)',
@@ -17,7 +19,8 @@ export const worker: Command = {
     '                  their tools are killed and the calls are answered as cancelled',
     'Each call is run through this engine: the persona ACL, policy, breakers and input validation',
     'again, the tool as the front-end resolved it (same digest), the sandbox, the run manifest and',
-    'the audit entry. One line per call goes to stderr. The queue is <project>/.forge/queue.',
+    'the audit entry. One line per call goes to stderr. The queue is <project>/.forge/queue, or the',
+    "database's with --store postgres://… (workers on any number of hosts).",
   ],
   options: {
     concurrency: { type: 'string' },
@@ -31,9 +34,18 @@ export const worker: Command = {
     const stop = untilSignal();
     try {
       const w = await where();
-      const [engine, queue] = await Promise.all([openForge(w, { server: true }), openQueue(w)]);
+      const store = await openStore(w);
+      let engine: Awaited<ReturnType<typeof openForge>>;
+      let queue: JobQueue;
+      try {
+        queue = await store.queue();
+        engine = await openForge(w, { server: true, store });
+      } catch (err) {
+        await store.close().catch(() => {});
+        throw err;
+      }
       const ac = new AbortController();
-      const present = keepPresent(await openPresence(w), { name: name ?? workerName(), kind: 'worker', facts: { concurrency } }, (l) =>
+      const present = keepPresent(await store.presence(), { name: name ?? workerName(), kind: 'worker', facts: { concurrency } }, (l) =>
         out.note(l),
       );
       let working: Promise<void> | undefined;
@@ -65,8 +77,8 @@ export const worker: Command = {
           await engine.close({ graceMs });
           await working?.catch(() => {});
         } finally {
-          await queue.close();
           await present.stop();
+          await store.close();
         }
       }
     } finally {

@@ -1,0 +1,185 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { type Connected, connect, EXAMPLES, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+
+/**
+ * Many hosts over one PostgreSQL database: two front-ends (`forge serve --dispatch`) and two
+ * workers (`forge worker`), each with a home and project of its own, as on separate machines.
+ * A tool forged through A is listed by B (list_changed) and called through B, and runs on a
+ * worker; a worker killed -9 mid-call has the call delivered again; a front-end killed -9
+ * mid-call leaves the call to finish on its worker, recorded once; the log exported from the
+ * database verifies with the file verifier.
+ */
+
+let server: PostgresServer;
+beforeAll(async () => {
+  await requireCliAndSandbox();
+  server = await startPostgres();
+}, 120_000);
+afterAll(async () => {
+  await server?.stop();
+}, 60_000);
+
+const AUDIT_CLI = join(EXAMPLES, '..', 'packages', 'audit-chain', 'dist', 'cli.js');
+
+const spec = (name: string) => {
+  const s = JSON.parse(readFileSync(`${EXAMPLES}/${name}/tool.json`, 'utf8')) as Record<string, unknown>;
+  const ext = readFileSync(`${EXAMPLES}/${name}/tool.json`, 'utf8').includes('"python3"') ? 'py' : 'js';
+  return { ...s, impl: readFileSync(`${EXAMPLES}/${name}/main.${ext}`, 'utf8') };
+};
+const sleeper = {
+  name: 'test.sleep',
+  description: 'sleeps, then answers',
+  runtime: 'python3',
+  input_schema: { type: 'object', properties: { s: { type: 'number' } } },
+  impl: 'import json, sys, time\nargs = json.load(sys.stdin)\ntime.sleep(args.get("s", 1))\nprint(json.dumps({"ok": True, "data": "woke"}))\n',
+  meta: { timeout_ms: 60_000 },
+};
+
+/** A host: its own home and project, with FORGE_STORE set to the database. */
+function host(url: string): Scratch {
+  const s = scratch('forge-pg-e2e-');
+  s.env.FORGE_STORE = url;
+  return s;
+}
+
+/** `forge worker` on its own host, killed when the test ends. */
+function worker(s: Scratch) {
+  const child = spawn(process.execPath, [join(EXAMPLES, '..', 'apps', 'forge', 'dist', 'cli.js'), 'worker'], {
+    cwd: s.project,
+    env: s.env,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  onTestFinished(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    }
+  });
+  return { child, stderr: () => err, ready: () => err.includes(': worker on postgres queue') };
+}
+
+async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** The database's audit entries of one type. */
+async function entries(pool: pg.Pool, type: string): Promise<{ seq: number; data: Record<string, unknown> }[]> {
+  const r = await pool.query<{ line: string }>('SELECT line FROM forge_audit_entries ORDER BY seq');
+  return r.rows
+    .map((row) => JSON.parse(row.line) as { seq: number; type: string; data: Record<string, unknown> })
+    .filter((e) => e.type === type);
+}
+
+/** The state and holder of the one job of a call in the queue's table. */
+async function jobs(pool: pg.Pool): Promise<{ id: string; state: string; worker: string | null; attempt: number }[]> {
+  return (await pool.query('SELECT id, state, worker, attempt FROM forge_queue_jobs ORDER BY published_at')).rows;
+}
+
+describe('front-ends and workers on many hosts over PostgreSQL', () => {
+  it('forged on A, listed and called on B, run on a worker; workers and front-ends killed -9 mid-call; the exported log verifies', async () => {
+    const url = await server.database();
+    const pool = new pg.Pool({ connectionString: url, max: 2 });
+    onTestFinished(() => pool.end());
+    const [hA, hB, hW1, hW2] = [host(url), host(url), host(url), host(url)];
+    const w1 = worker(hW1);
+    await until(w1.ready, 30_000, w1.stderr);
+    const b: Connected = await connect(hB, { args: ['--dispatch'] });
+    const a: Connected = await connect(hA, { args: ['--dispatch'] });
+
+    // Forged through A: B hears list_changed (LISTEN/NOTIFY), lists it, calls it; a worker runs it.
+    const changed = b.nextListChanged(20_000);
+    expect((await a.call('forge_tool', spec('fib'))).env.ok).toBe(true);
+    await changed;
+    expect((await b.client.listTools()).tools.map((t) => t.name)).toContain('fib');
+    const viaB = await b.call('fib', { n: 30 });
+    expect(viaB.env, JSON.stringify(viaB.env)).toMatchObject({ ok: true, data: { n: 30, fib: '832040' } });
+    await until(
+      () => w1.stderr().includes(' fib ok in '),
+      10_000,
+      () => `${w1.stderr()} B: ${b.stderr()} ${JSON.stringify(viaB.env)}`,
+    );
+    let called = await entries(pool, 'forge.called');
+    expect(called).toHaveLength(1);
+    expect(called[0]?.data).toMatchObject({ ok: true, name: 'fib', call_id: expect.stringMatching(/^c/) });
+
+    // A worker killed -9 mid-call: the call is delivered again to the other worker and answered once.
+    const changedAgain = b.nextListChanged(20_000);
+    expect((await a.call('forge_tool', sleeper)).env.ok).toBe(true);
+    await changedAgain;
+    const w2 = worker(hW2);
+    await until(w2.ready, 30_000, w2.stderr);
+    const slow = b.call('test.sleep', { s: 3 });
+    let holder: string | null = null;
+    await until(
+      async () => {
+        holder = (await jobs(pool)).find((j) => j.state === 'claimed')?.worker ?? null;
+        return holder !== null;
+      },
+      20_000,
+      () => w1.stderr(),
+    );
+    const [victim, survivor] = holder === `${hostname().replace(/[^A-Za-z0-9_-]/g, '-')}-${w1.child.pid}` ? [w1, w2] : [w2, w1];
+    victim.child.kill('SIGKILL');
+    const answered = await slow;
+    expect(answered.env, JSON.stringify(answered.env)).toMatchObject({ ok: true, data: 'woke' });
+    await until(() => /test\.sleep ok in \d+ ms \(attempt 2\)/.test(survivor.stderr()), 10_000, survivor.stderr);
+    called = await entries(pool, 'forge.called');
+    const sleepCalls = called.filter((e) => e.data.name === 'test.sleep');
+    expect(sleepCalls).toHaveLength(1);
+
+    // A front-end killed -9 mid-call: its call finishes on the worker and is recorded once; B goes on.
+    const lost = a.call('test.sleep', { s: 1.5 }).catch(() => undefined);
+    await until(
+      async () => (await jobs(pool)).filter((j) => j.state === 'claimed').length === 1,
+      20_000,
+      () => w2.stderr(),
+    );
+    const pidA = a.transport.pid as number;
+    process.kill(pidA, 'SIGKILL');
+    await lost;
+    await until(
+      async () => (await jobs(pool)).every((j) => j.state === 'done'),
+      30_000,
+      () => JSON.stringify(w2.stderr()),
+    );
+    expect((await entries(pool, 'forge.called')).filter((e) => e.data.name === 'test.sleep')).toHaveLength(2);
+    expect((await b.call('fib', { n: 10 })).env).toMatchObject({ ok: true, data: { fib: '55' } });
+
+    // forge status over the database: B and the live worker; A gone (killed, its record left).
+    const st = JSON.parse((await runCli(['status', '--json'], { cwd: hB.project, env: hB.env })).stdout) as {
+      members: { name: string; kind: string; alive: boolean; pid: number }[];
+      queue: { pending: number };
+    };
+    const alive = st.members.filter((m) => m.alive);
+    expect(alive.map((m) => m.kind).sort()).toEqual(['front-end', 'worker']);
+    expect(st.members.find((m) => m.pid === pidA)?.alive).toBe(false);
+
+    // The database's log, exported, verifies with the file verifier (forge-audit).
+    const file = join(hB.root, 'exported.log');
+    const ex = await runCli(['audit', 'export', file], { cwd: hB.project, env: hB.env });
+    expect(ex.code, ex.stderr).toBe(0);
+    expect(ex.stdout).toMatch(/entries and \d+ checkpoint\(s\) from postgres:\/\/forge@.*verified/);
+    const verified = spawnSync(process.execPath, [AUDIT_CLI, 'verify', file], { encoding: 'utf8' });
+    expect(verified.status, verified.stdout + verified.stderr).toBe(0);
+    const lines = readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((l) => l !== '');
+    const stored = (await pool.query<{ line: string }>('SELECT line FROM forge_audit_entries ORDER BY seq')).rows.map((r) =>
+      r.line.replace(/\n$/, ''),
+    );
+    expect(lines).toEqual(stored);
+    expect((await runCli(['audit', 'verify'], { cwd: hB.project, env: hB.env })).code).toBe(0);
+  });
+});
