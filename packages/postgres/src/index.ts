@@ -18,5 +18,6 @@ export { type MigrateResult, type MigrationStatus, migrate, migrationStatus } fr
 export { MIGRATIONS, type Migration } from './migrations.js';
 export { PRESENCE_MIGRATIONS, postgresPresence } from './presence.js';
 export { type PostgresProposalStoreOptions, postgresProposalStore } from './proposals.js';
+export { type PostgresToolStoreOptions, postgresToolStore, REGISTRY_MIGRATIONS, TOOLS_CHANNEL, TOOLS_TABLE } from './registry.js';
 export { type OpenStoresOptions, openPostgresStores, type PostgresStores, type StoreCheck } from './stores.js';
 export { redactText, redactUrl } from './url.js';
