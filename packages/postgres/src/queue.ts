@@ -96,6 +96,15 @@ function checkId(id: unknown, what = 'job id'): string {
   return id;
 }
 
+/** Throws `invalid_job` unless `worker` is 1 to 200 characters without control characters (as the file queue). */
+function checkWorker(worker: unknown): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it refuses
+  if (typeof worker !== 'string' || worker.length === 0 || worker.length > 200 || /[\u0000-\u001f\u007f]/.test(worker)) {
+    throw new QueueError('invalid_job', `worker name ${JSON.stringify(worker)} is not valid: use 1 to 200 printable characters`);
+  }
+  return worker;
+}
+
 /** The JSON text of `value`, refusing what is not plain JSON or is over MAX_PAYLOAD_BYTES. */
 function jsonText(value: unknown, what: string): string {
   const seen = new Set<object>();
@@ -363,8 +372,7 @@ class PostgresQueue implements JobQueue {
 
   async claim(worker: string): Promise<ClaimedJob | undefined> {
     this.open();
-    if (typeof worker !== 'string' || worker.length === 0)
-      throw new QueueError('invalid_job', 'worker must be a non-empty string naming the worker');
+    checkWorker(worker);
     for (;;) {
       const token = randomUUID();
       const expires = this.s.now() + this.s.leaseMs;
@@ -482,6 +490,7 @@ class PostgresQueue implements JobQueue {
     options: { signal: AbortSignal; onExhausted?: (job: ExhaustedJob) => Promise<JsonValue> },
   ): Promise<ClaimedJob | undefined> {
     this.open();
+    checkWorker(worker);
     const signal = options.signal;
     await this.ensureListening();
     while (!signal.aborted && !this.closed) {
