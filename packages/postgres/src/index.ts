@@ -5,6 +5,16 @@
  */
 
 export { AUDIT_CHANNEL, openPostgresAuditLog, type PostgresAuditLogOptions } from './audit.js';
+export {
+  CACHE_RUNS_MIGRATIONS,
+  CACHE_TABLE,
+  type PostgresCachedEnvelope,
+  type PostgresCacheEntry,
+  type PostgresCacheLimits,
+  type PostgresCacheStore,
+  type PostgresCacheStoreOptions,
+  postgresCacheStore,
+} from './cache.js';
 export { POSTGRES_ERROR_CODES, type PostgresErrorCode, PostgresStoreError } from './errors.js';
 export {
   type ExportResult,
@@ -19,5 +29,14 @@ export { MIGRATIONS, type Migration } from './migrations.js';
 export { PRESENCE_MIGRATIONS, postgresPresence } from './presence.js';
 export { type PostgresProposalStoreOptions, postgresProposalStore } from './proposals.js';
 export { type PostgresToolStoreOptions, postgresToolStore, REGISTRY_MIGRATIONS, TOOLS_CHANNEL, TOOLS_TABLE } from './registry.js';
+export {
+  type PostgresArtifactBytes,
+  type PostgresRunArtifact,
+  type PostgresRunStore,
+  type PostgresRunStoreOptions,
+  postgresRunStore,
+  RUN_ARTIFACTS_TABLE,
+  RUNS_TABLE,
+} from './runs.js';
 export { type OpenStoresOptions, openPostgresStores, type PostgresStores, type StoreCheck } from './stores.js';
 export { redactText, redactUrl } from './url.js';

@@ -1,3 +1,4 @@
+import { CACHE_RUNS_MIGRATIONS } from './cache-runs-schema.js';
 import { PRESENCE_MIGRATIONS } from './presence.js';
 import { QUEUE_MIGRATIONS } from './queue-schema.js';
 import { REGISTRY_MIGRATIONS } from './registry-schema.js';
@@ -72,7 +73,7 @@ export const AUDIT_MIGRATIONS: readonly Migration[] = [
 
 /**
  * Every migration this version of the package knows, in version order: the audit log's (1–9), the
- * registry's (10–19), the job queue's (20–29) and the deployment's (50–59: presence). Every store opens the database with this whole
+ * registry's (10–19), the job queue's (20–29), the result cache's and run records' (30–39) and the deployment's (50–59: presence). Every store opens the database with this whole
  * list, so that no store mistakes another's migration for one of a newer forge. A released
  * migration is never edited: a change is a new migration.
  */
@@ -80,6 +81,7 @@ export const MIGRATIONS: readonly Migration[] = [
   ...AUDIT_MIGRATIONS,
   ...REGISTRY_MIGRATIONS,
   ...QUEUE_MIGRATIONS,
+  ...CACHE_RUNS_MIGRATIONS,
   ...TOOLSMITH_MIGRATIONS,
   ...PRESENCE_MIGRATIONS,
 ].sort((a, b) => a.version - b.version);
