@@ -122,11 +122,30 @@ async function checkEncoding(h: PoolHandle): Promise<void> {
   }
 }
 
-/** Refuses a head row that disagrees with the last entry, or a log behind its latest checkpoint. */
+/**
+ * Refuses a head row that disagrees with the last entry, or a log behind its latest checkpoint.
+ * Reads the head row FOR SHARE, so it waits for a batch in flight to end: a writer killed after
+ * sending its COMMIT still holds the row until the server finishes that commit, and a handle
+ * opened after the kill then sees everything that writer will ever have stored.
+ */
 async function checkHead(h: PoolHandle): Promise<void> {
-  const head = (await h.pool.query<HeadRow>(SELECT_HEAD)).rows[0];
+  const c = await h.pool.connect();
+  try {
+    await c.query('BEGIN');
+    await checkHeadIn(c, h.label);
+    await c.query('COMMIT');
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    c.release();
+  }
+}
+
+async function checkHeadIn(q: pg.PoolClient, label: string): Promise<void> {
+  const head = (await q.query<HeadRow>(`${SELECT_HEAD} FOR SHARE`)).rows[0];
   const last = (
-    await h.pool.query<{ seq: string; hash: string; end_offset: string }>(
+    await q.query<{ seq: string; hash: string; end_offset: string }>(
       'SELECT seq, hash, end_offset FROM forge_audit_entries ORDER BY seq DESC LIMIT 1',
     )
   ).rows[0];
@@ -135,24 +154,22 @@ async function checkHead(h: PoolHandle): Promise<void> {
   if (!head || headSeq !== lastSeq || (last && (last.hash !== head.hash || last.end_offset !== head.bytes))) {
     throw new AuditError(
       'log_corrupt',
-      `the audit head in ${h.label} (entry ${head?.seq ?? 'missing'}) does not match its last entry (${lastSeq}); refusing to append to a damaged log: run verifyPostgresAuditLog (forge doctor)`,
+      `the audit head in ${label} (entry ${head?.seq ?? 'missing'}) does not match its last entry (${lastSeq}); refusing to append to a damaged log: run verifyPostgresAuditLog (forge doctor)`,
     );
   }
   const cp = (
-    await h.pool.query<{ entries: string; head: string; offset: string; time: Date }>(
+    await q.query<{ entries: string; head: string; offset: string; time: Date }>(
       'SELECT entries, head, "offset", time FROM forge_audit_checkpoints ORDER BY entries DESC, id DESC LIMIT 1',
     )
   ).rows[0];
   if (!cp || cp.entries === '0') return;
   const at = (
-    await h.pool.query<{ hash: string; end_offset: string }>('SELECT hash, end_offset FROM forge_audit_entries WHERE seq = $1', [
-      cp.entries,
-    ])
+    await q.query<{ hash: string; end_offset: string }>('SELECT hash, end_offset FROM forge_audit_entries WHERE seq = $1', [cp.entries])
   ).rows[0];
   if (!at || at.hash !== cp.head || at.end_offset !== cp.offset) {
     throw new AuditError(
       'log_behind_checkpoint',
-      `the audit log in ${h.label} ${at ? 'does not hold the checkpointed entry' : `has ${lastSeq} entries, fewer than its checkpoint`} (checkpoint of ${cp.time.toISOString()}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or restored from an older copy: restore it before appending`,
+      `the audit log in ${label} ${at ? 'does not hold the checkpointed entry' : `has ${lastSeq} entries, fewer than its checkpoint`} (checkpoint of ${cp.time.toISOString()}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or restored from an older copy: restore it before appending`,
     );
   }
 }
