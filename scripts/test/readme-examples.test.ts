@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { transformWithOxc } from 'vite';
 import { expect, onTestFinished, test } from 'vitest';
 import { collectReadmeBlocks, type ReadmeBlock } from './readmeBlocks.js';
@@ -38,9 +38,18 @@ for (const block of blocks) {
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const work = prepareWorkspace(dir);
     const file = await writeExample(block, work);
+    let store: string | undefined;
+    if (block.postgres) {
+      const { loadStartPostgres } = (await import(pathToFileURL(join(ROOT, 'scripts', 'with-postgres.mjs')).href)) as {
+        loadStartPostgres(): Promise<() => Promise<{ database(name?: string): Promise<string>; stop(): Promise<void> }>>;
+      };
+      const server = await (await loadStartPostgres())();
+      onTestFinished(() => server.stop());
+      store = await server.database('forge');
+    }
     for (const run of [1, 2]) {
       const seen = auditRefusals(join(dir, 'home')).length;
-      const outcome = await runExample(block, file, work, join(dir, 'home'), join(dir, 'bin'));
+      const outcome = await runExample(block, file, work, join(dir, 'home'), join(dir, 'bin'), store);
       // A refused or failed forge or call counts even when the example forgot to check its result.
       const refused = auditRefusals(join(dir, 'home')).slice(seen);
       if (!outcome.failure && refused.length > 0) outcome.failure = `forge audited refusals or failures:\n  ${refused.join('\n  ')}`;
@@ -115,13 +124,14 @@ interface Outcome {
 }
 
 /** Runs one example to its end (or, for a server, to one SIGTERM) and says what went wrong, if anything. */
-function runExample(block: ReadmeBlock, file: string, cwd: string, home: string, bin: string): Promise<Outcome> {
+function runExample(block: ReadmeBlock, file: string, cwd: string, home: string, bin: string, store?: string): Promise<Outcome> {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (/^(FORGE_|VITEST|XDG_CONFIG_HOME$|NODE_OPTIONS$|NODE_ENV$|TEST$)/.test(k)) continue;
     env[k] = v;
   }
   env.HOME = home;
+  if (store) env.FORGE_STORE = store;
   env.PATH = `${bin}:${process.env.PATH ?? ''}`;
   const argv = file.endsWith('.sh') ? ['bash', '-e', '-o', 'pipefail', file] : [process.execPath, file];
   const server = block.sigtermAfter;

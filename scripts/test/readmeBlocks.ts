@@ -13,6 +13,8 @@ import { join, relative } from 'node:path';
  * - `<!-- run: sigterm-after="<text>" -->` just above the fence marks a server: the test keeps its
  *   stdin open, waits for `<text>` on its stdout or stderr, sends one SIGTERM and expects it to
  *   exit 0 promptly, leaving nothing running.
+ * - `<!-- run: postgres -->` runs the example with `FORGE_STORE` set to a database of its own on a
+ *   throwaway PostgreSQL server (the one the tests start), as a reader runs it with theirs.
  */
 export const RUNNABLE_LANGS = ['ts', 'js', 'mjs', 'sh', 'bash'] as const;
 export type RunnableLang = (typeof RUNNABLE_LANGS)[number];
@@ -28,6 +30,8 @@ export interface ReadmeBlock {
   notRun?: string;
   /** Set when the block carries `<!-- run: sigterm-after="text" -->`. */
   sigtermAfter?: string;
+  /** Set when the block carries `<!-- run: postgres -->`. */
+  postgres?: boolean;
 }
 
 /** A marker that cannot be honoured: a missing reason, or nothing runnable after it. */
@@ -60,7 +64,7 @@ export function parseReadme(readme: string, text: string): { blocks: ReadmeBlock
   const lines = text.split('\n');
   const blocks: ReadmeBlock[] = [];
   const problems: MarkerProblem[] = [];
-  let pending: { line: number; notRun?: string; sigtermAfter?: string } | undefined;
+  let pending: { line: number; notRun?: string; sigtermAfter?: string; postgres?: boolean } | undefined;
   const orphan = () => {
     if (pending) problems.push({ readme, line: pending.line, message: 'this marker is not directly above a ts/js/sh code block' });
     pending = undefined;
@@ -89,6 +93,7 @@ export function parseReadme(readme: string, text: string): { blocks: ReadmeBlock
           code: `${body.join('\n')}\n`,
           ...(pending?.notRun !== undefined ? { notRun: pending.notRun } : {}),
           ...(pending?.sigtermAfter !== undefined ? { sigtermAfter: pending.sigtermAfter } : {}),
+          ...(pending?.postgres ? { postgres: true } : {}),
         });
         pending = undefined;
       } else {
@@ -108,8 +113,14 @@ export function parseReadme(readme: string, text: string): { blocks: ReadmeBlock
     } else if (run) {
       orphan();
       const sig = SIGTERM_AFTER.exec(run[1] ?? '');
-      if (!sig) problems.push({ readme, line: i + 1, message: 'unknown run marker: the form is <!-- run: sigterm-after="text" -->' });
-      pending = { line: i + 1, ...(sig?.[1] ? { sigtermAfter: sig[1] } : {}) };
+      const postgres = (run[1] ?? '').trim() === 'postgres';
+      if (!sig && !postgres)
+        problems.push({
+          readme,
+          line: i + 1,
+          message: 'unknown run marker: the forms are <!-- run: sigterm-after="text" --> and <!-- run: postgres -->',
+        });
+      pending = { line: i + 1, ...(sig?.[1] ? { sigtermAfter: sig[1] } : {}), ...(postgres ? { postgres: true } : {}) };
     } else {
       orphan();
     }

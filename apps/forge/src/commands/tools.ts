@@ -1,9 +1,11 @@
 import type { Scope } from '@forge/registry';
+import type { Forge } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { callContext, withForge } from '../context.js';
+import { callContext, openForge, type Where, withForge } from '../context.js';
 import { envelopeHeadline, refusalLine, toolDetail, toolRows } from '../format.js';
 import { readInput, readSpec } from '../spec-input.js';
+import { openStore } from '../store.js';
 
 const SCOPES = ['task', 'session', 'project', 'user'] as const;
 
@@ -100,14 +102,20 @@ export const toolsForge: Command = {
 
 export const toolsCall: Command = {
   words: 'tools call',
-  usage: 'forge tools call <name> [<json>|-]',
+  usage: 'forge tools call <name> [<json>|-] [--dispatch]',
   summary: 'call a tool with a JSON input (default {}); prints the envelope',
+  details: [
+    "--dispatch   hand the call to a worker through the job queue (this project's, or the database's",
+    '             with --store postgres://…) instead of running it here, as forge serve --dispatch does',
+  ],
+  options: { dispatch: { type: 'boolean' } },
   positionals: [1, 2],
-  async run({ positionals }, { out, where, stdin }) {
+  async run({ values, positionals }, { out, where, stdin }) {
     const name = positionals[0] as string;
     const input = await readInput(positionals[1], stdin);
     const w = await where();
-    const env = await withForge(w, (f) => out.progress(`calling ${name}`, f.callTool(name, input, callContext(w.env))));
+    const call = (f: Forge) => out.progress(`calling ${name}`, f.callTool(name, input, callContext(w.env)));
+    const env = values.dispatch === true ? await viaWorker(w, call) : await withForge(w, call);
     if (!out.json) out.note(envelopeHeadline(name, env, out.style));
     out.data(env);
     return env.ok ? 0 : 1;
@@ -153,3 +161,18 @@ export const toolsRemove: Command = {
     return r.ok ? 0 : 1;
   },
 };
+
+/** Runs `fn` with an engine that hands forged tools' calls to the workers on the store's queue. */
+async function viaWorker<T>(w: Where, fn: (forge: Forge) => Promise<T>): Promise<T> {
+  const store = await openStore(w);
+  try {
+    const engine = await openForge(w, { store, dispatch: await store.queue() });
+    try {
+      return await fn(engine.forge);
+    } finally {
+      await engine.close();
+    }
+  } finally {
+    await store.close();
+  }
+}
