@@ -19,15 +19,21 @@ process.on('exit', () => rmSync(root, { recursive: true, force: true }));
 
 const key = (i) => createHash('sha256').update(`k${i}`).digest('hex');
 const keys = Array.from({ length: ENTRIES }, (_, i) => key(i));
-const envelope = (i) => ({ ok: true, data: { n: i, fib: String(i * 7) }, meta: { run_id: 'lz0000a-0f3a9c1e0001', cache: 'miss', duration_ms: 3 } });
+const envelope = (i) => ({
+  ok: true,
+  data: { n: i, fib: String(i * 7) },
+  meta: { run_id: 'lz0000a-0f3a9c1e0001', cache: 'miss', duration_ms: 3 },
+});
 
 const store = fileCacheStore(join(root, 'cache'));
-let t = performance.now();
+const t = performance.now();
 for (let i = 0; i < ENTRIES; i++) await store.set(keys[i], envelope(i), 'lz0000a-0f3a9c1e0001');
 const setMs = (performance.now() - t) / ENTRIES;
 
 // Baseline: the index lookup as the cache did it before (synchronous).
-const slots = new Map(keys.map((k, i) => [k, { bytes: 100, created: Date.now(), entry: { envelope: envelope(i), seed_run: 's', created_at: Date.now() } }]));
+const slots = new Map(
+  keys.map((k, i) => [k, { bytes: 100, created: Date.now(), entry: { envelope: envelope(i), seed_run: 's', created_at: Date.now() } }]),
+);
 const syncGet = (k) => {
   const slot = slots.get(k);
   if (!slot) return undefined;
@@ -62,5 +68,7 @@ const n = Math.max(...now);
 const perHitNs = (x) => (1e9 / x).toFixed(0);
 console.log(`@forge/runner result cache — node ${process.version}, ${ENTRIES} entries, ${HITS} hits per round (best of 3)`);
 console.log(`  hit, before (sync index lookup)      ${Math.round(b).toLocaleString()} /s   ${perHitNs(b)} ns each`);
-console.log(`  hit, fileCacheStore.get (awaited)    ${Math.round(n).toLocaleString()} /s   ${perHitNs(n)} ns each   ratio ${(b / n).toFixed(2)}× the baseline's time, +${(1e9 / n - 1e9 / b).toFixed(0)} ns a hit`);
+console.log(
+  `  hit, fileCacheStore.get (awaited)    ${Math.round(n).toLocaleString()} /s   ${perHitNs(n)} ns each   ratio ${(b / n).toFixed(2)}× the baseline's time, +${(1e9 / n - 1e9 / b).toFixed(0)} ns a hit`,
+);
 console.log(`  set (temp file, fsync, rename)       ${setMs.toFixed(3)} ms each`);
