@@ -18,10 +18,7 @@ import type pg from 'pg';
 import PgBoss from 'pg-boss';
 import { describeError } from './errors.js';
 import { migrate } from './migrate.js';
-import { MIGRATIONS, type Migration } from './migrations.js';
 import { type PoolHandle, poolFor } from './pool.js';
-import { QUEUE_MIGRATIONS } from './queue-schema.js';
-import { REGISTRY_MIGRATIONS } from './registry-schema.js';
 
 /** The LISTEN/NOTIFY channel of the queue: payloads `p:<queue>`, `r:<queue>:<id>`, `c:<queue>:<id>`. */
 export const QUEUE_CHANNEL = 'forge_queue';
@@ -78,13 +75,7 @@ interface Waiter {
   wake: () => void;
 }
 
-/** Every migration the package knows today, ours included, in version order (until MIGRATIONS holds them all). */
-function knownMigrations(): Migration[] {
-  const byVersion = new Map<number, Migration>();
-  for (const m of [...MIGRATIONS, ...REGISTRY_MIGRATIONS, ...QUEUE_MIGRATIONS]) if (!byVersion.has(m.version)) byVersion.set(m.version, m);
-  return [...byVersion.values()].sort((a, b) => a.version - b.version);
-}
-
+/** Throws `invalid_job` unless `id` follows the job id grammar of the JobQueue contract. */
 function checkId(id: unknown, what = 'job id'): string {
   if (typeof id !== 'string' || !JOB_ID.test(id)) {
     const shown = typeof id === 'string' ? JSON.stringify(id.length > 120 ? `${id.slice(0, 120)}…` : id) : typeof id;
@@ -181,7 +172,7 @@ export async function openPostgresQueue(target: pg.Pool | string, options: Postg
   });
   boss.on('error', () => {});
   try {
-    if (options.migrate ?? true) await migrate(h.pool, knownMigrations());
+    if (options.migrate ?? true) await migrate(h.pool);
     await boss.start();
     await boss.createQueue(queue, { name: queue, policy: 'standard', retryLimit: ENGINE_RETRY_LIMIT, expireInSeconds: ENGINE_EXPIRE_S });
   } catch (err) {
