@@ -28,6 +28,8 @@ export { type MigrateResult, type MigrationStatus, migrate, migrationStatus } fr
 export { MIGRATIONS, type Migration } from './migrations.js';
 export { PRESENCE_MIGRATIONS, postgresPresence } from './presence.js';
 export { type PostgresProposalStoreOptions, postgresProposalStore } from './proposals.js';
+export { openPostgresQueue, POSTGRES_QUEUE_STEPS, type PostgresQueueOptions, type PostgresQueueStep, QUEUE_CHANNEL } from './queue.js';
+export { QUEUE_MIGRATIONS } from './queue-schema.js';
 export { type PostgresToolStoreOptions, postgresToolStore, REGISTRY_MIGRATIONS, TOOLS_CHANNEL, TOOLS_TABLE } from './registry.js';
 export {
   type PostgresArtifactBytes,

@@ -2,14 +2,19 @@ import { createHash } from 'node:crypto';
 import type { AuditLog, KeyInput } from '@forge/audit-chain';
 import type { JobQueue, PresenceStore } from '@forge/queue';
 import type { Scope, ToolStore } from '@forge/registry';
+import type { GapStore, ProposalStore } from '@forge/toolsmith';
 import type pg from 'pg';
 import { openPostgresAuditLog } from './audit.js';
+import { type PostgresCacheStore, postgresCacheStore } from './cache.js';
 import { describeError, PostgresStoreError } from './errors.js';
+import { postgresGapStore } from './gaps.js';
 import { migrate, migrationStatus } from './migrate.js';
 import { checkConnection, poolFor } from './pool.js';
 import { postgresPresence } from './presence.js';
+import { postgresProposalStore } from './proposals.js';
 import { openPostgresQueue } from './queue.js';
 import { postgresToolStore } from './registry.js';
+import { type PostgresRunStore, postgresRunStore } from './runs.js';
 import { redactUrl } from './url.js';
 
 /** Everything forge keeps, in one PostgreSQL database: what front-ends and workers on many hosts share. */
@@ -20,6 +25,13 @@ export interface PostgresStores {
   readonly audit: AuditLog;
   readonly queue: JobQueue;
   readonly presence: PresenceStore;
+  /** The result cache every front-end shares (for `createForge({ cacheStore })`). */
+  readonly cacheStore: PostgresCacheStore;
+  /** Run manifests, hit records and artifacts, this host's runs named as its (for `createForge({ runStore })`). */
+  readonly runStore: PostgresRunStore;
+  /** The toolsmith's gaps and proposals (for `createToolsmith({ gapStore, proposalStore })`). */
+  readonly gapStore: GapStore;
+  readonly proposalStore: ProposalStore;
   /** The store of a scope's tools (for `createForge({ toolStores })`); session and task scopes per id. */
   toolStore(scope: Scope, ids?: { session?: string; task?: string }): ToolStore;
   /** What `forge doctor` checks: reachable, migrated, clock skew, queue depth. */
@@ -47,7 +59,7 @@ export interface OpenStoresOptions {
   signingKey?: KeyInput;
   /** Built-in tool names (forge's meta-tools): records under them are never loaded. */
   builtins?: Iterable<string>;
-  /** Tells apart several projects sharing one database (the project and user scopes' id; default none). */
+  /** Tells apart several projects sharing one database (the project and user scopes' id, the toolsmith's project; default none). */
   projectId?: string;
   /** Connections in the pool (default 10). */
   maxConnections?: number;
@@ -74,6 +86,8 @@ export async function openPostgresStores(url: string, o: OpenStoresOptions = {})
     opened.push(queue);
     const builtins = [...(o.builtins ?? [])];
     const presence = postgresPresence(h.pool);
+    const project = o.projectId ?? '';
+    const gapStore = postgresGapStore(h.pool, { project, where: url });
     let closed = false;
     return {
       where,
@@ -81,6 +95,10 @@ export async function openPostgresStores(url: string, o: OpenStoresOptions = {})
       audit,
       queue,
       presence,
+      cacheStore: postgresCacheStore(h.pool, { where: url }),
+      runStore: postgresRunStore(h.pool, { where: url }),
+      gapStore,
+      proposalStore: postgresProposalStore(h.pool, { project, where: url }),
       toolStore(scope, ids = {}) {
         // A task's id is unique within its session only: the pair, hashed (no separator is safe in both).
         const scopeId =
@@ -99,6 +117,7 @@ export async function openPostgresStores(url: string, o: OpenStoresOptions = {})
         if (closed) return;
         closed = true;
         try {
+          await gapStore.close();
           await queue.close();
           await audit.close();
         } finally {
