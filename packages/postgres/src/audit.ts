@@ -4,7 +4,6 @@ import {
   AuditError,
   type AuditLog,
   type Checkpoint,
-  decodeEntry,
   type EntriesOptions,
   encodeCheckpoint,
   encodePrepared,
@@ -16,12 +15,30 @@ import {
   type RotateResult,
 } from '@forge/audit-chain';
 import type pg from 'pg';
+import { AUDIT_CHANNEL, asStoreError, readEntries } from './audit-read.js';
 import { describeError, PostgresStoreError } from './errors.js';
 import { assertMigrated, migrate } from './migrate.js';
 import { checkConnection, type PoolHandle, poolFor } from './pool.js';
 
-/** Channel of the change notification: payload is the new head's seq, sent after each batch commits. */
-export const AUDIT_CHANNEL = 'forge_audit';
+export { AUDIT_CHANNEL };
+
+/** Options of {@link PostgresAuditLog.entries}: those of `AuditLog.entries`, and following. */
+export interface PostgresEntriesOptions extends EntriesOptions {
+  /**
+   * Keep waiting for entries committed later by any process (woken by `LISTEN forge_audit`, with a
+   * poll every `pollMs` as a fallback) until `signal` aborts; the iterator then ends normally.
+   * Holds one connection of the pool while it follows.
+   */
+  follow?: boolean;
+  signal?: AbortSignal;
+  /** Poll interval while following, in case a notification is lost (ms, default 1000). */
+  pollMs?: number;
+}
+
+/** The audit log in PostgreSQL: an `AuditLog` whose `entries()` can also follow. */
+export interface PostgresAuditLog extends AuditLog {
+  entries(options?: PostgresEntriesOptions): AsyncIterable<AuditEntry>;
+}
 
 /** Options of {@link openPostgresAuditLog}. */
 export interface PostgresAuditLogOptions {
@@ -68,7 +85,6 @@ const INSERT_BATCH = `WITH ins AS (
   WHERE a.ord <= $7
 )
 UPDATE forge_audit_head SET seq = $8, hash = $9, bytes = $10 WHERE id = 1`;
-const PAGE = 1000;
 
 interface HeadRow {
   seq: string;
@@ -87,7 +103,7 @@ interface HeadRow {
  * AuditError) or that is behind its latest checkpoint (`log_behind_checkpoint`). Connection and
  * schema failures are `PostgresStoreError`s; messages never show a password.
  */
-export async function openPostgresAuditLog(target: pg.Pool | string, options: PostgresAuditLogOptions = {}): Promise<AuditLog> {
+export async function openPostgresAuditLog(target: pg.Pool | string, options: PostgresAuditLogOptions = {}): Promise<PostgresAuditLog> {
   const h = poolFor(target);
   try {
     await checkConnection(h);
@@ -99,16 +115,7 @@ export async function openPostgresAuditLog(target: pg.Pool | string, options: Po
     if (h.owned) await h.pool.end().catch(() => {});
     throw asStoreError(err, h, 'opening the audit log');
   }
-  return new PostgresAuditLog(h, options);
-}
-
-/** `err` as thrown by this package: its own errors as they are, anything else `query_failed`, redacted. */
-function asStoreError(err: unknown, h: PoolHandle, what: string): Error {
-  if (err instanceof AuditError || err instanceof PostgresStoreError) return err;
-  return new PostgresStoreError('query_failed', `${what} on ${h.label} failed: ${describeError(err, h.secrets)}`, {
-    cause: err,
-    secrets: h.secrets,
-  });
+  return new PgAuditLog(h, options);
 }
 
 async function checkEncoding(h: PoolHandle): Promise<void> {
@@ -174,7 +181,7 @@ async function checkHeadIn(q: pg.PoolClient, label: string): Promise<void> {
   }
 }
 
-class PostgresAuditLog implements AuditLog {
+class PgAuditLog implements PostgresAuditLog {
   readonly path: string;
   private readonly h: PoolHandle;
   private readonly o: PostgresAuditLogOptions;
@@ -255,8 +262,8 @@ class PostgresAuditLog implements AuditLog {
     return { sealed: 0, path: this.path, entries: seq };
   }
 
-  entries(options: EntriesOptions = {}): AsyncIterable<AuditEntry> {
-    return readEntries(this.h, options.from ?? 1, () => this.assertOpen());
+  entries(options: PostgresEntriesOptions = {}): AsyncIterable<AuditEntry> {
+    return readEntries(this.h, options, () => this.assertOpen());
   }
 
   async close(): Promise<void> {
@@ -457,55 +464,5 @@ class PostgresAuditLog implements AuditLog {
         cause: err,
       });
     }
-  }
-}
-
-/**
- * Entries with seq >= `from`, oldest first, in pages of keyset queries, each line checked (hash,
- * shape) and linked to the one before (the entry before `from` anchors the first).
- */
-async function* readEntries(h: PoolHandle, from: number, assertOpen: () => void = () => {}): AsyncGenerator<AuditEntry> {
-  if (!Number.isSafeInteger(from) || from < 1) throw new RangeError(`entries({ from: ${from} }): "from" must be a positive integer`);
-  assertOpen();
-  try {
-    yield* readChecked(h, from);
-  } catch (err) {
-    throw asStoreError(err, h, 'reading audit entries');
-  }
-}
-
-async function* readChecked(h: PoolHandle, from: number): AsyncGenerator<AuditEntry> {
-  const corrupt = (seq: number, why: string) =>
-    new AuditError(
-      'log_corrupt',
-      `audit entry ${seq} in ${h.label} ${why}; run verifyPostgresAuditLog (forge doctor) for the full verdict`,
-    );
-  let prev: string | undefined;
-  let expected = from;
-  if (from > 1) {
-    const a = (await h.pool.query<{ line: string }>('SELECT line FROM forge_audit_entries WHERE seq = $1', [from - 1])).rows[0];
-    if (a) {
-      const d = decodeEntry(a.line);
-      if (!d.ok) throw corrupt(from - 1, `is damaged: ${d.message}`);
-      prev = d.entry.hash;
-    }
-  } else {
-    prev = '0'.repeat(64);
-  }
-  for (;;) {
-    const r = await h.pool.query<{ seq: string; line: string }>(
-      'SELECT seq, line FROM forge_audit_entries WHERE seq >= $1 ORDER BY seq LIMIT $2',
-      [expected, PAGE],
-    );
-    for (const row of r.rows) {
-      const d = decodeEntry(row.line);
-      if (!d.ok) throw corrupt(Number(row.seq), `is damaged: ${d.message}`);
-      if (d.entry.seq !== expected || Number(row.seq) !== expected) throw corrupt(expected, 'is missing (sequence gap)');
-      if (prev !== undefined && d.entry.prev !== prev) throw corrupt(expected, 'does not link to the entry before it');
-      prev = d.entry.hash;
-      expected++;
-      yield d.entry;
-    }
-    if (r.rows.length < PAGE) return;
   }
 }

@@ -4,7 +4,13 @@
  * Public API. Everything exported here is a deliberate, documented decision.
  */
 
-export { AUDIT_CHANNEL, openPostgresAuditLog, type PostgresAuditLogOptions } from './audit.js';
+export {
+  AUDIT_CHANNEL,
+  openPostgresAuditLog,
+  type PostgresAuditLog,
+  type PostgresAuditLogOptions,
+  type PostgresEntriesOptions,
+} from './audit.js';
 export {
   CACHE_RUNS_MIGRATIONS,
   CACHE_TABLE,

@@ -119,6 +119,59 @@ describe('change notification', () => {
   });
 });
 
+describe('entries({ follow })', () => {
+  /** Collects a follower's entries in the background; `until(n)` waits for n of them. */
+  function follow(log: Awaited<ReturnType<typeof openPostgresAuditLog>>, options: { from?: number; pollMs?: number } = {}) {
+    const ac = new AbortController();
+    const got: number[] = [];
+    let waiter: (() => void) | undefined;
+    const done = (async () => {
+      for await (const e of log.entries({ ...options, follow: true, signal: ac.signal })) {
+        got.push(e.seq);
+        waiter?.();
+      }
+    })();
+    const until = (n: number) =>
+      new Promise<void>((resolve) => {
+        waiter = () => got.length >= n && resolve();
+        waiter();
+      });
+    const stop = async () => {
+      ac.abort();
+      await done;
+    };
+    return { got, until, stop };
+  }
+
+  it('delivers entries committed later by another handle, woken by NOTIFY, until aborted', async () => {
+    const url = await pgs.server().database();
+    const writer = await openLog(url);
+    const reader = await openLog(url);
+    await writer.append('t.a', 1);
+    const f = follow(reader, { pollMs: 60_000 }); // a long poll: only the notification can wake it in time
+    await f.until(1);
+    await Promise.all([writer.append('t.a', 2), writer.append('t.a', 3)]);
+    await f.until(3);
+    await writer.append('t.a', 4);
+    await f.until(4);
+    await f.stop();
+    expect(f.got).toEqual([1, 2, 3, 4]);
+  });
+
+  it('from a seq, and with notifications off the poll still delivers', async () => {
+    const url = await pgs.server().database();
+    const writer = await openLog(url, { notify: false });
+    const reader = await openLog(url);
+    for (let i = 0; i < 3; i++) await writer.append('t.a', i);
+    const f = follow(reader, { from: 3, pollMs: 50 });
+    await f.until(1);
+    await writer.append('t.a', 'late');
+    await f.until(2);
+    await f.stop();
+    expect(f.got).toEqual([3, 4]);
+  });
+});
+
 describe('checkpoints, rotate, head', () => {
   it('checkpoints go in their own table, signed when a key is given, and verify against the key', async () => {
     const url = await pgs.server().database();
