@@ -2,7 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { JobQueue } from '@forge/queue';
 import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
-import type { Toolsmith } from '@forge/toolsmith';
+import type { GapStore, ProposalStore, Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
 import { openStore, type Store } from './store.js';
 
@@ -47,12 +47,16 @@ export interface Engine {
  * toolsmith's hint goes into the `unknown_tool` message). Opening writes nothing: the toolsmith
  * creates its directory with its first gap or proposal. Throws what `createForge` throws.
  */
-export async function createEngine(o: Omit<ForgeOptions, 'onUnknownTool'>): Promise<Engine> {
+export async function createEngine(
+  o: Omit<ForgeOptions, 'onUnknownTool'>,
+  stores: { gapStore?: GapStore; proposalStore?: ProposalStore } = {},
+): Promise<Engine> {
   const [{ createForge }, { createToolsmith }] = await Promise.all([import('@forge/runner'), import('@forge/toolsmith')]);
   // The engine is made before the toolsmith that answers its unknown tools: nothing is called in between.
   let smith: Toolsmith | undefined;
   const forge = await createForge({ ...o, onUnknownTool: (name, ctx) => smith?.unknownTool(name, ctx) });
-  smith = createToolsmith({ forge, onWarning: (m) => process.stderr.write(`forge toolsmith: ${m}\n`) });
+  // Over a database's stores the toolsmith is the same service; its type names the file stores only.
+  smith = createToolsmith({ forge, ...stores, onWarning: (m) => process.stderr.write(`forge toolsmith: ${m}\n`) }) as Toolsmith;
   const toolsmith = smith;
   return {
     forge,
@@ -80,16 +84,19 @@ export async function openForge(w: Where, options: { server?: boolean; dispatch?
   try {
     const sources = await gatewaySources(w, server);
     const { META_TOOLS } = await import('@forge/runner');
-    const engine = await createEngine({
-      home: w.home,
-      project: w.project,
-      env: w.env,
-      watch: server,
-      prebuild: server,
-      sources,
-      ...store.forgeOptions(META_TOOLS),
-      ...(options.dispatch ? { dispatch: { queue: options.dispatch } } : {}),
-    });
+    const engine = await createEngine(
+      {
+        home: w.home,
+        project: w.project,
+        env: w.env,
+        watch: server,
+        prebuild: server,
+        sources,
+        ...store.forgeOptions(META_TOOLS),
+        ...(options.dispatch ? { dispatch: { queue: options.dispatch } } : {}),
+      },
+      store.toolsmithStores?.(),
+    );
     if (options.store) return engine;
     return {
       ...engine,

@@ -19,8 +19,10 @@ export interface Store {
   presence(): Promise<PresenceStore>;
   /** The last entry of the audit log (seq 0 when empty), read without writing anything. */
   auditHead(): Promise<{ where: string; seq: number; hash: string }>;
-  /** What the engine is given for this store (the audit log and the tool stores of a database). */
+  /** What the engine is given for this store (a database's audit log, tool stores, cache and run records). */
   forgeOptions(builtins: readonly string[]): Partial<ForgeOptions>;
+  /** The toolsmith's stores of a database (undefined: its files under the project). */
+  toolsmithStores?(): { gapStore: import('@forge/toolsmith').GapStore; proposalStore: import('@forge/toolsmith').ProposalStore };
   /** The database's state for `forge doctor` (undefined for files: doctor checks those itself). */
   check?(): Promise<import('@forge/postgres').StoreCheck>;
   /** Verifies the database's audit log inside it. */
@@ -101,7 +103,13 @@ async function openDatabase(w: Where, url: string): Promise<Store> {
     queue: async () => stores.queue,
     presence: async () => stores.presence,
     auditHead: async () => ({ where: stores.where, ...(await stores.audit.head()) }),
-    forgeOptions: () => ({ audit: stores.audit, toolStores: (scope, ids) => stores.toolStore(scope, ids) }),
+    forgeOptions: () => ({
+      audit: stores.audit,
+      toolStores: (scope, ids) => stores.toolStore(scope, ids),
+      cacheStore: stores.cacheStore as unknown as NonNullable<ForgeOptions['cacheStore']>,
+      runStore: stores.runStore as unknown as NonNullable<ForgeOptions['runStore']>,
+    }),
+    toolsmithStores: () => ({ gapStore: stores.gapStore, proposalStore: stores.proposalStore }),
     check: () => stores.check(),
     verifyAudit: () => pgs.verifyPostgresAuditLog(stores.pool),
     exportAudit: async (path) => {

@@ -113,6 +113,14 @@ describe('front-ends and workers on many hosts over PostgreSQL', () => {
     let called = await entries(pool, 'forge.called');
     expect(called).toHaveLength(1);
     expect(called[0]?.data).toMatchObject({ ok: true, name: 'fib', call_id: expect.stringMatching(/^c/) });
+    // The run the worker made is readable on A, another host (the run records are the database's),
+    // and the same call on A is a hit of the cache every front-end shares, naming B's run.
+    const runId = viaB.env.meta?.run_id as string;
+    const manifest = await a.client.readResource({ uri: `forge://runs/${runId}/manifest` });
+    const text = manifest.contents[0] && 'text' in manifest.contents[0] ? String(manifest.contents[0].text) : '';
+    expect(JSON.parse(text)).toMatchObject({ run_id: runId, kind: 'run', manifest: { ok: true, tool: { name: 'fib' } } });
+    const hit = await a.call('fib', { n: 30 });
+    expect(hit.env).toMatchObject({ ok: true, data: { fib: '832040' }, meta: { cache: 'hit', seed_run: runId } });
 
     // A worker killed -9 mid-call: the call is delivered again to the other worker and answered once.
     const changedAgain = b.nextListChanged(20_000);
@@ -136,6 +144,7 @@ describe('front-ends and workers on many hosts over PostgreSQL', () => {
     expect(answered.env, JSON.stringify(answered.env)).toMatchObject({ ok: true, data: 'woke' });
     await until(() => /test\.sleep ok in \d+ ms \(attempt 2\)/.test(survivor.stderr()), 10_000, survivor.stderr);
     called = await entries(pool, 'forge.called');
+    expect(called.filter((e) => e.data.name === 'fib').map((e) => e.data.cache)).toEqual(['miss', 'hit']);
     const sleepCalls = called.filter((e) => e.data.name === 'test.sleep');
     expect(sleepCalls).toHaveLength(1);
 

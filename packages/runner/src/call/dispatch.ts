@@ -130,7 +130,7 @@ export async function dispatchCall(
   const { envelope } = answer;
   const runId = typeof envelope.meta.run_id === 'string' ? envelope.meta.run_id : '';
   e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
-  if (envelope.ok && plan.cacheKey && e.cache && runId) e.cache.set(plan.cacheKey, envelope, runId);
+  if (envelope.ok && plan.cacheKey && e.cache && runId) await e.cache.set(plan.cacheKey, envelope, runId);
   return { envelope, runId, outcome: answer.outcome, ran: runId !== '' };
 }
 
