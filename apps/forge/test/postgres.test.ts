@@ -192,3 +192,41 @@ describe('front-ends and workers on many hosts over PostgreSQL', () => {
     expect((await runCli(['audit', 'verify'], { cwd: hB.project, env: hB.env })).code).toBe(0);
   });
 });
+
+describe('forge doctor over PostgreSQL', () => {
+  it('checks the store: reachable, migrated, clock skew, queue, the chain; a server it cannot reach is named without the password', async () => {
+    const url = await server.database();
+    const h = host(url);
+    const r = await runCli(['doctor', '--json'], { cwd: h.project, env: h.env, timeoutMs: 120_000 });
+    const report = JSON.parse(r.stdout) as { checks: { name: string; ok: boolean; detail: string; fix?: string }[] };
+    const by = (name: string) => report.checks.find((c) => c.name === name);
+    expect(by('store')).toMatchObject({ ok: true, detail: expect.stringMatching(/^PostgreSQL \d+\.\d+.* at postgres:\/\/forge@\//) });
+    expect(by('migrations')).toMatchObject({ ok: true, detail: expect.stringMatching(/^at version (\d+) of \1$/) });
+    expect(by('clock skew')).toMatchObject({
+      ok: true,
+      detail: expect.stringMatching(/^this host is (ahead of|behind) the database by \d+ ms$/),
+    });
+    expect(by('queue')).toMatchObject({ ok: true, detail: '0 pending, 0 running, 0 done, 0 failed' });
+    expect(by('audit log')).toMatchObject({ ok: true, detail: expect.stringMatching(/entries in postgres:\/\/forge@.*chain intact$/) });
+
+    const bad = {
+      ...h.env,
+      FORGE_STORE: `postgres://forge:hunter2-secret@localhost/forge?host=${encodeURIComponent(join(h.root, 'no-server'))}`,
+    };
+    const down = await runCli(['doctor', '--json'], { cwd: h.project, env: bad, timeoutMs: 120_000 });
+    expect(down.code).toBe(1);
+    expect(down.stdout + down.stderr).not.toContain('hunter2-secret');
+    const store = (JSON.parse(down.stdout) as { checks: { name: string; ok: boolean; detail: string; fix?: string }[] }).checks.find(
+      (c) => c.name === 'store',
+    );
+    expect(store).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining('postgres://forge:***@'),
+      fix: expect.stringContaining('start the server'),
+    });
+    // A store that is not a database URL is refused by every command, the password still masked.
+    const wrong = await runCli(['status'], { cwd: h.project, env: { ...h.env, FORGE_STORE: 'mysql://u:pw-shh@db/x' } });
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toContain('--store (FORGE_STORE) must be a postgres:// connection string, or "files" (got "mysql://u:***@db/x")');
+  });
+});
