@@ -19,6 +19,7 @@ import PgBoss from 'pg-boss';
 import { describeError } from './errors.js';
 import { migrate } from './migrate.js';
 import { type PoolHandle, poolFor } from './pool.js';
+import { redactUrl } from './url.js';
 
 /** The LISTEN/NOTIFY channel of the queue: payloads `p:<queue>`, `r:<queue>:<id>`, `c:<queue>:<id>`. */
 export const QUEUE_CHANNEL = 'forge_queue';
@@ -51,6 +52,8 @@ export interface PostgresQueueOptions extends QueueOptions {
   rescanMs?: number;
   /** Called right after each named step (crash tests). */
   onStep?: (step: PostgresQueueStep) => void;
+  /** What messages call the database when `target` is a pool (a URL: its password is masked anyway). */
+  where?: string;
 }
 
 const QUEUE_NAME = /^[A-Za-z0-9_]{1,50}$/;
@@ -159,6 +162,7 @@ export async function openPostgresQueue(target: pg.Pool | string, options: Postg
   if (!QUEUE_NAME.test(schema))
     throw new QueueError('invalid_job', `engine schema ${JSON.stringify(schema)} is not valid: use 1 to 50 of A-Z a-z 0-9 _`);
   const h = poolFor(target, 8);
+  if (typeof target !== 'string' && options.where !== undefined) h.label = redactUrl(options.where);
   const fail = (what: string, err: unknown): QueueError =>
     err instanceof QueueError
       ? err

@@ -82,7 +82,7 @@ export async function openPostgresStores(url: string, o: OpenStoresOptions = {})
     const audit = await openPostgresAuditLog(h.pool, { migrate: false, ...(o.signingKey ? { signingKey: o.signingKey } : {}) });
     opened.push(audit);
     // The queue installs its engine's schema (forge's migrations are applied already: a no-op there).
-    const queue = await openPostgresQueue(h.pool, { ...o.queue });
+    const queue = await openPostgresQueue(h.pool, { ...o.queue, where: url });
     opened.push(queue);
     const builtins = [...(o.builtins ?? [])];
     const presence = postgresPresence(h.pool);

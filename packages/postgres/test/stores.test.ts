@@ -24,6 +24,7 @@ describe('openPostgresStores', () => {
     // One host, one clock: the skew is what a round trip can hide, not minutes.
     expect(Math.abs(c.clockSkewMs ?? Number.NaN)).toBeLessThan(5_000);
     expect(s.where).toMatch(/^postgres:\/\/forge@/);
+    expect(s.queue.where).toBe(`${s.where}#forge_calls`);
   });
 
   it('a second open of the same database applies nothing and shares the audit log and the queue', async () => {
