@@ -254,3 +254,12 @@ export async function serveHttp(s: Scratch, extra: string[] = []): Promise<{ url
   });
   return { url: new URL(url), child };
 }
+
+/** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms`, then fails with `what()`. */
+export async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string, everyMs = 100): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { type Connected, connect, EXAMPLES, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+import { type Connected, connect, EXAMPLES, requireCliAndSandbox, runCli, type Scratch, scratch, until } from './helpers.js';
 
 /**
  * Many hosts over one PostgreSQL database: two front-ends (`forge serve --dispatch`) and two
@@ -64,14 +64,6 @@ function worker(s: Scratch) {
     }
   });
   return { child, stderr: () => err, ready: () => err.includes(': worker on postgres queue') };
-}
-
-async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 /** The database's audit entries of one type. */

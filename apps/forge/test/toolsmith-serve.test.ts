@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { requireCliAndSandbox, scratch } from './helpers.js';
+import { requireCliAndSandbox, scratch, until } from './helpers.js';
 import { auditEntries, forge, forgeJson, GOVERNED, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
 /**
@@ -14,15 +14,6 @@ type GapRow = { signature: string; count: number };
 
 const gapCount = async (s: ReturnType<typeof scratch>, signature: string): Promise<number> =>
   (await forgeJson<GapRow[]>(s, ['toolsmith', 'gaps'])).data.find((g) => g.signature === signature)?.count ?? 0;
-
-/** Waits until `check` holds, looking every 250 ms for at most `ms` (then fails with `what`). */
-async function until(check: () => boolean, ms: number, what: () => string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
 
 describe('the toolsmith and forge serve', () => {
   it('the kill switch set while serve runs stops proposing, approving, cycling and gap recording; lifting it resumes all, without a restart', async () => {
@@ -86,6 +77,7 @@ describe('the toolsmith and forge serve', () => {
       () => c.stderr().includes(line),
       40_000,
       () => `no cycle line on stderr: ${c.stderr()}`,
+      250,
     );
     expect(
       c

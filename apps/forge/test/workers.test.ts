@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { connect, EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+import { connect, EXAMPLES, requireCliAndSandbox, runCli, scratch, until } from './helpers.js';
 import { auditEntries } from './toolsmith-helpers.js';
 
 /**
@@ -27,14 +27,6 @@ const alive = (pid: number): boolean => {
     return false;
   }
 };
-
-async function until(check: () => boolean, ms: number, what: () => string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('forge serve --workers N', () => {
   it('runs calls on its workers, replaces a worker killed -9, and stops them with itself', async () => {

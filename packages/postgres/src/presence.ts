@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import type { Member, PresenceStore } from '@forge/queue';
-import { PRESENCE_STALE_MS } from '@forge/queue';
+import { looksAlive, PRESENCE_STALE_MS } from '@forge/queue';
 import type pg from 'pg';
 import type { Migration } from './migrations.js';
 
@@ -61,7 +61,7 @@ export function postgresPresence(pool: pg.Pool): PresenceStore {
       );
       const here = hostname();
       return r.rows.map((row) => {
-        const alive = Number(row.silent) < stale && (row.host !== here || pidAlive(row.pid));
+        const alive = looksAlive(row, Number(row.silent), stale, here);
         return {
           name: row.name,
           kind: row.kind,
@@ -75,13 +75,4 @@ export function postgresPresence(pool: pg.Pool): PresenceStore {
       });
     },
   };
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }

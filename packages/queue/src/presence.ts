@@ -74,12 +74,19 @@ export function filePresence(dir: string, now: () => number = Date.now): Presenc
           continue;
         }
         if (typeof m.name !== 'string' || typeof m.pid !== 'number' || typeof m.beatAt !== 'number') continue;
-        const alive = now() - m.beatAt < stale && (m.host !== here || pidAlive(m.pid));
-        out.push({ ...m, alive });
+        out.push({ ...m, alive: looksAlive(m, now() - m.beatAt, stale, here) });
       }
       return out.sort((a, b) => (a.kind === b.kind ? (a.name < b.name ? -1 : 1) : a.kind === 'front-end' ? -1 : 1));
     },
   };
+}
+
+/**
+ * Whether a member silent for `silentMs` looks alive: a beat within `staleMs`, and when it is on
+ * this host (`here`), a process with its pid. For other presence stores (a database's).
+ */
+export function looksAlive(m: Pick<Member, 'host' | 'pid'>, silentMs: number, staleMs: number, here: string = hostname()): boolean {
+  return silentMs < staleMs && (m.host !== here || pidAlive(m.pid));
 }
 
 function pidAlive(pid: number): boolean {
