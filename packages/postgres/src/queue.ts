@@ -13,7 +13,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { ClaimedJob, ExhaustedJob, JobQueue, JobResult, JsonValue, QueueOptions, QueueStats, RecoverReport } from '@forge/queue';
-import { JOB_ID, MAX_PAYLOAD_BYTES, QueueError } from '@forge/queue';
+import { checkId, checkWorker, jsonText, QueueError } from '@forge/queue';
 import type pg from 'pg';
 import PgBoss from 'pg-boss';
 import { describeError } from './errors.js';
@@ -76,64 +76,6 @@ interface Held {
 interface Waiter {
   key: string;
   wake: () => void;
-}
-
-/** Throws `invalid_job` unless `id` follows the job id grammar of the JobQueue contract. */
-function checkId(id: unknown, what = 'job id'): string {
-  if (typeof id !== 'string' || !JOB_ID.test(id)) {
-    const shown = typeof id === 'string' ? JSON.stringify(id.length > 120 ? `${id.slice(0, 120)}…` : id) : typeof id;
-    throw new QueueError(
-      'invalid_job',
-      `${what} ${shown} is not valid: use 1 to 100 characters of A-Z a-z 0-9 _ -, starting with a letter or digit`,
-    );
-  }
-  return id;
-}
-
-/** Throws `invalid_job` unless `worker` is 1 to 200 characters without control characters (as the file queue). */
-function checkWorker(worker: unknown): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it refuses
-  if (typeof worker !== 'string' || worker.length === 0 || worker.length > 200 || /[\u0000-\u001f\u007f]/.test(worker)) {
-    throw new QueueError('invalid_job', `worker name ${JSON.stringify(worker)} is not valid: use 1 to 200 printable characters`);
-  }
-  return worker;
-}
-
-/** The JSON text of `value`, refusing what is not plain JSON or is over MAX_PAYLOAD_BYTES. */
-function jsonText(value: unknown, what: string): string {
-  const seen = new Set<object>();
-  const fail = (at: string, why: string): never => {
-    throw new QueueError('invalid_job', `${what} at ${at || '/'}: ${why}; pass plain JSON data`);
-  };
-  const walk = (v: unknown, at: string): void => {
-    if (v === null || typeof v === 'string' || typeof v === 'boolean') return;
-    if (typeof v === 'number') {
-      if (!Number.isFinite(v)) fail(at, `${v} is not a JSON number; use null or a string`);
-      return;
-    }
-    if (typeof v !== 'object') fail(at, `a ${typeof v} is not JSON`);
-    const o = v as object;
-    if (seen.has(o)) fail(at, 'a cycle (an object that contains itself) is not JSON');
-    seen.add(o);
-    if (Array.isArray(o)) {
-      for (let i = 0; i < o.length; i++) walk(o[i], `${at}/${i}`);
-    } else {
-      const proto = Object.getPrototypeOf(o);
-      if (proto !== Object.prototype && proto !== null) fail(at, `a ${o.constructor?.name ?? 'class'} instance is not plain JSON`);
-      for (const [k, item] of Object.entries(o)) walk(item, `${at}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`);
-    }
-    seen.delete(o);
-  };
-  walk(value, '');
-  const text = JSON.stringify(value);
-  const bytes = Buffer.byteLength(text, 'utf8');
-  if (bytes > MAX_PAYLOAD_BYTES) {
-    throw new QueueError(
-      'invalid_job',
-      `${what} is ${bytes} bytes serialised, over the queue's cap of 16 MiB; store large data elsewhere and pass a reference`,
-    );
-  }
-  return text;
 }
 
 /** A pg-boss `db` over one client: the engine's statement joins our transaction. */

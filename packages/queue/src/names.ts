@@ -74,11 +74,27 @@ export function checkJson(value: unknown, what: string): JsonValue {
 /** Serialises a request or result, refusing one whose payload is over MAX_PAYLOAD_BYTES. */
 export function serialise(record: object, what: string): Buffer {
   const bytes = Buffer.from(JSON.stringify(record), 'utf8');
-  if (bytes.length > MAX_PAYLOAD_BYTES) {
+  checkSize(bytes.length, what);
+  return bytes;
+}
+
+/**
+ * The JSON text of `value` (a payload, note or result as a store keeps it): throws `invalid_job`
+ * unless it is plain JSON (as {@link checkJson}) of at most MAX_PAYLOAD_BYTES serialised.
+ */
+export function jsonText(value: unknown, what: string): string {
+  checkJson(value, what);
+  const text = JSON.stringify(value);
+  checkSize(Buffer.byteLength(text, 'utf8'), what);
+  return text;
+}
+
+/** Throws `invalid_job` when `bytes` (a serialised size) is over MAX_PAYLOAD_BYTES. */
+function checkSize(bytes: number, what: string): void {
+  if (bytes > MAX_PAYLOAD_BYTES) {
     throw new QueueError(
       'invalid_job',
-      `${what} is ${bytes.length} bytes serialised, over the queue's cap of 16 MiB; store large data elsewhere and pass a reference`,
+      `${what} is ${bytes} bytes serialised, over the queue's cap of 16 MiB; store large data elsewhere and pass a reference`,
     );
   }
-  return bytes;
 }
