@@ -27,8 +27,8 @@ export interface PostgresCacheEntry<E = PostgresCachedEnvelope> {
 }
 
 /**
- * The runner's `CacheStore` (of @forge/runner, structurally: this package does not depend on the
- * runner), over PostgreSQL.
+ * The runner's `CacheStore` (of @forge/runner, structurally: the same shape, declared here), over
+ * PostgreSQL.
  */
 export interface PostgresCacheStore<E extends PostgresCachedEnvelope = PostgresCachedEnvelope> {
   readonly kind: 'postgres';

@@ -3,6 +3,7 @@ import { closeSync, constants as fsc, fstatSync, openSync, readSync } from 'node
 import { lstat, open, readdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import { MIME_HEAD_BYTES, mimeTypeOf } from '@forge/runner';
 import type pg from 'pg';
 import { RUNS_TABLE } from './cache-runs-schema.js';
 import { describeError, PostgresStoreError } from './errors.js';
@@ -30,7 +31,7 @@ export type PostgresArtifactBytes =
   | { ok: false; problem: 'too_large'; at: string; size: number }
   | { ok: false; problem: 'elsewhere'; at: string; message: string };
 
-/** The runner's `RunStore` (of @forge/runner, structurally: this package does not depend on the runner), over PostgreSQL. */
+/** The runner's `RunStore` (of @forge/runner, structurally: the same shape, declared here), over PostgreSQL. */
 export interface PostgresRunStore {
   readonly kind: 'postgres';
   readonly where: string;
@@ -372,9 +373,9 @@ async function hashFile(
       size += bytesRead;
     }
     const content = keep ? Buffer.concat(chunks) : undefined;
-    const head = content ? content.subarray(0, 16) : Buffer.alloc(0);
+    const head = content ? content.subarray(0, MIME_HEAD_BYTES) : Buffer.alloc(0);
     if (!content) {
-      const { bytesRead } = await h.read(buf, 0, 16, 0);
+      const { bytesRead } = await h.read(buf, 0, MIME_HEAD_BYTES, 0);
       return { size, sha256: hash.digest('hex'), head: Buffer.from(buf.subarray(0, bytesRead)) };
     }
     return { size, sha256: hash.digest('hex'), head, content };
@@ -414,41 +415,6 @@ function readBeneath(dir: string, segs: string[], maxBytes: number): PostgresArt
   } finally {
     closeSync(fd);
   }
-}
-
-const BY_EXTENSION: Record<string, string> = {
-  png: 'image/png',
-  jpg: 'image/jpeg',
-  jpeg: 'image/jpeg',
-  gif: 'image/gif',
-  webp: 'image/webp',
-  json: 'application/json',
-  jsonl: 'application/jsonl',
-  txt: 'text/plain',
-  log: 'text/plain',
-  md: 'text/markdown',
-  csv: 'text/csv',
-  tsv: 'text/tab-separated-values',
-  pdf: 'application/pdf',
-};
-
-/** The runner's `mimeTypeOf`: by extension, an image type only when the first bytes agree. */
-function mimeTypeOf(path: string, head: Buffer): string {
-  const name = path.slice(path.lastIndexOf('/') + 1);
-  const dot = name.lastIndexOf('.');
-  const mime = dot > 0 ? BY_EXTENSION[name.slice(dot + 1).toLowerCase()] : undefined;
-  if (!mime) return 'application/octet-stream';
-  if (!mime.startsWith('image/')) return mime;
-  const starts = (...b: number[]) => b.every((x, i) => head[i] === x);
-  const magic =
-    mime === 'image/png'
-      ? starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a)
-      : mime === 'image/jpeg'
-        ? starts(0xff, 0xd8, 0xff)
-        : mime === 'image/gif'
-          ? ['GIF87a', 'GIF89a'].includes(head.subarray(0, 6).toString('latin1'))
-          : head.subarray(0, 4).toString('latin1') === 'RIFF' && head.subarray(8, 12).toString('latin1') === 'WEBP';
-  return magic ? mime : 'application/octet-stream';
 }
 
 function parseObject(text: string): Record<string, unknown> | undefined {
