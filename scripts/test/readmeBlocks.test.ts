@@ -47,13 +47,33 @@ test('a not-run marker without a reason, or above no example, is a problem', () 
   ]);
 });
 
-test('a run marker names the text after which the server gets one SIGTERM; other run markers are problems', () => {
+test('a run marker names the text after which the server gets one SIGTERM, or a database; other run markers are problems', () => {
   const { blocks, problems } = parseReadme(
     'R.md',
-    md('<!-- run: sigterm-after="listening on" -->', '```ts', 'serve()', '```', '<!-- run: forever -->', '```ts', 'z', '```'),
+    md(
+      '<!-- run: sigterm-after="listening on" -->',
+      '```ts',
+      'serve()',
+      '```',
+      '<!-- run: forever -->',
+      '```ts',
+      'z',
+      '```',
+      '<!-- run: postgres -->',
+      '```sh',
+      'forge status',
+      '```',
+    ),
   );
   expect(blocks[0]?.sigtermAfter).toBe('listening on');
-  expect(problems).toEqual([{ readme: 'R.md', line: 5, message: 'unknown run marker: the form is <!-- run: sigterm-after="text" -->' }]);
+  expect(blocks.map((b) => b.postgres === true)).toEqual([false, false, true]);
+  expect(problems).toEqual([
+    {
+      readme: 'R.md',
+      line: 5,
+      message: 'unknown run marker: the forms are <!-- run: sigterm-after="text" --> and <!-- run: postgres -->',
+    },
+  ]);
 });
 
 test('a fence closes only on its own kind and length, so a nested fence stays inside', () => {

@@ -121,7 +121,7 @@ export async function dispatchCall(
   }
   const answer = readAnswer(result);
   if (!answer) {
-    void e.record('dispatch.answer_invalid', { call_id: id, name: stored.name, status: result.status });
+    await e.record('dispatch.answer_invalid', { call_id: id, name: stored.name, status: result.status });
     throw new RefusalError(
       'internal',
       `${where} gave an answer for call ${id} that is not a call answer (status ${result.status}); see the worker's log`,

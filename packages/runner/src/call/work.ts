@@ -55,7 +55,8 @@ async function runJob(e: Engine, executors: ReturnType<typeof callExecutors>, o:
   } else if (!read.ok) {
     from = 'invalid';
     const message = `job ${job.id} in the ${o.queue.kind} job queue at ${o.queue.where} is not a call job: ${read.reason}; it was not run`;
-    void e.record('dispatch.job_invalid', { call_id: job.id, reason: read.reason });
+    // Audited before it is answered, as every refusal is.
+    await e.record('dispatch.job_invalid', { call_id: job.id, reason: read.reason });
     answer = { envelope: failure('internal', message, { cache: 'off' }), outcome: 'none' };
   } else {
     answer = await runDispatched(e, executors, o.queue, job, read.job);
