@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openAuditLog } from '@forge/audit-chain';
 import { openFileQueue } from '@forge/queue';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import type { Forge } from '../src/index.js';
 import { example, type Fixture, failed, py, runStarted, setup } from './helpers.js';
 
@@ -91,6 +92,26 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     await new Promise((r) => setTimeout(r, 300));
     expect(fx.sandboxRuns('fib.quick')).toEqual([]);
     expect(fx.entries('forge.called').map((e) => e.data.kind)).toEqual(['timeout']);
+  });
+
+  it('a call withdrawn from the queue by someone else before a worker took it: cancelled, recorded once by the front-end', async () => {
+    const { fx, front, dir } = await frontAndWorker({ worker: false });
+    expect((await front.forgeTool(await example('fib'))).ok).toBe(true);
+    const call = front.callTool('fib', { n: 5 });
+    const operator = await openFileQueue(dir);
+    onTestFinished(() => operator.close());
+    let id: string | undefined;
+    await vi.waitFor(async () => {
+      const names = readdirSync(join(dir, 'pending')).filter((n) => n.endsWith('.req.json'));
+      expect(names).toHaveLength(1);
+      id = names[0]?.replace(/\.req\.json$/, '');
+    });
+    expect(await operator.cancel(id as string, 'an operator drained the queue')).toBe('cancelled');
+    expect(failed(await call, 'cancelled').message).toBe(
+      `the call was withdrawn from the file job queue at ${dir} before a worker took it (an operator drained the queue); the tool did not run`,
+    );
+    expect(fx.entries('forge.called').map((e) => e.data.kind)).toEqual(['cancelled']);
+    expect(fx.sandboxRuns('fib')).toEqual([]);
   });
 
   it("cancelling a running call reaches the worker's sandbox: cancelled, recorded once by the worker", async () => {

@@ -119,6 +119,19 @@ export async function dispatchCall(
       };
     }
   }
+  // Finished by the queue, not by a worker (withdrawn by someone else; lost with no worker's
+  // answer): nothing recorded the call, so this front-end does.
+  const p = result.payload as { reason?: unknown; error?: unknown; attempts?: unknown } | null;
+  if (result.status === 'cancelled')
+    throw new RefusalError(
+      'cancelled',
+      `the call was withdrawn from ${where} before a worker took it (${String(p?.reason ?? 'no reason given')}); the tool did not run`,
+    );
+  if (result.status === 'failed' && p?.error === 'worker_lost')
+    throw new RefusalError(
+      'internal',
+      `the call was lost: the worker running it stopped (killed or crashed) ${String(p.attempts ?? 'too many')} time(s) before it finished, so it is not run again; check the workers' logs and call it again`,
+    );
   const answer = readAnswer(result);
   if (!answer) {
     await e.record('dispatch.answer_invalid', { call_id: id, name: stored.name, status: result.status });
