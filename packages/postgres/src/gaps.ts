@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto';
 import {
-  type GapInput,
+  checkGapQuery,
   type GapKind,
   type GapQuery,
   type GapRecord,
   type GapStore,
   GapStoreError,
   type GapSummary,
+  openGapWriter,
   sanitizeGapRecord,
   summarizeGaps,
 } from '@forge/toolsmith';
@@ -39,19 +40,14 @@ function lockKey(project: string): string {
   return createHash('sha256').update(`forge_toolsmith_gaps\0${project}`).digest().readBigInt64BE(0).toString();
 }
 
-interface Pending {
-  record: GapRecord;
-  resolve: () => void;
-  reject: (err: Error) => void;
-}
-
 /**
  * The PostgreSQL implementation of `GapStore` (@forge/toolsmith): the gap observations of one
  * project in the table `forge_toolsmith_gaps` (migration 40, `TOOLSMITH_MIGRATIONS`).
- * - `record` sanitises as the file store does (`sanitizeGapRecord`); concurrent calls of one
- *   store share one transaction (group commit): the project's advisory lock, one INSERT of the
- *   batch, and a DELETE of every row older than the newest `maxRecords`. So `seq` order is commit
- *   order, a batch is seen whole or not at all, and a writer killed mid-batch leaves nothing.
+ * - `record` goes through the file store's group commit (`openGapWriter`: sanitised by
+ *   `sanitizeGapRecord`); the concurrent calls of one store share one transaction: the
+ *   project's advisory lock, one INSERT of the batch, and a DELETE of every row older than the
+ *   newest `maxRecords`. So `seq` order is commit order, a batch is seen whole or not at all,
+ *   and a writer killed mid-batch leaves nothing.
  * - reads (`summary`, `history`) see the newest `maxRecords` committed rows of the project, in
  *   `seq` order (a row that does not hold a record is skipped), and never wait for writers; the
  *   summary is `summarizeGaps`, the file store's.
@@ -68,9 +64,6 @@ export function postgresGapStore(pool: pg.Pool, options: PostgresGapStoreOptions
   const base = options.where !== undefined ? redactUrl(options.where) : poolLocator(pool.options);
   const where = `${base}#${GAPS_TABLE}${project ? `/${encodeURIComponent(project)}` : ''}`;
   const key = lockKey(project);
-  let queue: Pending[] = [];
-  let running: Promise<void> | undefined;
-  let closed = false;
 
   const unusable = (what: string, err: unknown): GapStoreError => {
     const code = (err as { code?: unknown } | undefined)?.code;
@@ -82,7 +75,7 @@ export function postgresGapStore(pool: pg.Pool, options: PostgresGapStoreOptions
     return new GapStoreError('unusable', `gap store ${where}: ${what} failed: ${detail}; ${todo}`, { cause: err });
   };
 
-  const commit = async (batch: Pending[]): Promise<void> => {
+  const commit = async (batch: GapRecord[]): Promise<void> => {
     let client: pg.PoolClient;
     try {
       client = await pool.connect();
@@ -96,7 +89,7 @@ export function postgresGapStore(pool: pg.Pool, options: PostgresGapStoreOptions
       await client.query(
         `INSERT INTO forge_toolsmith_gaps (project, kind, signature, record)
          SELECT $1, k, s, r FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS b(k, s, r, n) ORDER BY n`,
-        [project, batch.map((p) => p.record.kind), batch.map((p) => p.record.signature), batch.map((p) => JSON.stringify(p.record))],
+        [project, batch.map((r) => r.kind), batch.map((r) => r.signature), batch.map((r) => JSON.stringify(r))],
       );
       await client.query(
         `DELETE FROM forge_toolsmith_gaps WHERE project = $1 AND seq <= (
@@ -113,30 +106,7 @@ export function postgresGapStore(pool: pg.Pool, options: PostgresGapStoreOptions
     }
   };
 
-  const drain = async (): Promise<void> => {
-    while (queue.length > 0) {
-      const batch = queue;
-      queue = [];
-      try {
-        await commit(batch);
-        for (const p of batch) p.resolve();
-      } catch (err) {
-        for (const p of batch) p.reject(err as Error);
-      }
-    }
-    running = undefined;
-  };
-
-  const record = (r: GapInput): Promise<void> => {
-    if (closed) return Promise.reject(new GapStoreError('closed', `gap store ${where} is closed; open it again to record`));
-    const s = sanitizeGapRecord({ ...r, at: r.at ?? clock() });
-    if (!s.ok) return Promise.reject(new GapStoreError('invalid_record', `${s.message}; not recorded`, { field: s.field }));
-    return new Promise<void>((resolve, reject) => {
-      queue.push({ record: s.record, resolve, reject });
-      // Callers of the same tick share one batch: the drain starts after they have queued.
-      running ??= Promise.resolve().then(drain);
-    });
-  };
+  const writing = openGapWriter({ where, now: clock, onError, commit });
 
   /** The newest `max` records of the project (of one gap, when given), oldest first. */
   const read = async (only?: { kind: GapKind; signature: string }): Promise<GapRecord[]> => {
@@ -171,26 +141,14 @@ export function postgresGapStore(pool: pg.Pool, options: PostgresGapStoreOptions
   };
 
   return {
-    record,
-    note(r) {
-      try {
-        record(r).catch((err: Error) => onError(err));
-      } catch (err) {
-        onError(err as Error);
-      }
-    },
+    record: writing.record,
+    note: writing.note,
     async summary(q: GapQuery): Promise<GapSummary[]> {
-      if (!(q.threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${q.threshold})`);
-      if (!(q.windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${q.windowMs})`);
+      checkGapQuery(q);
       return summarizeGaps(await read(q.only), q, q.now ?? clock());
     },
     history: (kind, signature) => read({ kind, signature }),
-    async flush() {
-      while (running !== undefined) await running;
-    },
-    async close() {
-      closed = true;
-      while (running !== undefined) await running;
-    },
+    flush: writing.flush,
+    close: writing.close,
   };
 }

@@ -4,8 +4,12 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type lockfileType from 'proper-lockfile';
+import { GapStoreError, sanitizeGapRecord, summarizeGaps } from './gapRecords.js';
+import { checkGapQuery, openGapWriter } from './gapWriter.js';
 import type { GapInput, GapQuery, GapStore as GapStoreContract } from './stores.js';
-import type { GapKind, GapRecord, GapSource, GapSummary } from './types.js';
+import type { GapKind, GapRecord, GapSummary } from './types.js';
+
+export { GapStoreError, type GapStoreErrorCode, type SanitizeResult, sanitizeGapRecord, summarizeGaps } from './gapRecords.js';
 
 // proper-lockfile (with graceful-fs) is loaded by the first write: reading never locks.
 const require = createRequire(import.meta.url);
@@ -20,110 +24,11 @@ const fdatasyncAsync = promisify(fdatasync);
 const closeAsync = promisify(closeCb);
 const renameAsync = promisify(rename);
 
-const KINDS: ReadonlySet<string> = new Set<GapKind>(['missing_tool', 'service_absent']);
-const SOURCES: ReadonlySet<string> = new Set<GapSource>(['unknown_tool', 'forge_request', 'gateway']);
-const MAX_SIGNATURE = 128;
-const MAX_DESCRIPTION = 1_000;
-const MAX_EXAMPLES = 5;
-const MAX_EXAMPLE_BYTES = 4_096;
-const MAX_IDENTITY = 64;
-const MAX_ASKED = 256;
 /** A sanitised record's line is far below this (5 × 4 KiB of examples + escaped text); longer lines are skipped unread. */
 const MAX_LINE_BYTES = 64 * 1024;
 const READ_CHUNK = 256 * 1024;
 const FILE_NAME = 'gaps.jsonl';
 const LOCK_NAME = 'gaps.lock';
-
-/** Why the gap store refused or failed: `invalid_record` (sanitising), `unusable` (the directory or file), `closed`. */
-export type GapStoreErrorCode = 'invalid_record' | 'unusable' | 'closed';
-
-/** An error of the gap store; `code` is stable, `field` names the refused field for `invalid_record`. */
-export class GapStoreError extends Error {
-  readonly code: GapStoreErrorCode;
-  readonly field?: string;
-  constructor(code: GapStoreErrorCode, message: string, options?: { cause?: unknown; field?: string }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
-    this.name = 'GapStoreError';
-    this.code = code;
-    if (options?.field !== undefined) this.field = options.field;
-  }
-}
-
-/** What sanitising a record gave: the record as it will be stored, or which field was refused and why. */
-export type SanitizeResult = { ok: true; record: GapRecord } | { ok: false; kind: 'invalid_record'; field: string; message: string };
-
-/** Cuts `s` to at most `max` UTF-16 units without splitting a surrogate pair. */
-function cut(s: string, max: number): string {
-  if (s.length <= max) return s;
-  const code = s.charCodeAt(max - 1);
-  return s.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
-}
-
-function refuse(field: string, why: string): SanitizeResult {
-  return { ok: false, kind: 'invalid_record', field, message: `gap record: "${field}" ${why}` };
-}
-
-/**
- * Sanitises one observation into the record the store keeps (fields in a fixed order, unknown
- * fields dropped): `kind` and `source` must be known values; `signature` is trimmed and must then
- * be 1–128 characters; `at` a finite number ≥ 0; `persona` and `session` strings of at most 64
- * characters; `description` is cut to 1,000 characters and `asked` to 256; `example_inputs` keeps
- * at most 5 entries, dropping any that is not JSON or is over 4 KiB as JSON. Never throws.
- */
-export function sanitizeGapRecord(input: unknown): SanitizeResult {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) return refuse('(record)', 'must be an object');
-  const r = input as Record<string, unknown>;
-  if (typeof r.kind !== 'string' || !KINDS.has(r.kind))
-    return refuse('kind', `must be one of ${[...KINDS].join(', ')} (got ${JSON.stringify(r.kind)})`);
-  if (typeof r.source !== 'string' || !SOURCES.has(r.source)) {
-    return refuse('source', `must be one of ${[...SOURCES].join(', ')} (got ${JSON.stringify(r.source)})`);
-  }
-  if (typeof r.signature !== 'string') return refuse('signature', 'must be a string');
-  const signature = r.signature.trim();
-  if (signature.length < 1 || signature.length > MAX_SIGNATURE) {
-    return refuse('signature', `must be 1–${MAX_SIGNATURE} characters once trimmed (got ${signature.length})`);
-  }
-  if (typeof r.at !== 'number' || !Number.isFinite(r.at) || r.at < 0)
-    return refuse('at', 'must be a finite number of ms since the epoch, at least 0');
-  for (const field of ['persona', 'session'] as const) {
-    const v = r[field];
-    if (typeof v !== 'string') return refuse(field, 'must be a string');
-    if (v.length > MAX_IDENTITY) return refuse(field, `must be at most ${MAX_IDENTITY} characters (got ${v.length})`);
-  }
-  const record: GapRecord = {
-    kind: r.kind as GapKind,
-    signature,
-    source: r.source as GapSource,
-    at: r.at,
-    persona: r.persona as string,
-    session: r.session as string,
-  };
-  if (r.description !== undefined) {
-    if (typeof r.description !== 'string') return refuse('description', 'must be a string when given');
-    record.description = cut(r.description, MAX_DESCRIPTION);
-  }
-  if (r.example_inputs !== undefined) {
-    if (!Array.isArray(r.example_inputs)) return refuse('example_inputs', 'must be an array when given');
-    const kept: unknown[] = [];
-    for (const example of r.example_inputs) {
-      if (kept.length === MAX_EXAMPLES) break;
-      let json: string | undefined;
-      try {
-        json = JSON.stringify(example);
-      } catch {
-        continue; // circular or BigInt: not JSON, dropped
-      }
-      if (json === undefined || Buffer.byteLength(json) > MAX_EXAMPLE_BYTES) continue;
-      kept.push(JSON.parse(json));
-    }
-    record.example_inputs = kept;
-  }
-  if (r.asked !== undefined) {
-    if (typeof r.asked !== 'string') return refuse('asked', 'must be a string when given');
-    record.asked = cut(r.asked, MAX_ASKED);
-  }
-  return { ok: true, record };
-}
 
 /** How to open a gap store. */
 export interface GapStoreOptions {
@@ -171,64 +76,6 @@ export interface FileGapStore extends GapStoreContract {
 
 /** The file store's type under its earlier name (as `./gaps.js` exported it); the package exports the interface as `GapStore`. */
 export type GapStore = FileGapStore;
-
-/**
- * Recurrence per (kind, signature) over `records` (oldest first), as {@link GapStoreContract.summary}
- * specifies it; `now` is the window's end when `q.now` is not given. Every gap store answers with
- * this function, so that they agree to the order. Throws a RangeError for a threshold below 1 or a
- * negative window.
- */
-export function summarizeGaps(records: readonly GapRecord[], q: GapQuery, now: number): GapSummary[] {
-  const { threshold, windowMs, only } = q;
-  if (!(threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${threshold})`);
-  if (!(windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${windowMs})`);
-  const at = q.now ?? now;
-  const from = at - windowMs;
-  const groups = new Map<string, GapSummary & { personaSet: Set<string>; sourceSet: Set<GapSource>; descriptionAt: number }>();
-  for (const r of records) {
-    if (only && (r.kind !== only.kind || r.signature !== only.signature)) continue;
-    const key = `${r.kind}\u0000${r.signature}`;
-    let g = groups.get(key);
-    if (g === undefined) {
-      g = {
-        kind: r.kind,
-        signature: r.signature,
-        count: 0,
-        total: 0,
-        first_at: r.at,
-        last_at: r.at,
-        personas: [],
-        sources: [],
-        qualifies: false,
-        personaSet: new Set(),
-        sourceSet: new Set(),
-        descriptionAt: -1,
-      };
-      groups.set(key, g);
-    }
-    g.total++;
-    if (r.at >= from && r.at <= at) g.count++;
-    g.first_at = Math.min(g.first_at, r.at);
-    g.last_at = Math.max(g.last_at, r.at);
-    if (r.description !== undefined && r.at >= g.descriptionAt) {
-      g.description = r.description;
-      g.descriptionAt = r.at;
-    }
-    g.personaSet.add(r.persona);
-    g.sourceSet.add(r.source);
-  }
-  const out: GapSummary[] = [];
-  for (const { personaSet, sourceSet, descriptionAt: _, ...g } of groups.values()) {
-    out.push({ ...g, personas: [...personaSet].sort(), sources: [...sourceSet].sort(), qualifies: g.count >= threshold });
-  }
-  return out.sort(
-    (a, b) =>
-      Number(b.qualifies) - Number(a.qualifies) ||
-      b.count - a.count ||
-      b.last_at - a.last_at ||
-      (a.kind + a.signature < b.kind + b.signature ? -1 : 1),
-  );
-}
 
 /** What this process knows of the file: the inode it holds open, how far it has read, and the ring of records. */
 interface View {
@@ -364,12 +211,6 @@ function syncView(view: View, path: string, max: number): View {
   return next;
 }
 
-interface Pending {
-  line: string;
-  resolve: () => void;
-  reject: (err: Error) => void;
-}
-
 /** The appender's side: its own O_APPEND fd, re-opened under the lock whenever the path's inode changed. */
 interface Writer {
   fd?: number;
@@ -427,12 +268,12 @@ async function writeAll(fd: number, data: Buffer): Promise<void> {
 }
 
 /** Under the lock: writes the newest `max` of the held records plus `batch` to a temp file and renames it over the store. */
-async function compact(file: string, dir: string, held: readonly GapRecord[], batch: readonly Pending[], max: number): Promise<void> {
+async function compact(file: string, dir: string, held: readonly GapRecord[], batch: readonly string[], max: number): Promise<void> {
   // A compaction killed before its rename left a temp file: under the lock, none is in progress.
   for (const name of await readdir(dir)) {
     if (name.startsWith(`.${FILE_NAME}.`) && name.endsWith('.tmp')) await rm(join(dir, name), { force: true });
   }
-  const all = held.map((r) => `${JSON.stringify(r)}\n`).concat(batch.map((p) => p.line));
+  const all = held.map((r) => `${JSON.stringify(r)}\n`).concat(batch);
   const tmp = join(dir, `.${FILE_NAME}.${process.pid}.${Date.now().toString(36)}.tmp`);
   const handle = await open(tmp, 'wx', 0o600);
   try {
@@ -456,11 +297,9 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
   const lockPath = join(dir, LOCK_NAME);
   let view = emptyView();
   const writer: Writer = { dev: 0, ino: 0, dirReady: false };
-  let queue: Pending[] = [];
-  let running: Promise<void> | undefined;
-  let closed = false;
 
-  const commit = async (batch: Pending[]): Promise<void> => {
+  const commit = async (batch: GapRecord[]): Promise<void> => {
+    const lines = batch.map((r) => `${JSON.stringify(r)}\n`);
     await ensureDir(dir, writer);
     let release: () => Promise<void>;
     try {
@@ -482,11 +321,11 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
         throw new GapStoreError('unusable', `gap store ${file} was replaced outside forge while being written; retry`);
       }
       const torn = view.size > view.offset; // a crashed writer's partial line: only we write now
-      if (view.lines + (torn ? 1 : 0) + batch.length > 2 * max) {
-        await compact(file, dir, ordered(view), batch, max);
+      if (view.lines + (torn ? 1 : 0) + lines.length > 2 * max) {
+        await compact(file, dir, ordered(view), lines, max);
         return;
       }
-      const data = Buffer.from((torn ? '\n' : '') + batch.map((p) => p.line).join(''));
+      const data = Buffer.from((torn ? '\n' : '') + lines.join(''));
       const fd = writer.fd as number;
       try {
         await writeAll(fd, data);
@@ -504,31 +343,15 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
     }
   };
 
-  const drain = async (): Promise<void> => {
-    while (queue.length > 0) {
-      const batch = queue;
-      queue = [];
-      try {
-        await commit(batch);
-        for (const p of batch) p.resolve();
-      } catch (err) {
-        writer.dirReady = false; // the directory may have gone: make it again next time
-        for (const p of batch) p.reject(err as Error);
-      }
-    }
-    running = undefined;
-  };
-
-  const record = (r: GapInput): Promise<void> => {
-    if (closed) return Promise.reject(new GapStoreError('closed', `gap store ${file} is closed; open it again to record`));
-    const s = sanitizeGapRecord({ ...r, at: r.at ?? clock() });
-    if (!s.ok) return Promise.reject(new GapStoreError('invalid_record', `${s.message}; not recorded`, { field: s.field }));
-    return new Promise<void>((resolve, reject) => {
-      queue.push({ line: `${JSON.stringify(s.record)}\n`, resolve, reject });
-      // Callers of the same tick share one batch: the drain starts after they have queued.
-      running ??= Promise.resolve().then(drain);
-    });
-  };
+  const writing = openGapWriter({
+    where: file,
+    now: clock,
+    onError,
+    commit,
+    onFailed: () => {
+      writer.dirReady = false; // the directory may have gone: make it again next time
+    },
+  });
 
   const records = (): readonly GapRecord[] => {
     view = syncView(view, file, max);
@@ -537,30 +360,19 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
 
   return {
     file,
-    record,
-    note(r) {
-      try {
-        record(r).catch((err: Error) => onError(err));
-      } catch (err) {
-        onError(err as Error);
-      }
-    },
+    record: writing.record,
+    note: writing.note,
     records,
     summary(q) {
-      // Checked before reading, as before: a bad query throws without touching the file.
-      if (!(q.threshold >= 1)) throw new RangeError(`summary: threshold must be at least 1 (got ${q.threshold})`);
-      if (!(q.windowMs >= 0)) throw new RangeError(`summary: windowMs must be at least 0 (got ${q.windowMs})`);
+      checkGapQuery(q); // before reading: a bad query throws without touching the file
       return summarizeGaps(records(), q, q.now ?? clock());
     },
     history(kind, signature) {
       return records().filter((r) => r.kind === kind && r.signature === signature);
     },
-    async flush() {
-      while (running !== undefined) await running;
-    },
+    flush: writing.flush,
     async close() {
-      closed = true;
-      while (running !== undefined) await running;
+      await writing.close();
       if (view.fd !== undefined) closeSync(view.fd);
       view = emptyView();
       if (writer.fd !== undefined) closeSync(writer.fd);

@@ -16,6 +16,7 @@ export {
   sanitizeGapRecord,
   summarizeGaps,
 } from './gaps.js';
+export { checkGapQuery, type GapWriter, type GapWriterOptions, openGapWriter } from './gapWriter.js';
 export { capabilitySlug, deriveToolName } from './naming.js';
 export { generateProbes, type Probe, type ProbeOptions } from './probes.js';
 export {
