@@ -1,9 +1,9 @@
 import {
   applyTransition,
-  byActivation,
-  byNewest,
   checkTransition,
+  filterProposals,
   isProposalId,
+  lineageOf,
   MAX_PROPOSAL_FILE_BYTES,
   newProposal,
   newProposalId,
@@ -11,6 +11,7 @@ import {
   type ProposalStore,
   proposalProblem,
   type UpdateResult,
+  unknownProposal,
 } from '@forge/toolsmith';
 import type pg from 'pg';
 import { poolLocator } from './registry-record.js';
@@ -162,24 +163,17 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
            AND ($2::text[] IS NULL OR state = ANY($2::text[])) AND ($3::text IS NULL OR name = $3)`,
         [project, states ?? null, filter.name ?? null],
       );
-      const out: Proposal[] = [];
+      const all: Proposal[] = [];
       for (const row of rows) {
         const p = parse(row.id, row.proposal);
-        if (!p) continue;
-        if (states && !states.includes(p.state)) continue;
-        if (filter.name !== undefined && p.name !== filter.name) continue;
-        out.push(p);
+        if (p) all.push(p);
       }
-      return out.sort(byNewest);
+      return filterProposals(all, filter);
     },
 
     async transition(id, from, to, opts) {
       checkTransition(to, opts.by);
-      const unknown = (why: string): UpdateResult => ({
-        ok: false,
-        kind: 'unknown_proposal',
-        message: `no proposal ${JSON.stringify(id)}${why}; see \`forge toolsmith list\``,
-      });
+      const unknown = (why: string) => unknownProposal(id, why);
       if (!isProposalId(id)) return unknown(' (an id is p- and 16 hex digits)');
       let client: pg.PoolClient;
       try {
@@ -260,12 +254,7 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
 
     async lineage(name) {
       const all = await store.list({ name, state: ['active', 'retired'] });
-      const out: Proposal[] = [];
-      for (const p of all) {
-        if (p.activated) out.push(p);
-        else onProblem(whereOf(p.id), `${p.state} but never activated (no "activated" record): left out of the lineage of ${name}`);
-      }
-      return out.sort(byActivation);
+      return lineageOf(all, name, (p, reason) => onProblem(whereOf(p.id), reason));
     },
   };
   return store;

@@ -25,13 +25,16 @@ export {
   byNewest,
   checkTransition,
   type FileProposalStore,
+  filterProposals,
   isProposalId,
+  lineageOf,
   MAX_PROPOSAL_FILE_BYTES,
   newProposal,
   newProposalId,
   openProposalStore,
   type ProposalStoreOptions,
   proposalProblem,
+  unknownProposal,
 } from './proposals.js';
 export {
   type CycleReport,

@@ -4,7 +4,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { linkNew, replaceWith, syncDir, writeTemp } from '@forge/registry';
 import type lockfileType from 'proper-lockfile';
-import type { ProposalInput, ProposalStore as ProposalStoreContract, UpdateResult } from './stores.js';
+import type { ProposalFilter, ProposalInput, ProposalStore as ProposalStoreContract, UpdateResult } from './stores.js';
 import type { Proposal, ProposalEvent, ProposalState } from './types.js';
 
 // proper-lockfile (with graceful-fs) is loaded by the first transition: reading never locks.
@@ -31,48 +31,20 @@ export type { UpdateResult } from './stores.js';
  * 0600, directories 0700 created by the first `create`). The store records state; it decides
  * nothing: whether a tool is live is what the registry holds, so a file hand-edited to `active`
  * makes nothing callable.
+ * - `create` writes atomically and exclusively (link(2): it never overwrites); an Error with
+ *   `code: 'dir_unusable'` when the directory is unusable.
+ * - `get` touches no path for a malformed id; an unusable file reads as absent (reported).
+ * - `transition` is a compare-and-set under a cross-process lock on that proposal (threads or
+ *   processes); an Error with `code: 'lock_timeout'` when the lock stays held longer than
+ *   `lockWaitMs`.
+ * - `claim` creates `<dir>/proposals/<id>.claim` exclusively, holding {by, at}: false for every
+ *   later caller ever (even after a crash: the file stays) until `release` removes it.
+ * - `lineage` leaves out (and reports) a proposal in state active/retired without an `activated`
+ *   record: it was never activated through the store (a hand edit?).
  */
 export interface FileProposalStore extends ProposalStoreContract {
   /** The toolsmith directory given (the files are under `<dir>/proposals/`). */
   readonly dir: string;
-  /**
-   * Stores a new proposal: a fresh id (`p-` + 16 hex digits from crypto), the state as given
-   * (normally `pending`), `history` `[{state, at, by}]`, `created_at` = `updated_at` = now.
-   * Written atomically and exclusively (link(2): it never overwrites). Throws a TypeError for a
-   * malformed proposal and an Error when the directory is unusable.
-   */
-  create(p: Omit<Proposal, 'id' | 'created_at' | 'updated_at' | 'history'> & { by: string }): Promise<Proposal>;
-  /** The proposal `id`; undefined when there is none, when `id` is not `p-` + 16 lower-case hex digits (no path is touched) or when its file is unusable (reported). */
-  get(id: string): Promise<Proposal | undefined>;
-  /** Proposals, newest first (by `created_at`), optionally only those in `state` (one or several) or of tool `name`. Unusable files are skipped and reported. */
-  list(o?: { state?: ProposalState | ProposalState[]; name?: string }): Promise<Proposal[]>;
-  /**
-   * Compare-and-set under a cross-process lock on that proposal: applies `change` only when the current state is one of
-   * `from`; appends {state: to, at, by, reason} to history; `change` may set other fields (validation, activated, …) but not
-   * id/created_at/updated_at/history/state (a TypeError). Exactly one of any number of racing callers (threads or processes)
-   * moving a proposal out of a state wins; the others get state_conflict naming the state it is in now and who moved it.
-   * Throws an Error with `code: 'lock_timeout'` when the lock stays held longer than `lockWaitMs`.
-   */
-  transition(
-    id: string,
-    from: ProposalState[],
-    to: ProposalState,
-    o: { by: string; reason?: string; change?: (p: Proposal) => Partial<Proposal> },
-  ): Promise<UpdateResult>;
-  /**
-   * The one-shot approval claim: creates `<dir>/proposals/<id>.claim` exclusively holding {by, at}; true for the one
-   * caller that made it, false for every other caller ever (even after a crash: the file stays), and false for a
-   * malformed id or a proposal that does not exist.
-   */
-  claim(id: string, by: string): Promise<boolean>;
-  /** Removes the claim of `id` (only when the activation that followed it failed, so that it can be approved again). */
-  release(id: string): Promise<void>;
-  /**
-   * The active proposal of `name` and the ones it replaced: proposals of `name` in states active/retired that carry an
-   * `activated` record, by activation time, newest first (for rollback). One in those states without the record was
-   * never activated through the store (a hand edit?): it is left out and reported.
-   */
-  lineage(name: string): Promise<Proposal[]>;
 }
 
 /** The file store's type under its earlier name (as `./proposals.js` exported it); the package exports the interface as `ProposalStore`. */
@@ -203,6 +175,40 @@ export function applyTransition(
   const problem = proposalProblem(next, id);
   if (problem) throw new TypeError(`transition: the change leaves no proposal: ${problem}`);
   return { ok: true, proposal: next };
+}
+
+/**
+ * The answer of `transition` for a proposal that is not there (or not usable): `why` follows the
+ * quoted id (` in <where>`, ` (an id is …)`, `: its file … is unusable (…)`).
+ */
+export function unknownProposal(id: string, why: string): UpdateResult {
+  return { ok: false, kind: 'unknown_proposal', message: `no proposal ${JSON.stringify(id)}${why}; see \`forge toolsmith list\`` };
+}
+
+/** The proposals of `proposals` that `filter` lets through (`list`'s), newest first ({@link byNewest}). */
+export function filterProposals(proposals: Iterable<Proposal>, filter: ProposalFilter = {}): Proposal[] {
+  const states = filter.state === undefined ? undefined : new Set(Array.isArray(filter.state) ? filter.state : [filter.state]);
+  const out: Proposal[] = [];
+  for (const p of proposals) {
+    if (states && !states.has(p.state)) continue;
+    if (filter.name !== undefined && p.name !== filter.name) continue;
+    out.push(p);
+  }
+  return out.sort(byNewest);
+}
+
+/**
+ * `lineage`'s answer from the active and retired proposals of `name`: those with an `activated`
+ * record, newest activation first ({@link byActivation}); each one without is left out and told
+ * to `onLeftOut(proposal, reason)`.
+ */
+export function lineageOf(proposals: readonly Proposal[], name: string, onLeftOut: (p: Proposal, reason: string) => void): Proposal[] {
+  const out: Proposal[] = [];
+  for (const p of proposals) {
+    if (p.activated) out.push(p);
+    else onLeftOut(p, `${p.state} but never activated (no "activated" record): left out of the lineage of ${name}`);
+  }
+  return out.sort(byActivation);
 }
 
 /** `list`'s order: newest `created_at` first, then by id. */
@@ -386,8 +392,7 @@ export function openProposalStore(
         if (errno(err) === 'ENOENT') return [];
         throw codedError('dir_unusable', `cannot read proposal directory ${root}: ${(err as Error).message}`, err);
       }
-      const states = filter.state === undefined ? undefined : new Set(Array.isArray(filter.state) ? filter.state : [filter.state]);
-      const out: Proposal[] = [];
+      const all: Proposal[] = [];
       for (const f of files) {
         if (f.startsWith('.') || !f.endsWith('.json')) continue;
         const m = FILE.exec(f);
@@ -396,21 +401,14 @@ export function openProposalStore(
           continue;
         }
         const r = read(m[1] as string);
-        if (r.status !== 'ok') continue;
-        if (states && !states.has(r.proposal.state)) continue;
-        if (filter.name !== undefined && r.proposal.name !== filter.name) continue;
-        out.push(r.proposal);
+        if (r.status === 'ok') all.push(r.proposal);
       }
-      return out.sort(byNewest);
+      return filterProposals(all, filter);
     },
 
     async transition(id, from, to, opts) {
       checkTransition(to, opts.by);
-      const unknown = (why: string): UpdateResult => ({
-        ok: false,
-        kind: 'unknown_proposal',
-        message: `no proposal ${JSON.stringify(id)}${why}; see \`forge toolsmith list\``,
-      });
+      const unknown = (why: string) => unknownProposal(id, why);
       if (!ID.test(id)) return unknown(' (an id is p- and 16 hex digits)');
       // Checked before locking, so that a store nothing was written to stays untouched.
       if (readProposal(pathOf(id), id).status === 'missing') return unknown(` in ${root}`);
@@ -468,12 +466,7 @@ export function openProposalStore(
 
     async lineage(name) {
       const all = await store.list({ name, state: ['active', 'retired'] });
-      const out: Proposal[] = [];
-      for (const p of all) {
-        if (p.activated) out.push(p);
-        else onProblem(pathOf(p.id), `${p.state} but never activated (no "activated" record): left out of the lineage of ${name}`);
-      }
-      return out.sort(byActivation);
+      return lineageOf(all, name, (p, reason) => onProblem(pathOf(p.id), reason));
     },
   };
   return store;
