@@ -3,6 +3,7 @@ import { constants as fsc } from 'node:fs';
 import { type FileHandle, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { decodeCheckpoint, decodeEntry, GENESIS_HASH, type KeyInput, type VerifyReason } from '@forge/audit-chain';
+import { syncDir } from '@forge/registry';
 import type pg from 'pg';
 import { describeError, PostgresStoreError } from './errors.js';
 import { assertMigrated } from './migrate.js';
@@ -161,15 +162,6 @@ async function writeFileFrom(file: string, fill: (write: (s: string) => Promise<
       while (off < buf.length) off += (await fh.write(buf, off, buf.length - off)).bytesWritten;
     });
     await fh.datasync();
-  } finally {
-    await fh.close();
-  }
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const fh = await open(dir, 'r');
-  try {
-    await fh.sync();
   } finally {
     await fh.close();
   }
