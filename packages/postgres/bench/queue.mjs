@@ -2,7 +2,7 @@
 // Benchmark of the PostgreSQL job queue (openPostgresQueue: pg-boss + forge_queue_jobs) beside the
 // file queue (openFileQueue of @forge/queue) in the same run. Not a test.
 //
-//   node packages/postgres/bench/queue.mjs            (after `pnpm --filter @forge/queue build`)
+//   node packages/postgres/bench/queue.mjs            (after `pnpm --filter @forge/postgres... build`)
 //   BENCH_JOBS=300 BENCH_DRAIN=600 node packages/postgres/bench/queue.mjs
 //
 //  1. enqueue-to-start latency: a worker process waits in next(); the publisher publishes one job
@@ -10,15 +10,16 @@
 //     (same host, same clock), p50/p95, one job at a time.
 //  2. jobs/s drained by 1, 2 and 4 worker processes (claim → finish until empty), from their
 //     release to the last one's exit.
-// Starts a throwaway PostgreSQL cluster (startPostgres of @forge/conformance: fsync on) and a file
-// queue under the system temp dir; removes both at the end.
+// Starts a throwaway PostgreSQL cluster (startPostgres of @forge/conformance, loaded by
+// scripts/with-postgres.mjs: fsync on) and a file queue under the system temp dir; removes both at
+// the end.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { loadStartPostgres } from '../../../scripts/with-postgres.mjs';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const ROOT = join(HERE, '../../..');
@@ -26,20 +27,20 @@ const JOBS = Number(process.env.BENCH_JOBS ?? 200);
 const DRAIN = Number(process.env.BENCH_DRAIN ?? 400);
 const now = () => performance.timeOrigin + performance.now();
 
-/** Opens the queue of `kind` at `target` (a bundle path for postgres, given by the parent). */
-async function openKind(kind, target, bundle, options) {
+/** Opens the queue of `kind` at `target` (a directory, or a connection string). */
+async function openKind(kind, target, options) {
   if (kind === 'file') {
     const { openFileQueue } = await import(pathToFileURL(join(ROOT, 'packages/queue/dist/index.js')).href);
     return openFileQueue(target, options);
   }
-  const { openPostgresQueue } = await import(pathToFileURL(bundle).href);
+  const { openPostgresQueue } = await import(pathToFileURL(join(HERE, '../dist/index.js')).href);
   return openPostgresQueue(target, options);
 }
 
-// ---- child: node queue.mjs <serve|drain> <kind> <target> <bundle> <name> [go]
+// ---- child: node queue.mjs <serve|drain> <kind> <target> <name> [go]
 if (process.argv[2] === 'serve' || process.argv[2] === 'drain') {
-  const [mode, kind, target, bundle, name, go] = process.argv.slice(2);
-  const q = await openKind(kind, target, bundle, { leaseMs: 60_000 });
+  const [mode, kind, target, name, go] = process.argv.slice(2);
+  const q = await openKind(kind, target, { leaseMs: 60_000 });
   const say = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
   if (mode === 'serve') {
     const stop = new AbortController();
@@ -74,35 +75,6 @@ process.on('exit', () => {
   rmSync(scratch, { recursive: true, force: true });
 });
 
-/** The Postgres queue bundled for plain node (the package's index does not export it yet). */
-async function bundle() {
-  const require = createRequire(realpathSync(join(ROOT, 'node_modules/tsup/package.json')));
-  const esbuild = require('esbuild');
-  const out = join(scratch, 'pg-queue.mjs');
-  await esbuild.build({
-    entryPoints: [join(HERE, '../src/queue.ts')],
-    outfile: out,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    external: ['pg-native'],
-    logLevel: 'error',
-    banner: { js: "import { createRequire as __forgeRequire } from 'node:module'; const require = __forgeRequire(import.meta.url);" },
-  });
-  return out;
-}
-
-/** startPostgres from the conformance package's TypeScript source (type-stripped; 'pg' resolved from here). */
-async function loadStartPostgres() {
-  const { transformWithOxc } = await import('vite');
-  const src = join(ROOT, 'packages/conformance/src/postgres.ts');
-  const { code } = await transformWithOxc(readFileSync(src, 'utf8'), 'postgres.ts', { lang: 'ts' });
-  const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href;
-  const js = code.replace(/from ["']pg["']/, `from ${JSON.stringify(pgUrl)}`);
-  return (await import(`data:text/javascript;base64,${Buffer.from(js).toString('base64')}`)).startPostgres;
-}
-
 function start(args) {
   const child = spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   children.add(child);
@@ -131,9 +103,9 @@ const pct = (xs, p) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 
-async function latency(kind, target, pg) {
-  const q = await openKind(kind, target, pg, { leaseMs: 60_000 });
-  const w = start(['serve', kind, target, pg, 'lat']);
+async function latency(kind, target) {
+  const q = await openKind(kind, target, { leaseMs: 60_000 });
+  const w = start(['serve', kind, target, 'lat']);
   await w.until((l) => 'ready' in l);
   await new Promise((r) => setTimeout(r, 300));
   const lat = [];
@@ -154,12 +126,12 @@ async function latency(kind, target, pg) {
   return { p50: pct(lat, 50), p95: pct(lat, 95), rt50: pct(round, 50) };
 }
 
-async function drain(kind, target, pg, n) {
-  const q = await openKind(kind, target, pg, { leaseMs: 60_000 });
+async function drain(kind, target, n) {
+  const q = await openKind(kind, target, { leaseMs: 60_000 });
   const tag = `d${n}-${Math.random().toString(36).slice(2, 8)}`;
   for (let i = 0; i < DRAIN; i++) await q.publish({ id: `${tag}-${i}`, payload: i });
   const go = join(scratch, `go-${kind}-${tag}`);
-  const ws = Array.from({ length: n }, (_, i) => start(['drain', kind, target, pg, `w${i}`, go]));
+  const ws = Array.from({ length: n }, (_, i) => start(['drain', kind, target, `w${i}`, go]));
   for (const w of ws) await w.until((l) => 'ready' in l);
   await new Promise((r) => setTimeout(r, 300));
   const t0 = now();
@@ -173,13 +145,12 @@ async function drain(kind, target, pg, n) {
 }
 
 const startPostgres = await loadStartPostgres();
-const [pgBundle, srv] = await Promise.all([bundle(), startPostgres()]);
-server = srv;
+server = await startPostgres();
 try {
   const f1 = (x) => x.toFixed(1);
   const pgLatUrl = await server.database('bench_latency');
-  const pgLat = await latency('postgres', pgLatUrl, pgBundle);
-  const fileLat = await latency('file', join(scratch, 'file-latency'), pgBundle);
+  const pgLat = await latency('postgres', pgLatUrl);
+  const fileLat = await latency('file', join(scratch, 'file-latency'));
   console.log(
     `job queue benchmark: ${JOBS} jobs one at a time, ${DRAIN} drained per run (Node ${process.versions.node}, PostgreSQL by startPostgres)`,
   );
@@ -194,8 +165,8 @@ try {
     `  publish→result round trip p50   ${f1(pgLat.rt50).padStart(10)}  ${f1(fileLat.rt50).padStart(10)}   ${(pgLat.rt50 / fileLat.rt50).toFixed(2)}×`,
   );
   for (const n of [1, 2, 4]) {
-    const pgRate = await drain('postgres', await server.database(`bench_drain_${n}`), pgBundle, n);
-    const fileRate = await drain('file', join(scratch, `file-drain-${n}`), pgBundle, n);
+    const pgRate = await drain('postgres', await server.database(`bench_drain_${n}`), n);
+    const fileRate = await drain('file', join(scratch, `file-drain-${n}`), n);
     console.log(
       `  jobs/s, ${n} worker process${n > 1 ? 'es' : '  '}     ${Math.round(pgRate).toString().padStart(10)}  ${Math.round(fileRate).toString().padStart(10)}   ${(pgRate / fileRate).toFixed(2)}×`,
     );

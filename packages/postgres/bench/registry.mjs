@@ -5,55 +5,29 @@
 // watching the store resolves the new tool: LISTEN/NOTIFY for Postgres, inotify for files).
 // Prints figures and the ratio Postgres / file. Not a test: figures depend on the host.
 //
-//   node bench/registry.mjs          (BENCH_PUTS=2000 BENCH_LATENCY=200 for more samples)
+//   node bench/registry.mjs          (after `pnpm --filter @forge/postgres... build`;
+//                                     BENCH_PUTS=2000 BENCH_LATENCY=200 for more samples)
 //
-// Bundles bench/registry-entry.ts with esbuild into a forge-pgreg- temp dir, starts a throwaway
-// PostgreSQL cluster (fsync and synchronous_commit on) and removes both at the end.
+// Uses the built package (dist), starts a throwaway PostgreSQL cluster (startPostgres of
+// @forge/conformance, loaded by scripts/with-postgres.mjs: fsync and synchronous_commit on) and a
+// file store in a forge-pgreg- temp dir, and removes both at the end.
 import { fork } from 'node:child_process';
-import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { createRegistry, digestSpec, fileToolStore } from '@forge/registry';
+import pg from 'pg';
+import { loadStartPostgres } from '../../../scripts/with-postgres.mjs';
+import { MIGRATIONS, migrate, postgresToolStore } from '../dist/index.js';
 
 const PUTS = Number(process.env.BENCH_PUTS ?? 500);
 const LATENCY = Number(process.env.BENCH_LATENCY ?? 100);
 const DEBOUNCE = { debounceMs: 1, maxWaitMs: 5 };
 const now = () => performance.timeOrigin + performance.now();
 
-async function bundle() {
-  const root = fileURLToPath(new URL('../../../', import.meta.url));
-  const require = createRequire(realpathSync(join(root, 'node_modules/tsup/package.json')));
-  const esbuild = require('esbuild');
-  const dir = mkdtempSync(join(tmpdir(), 'forge-pgreg-'));
-  const outfile = join(dir, 'entry.mjs');
-  await esbuild.build({
-    entryPoints: [fileURLToPath(new URL('./registry-entry.ts', import.meta.url))],
-    outfile,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    external: ['pg-native'],
-    logLevel: 'error',
-    banner: { js: "import { createRequire as __forgeRequire } from 'node:module'; const require = __forgeRequire(import.meta.url);" },
-    // The registry and pg as installed (by absolute path, so the bundle in the temp dir finds them,
-    // and the file store its lazily required proper-lockfile).
-    plugins: [
-      {
-        name: 'installed',
-        setup(build) {
-          const here = createRequire(import.meta.url);
-          build.onResolve({ filter: /^(@forge\/registry|pg)$/ }, (args) => ({
-            path: realpathSync(here.resolve(args.path)),
-            external: true,
-          }));
-        },
-      },
-    ],
-  });
-  return { dir, outfile };
-}
+/** What the benchmark uses, in one object (the child builds the same). */
+const lib = { createRegistry, digestSpec, fileToolStore, pg, migrate, MIGRATIONS, postgresToolStore };
 
 function spec(name, description = `the tool ${name}`) {
   return {
@@ -92,8 +66,7 @@ async function openStore(lib, where, pools) {
 
 // Child mode: writes the names the parent sends, replying with the time just before each put.
 if (process.argv[2] === '--writer') {
-  const lib = await import(process.argv[3]);
-  const store = await openStore(lib, JSON.parse(process.argv[4]), []);
+  const store = await openStore(lib, JSON.parse(process.argv[3]), []);
   process.on('message', async (name) => {
     if (name === 'exit') process.exit(0);
     const t0 = now();
@@ -117,7 +90,7 @@ async function putsPerSecond(lib, store, prefix, writers) {
 }
 
 /** Median and p95 of the times from a child's put start to this process's registry resolving it. */
-async function resolveLatency(lib, entry, where, store) {
+async function resolveLatency(lib, where, store) {
   const reg = lib.createRegistry({ stores: { project: store } });
   await reg.load();
   const seen = new Map();
@@ -125,7 +98,7 @@ async function resolveLatency(lib, entry, where, store) {
     const t = now();
     for (const c of changes) for (const n of c.names) if (!seen.has(n) && reg.resolve(n)) seen.set(n, t);
   }, DEBOUNCE);
-  const child = fork(fileURLToPath(import.meta.url), ['--writer', entry, JSON.stringify(where)], { stdio: 'inherit' });
+  const child = fork(fileURLToPath(import.meta.url), ['--writer', JSON.stringify(where)], { stdio: 'inherit' });
   await new Promise((r) => child.once('message', r));
   const total = [];
   const writeOnly = [];
@@ -146,9 +119,9 @@ async function resolveLatency(lib, entry, where, store) {
 }
 
 async function main() {
-  const { dir, outfile } = await bundle();
-  const lib = await import(outfile);
-  const server = await lib.startPostgres({ settings: { max_connections: 100 } });
+  const startPostgres = await loadStartPostgres();
+  const dir = mkdtempSync(join(tmpdir(), 'forge-pgreg-'));
+  const server = await startPostgres({ settings: { max_connections: 100 } });
   const pools = [];
   try {
     const url = await server.database('bench');
@@ -167,8 +140,8 @@ async function main() {
       const f = await putsPerSecond(lib, fileStore, `bench${writers}`, writers);
       rows.push([`puts/s, ${writers} writer${writers > 1 ? 's' : ''} in one process`, p.toFixed(0), f.toFixed(0), ratio(p, f)]);
     }
-    const pl = await resolveLatency(lib, outfile, pgWhere, pgStore);
-    const fl = await resolveLatency(lib, outfile, fileWhere, fileStore);
+    const pl = await resolveLatency(lib, pgWhere, pgStore);
+    const fl = await resolveLatency(lib, fileWhere, fileStore);
     rows.push(['put in the child (median ms)', pl.putMedian.toFixed(2), fl.putMedian.toFixed(2), ratio(pl.putMedian, fl.putMedian)]);
     rows.push(['put → resolved in another process, median ms', pl.median.toFixed(2), fl.median.toFixed(2), ratio(pl.median, fl.median)]);
     rows.push(['put → resolved in another process, p95 ms', pl.p95.toFixed(2), fl.p95.toFixed(2), ratio(pl.p95, fl.p95)]);

@@ -5,17 +5,16 @@
 //   pnpm --filter @forge/postgres bench
 //   BENCH_ENTRIES=200000 BENCH_WINDOW=2000 node bench/run.mjs
 //
-// Starts a throwaway PostgreSQL cluster (startPostgres of @forge/conformance: fsync and
-// synchronous_commit on) in a forge-pg- temp dir and removes it at the end.
+// Starts a throwaway PostgreSQL cluster (startPostgres of @forge/conformance, loaded by
+// scripts/with-postgres.mjs: fsync and synchronous_commit on) in a forge-pg- temp dir and removes
+// it at the end.
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { verifyLog } from '@forge/audit-chain';
-import { transformWithOxc } from 'vite';
+import { loadStartPostgres } from '../../../scripts/with-postgres.mjs';
 import { exportAuditLog, verifyPostgresAuditLog } from '../dist/index.js';
 
 const run = promisify(execFile);
@@ -23,15 +22,6 @@ const CHILD = new URL('./child.mjs', import.meta.url).pathname;
 const N = Number(process.env.BENCH_ENTRIES ?? 100_000);
 const WRITERS = 8;
 const fmt = (x) => Math.round(x).toLocaleString('en-US');
-
-/** startPostgres from the conformance package's TypeScript source (type-stripped; 'pg' resolved from here). */
-async function loadStartPostgres() {
-  const src = new URL('../../conformance/src/postgres.ts', import.meta.url);
-  const { code } = await transformWithOxc(await readFile(src, 'utf8'), 'postgres.ts', { lang: 'ts' });
-  const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href;
-  const js = code.replace(/from ["']pg["']/, `from ${JSON.stringify(pgUrl)}`);
-  return (await import(`data:text/javascript;base64,${Buffer.from(js).toString('base64')}`)).startPostgres;
-}
 
 function row(name, value, unit, target, baselineName, baseline) {
   const ratio = baseline ? `${(value / baseline).toFixed(2)}× ${baselineName} (${fmt(baseline)} ${unit})` : '';

@@ -2,99 +2,63 @@
 // one throwaway server for the file, a fresh database per test.
 
 import { spawn } from 'node:child_process';
-import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { describeJobQueue } from '@forge/conformance/queue';
 import type { JobQueue, JsonValue } from '@forge/queue';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { openPostgresQueue, POSTGRES_QUEUE_STEPS } from '../src/queue.js';
+import { bundleForNode, type NodeBundle } from './bundle.js';
 
 let server: PostgresServer;
-let child: { module: string; remove(): void };
+let child: NodeBundle;
 
-/** Bundles the child's opener (plain node cannot import TypeScript): `openQueueChild(spec, options)` with the crash hook armed. */
-async function buildChild(): Promise<{ module: string; remove(): void }> {
-  const root = fileURLToPath(new URL('../../../', import.meta.url));
-  const require = createRequire(realpathSync(join(root, 'node_modules/tsup/package.json')));
-  const esbuild = require('esbuild') as { build(options: Record<string, unknown>): Promise<unknown> };
-  const dir = mkdtempSync(join(tmpdir(), 'forge-pgqueue-'));
-  const module = join(dir, 'child.mjs');
-  const remove = () => rmSync(dir, { recursive: true, force: true });
-  try {
-    await build(esbuild, module);
-  } catch (err) {
-    remove();
-    throw err;
+/** The child's source (bundled by bundleForNode): `openQueueChild(spec, options)` with the crash hook armed, and a worker mode. */
+const CHILD_SOURCE = `
+  import { openPostgresQueue } from './src/queue.ts';
+  export function openQueueChild(spec, options) {
+    const at = process.env.FORGE_QUEUE_CRASH_AT;
+    let skip = Number(process.env.FORGE_QUEUE_CRASH_SKIP ?? 0);
+    const onStep = (step) => {
+      if (step !== at) return;
+      if (skip-- > 0) return;
+      process.kill(process.pid, 'SIGKILL');
+    };
+    return openPostgresQueue(spec.url, { ...options, ...(at ? { onStep } : {}) });
   }
-  return { module, remove };
-}
-
-async function build(esbuild: { build(options: Record<string, unknown>): Promise<unknown> }, module: string): Promise<void> {
-  await esbuild.build({
-    stdin: {
-      contents: `
-        import { openPostgresQueue } from './src/queue.ts';
-        export function openQueueChild(spec, options) {
-          const at = process.env.FORGE_QUEUE_CRASH_AT;
-          let skip = Number(process.env.FORGE_QUEUE_CRASH_SKIP ?? 0);
-          const onStep = (step) => {
-            if (step !== at) return;
-            if (skip-- > 0) return;
-            process.kill(process.pid, 'SIGKILL');
-          };
-          return openPostgresQueue(spec.url, { ...options, ...(at ? { onStep } : {}) });
-        }
-        // Run directly (node child.mjs worker <url> <name> <leaseMs>): a worker that takes jobs with
-        // next(); a job with payload {hang: true} is noted and held forever on its first attempt.
-        if (process.argv[2] === 'worker') {
-          const [url, name, leaseMs] = process.argv.slice(3);
-          const q = await openPostgresQueue(url, { leaseMs: Number(leaseMs) });
-          const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
-          const stop = new AbortController();
-          process.on('SIGTERM', () => stop.abort());
-          say({ ready: name });
-          for (;;) {
-            const job = await q.next(name, { signal: stop.signal });
-            if (!job) break;
-            say({ claimed: job.id, attempt: job.attempt, note: job.note ?? null });
-            if (job.payload && job.payload.hang && job.attempt === 1) {
-              await q.note(job, { step: 'half', by: name });
-              say({ noted: job.id });
-              const keep = setInterval(() => undefined, 1000);
-              await new Promise((resolve) => job.signal.addEventListener('abort', resolve, { once: true }));
-              clearInterval(keep);
-              const reason = String(job.signal.reason?.code ?? job.signal.reason);
-              say({ aborted: job.id, reason });
-              await q.finish(job, { status: 'failed', payload: { error: 'cancelled', reason, by: name } });
-              continue;
-            }
-            await q.finish(job, { status: 'done', payload: { by: name, note: job.note ?? null } });
-          }
-          await q.close();
-          process.exit(0);
-        }`,
-      resolveDir: fileURLToPath(new URL('..', import.meta.url)),
-      loader: 'ts',
-    },
-    outfile: module,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    external: ['pg-native'],
-    logLevel: 'error',
-    banner: { js: "import { createRequire as __forgeRequire } from 'node:module'; const require = __forgeRequire(import.meta.url);" },
-  });
-}
+  // Run directly (node child.mjs worker <url> <name> <leaseMs>): a worker that takes jobs with
+  // next(); a job with payload {hang: true} is noted and held forever on its first attempt.
+  if (process.argv[2] === 'worker') {
+    const [url, name, leaseMs] = process.argv.slice(3);
+    const q = await openPostgresQueue(url, { leaseMs: Number(leaseMs) });
+    const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+    const stop = new AbortController();
+    process.on('SIGTERM', () => stop.abort());
+    say({ ready: name });
+    for (;;) {
+      const job = await q.next(name, { signal: stop.signal });
+      if (!job) break;
+      say({ claimed: job.id, attempt: job.attempt, note: job.note ?? null });
+      if (job.payload && job.payload.hang && job.attempt === 1) {
+        await q.note(job, { step: 'half', by: name });
+        say({ noted: job.id });
+        const keep = setInterval(() => undefined, 1000);
+        await new Promise((resolve) => job.signal.addEventListener('abort', resolve, { once: true }));
+        clearInterval(keep);
+        const reason = String(job.signal.reason?.code ?? job.signal.reason);
+        say({ aborted: job.id, reason });
+        await q.finish(job, { status: 'failed', payload: { error: 'cancelled', reason, by: name } });
+        continue;
+      }
+      await q.finish(job, { status: 'done', payload: { by: name, note: job.note ?? null } });
+    }
+    await q.close();
+    process.exit(0);
+  }`;
 
 beforeAll(async () => {
   // Both settle before a failure is thrown, so that afterAll stops and removes whichever was made.
-  const [s, c] = await Promise.allSettled([startPostgres(), buildChild()]);
+  const [s, c] = await Promise.allSettled([startPostgres(), bundleForNode('forge-pgqueue-', { contents: CHILD_SOURCE })]);
   if (s.status === 'fulfilled') server = s.value;
   if (c.status === 'fulfilled') child = c.value;
   if (s.status === 'rejected') throw s.reason;
@@ -147,7 +111,7 @@ async function openOn(url: string, options: Parameters<typeof openPostgresQueue>
   return q;
 }
 
-/** A worker process of the bundled child (see buildChild), killed when the test finishes. */
+/** A worker process of the bundled child (CHILD_SOURCE), killed when the test finishes. */
 function startWorker(url: string, name: string, leaseMs: number) {
   const p = spawn(process.execPath, [child.module, 'worker', url, name, String(leaseMs)], { stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: Record<string, JsonValue>[] = [];

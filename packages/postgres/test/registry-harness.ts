@@ -1,7 +1,3 @@
-import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import type { ToolStoreHarness } from '@forge/conformance/registry';
@@ -10,33 +6,14 @@ import pg from 'pg';
 import { migrate } from '../src/migrate.js';
 import { MIGRATIONS } from '../src/migrations.js';
 import { postgresToolStore, REGISTRY_MIGRATIONS } from '../src/registry.js';
+import { bundleForNode, type NodeBundle } from './bundle.js';
 
 /** The scope ids the tests use for the session and task scopes. */
 export const SCOPE_IDS: Partial<Record<Scope, string>> = { session: 's-1', task: 't-1' };
 
-/**
- * Bundles test/registry-child-entry.ts (the store, pg and @forge/registry in one ESM file) into a
- * forge- temp dir, for child processes; returns its path and how to remove it.
- */
-export async function buildChildEntry(): Promise<{ module: string; remove(): void }> {
-  const root = fileURLToPath(new URL('../../../', import.meta.url));
-  const require = createRequire(realpathSync(join(root, 'node_modules/tsup/package.json')));
-  const esbuild = require('esbuild') as { build(options: Record<string, unknown>): Promise<unknown> };
-  const dir = mkdtempSync(join(tmpdir(), 'forge-pgreg-'));
-  const module = join(dir, 'child.mjs');
-  await esbuild.build({
-    entryPoints: [fileURLToPath(new URL('./registry-child-entry.ts', import.meta.url))],
-    outfile: module,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    external: ['pg-native'],
-    logLevel: 'error',
-    // pg is CommonJS: give its require() calls of node builtins a real require.
-    banner: { js: "import { createRequire as __forgeRequire } from 'node:module'; const require = __forgeRequire(import.meta.url);" },
-  });
-  return { module, remove: () => rmSync(dir, { recursive: true, force: true }) };
+/** Bundles test/registry-child-entry.ts (the store, pg and @forge/registry in one ESM file) for child processes. */
+export function buildChildEntry(): Promise<NodeBundle> {
+  return bundleForNode('forge-pgreg-', { entry: fileURLToPath(new URL('./registry-child-entry.ts', import.meta.url)) });
 }
 
 /** Migrates a fresh database with the package's migrations (MIGRATIONS holds the registry's, version 10). */
