@@ -3,7 +3,7 @@ import { closeSync, constants as fsc, fstatSync, openSync, readSync } from 'node
 import { lstat, open, readdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { MIME_HEAD_BYTES, mimeTypeOf } from '@forge/runner';
+import { type ArtifactBytes, assertRunId, MIME_HEAD_BYTES, mimeTypeOf, type RunStore, type StoredArtifact } from '@forge/runner';
 import type pg from 'pg';
 import { RUNS_TABLE } from './cache-runs-schema.js';
 import { describeError, PostgresStoreError } from './errors.js';
@@ -12,34 +12,15 @@ import { redactUrl } from './url.js';
 
 export { RUN_ARTIFACTS_TABLE, RUNS_TABLE } from './cache-runs-schema.js';
 
-/** An artifact as the store lists it (structurally the runner's `StoredArtifact`). */
-export interface PostgresRunArtifact {
-  path: string;
-  bytes: number;
-  kind: 'file' | 'directory' | 'symlink' | 'other';
-  sha256?: string;
-  mime_type?: string;
-  bytes_kept?: 'store' | 'worker';
-  host?: string;
-  worker_path?: string;
-}
+/** An artifact as the store lists it: the runner's `StoredArtifact`. */
+export type PostgresRunArtifact = StoredArtifact;
 
-/** What reading an artifact gave (structurally the runner's `ArtifactBytes`). */
-export type PostgresArtifactBytes =
-  | { ok: true; bytes: Buffer }
-  | { ok: false; problem: 'missing' | 'symlink' | 'not_regular' | 'not_directory'; at: string }
-  | { ok: false; problem: 'too_large'; at: string; size: number }
-  | { ok: false; problem: 'elsewhere'; at: string; message: string };
+/** What reading an artifact gave: the runner's `ArtifactBytes`. */
+export type PostgresArtifactBytes = ArtifactBytes;
 
-/** The runner's `RunStore` (of @forge/runner, structurally: the same shape, declared here), over PostgreSQL. */
-export interface PostgresRunStore {
+/** The runner's `RunStore` (of @forge/runner, see its contract there), over PostgreSQL. */
+export interface PostgresRunStore extends RunStore {
   readonly kind: 'postgres';
-  readonly where: string;
-  writeManifest(runId: string, manifest: Record<string, unknown>, options?: { runDir?: string }): Promise<void>;
-  appendHit(record: Record<string, unknown> & { run_id: string }): Promise<void>;
-  readManifest(runId: string): Promise<{ kind: 'run' | 'hit'; manifest: Record<string, unknown> } | undefined>;
-  listArtifacts(runId: string, max?: number): Promise<PostgresRunArtifact[]>;
-  readArtifact(runId: string, path: string, maxBytes: number): Promise<PostgresArtifactBytes>;
 }
 
 /** Options of {@link postgresRunStore}. */
@@ -57,25 +38,14 @@ export interface PostgresRunStoreOptions {
 }
 
 const UNDEFINED_TABLE = '42P01';
-/** The runner's run id grammar (runIds.ts). */
-const RUN_ID = /^[0-9a-z]{1,11}-[0-9a-f]{8}[0-9a-z]{4,12}$/;
-
-function runIdProblem(id: unknown): string | undefined {
-  const ms = typeof id === 'string' ? Number.parseInt(id.slice(0, id.indexOf('-')), 36) : Number.NaN;
-  if (
-    typeof id !== 'string' ||
-    !RUN_ID.test(id) ||
-    !Number.isSafeInteger(ms) ||
-    Number.isNaN(new Date(ms).getTime()) ||
-    ms > 253402300799999
-  )
-    return `run id ${JSON.stringify(typeof id === 'string' ? id.slice(0, 80) : id)} is not a forge run id (like "mifx2k3a-0f3a9c1e0001", from an envelope's meta.run_id)`;
-  return undefined;
-}
-
-function assertRunId(id: unknown): asserts id is string {
-  const bad = runIdProblem(id);
-  if (bad) throw new TypeError(bad);
+/** Whether `id` is a forge run id (the runner's grammar: its `assertRunId` does not throw). */
+function isRunId(id: unknown): id is string {
+  try {
+    assertRunId(id);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** A relative, normalized path of segments that are neither empty, `.` nor `..`. */
@@ -203,7 +173,7 @@ export function postgresRunStore(pool: pg.Pool, options: PostgresRunStoreOptions
       await flushing;
     },
     async readManifest(runId) {
-      if (runIdProblem(runId)) return undefined;
+      if (!isRunId(runId)) return undefined;
       const r = await q<{ kind: 'run' | 'hit'; record: string }>(
         `reading run "${runId}"`,
         'SELECT kind, record FROM forge_runs WHERE run_id = $1',
@@ -215,7 +185,7 @@ export function postgresRunStore(pool: pg.Pool, options: PostgresRunStoreOptions
       return manifest ? { kind: row.kind, manifest } : undefined;
     },
     async listArtifacts(runId, max = 1000) {
-      if (runIdProblem(runId)) return [];
+      if (!isRunId(runId)) return [];
       const r = await q<ArtifactRow>(
         `listing the artifacts of run "${runId}"`,
         `SELECT a.path, a.kind, a.bytes, a.sha256, a.mime_type, a.kept, r.host, r.artifacts_dir
@@ -225,7 +195,7 @@ export function postgresRunStore(pool: pg.Pool, options: PostgresRunStoreOptions
       return r.rows.map(listed);
     },
     async readArtifact(runId, path, maxBytes) {
-      if (runIdProblem(runId) || !pathOk(path)) return { ok: false, problem: 'missing', at: '' };
+      if (!isRunId(runId) || !pathOk(path)) return { ok: false, problem: 'missing', at: '' };
       const segs = path.split('/');
       const prefixes = segs.map((_, i) => segs.slice(0, i + 1).join('/'));
       const r = await q<ArtifactRow & { content: Buffer | null }>(
