@@ -14,9 +14,7 @@ export interface PresenceStoreUnderTest {
     facts?: Record<string, string | number | boolean>;
   }): Promise<void>;
   leave(name: string): Promise<void>;
-  list(o?: {
-    staleMs?: number;
-  }): Promise<
+  list(o?: { staleMs?: number }): Promise<
     {
       name: string;
       kind: string;
