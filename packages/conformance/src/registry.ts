@@ -46,8 +46,8 @@ const CHILD = new URL('./registry-child.mjs', import.meta.url).pathname;
 const BY: CreatedBy = { persona: 'conformance', session: 's-1' };
 const BUILTINS = ['forge_tool', 'forge_call'];
 
-/** A valid spec named `name`; `description` tells versions apart. */
-function spec(name: string, description = `the tool ${name}`): ToolSpec {
+/** A valid spec named `name` (a python3 tool that echoes its input); `description` tells versions apart. */
+export function toolSpec(name: string, description = `the tool ${name}`): ToolSpec {
   return {
     name,
     description,
@@ -57,9 +57,9 @@ function spec(name: string, description = `the tool ${name}`): ToolSpec {
   };
 }
 
-/** A stored tool as the registry writes it (version 0: the writer sets `nextVersion`). */
-function tool(name: string, description?: string, scope: Scope = 'project', version = 0): StoredTool {
-  const s = spec(name, description);
+/** A stored tool of {@link toolSpec} as the registry writes it (version 0 by default: the writer sets `nextVersion`). */
+export function storedTool(name: string, description?: string, scope: Scope = 'project', version = 0): StoredTool {
+  const s = toolSpec(name, description);
   return {
     ...s,
     version,
@@ -191,7 +191,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         expect(store.where).not.toMatch(/\/\/[^/@]*:[^/@]*@/);
         expect(await store.read('csv.count')).toEqual({ status: 'missing' });
         const seen: Array<[ReadResult, number]> = [];
-        const written = tool('csv.count', 'first', 'user');
+        const written = storedTool('csv.count', 'first', 'user');
         const value = await store.put('csv.count', (current, next) => {
           seen.push([current, next]);
           return { write: { ...written, version: next }, value: 'done' };
@@ -209,7 +209,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
       it('decide sees the current tool and the next version; a replace keeps the old one in versions; a decide that writes nothing changes nothing', async () => {
         const h = await harness();
         const store = await h.open('user');
-        await create(store, tool('t.a', 'v1', 'user'));
+        await create(store, storedTool('t.a', 'v1', 'user'));
         const v1 = okTool(await store.read('t.a'));
         const nothing = await store.put('t.a', (current, next) => {
           expect(current).toEqual({ status: 'ok', tool: v1 });
@@ -218,7 +218,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         });
         expect(nothing).toBe('kept');
         expect(await store.read('t.a')).toEqual({ status: 'ok', tool: v1 });
-        expect(await overwrite(store, tool('t.a', 'v2', 'user'))).toBe(2);
+        expect(await overwrite(store, storedTool('t.a', 'v2', 'user'))).toBe(2);
         expect(okTool(await store.read('t.a'))).toMatchObject({ version: 2, description: 'v2' });
         const versions = await store.versions('t.a');
         expect(versions.map((v) => [v.version, v.current, v.tool?.description])).toEqual([
@@ -232,8 +232,8 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
       it('remove keeps the removed version; version numbers are never reused; check can refuse', async () => {
         const h = await harness();
         const store = await h.open('session');
-        await create(store, tool('t.r', 'v1', 'session'));
-        await overwrite(store, tool('t.r', 'v2', 'session'));
+        await create(store, storedTool('t.r', 'v1', 'session'));
+        await overwrite(store, storedTool('t.r', 'v2', 'session'));
         const refused = await store.remove('t.r', (current) => (current.status === 'ok' && current.tool.version === 2 ? 'no' : undefined));
         expect(refused).toEqual({ status: 'refused', failure: 'no' });
         expect(okTool(await store.read('t.r')).version).toBe(2);
@@ -245,7 +245,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
           [1, false],
           [2, false],
         ]);
-        expect(await create(store, tool('t.r', 'v3', 'session'))).toBe(3);
+        expect(await create(store, storedTool('t.r', 'v3', 'session'))).toBe(3);
         expect((await store.versions('t.r')).map((v) => [v.version, v.current])).toEqual([
           [1, false],
           [2, false],
@@ -256,14 +256,14 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
       it('collisions: names that differ only by case, and names with the same wire name, read from the storage (also inside decide)', async () => {
         const h = await harness();
         const store = await h.open('project');
-        for (const n of ['code.tool', 'a.b', 'other']) await create(store, tool(n));
+        for (const n of ['code.tool', 'a.b', 'other']) await create(store, storedTool(n));
         expect(await store.collisions('CODE.tool')).toEqual({ cases: ['code.tool'], wires: [] });
         expect(await store.collisions('code.tool')).toEqual({ cases: [], wires: [] });
         expect(await store.collisions('a__b')).toEqual({ cases: [], wires: ['a.b'] });
         expect(await store.collisions('A__B')).toEqual({ cases: [], wires: ['a.b'] });
         expect(await store.collisions('fresh')).toEqual({ cases: [], wires: [] });
         // What another store object wrote a moment ago counts: no cache.
-        await create(await h.open('project'), tool('Code.Tool'));
+        await create(await h.open('project'), storedTool('Code.Tool'));
         expect(await store.collisions('CODE.TOOL')).toEqual({ cases: ['Code.Tool', 'code.tool'], wires: [] });
         const inside = await store.put('a__b', async (_c, _n, collisions) => ({ value: await collisions() }));
         expect(inside).toEqual({ cases: [], wires: ['a.b'] });
@@ -272,7 +272,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
       it('loadAll yields every tool, and a corrupt record to onFailure with a reason while the others load', async () => {
         const h = await harness();
         const store = await h.open('project');
-        for (const n of ['t.one', 't.two', 't.three', 'spoilt']) await create(store, tool(n));
+        for (const n of ['t.one', 't.two', 't.three', 'spoilt']) await create(store, storedTool(n));
         await h.corrupt('project', 'spoilt');
         const { tools, failures } = await loadAll(store);
         expect(tools.map((t) => t.name)).toEqual(['t.one', 't.three', 't.two']);
@@ -285,7 +285,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         // The name stays writable: decide sees the bad record, and a write replaces it.
         const version = await store.put('spoilt', (current, next) => {
           expect(current.status).toBe('bad');
-          return { write: { ...tool('spoilt', 'repaired'), version: next }, value: next };
+          return { write: { ...storedTool('spoilt', 'repaired'), version: next }, value: next };
         });
         expect(okTool(await store.read('spoilt'))).toMatchObject({ version, description: 'repaired' });
         expect((await loadAll(store)).failures).toEqual([]);
@@ -295,7 +295,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
 
       it('a record under a built-in name is bad for a store opened with that built-in', async () => {
         const h = await harness();
-        await create(await h.open('user'), tool('forge_tool', undefined, 'user'));
+        await create(await h.open('user'), storedTool('forge_tool', undefined, 'user'));
         const guarded = await h.open('user', { builtins: BUILTINS });
         expect(await guarded.read('forge_tool')).toMatchObject({ status: 'bad', failure: { reason: expect.any(String) } });
         const { tools, failures } = await loadAll(guarded);
@@ -308,7 +308,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
       it('names outside the grammar: put, remove and collisions throw invalid_option; read is missing; versions is empty; nothing is written', async () => {
         const h = await harness();
         const store = await h.open('project');
-        await create(store, tool('inside'));
+        await create(store, storedTool('inside'));
         for (const name of ['../x', '../../etc/passwd', 'a/b', '', '1bad', 'x'.repeat(65), 'a..b', 'trail.', 'sp ace']) {
           let decided = false;
           await expect(
@@ -333,7 +333,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         const store = await h.open('project');
         const log = changeLog();
         const watcher = await store.watch(log.onChange, { debounceMs: 20 });
-        await childResult(h, 'project', { op: 'create', name: 'w.one', tool: tool('w.one', 'from a child') });
+        await childResult(h, 'project', { op: 'create', name: 'w.one', tool: storedTool('w.one', 'from a child') });
         await log.until('w.one');
         expect(okTool(await store.read('w.one')).description).toBe('from a child');
         const before = log.seen.length;
@@ -343,15 +343,15 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         expect(log.seen.slice(before).flat()).toContain('w.one');
         expect(await store.read('w.one')).toEqual({ status: 'missing' });
         // Another scope's writes are not this store's.
-        await childResult(h, 'user', { op: 'create', name: 'w.user', tool: tool('w.user', undefined, 'user') });
-        await childResult(h, 'project', { op: 'create', name: 'w.two', tool: tool('w.two') });
+        await childResult(h, 'user', { op: 'create', name: 'w.user', tool: storedTool('w.user', undefined, 'user') });
+        await childResult(h, 'project', { op: 'create', name: 'w.two', tool: storedTool('w.two') });
         await log.until('w.two');
         expect(log.seen.flat()).not.toContain('w.user');
         for (const batch of log.seen) expect([...batch].sort()).toEqual(batch);
         await watcher.close();
         await watcher.close();
         const after = log.seen.length;
-        await childResult(h, 'project', { op: 'create', name: 'w.three', tool: tool('w.three') });
+        await childResult(h, 'project', { op: 'create', name: 'w.three', tool: storedTool('w.three') });
         await new Promise((r) => setTimeout(r, 300));
         expect(log.seen.length).toBe(after);
       });
@@ -360,7 +360,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         const h = await harness();
         const go = barrier();
         const runs = Array.from({ length: 8 }, (_, i) =>
-          childResult(h, 'project', { op: 'create', name: 'race', tool: tool('race', `child ${i}`), go }),
+          childResult(h, 'project', { op: 'create', name: 'race', tool: storedTool('race', `child ${i}`), go }),
         );
         await startTogether(go, 8);
         const results = (await Promise.all(runs)) as Array<{ won: boolean; version?: number; current?: StoredTool }>;
@@ -377,9 +377,11 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         const go = barrier();
         const runs: Promise<unknown>[] = [];
         for (let c = 0; c < 4; c++) {
-          const tools = Array.from({ length: 15 }, (_, i) => tool(`many.c${c}.n${i}`));
+          const tools = Array.from({ length: 15 }, (_, i) => storedTool(`many.c${c}.n${i}`));
           runs.push(childResult(h, 'project', { op: 'createMany', tools, go }));
-          runs.push(childResult(h, 'project', { op: 'overwrite', name: 'shared', tool: tool('shared', `writer ${c}`), times: 6, go }));
+          runs.push(
+            childResult(h, 'project', { op: 'overwrite', name: 'shared', tool: storedTool('shared', `writer ${c}`), times: 6, go }),
+          );
         }
         await startTogether(go, 8);
         const results = await Promise.all(runs);
@@ -402,11 +404,11 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         const names = KILL_POINTS.map((_, i) => `crash.k${i}`);
         const olds = new Map<string, StoredTool>();
         for (const n of names) {
-          await create(store, tool(n, 'old'));
+          await create(store, storedTool(n, 'old'));
           olds.set(n, okTool(await store.read(n)));
         }
         const runs = KILL_POINTS.map(
-          (at, i) => runChild(h, 'project', { op: 'crash', name: names[i], tool: tool(names[i] as string, 'new'), at }).exit,
+          (at, i) => runChild(h, 'project', { op: 'crash', name: names[i], tool: storedTool(names[i] as string, 'new'), at }).exit,
         );
         const exits = await Promise.all(runs);
         for (const e of exits) expect(e.signal, e.err).toBe('SIGKILL');
@@ -419,12 +421,12 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
           const now = okTool(await store.read(n));
           const old = olds.get(n) as StoredTool;
           if (now.version === 1) expect(now).toEqual(old);
-          else expect(now).toEqual({ ...tool(n, 'new'), version: 2, scope: 'project' });
+          else expect(now).toEqual({ ...storedTool(n, 'new'), version: 2, scope: 'project' });
           outcomes.push(now.version === 1 ? 'old' : 'new');
           for (const v of await store.versions(n)) expect(v.tool, `${n} version ${v.version}: ${v.reason}`).toBeDefined();
         }
         // Writable again (a lock its dead holder left is taken over), with a number never used.
-        const again = await Promise.all(names.map((n) => overwrite(store, tool(n, 'after'))));
+        const again = await Promise.all(names.map((n) => overwrite(store, storedTool(n, 'after'))));
         for (const [i, n] of names.entries()) {
           const used = (await store.versions(n)).filter((v) => !v.current).map((v) => v.version);
           expect(again[i]).toBeGreaterThan(Math.max(...used));
@@ -436,11 +438,11 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
 
       it('a lock left by a holder killed inside decide: 4 racing creators then take it over, and exactly one wins', async () => {
         const h = await harness();
-        const dead = await runChild(h, 'project', { op: 'crash', name: 'crowd', tool: tool('crowd', 'dead'), at: 'locked' }).exit;
+        const dead = await runChild(h, 'project', { op: 'crash', name: 'crowd', tool: storedTool('crowd', 'dead'), at: 'locked' }).exit;
         expect(dead.signal, dead.err).toBe('SIGKILL');
         const go = barrier();
         const runs = Array.from({ length: 4 }, (_, i) =>
-          childResult(h, 'project', { op: 'create', name: 'crowd', tool: tool('crowd', `child ${i}`), go }),
+          childResult(h, 'project', { op: 'create', name: 'crowd', tool: storedTool('crowd', `child ${i}`), go }),
         );
         await startTogether(go, 4);
         const results = (await Promise.all(runs)) as Array<{ won: boolean; current?: StoredTool }>;
@@ -460,25 +462,31 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         });
         const reg = createRegistry({ stores: await open(), builtins: BUILTINS });
         expect(await reg.load()).toEqual({ loaded: { project: 0, user: 0 }, failed: [] });
-        expect(await reg.create(spec('csv.count', 'user one'), { scope: 'user', createdBy: BY })).toMatchObject({
+        expect(await reg.create(toolSpec('csv.count', 'user one'), { scope: 'user', createdBy: BY })).toMatchObject({
           ok: true,
           tool: { version: 1, scope: 'user' },
         });
-        expect(await reg.create(spec('csv.count', 'project one'), { scope: 'project', createdBy: BY })).toMatchObject({ ok: true });
+        expect(await reg.create(toolSpec('csv.count', 'project one'), { scope: 'project', createdBy: BY })).toMatchObject({ ok: true });
         expect(reg.resolve('csv.count')).toMatchObject({ scope: 'project', shadows: ['user'], tool: { description: 'project one' } });
-        expect(await reg.create(spec('CSV.count'), { scope: 'project', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_taken' });
-        expect(await reg.create(spec('csv__count'), { scope: 'user', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_taken' });
-        expect(await reg.create(spec('forge_tool'), { scope: 'user', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_forbidden' });
+        expect(await reg.create(toolSpec('CSV.count'), { scope: 'project', createdBy: BY })).toMatchObject({
+          ok: false,
+          kind: 'name_taken',
+        });
+        expect(await reg.create(toolSpec('csv__count'), { scope: 'user', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_taken' });
+        expect(await reg.create(toolSpec('forge_tool'), { scope: 'user', createdBy: BY })).toMatchObject({
+          ok: false,
+          kind: 'name_forbidden',
+        });
         const second = createRegistry({ stores: await open(), builtins: BUILTINS });
         expect(await second.load()).toEqual({ loaded: { project: 1, user: 1 }, failed: [] });
         expect(second.resolve('csv.count')).toMatchObject({ scope: 'project', shadows: ['user'] });
         // The second registry's write is seen by the first one's store (not its memory: load).
-        expect(await second.create(spec('csv.count', 'replaced'), { scope: 'project', createdBy: BY, overwrite: true })).toMatchObject({
+        expect(await second.create(toolSpec('csv.count', 'replaced'), { scope: 'project', createdBy: BY, overwrite: true })).toMatchObject({
           ok: true,
           tool: { version: 2 },
           previous: { version: 1 },
         });
-        expect(await reg.create(spec('csv.count', 'stale view'), { scope: 'project', createdBy: BY })).toMatchObject({
+        expect(await reg.create(toolSpec('csv.count', 'stale view'), { scope: 'project', createdBy: BY })).toMatchObject({
           ok: false,
           kind: 'name_taken',
         });
@@ -502,7 +510,7 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         const changes: unknown[] = [];
         await reg.watch((c) => changes.push(c), { debounceMs: 20 });
         onTestFinished(() => reg.close());
-        await childResult(h, 'project', { op: 'create', name: 'from.child', tool: tool('from.child', 'child wrote it') });
+        await childResult(h, 'project', { op: 'create', name: 'from.child', tool: storedTool('from.child', 'child wrote it') });
         const deadline = Date.now() + 15_000;
         while (!reg.resolve('from.child') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
         expect(reg.resolve('from.child')).toMatchObject({ scope: 'project', tool: { description: 'child wrote it' } });

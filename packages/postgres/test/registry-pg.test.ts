@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { PostgresServer } from '@forge/conformance/postgres';
-import { type CreatedBy, createRegistry, digestSpec, type StoredTool, type ToolSpec, type ToolStore } from '@forge/registry';
+import { storedTool, toolSpec } from '@forge/conformance/registry';
+import { type CreatedBy, createRegistry, type StoredTool, type ToolStore } from '@forge/registry';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { postgresToolStore } from '../src/registry.js';
@@ -17,29 +18,8 @@ afterAll(async () => {
 });
 
 const BY: CreatedBy = { persona: 'tester', session: 's-1' };
-
-function spec(name: string, description = `the tool ${name}`): ToolSpec {
-  return {
-    name,
-    description,
-    input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
-    impl: 'print(1)\n',
-    runtime: 'python3',
-  };
-}
-
-function tool(name: string, description?: string, version = 1): StoredTool {
-  const s = spec(name, description);
-  return {
-    ...s,
-    version,
-    digest: digestSpec(s),
-    created_at: '2030-01-02T03:04:05.000Z',
-    created_by: BY,
-    scope: 'project',
-    state: 'active',
-  };
-}
+/** A stored tool of the project scope at `version` (1 by default). */
+const tool = (name: string, description?: string, version = 1): StoredTool => storedTool(name, description, 'project', version);
 
 async function db() {
   const d = await freshDatabase(server);
@@ -369,13 +349,13 @@ describe('createRegistry over two postgres stores (project + user)', () => {
     await other.watch((c) => changes.push(c), { debounceMs: 10 });
     onTestFinished(() => other.close());
 
-    expect(await reg.create(spec('csv.count', 'project v1'), { scope: 'project', createdBy: BY })).toMatchObject({
+    expect(await reg.create(toolSpec('csv.count', 'project v1'), { scope: 'project', createdBy: BY })).toMatchObject({
       ok: true,
       tool: { version: 1 },
     });
-    expect(await reg.create(spec('csv.count', 'user v1'), { scope: 'user', createdBy: BY })).toMatchObject({ ok: true });
+    expect(await reg.create(toolSpec('csv.count', 'user v1'), { scope: 'user', createdBy: BY })).toMatchObject({ ok: true });
     expect(reg.resolve('csv.count')).toMatchObject({ scope: 'project', shadows: ['user'] });
-    expect(await reg.create(spec('csv__count'), { scope: 'project', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_taken' });
+    expect(await reg.create(toolSpec('csv__count'), { scope: 'project', createdBy: BY })).toMatchObject({ ok: false, kind: 'name_taken' });
     // The user tool came from elsewhere: promote refuses without force, replaces with it.
     expect(await reg.promote('csv.count')).toMatchObject({ ok: false, kind: 'promote_conflict' });
     expect(await reg.promote('csv.count', { force: true })).toMatchObject({
