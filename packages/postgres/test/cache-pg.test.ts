@@ -1,17 +1,16 @@
 import { describeCacheStore, keyOf } from '@forge/conformance/cache';
-import { describe, expect, it } from 'vitest';
-import { MIGRATIONS, migrate, postgresCacheStore } from '../src/index.js';
-import { codeOf, poolOn, usePostgres } from './helpers.js';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { postgresCacheStore } from '../src/index.js';
+import { codeOf, migratedDatabase, poolOn, usePostgres } from './helpers.js';
 
 const pg = usePostgres();
 const OPENER = new URL('./cache-runs-child-stores.mjs', import.meta.url).pathname;
 
 /** A fresh, migrated database and a pool on it (ended when the test finishes). */
 async function database() {
-  const url = await pg.server().database();
-  const pool = poolOn(url, 6);
-  await migrate(pool, MIGRATIONS);
-  return { url, pool };
+  const db = await migratedDatabase(pg.server(), 6);
+  onTestFinished(() => db.cleanup());
+  return db;
 }
 
 describeCacheStore('postgres (postgresCacheStore)', async () => {

@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, onTestFinished } from 'vitest';
+import { migrate } from '../src/migrate.js';
+import { MIGRATIONS } from '../src/migrations.js';
 
 /** The built package, for child processes (tests run after `build`). */
 export const DIST = new URL('../dist/index.js', import.meta.url).pathname;
@@ -31,6 +33,26 @@ export function poolOn(url: string, max = 4): pg.Pool {
   pool.on('error', () => {});
   onTestFinished(() => pool.end());
   return pool;
+}
+
+/**
+ * A fresh database on `server` migrated with the package's MIGRATIONS (every store's), and a pool
+ * of `max` connections on it; `cleanup` ends the pool (so does a failed migration).
+ */
+export async function migratedDatabase(
+  server: PostgresServer,
+  max: number,
+): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
+  const url = await server.database();
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => {});
+  try {
+    await migrate(pool, MIGRATIONS);
+  } catch (err) {
+    await pool.end().catch(() => {});
+    throw err;
+  }
+  return { url, pool, cleanup: () => pool.end() };
 }
 
 /** A fresh temporary directory (forge- prefix), removed when the current test finishes. */

@@ -2,11 +2,12 @@ import { fileURLToPath } from 'node:url';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import type { ToolStoreHarness } from '@forge/conformance/registry';
 import type { Scope, ToolStore } from '@forge/registry';
-import pg from 'pg';
+import type pg from 'pg';
 import { migrate } from '../src/migrate.js';
 import { MIGRATIONS } from '../src/migrations.js';
 import { postgresToolStore, REGISTRY_MIGRATIONS } from '../src/registry.js';
 import { bundleForNode, type NodeBundle } from './bundle.js';
+import { migratedDatabase } from './helpers.js';
 
 /** The scope ids the tests use for the session and task scopes. */
 export const SCOPE_IDS: Partial<Record<Scope, string>> = { session: 's-1', task: 't-1' };
@@ -19,6 +20,11 @@ export function buildChildEntry(): Promise<NodeBundle> {
 /** Migrates a fresh database with the package's migrations (MIGRATIONS holds the registry's, version 10). */
 export async function migrateRegistry(pool: pg.Pool): Promise<void> {
   await migrate(pool, MIGRATIONS);
+  await assertRegistryMigrated(pool);
+}
+
+/** Throws unless the registry's migration is recorded in `pool`'s database. */
+async function assertRegistryMigrated(pool: pg.Pool): Promise<void> {
   const r = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM forge_migrations WHERE version = $1', [
     REGISTRY_MIGRATIONS[0]?.version,
   ]);
@@ -27,11 +33,9 @@ export async function migrateRegistry(pool: pg.Pool): Promise<void> {
 
 /** A fresh migrated database on `server`, with a pool the test ends in `cleanup`. */
 export async function freshDatabase(server: PostgresServer): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
-  const url = await server.database();
-  const pool = new pg.Pool({ connectionString: url, max: 12 });
-  pool.on('error', () => {});
-  await migrateRegistry(pool);
-  return { url, pool, cleanup: () => pool.end() };
+  const db = await migratedDatabase(server, 12);
+  await assertRegistryMigrated(db.pool);
+  return db;
 }
 
 /** The conformance harness over a fresh database per test; `child` opens the bundle at `childModule`. */

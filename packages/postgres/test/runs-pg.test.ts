@@ -2,19 +2,18 @@ import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describeRunStore, runIdOf } from '@forge/conformance/runs';
-import { describe, expect, it } from 'vitest';
-import { MIGRATIONS, migrate, postgresRunStore } from '../src/index.js';
-import { codeOf, poolOn, tempDir, usePostgres } from './helpers.js';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { postgresRunStore } from '../src/index.js';
+import { codeOf, migratedDatabase, poolOn, tempDir, usePostgres } from './helpers.js';
 
 const pg = usePostgres();
 const OPENER = new URL('./cache-runs-child-stores.mjs', import.meta.url).pathname;
 
 /** A fresh, migrated database and a pool on it (ended when the test finishes). */
 async function database() {
-  const url = await pg.server().database();
-  const pool = poolOn(url, 6);
-  await migrate(pool, MIGRATIONS);
-  return { url, pool };
+  const db = await migratedDatabase(pg.server(), 6);
+  onTestFinished(() => db.cleanup());
+  return db;
 }
 
 /** A run directory with `files` among its artifacts, under `root`. */

@@ -1,8 +1,7 @@
 import { existsSync } from 'node:fs';
 import type { PostgresServer } from '@forge/conformance/postgres';
-import pg from 'pg';
-import { migrate } from '../src/migrate.js';
-import { MIGRATIONS } from '../src/migrations.js';
+import type pg from 'pg';
+import { migratedDatabase } from './helpers.js';
 
 if (!existsSync(new URL('../dist/index.js', import.meta.url))) {
   throw new Error(
@@ -17,10 +16,6 @@ export const TOOLSMITH_OPENER = new URL('./toolsmith-child-stores.mjs', import.m
 export const PROJECT = 'conformance';
 
 /** A fresh database on `server` migrated with the package's migrations (the toolsmith's among them), and a pool on it. */
-export async function toolsmithDatabase(server: PostgresServer): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
-  const url = await server.database();
-  const pool = new pg.Pool({ connectionString: url, max: 8 });
-  pool.on('error', () => {});
-  await migrate(pool, MIGRATIONS);
-  return { url, pool, cleanup: () => pool.end() };
+export function toolsmithDatabase(server: PostgresServer): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
+  return migratedDatabase(server, 8);
 }
