@@ -1,20 +1,13 @@
 import { describeCacheStore, keyOf } from '@forge/conformance/cache';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { postgresCacheStore } from '../src/index.js';
-import { codeOf, migratedDatabase, poolOn, usePostgres } from './helpers.js';
+import { codeOf, poolOn, usePostgres } from './helpers.js';
 
 const pg = usePostgres();
 const OPENER = new URL('./cache-runs-child-stores.mjs', import.meta.url).pathname;
 
-/** A fresh, migrated database and a pool on it (ended when the test finishes). */
-async function database() {
-  const db = await migratedDatabase(pg.server(), 6);
-  onTestFinished(() => db.cleanup());
-  return db;
-}
-
 describeCacheStore('postgres (postgresCacheStore)', async () => {
-  const { url, pool } = await database();
+  const { url, pool } = await pg.database();
   return {
     open: async (o = {}) => postgresCacheStore(pool, { ...(o.limits ? { limits: o.limits } : {}), ...(o.now ? { now: o.now } : {}) }),
     child: { module: OPENER, export: 'openPgCacheStore', args: [url] },
@@ -29,7 +22,7 @@ const env = (data: unknown) => ({ ok: true, data, meta: { cache: 'miss' } });
 
 describe('postgresCacheStore on a real server', () => {
   it('two front-ends over one database see each other’s entries at once, and share the LRU order', async () => {
-    const { pool } = await database();
+    const { pool } = await pg.database();
     const a = postgresCacheStore(pool, { limits: { maxEntries: 2 } });
     const b = postgresCacheStore(pool, { limits: { maxEntries: 2 } });
     await a.set(keyOf('1'), env(1), 's1');
@@ -43,7 +36,7 @@ describe('postgresCacheStore on a real server', () => {
   });
 
   it('keeps the entry text as the file store writes it', async () => {
-    const { pool } = await database();
+    const { pool } = await pg.database();
     const store = postgresCacheStore(pool, { now: () => 42 });
     await store.set(keyOf('t'), env({ x: 'é' }), 'seed');
     const r = await pool.query('SELECT entry, bytes FROM forge_cache');

@@ -10,8 +10,12 @@ import { MIGRATIONS } from '../src/migrations.js';
 /** The built package, for child processes (tests run after `build`). */
 export const DIST = new URL('../dist/index.js', import.meta.url).pathname;
 
-/** One throwaway server for the test file (started in beforeAll, stopped in afterAll). */
-export function usePostgres(): { server(): PostgresServer } {
+/**
+ * One throwaway server for the test file (started in beforeAll, stopped in afterAll); `database()`
+ * gives a fresh migrated database on it ({@link migratedDatabase}) whose pool is ended when the
+ * current test finishes.
+ */
+export function usePostgres(): { server(): PostgresServer; database(max?: number): Promise<{ url: string; pool: pg.Pool }> } {
   let server: PostgresServer | undefined;
   beforeAll(async () => {
     server = await startPostgres();
@@ -19,10 +23,16 @@ export function usePostgres(): { server(): PostgresServer } {
   afterAll(async () => {
     await server?.stop();
   }, 120_000);
+  const started = (): PostgresServer => {
+    if (!server) throw new Error('the PostgreSQL server did not start (see beforeAll)');
+    return server;
+  };
   return {
-    server: () => {
-      if (!server) throw new Error('the PostgreSQL server did not start (see beforeAll)');
-      return server;
+    server: started,
+    async database(max = 6) {
+      const db = await migratedDatabase(started(), max);
+      onTestFinished(() => db.cleanup());
+      return db;
     },
   };
 }

@@ -2,19 +2,12 @@ import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describeRunStore, runIdOf } from '@forge/conformance/runs';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { postgresRunStore } from '../src/index.js';
-import { codeOf, migratedDatabase, poolOn, tempDir, usePostgres } from './helpers.js';
+import { codeOf, poolOn, tempDir, usePostgres } from './helpers.js';
 
 const pg = usePostgres();
 const OPENER = new URL('./cache-runs-child-stores.mjs', import.meta.url).pathname;
-
-/** A fresh, migrated database and a pool on it (ended when the test finishes). */
-async function database() {
-  const db = await migratedDatabase(pg.server(), 6);
-  onTestFinished(() => db.cleanup());
-  return db;
-}
 
 /** A run directory with `files` among its artifacts, under `root`. */
 async function runDir(root: string, id: string, files: Record<string, string | Buffer> = {}): Promise<string> {
@@ -28,7 +21,7 @@ async function runDir(root: string, id: string, files: Record<string, string | B
 }
 
 describeRunStore('postgres (postgresRunStore)', async () => {
-  const { url, pool } = await database();
+  const { url, pool } = await pg.database();
   const root = await tempDir();
   return {
     open: async () => postgresRunStore(pool),
@@ -42,7 +35,7 @@ const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex')
 
 describe('postgresRunStore on a real server', () => {
   it('a front-end on another host reads a worker’s run: manifest, metadata, and the copied bytes after the worker’s disk is gone', async () => {
-    const { pool } = await database();
+    const { pool } = await pg.database();
     const root = await tempDir();
     const worker = postgresRunStore(pool, { host: 'worker-1' });
     const front = postgresRunStore(pool, { host: 'front-1' });
@@ -61,7 +54,7 @@ describe('postgresRunStore on a real server', () => {
   });
 
   it('over the caps the bytes stay on the worker: listed with host and path, read there, refused elsewhere naming both', async () => {
-    const { pool } = await database();
+    const { pool } = await pg.database();
     const root = await tempDir();
     const worker = postgresRunStore(pool, { host: 'worker-1', maxArtifactBytes: 1000, maxRunBytes: 1500 });
     const front = postgresRunStore(pool, { host: 'front-1' });
