@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { JobQueue } from '@forge/queue';
 import type { Refusal } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
@@ -198,12 +200,15 @@ async function openServed(w: Where, o: { workers: number; dispatch: boolean; gra
   let engine: Engine;
   let queue: JobQueue | undefined;
   try {
-    present = keepPresent(
-      await store.presence(),
-      { name: `serve-${process.pid}`, kind: 'front-end', facts: { workers, store: store.kind } },
-      (l) => out.note(l),
-    );
     queue = workers > 0 || o.dispatch ? await store.queue() : undefined;
+    // Serving alone creates no project state: a server of one host's files that hands nothing
+    // to workers says it is alive only where the project has a .forge/ already.
+    if (store.kind !== 'files' || queue || existsSync(join(w.project, '.forge')))
+      present = keepPresent(
+        await store.presence(),
+        { name: `serve-${process.pid}`, kind: 'front-end', facts: { workers, store: store.kind } },
+        (l) => out.note(l),
+      );
     engine = await openForge(w, { server: true, store, ...(queue ? { dispatch: queue } : {}) });
   } catch (err) {
     await present?.stop();
