@@ -197,6 +197,43 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
   });
 });
 
+describe('dispatch: a worker whose queue fails for a moment', () => {
+  it('takes jobs again a second later instead of exiting, and the call is answered', async () => {
+    const { fx, front, dir } = await frontAndWorker({ worker: false });
+    expect((await front.forgeTool(await example('fib'))).ok).toBe(true);
+    const real = await openFileQueue(dir);
+    onTestFinished(() => real.close());
+    let failures = 0;
+    // The real queue, but its first next() fails as a lost connection would.
+    const flakyNext: typeof real.next = (...a) => {
+      if (failures++ === 0) return Promise.reject(new Error('connection reset by peer'));
+      return real.next(...a);
+    };
+    const flaky = new Proxy(real, {
+      get: (t, k) => {
+        if (k === 'next') return flakyNext;
+        const v = Reflect.get(t, k);
+        return typeof v === 'function' ? v.bind(t) : v;
+      },
+    });
+    const worker = await fx.reopen({ watch: true });
+    const stop = new AbortController();
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    onTestFinished(() => void process.off('warning', onWarning));
+    const working = worker.work({ queue: flaky, signal: stop.signal, worker: 'flaky-1' });
+    onTestFinished(async () => {
+      stop.abort();
+      await working;
+    });
+    expect(await front.callTool('fib', { n: 7 })).toMatchObject({ ok: true, data: { fib: '13' } });
+    expect(failures).toBeGreaterThanOrEqual(2);
+    expect(warnings.some((m) => m.includes('taking a job from') && m.includes('connection reset by peer; trying again in 1 s'))).toBe(true);
+    expect(fx.entries('forge.called')).toHaveLength(1);
+  });
+});
+
 describe('dispatch: a worker killed mid-call', () => {
   it('the call is delivered again to another worker and answered; the log holds one forge.called for it', async () => {
     const { fx, front, dir, startWorker } = await frontAndWorker({ worker: false, leaseMs: 1_000 });

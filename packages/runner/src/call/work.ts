@@ -35,9 +35,26 @@ export async function work(e: Engine, o: WorkOptions): Promise<void> {
   const slot = async (n: number) => {
     const name = slots > 1 ? `${worker}-${n}` : worker;
     while (!o.signal.aborted) {
-      const job = await o.queue.next(name, { signal: o.signal, onExhausted });
+      let job: ClaimedJob | undefined;
+      try {
+        job = await o.queue.next(name, { signal: o.signal, onExhausted });
+      } catch (err) {
+        // A queue that failed for a moment (a lost connection, a full disk) is asked again, a
+        // second later; the worker stays up.
+        if (o.signal.aborted) return;
+        process.emitWarning(`forge worker: taking a job from ${o.queue.where} failed: ${(err as Error).message}; trying again in 1 s`);
+        await pause(1000, o.signal);
+        continue;
+      }
       if (!job) return;
-      await runJob(e, executors, o, job);
+      await runJob(e, executors, o, job).catch(async (err: unknown) => {
+        // Not a refusal (those are answers): the job is finished as failed, saying so, rather
+        // than held (its lease renewed) by a worker that gave up on it.
+        const message = `the worker failed while handling call ${job.id}: ${(err as Error).message}; its record may be missing — check the worker's log`;
+        process.emitWarning(`forge worker: ${message}`);
+        const payload: CallAnswer = { envelope: failure('internal', message, { cache: 'off' }), outcome: 'failure' };
+        await o.queue.finish(job, { status: 'failed', payload: payload as unknown as JsonValue }).catch(() => {});
+      });
     }
   };
   await Promise.all(Array.from({ length: slots }, (_, i) => slot(i + 1)));
@@ -149,4 +166,17 @@ function readNote(v: JsonValue | undefined): CallNote | undefined {
   const n = v as Record<string, unknown>;
   if (n.v !== 1 || typeof n.head !== 'number' || !Array.isArray(n.entries) || !n.answer || typeof n.answer !== 'object') return undefined;
   return v as unknown as CallNote;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
