@@ -1,3 +1,12 @@
+import {
+  assertCacheKey,
+  CACHE_KEY_PATTERN,
+  type CacheEntry,
+  type CacheLimits,
+  type CacheStore,
+  DEFAULT_CACHE_LIMITS,
+  isCacheEntry,
+} from '@forge/runner';
 import type pg from 'pg';
 import { CACHE_TABLE } from './cache-runs-schema.js';
 import { describeError, PostgresStoreError } from './errors.js';
@@ -6,51 +15,19 @@ import { redactUrl } from './url.js';
 
 export { CACHE_RUNS_MIGRATIONS, CACHE_TABLE } from './cache-runs-schema.js';
 
-/** Limits of the cache (the runner's `CacheLimits`). */
-export interface PostgresCacheLimits {
-  maxEntries: number;
-  maxBytes: number;
-  maxAgeMs: number;
-}
-
-/** An ok envelope as the runner caches it (structurally the runner's `Envelope`). */
-export interface PostgresCachedEnvelope {
-  ok: boolean;
-  meta: object;
-}
-
-/** A cache entry (structurally the runner's `CacheEntry`). */
-export interface PostgresCacheEntry<E = PostgresCachedEnvelope> {
-  envelope: E;
-  seed_run: string;
-  created_at: number;
-}
-
-/**
- * The runner's `CacheStore` (of @forge/runner, structurally: the same shape, declared here), over
- * PostgreSQL.
- */
-export interface PostgresCacheStore<E extends PostgresCachedEnvelope = PostgresCachedEnvelope> {
-  readonly kind: 'postgres';
-  readonly where: string;
-  get(key: string): Promise<PostgresCacheEntry<E> | undefined>;
-  set(key: string, envelope: E, seedRun: string): Promise<void>;
-  delete(key: string): Promise<void>;
-  stats(): Promise<{ entries: number; bytes: number }>;
-}
+/** The runner's `CacheStore`, over PostgreSQL. */
+export type PostgresCacheStore = CacheStore & { readonly kind: 'postgres' };
 
 /** Options of {@link postgresCacheStore}. */
 export interface PostgresCacheStoreOptions {
   /** Entries, bytes and age kept (defaults: 2000 entries, 64 MiB, 7 days: the runner's). */
-  limits?: Partial<PostgresCacheLimits>;
+  limits?: Partial<CacheLimits>;
   /** Clock (ms since the epoch) for `created_at` and the age limit. */
   now?: () => number;
   /** What `where` shows instead of the pool's connection (a URL: its password is masked anyway). */
   where?: string;
 }
 
-const DEFAULTS: PostgresCacheLimits = { maxEntries: 2000, maxBytes: 64 << 20, maxAgeMs: 7 * 24 * 3600_000 };
-const KEY = /^[0-9a-f]{64}$/;
 const UNDEFINED_TABLE = '42P01';
 
 /**
@@ -63,11 +40,8 @@ const UNDEFINED_TABLE = '42P01';
  * `pool` is the caller's and stays open. The database must be migrated; until it is, every call
  * rejects with `not_migrated`. A damaged row (not an entry) is a miss and is deleted.
  */
-export function postgresCacheStore<E extends PostgresCachedEnvelope = PostgresCachedEnvelope>(
-  pool: pg.Pool,
-  options: PostgresCacheStoreOptions = {},
-): PostgresCacheStore<E> {
-  const limits = { ...DEFAULTS, ...options.limits };
+export function postgresCacheStore(pool: pg.Pool, options: PostgresCacheStoreOptions = {}): PostgresCacheStore {
+  const limits = { ...DEFAULT_CACHE_LIMITS, ...options.limits };
   for (const [k, v] of Object.entries(limits))
     if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`postgresCacheStore: limits.${k} must be a non-negative integer (got ${v})`);
   const now = options.now ?? Date.now;
@@ -103,7 +77,7 @@ export function postgresCacheStore<E extends PostgresCachedEnvelope = PostgresCa
     kind: 'postgres',
     where,
     async get(key) {
-      if (typeof key !== 'string' || !KEY.test(key)) return undefined;
+      if (typeof key !== 'string' || !CACHE_KEY_PATTERN.test(key)) return undefined;
       const r = await q<{ entry: string; created_at: string }>(
         'reading an entry',
         "UPDATE forge_cache SET used = nextval('forge_cache_use') WHERE key = $1 RETURNING entry, created_at",
@@ -115,7 +89,7 @@ export function postgresCacheStore<E extends PostgresCachedEnvelope = PostgresCa
         await q('removing an expired entry', 'DELETE FROM forge_cache WHERE key = $1', [key]);
         return undefined;
       }
-      const entry = parseEntry<E>(row.entry);
+      const entry = parseEntry(row.entry);
       if (!entry) {
         await q('removing a damaged entry', 'DELETE FROM forge_cache WHERE key = $1', [key]);
         return undefined;
@@ -123,7 +97,7 @@ export function postgresCacheStore<E extends PostgresCachedEnvelope = PostgresCa
       return entry;
     },
     async set(key, envelope, seedRun) {
-      assertKey(key);
+      assertCacheKey(key);
       if (!envelope.ok) return;
       const entry = { envelope, seed_run: seedRun, created_at: now() };
       const text = JSON.stringify(entry);
@@ -139,7 +113,7 @@ export function postgresCacheStore<E extends PostgresCachedEnvelope = PostgresCa
       await evict();
     },
     async delete(key) {
-      assertKey(key);
+      assertCacheKey(key);
       await q('deleting an entry', 'DELETE FROM forge_cache WHERE key = $1', [key]);
     },
     async stats() {
@@ -154,19 +128,10 @@ export function postgresCacheStore<E extends PostgresCachedEnvelope = PostgresCa
   };
 }
 
-function assertKey(key: unknown): asserts key is string {
-  if (typeof key !== 'string' || !KEY.test(key))
-    throw new TypeError(
-      `cache key ${JSON.stringify(typeof key === 'string' ? key.slice(0, 80) : key)} is not a cache key (64 lowercase hex digits, from cacheKey())`,
-    );
-}
-
-function parseEntry<E>(text: string): PostgresCacheEntry<E> | undefined {
+function parseEntry(text: string): CacheEntry | undefined {
   try {
-    const v = JSON.parse(text) as Partial<PostgresCacheEntry<PostgresCachedEnvelope>> | null;
-    if (!v || typeof v !== 'object' || !v.envelope || v.envelope.ok !== true || typeof v.envelope.meta !== 'object') return undefined;
-    if (typeof v.seed_run !== 'string' || typeof v.created_at !== 'number') return undefined;
-    return v as PostgresCacheEntry<E>;
+    const v: unknown = JSON.parse(text);
+    return isCacheEntry(v) ? v : undefined;
   } catch {
     return undefined;
   }

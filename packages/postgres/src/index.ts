@@ -14,9 +14,6 @@ export {
 export {
   CACHE_RUNS_MIGRATIONS,
   CACHE_TABLE,
-  type PostgresCachedEnvelope,
-  type PostgresCacheEntry,
-  type PostgresCacheLimits,
   type PostgresCacheStore,
   type PostgresCacheStoreOptions,
   postgresCacheStore,

@@ -1,4 +1,5 @@
 import { describeCacheStore, keyOf } from '@forge/conformance/cache';
+import type { Envelope } from '@forge/runner';
 import { describe, expect, it } from 'vitest';
 import { postgresCacheStore } from '../src/index.js';
 import { codeOf, poolOn, usePostgres } from './helpers.js';
@@ -18,7 +19,7 @@ describeCacheStore('postgres (postgresCacheStore)', async () => {
   };
 });
 
-const env = (data: unknown) => ({ ok: true, data, meta: { cache: 'miss' } });
+const env = (data: unknown): Envelope => ({ ok: true, data, meta: { cache: 'miss' } });
 
 describe('postgresCacheStore on a real server', () => {
   it('two front-ends over one database see each other’s entries at once, and share the LRU order', async () => {
