@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JobQueue, PresenceStore } from '@forge/queue';
 import type { ForgeOptions } from '@forge/runner';
@@ -89,8 +89,9 @@ async function openDatabase(w: Where, url: string): Promise<Store> {
   const pgs = await import('@forge/postgres');
   let stores: Awaited<ReturnType<typeof pgs.openPostgresStores>>;
   try {
-    const { META_TOOLS } = await import('@forge/runner');
-    const key = auditKey(w.env);
+    const { META_TOOLS, readAuditKey } = await import('@forge/runner');
+    // The same checks as the engine's own (a regular file, never a link, mode 0600).
+    const key = readAuditKey(w.env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
     stores = await pgs.openPostgresStores(url, { builtins: META_TOOLS, ...(key ? { signingKey: key } : {}) });
   } catch (err) {
     throw new EnvironmentError(
@@ -106,8 +107,8 @@ async function openDatabase(w: Where, url: string): Promise<Store> {
     forgeOptions: () => ({
       audit: stores.audit,
       toolStores: (scope, ids) => stores.toolStore(scope, ids),
-      cacheStore: stores.cacheStore as unknown as NonNullable<ForgeOptions['cacheStore']>,
-      runStore: stores.runStore as unknown as NonNullable<ForgeOptions['runStore']>,
+      cacheStore: stores.cacheStore,
+      runStore: stores.runStore,
     }),
     toolsmithStores: () => ({ gapStore: stores.gapStore, proposalStore: stores.proposalStore }),
     check: () => stores.check(),
@@ -118,13 +119,4 @@ async function openDatabase(w: Where, url: string): Promise<Store> {
     },
     close: () => stores.close(),
   };
-}
-
-/** The checkpoint signing key (`FORGE_AUDIT_KEY`): a private key file only its owner may read. */
-function auditKey(env: NodeJS.ProcessEnv): string | undefined {
-  const file = env.FORGE_AUDIT_KEY;
-  if (!file) return undefined;
-  if (!existsSync(file)) throw new EnvironmentError(`FORGE_AUDIT_KEY ${file}: no such file`);
-  if ((statSync(file).mode & 0o077) !== 0) throw new EnvironmentError(`FORGE_AUDIT_KEY ${file} is readable by others: chmod 600 ${file}`);
-  return readFileSync(file, 'utf8');
 }

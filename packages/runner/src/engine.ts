@@ -379,10 +379,15 @@ export async function createEngine(options: ForgeOptions) {
     notifyChanged,
     wireClaims,
     sources: options.sources ?? [],
-    /** This process in the job queue: `<host>-<pid>` (a queue name: letters, digits, `_`, `-`). */
-    workerName: `${hostname()
-      .replace(/[^A-Za-z0-9_-]/g, '-')
-      .slice(0, 80)}-${process.pid}`,
+    /** This process in the job queue. */
+    workerName: defaultWorkerName(),
     state,
   };
+}
+
+/** This process's name in a job queue and in presence: `<host>-<pid>` (letters, digits, `_`, `-`). */
+export function defaultWorkerName(): string {
+  return `${hostname()
+    .replace(/[^A-Za-z0-9_-]/g, '-')
+    .slice(0, 80)}-${process.pid}`;
 }

@@ -12,6 +12,8 @@ export { AUDIT_RECOVERED, AUDIT_UNAVAILABLE } from './auditGate.js';
 export { AUDIT_TAIL_WINDOW, type AuditTail, MAX_AUDIT_TAIL } from './auditTail.js';
 export { type CacheLimits, DEFAULT_CACHE_LIMITS } from './cache.js';
 export { assertCacheKey, CACHE_KEY_PATTERN, type CacheEntry, type CacheStore, fileCacheStore, isCacheEntry } from './cacheStore.js';
+export { readAuditKey } from './checkpoints.js';
+export { defaultWorkerName } from './engine.js';
 export type { Envelope, EnvelopeMeta, ErrorEnvelope, OkEnvelope } from './envelope.js';
 export { DEFAULT_EVENT_LIMITS, type EventLimits, type EventSummary, LOG_LEVELS, type LogLevel, type ToolEvent } from './events.js';
 export {

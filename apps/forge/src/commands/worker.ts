@@ -1,5 +1,5 @@
-import { hostname } from 'node:os';
 import type { JobQueue } from '@forge/queue';
+import { defaultWorkerName } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { openForge } from '../context.js';
@@ -45,8 +45,10 @@ export const worker: Command = {
         throw err;
       }
       const ac = new AbortController();
-      const present = keepPresent(await store.presence(), { name: name ?? workerName(), kind: 'worker', facts: { concurrency } }, (l) =>
-        out.note(l),
+      const present = keepPresent(
+        await store.presence(),
+        { name: name ?? defaultWorkerName(), kind: 'worker', facts: { concurrency } },
+        (l) => out.note(l),
       );
       let working: Promise<void> | undefined;
       try {
@@ -95,11 +97,4 @@ function positive(v: unknown, fallback: number, flag: string, usage: string, zer
   if (typeof v !== 'string' || !/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < (zero ? 0 : 1))
     throw new UsageError(`${flag} expects a whole number${zero ? '' : ' of at least 1'} (got "${String(v)}")`, usage);
   return n;
-}
-
-/** The default worker name, as the engine names it: `<host>-<pid>`. */
-function workerName(): string {
-  return `${hostname()
-    .replace(/[^A-Za-z0-9_-]/g, '-')
-    .slice(0, 80)}-${process.pid}`;
 }
