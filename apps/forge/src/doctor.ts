@@ -1,7 +1,7 @@
 import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { EffectivePolicy } from '@forge/policy';
-import { describeRunLimits, probe, resolveRuntimes } from '@forge/sandbox';
+import { describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks } from '@forge/sandbox';
 import { checkPolicies } from './policy-check.js';
 import { storeUrl } from './store.js';
 
@@ -25,7 +25,7 @@ export interface DoctorReport {
   /** The host uid and gid every sandbox runs as. */
   sandboxUser?: { uid: number; gid: number; droppedFromRoot: boolean };
   /** How each limit holds: for the whole run (cgroup) or per process (rlimit). */
-  limits?: { memory: string; cpu: string; pids: string; notes: string[] };
+  limits?: { memory: string; cpu: string; pids: string; notes: string[]; explain: Record<string, string> };
   runtimes: { name: string; version: string; interpreter: string }[];
   paths: { home: string; project: string; auditLog: string; vault: string; userPolicy: string; workspacePolicy: string; rules: string };
 }
@@ -72,15 +72,25 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
         : `every sandbox runs as this user (host uid ${host.identity.uid}), uid 1000 inside`,
     });
   }
-  // Which limits hold for a whole run, and which only per process (never silently).
+  // Which limits hold for a whole run, and which only per process (never silently): one line each.
   const limits = describeRunLimits(host);
+  const notes = (prefix: string) => limits.notes.filter((n) => n.startsWith(prefix));
+  const limitCheck = (name: string, detail: string, prefix: string): Check => {
+    const n = notes(prefix)[0];
+    // A note holds the why and the fix: only the fix goes on the fix line.
+    const fix = n ? /fix: (.*)$/.exec(n)?.[1] : undefined;
+    return { name, ok: true, detail, ...(fix ? { warn: true, fix } : {}) };
+  };
+  checks.push(limitCheck('limit memory', `${limits.memory}: ${limits.explain.memory}`, 'memory:'));
+  checks.push(limitCheck('limit cpu time', `${limits.cpu}: ${limits.explain.cpu}`, 'cpu:'));
+  checks.push(limitCheck('limit cpu rate', limits.explain.cpuRate, 'cpu rate:'));
+  checks.push(limitCheck('limit processes', `${limits.pids}: ${limits.explain.pids}`, 'pids:'));
   checks.push({
-    name: 'limits',
+    name: 'run cgroups',
     ok: true,
-    detail: `per run: memory by ${limits.memory}, cpu by ${limits.cpu}, processes by ${limits.pids}${
-      limits.cgroup ? ` (cgroup v${limits.cgroup.version}, ${limits.cgroup.mode}: ${limits.cgroup.bases.join(', ')})` : ''
-    }${limits.notes.length ? `; ${limits.notes.join('; ')}` : ''}`,
+    detail: limits.cgroup ? `each run gets a cgroup under ${limits.cgroup.bases.join(', ')}` : `none: ${limits.cgroupsWhy}`,
   });
+  if (host.ok) checks.push(await trialRunCheck(host.identity?.uid));
 
   const found = new Map(runtimes.list.map((r) => [r.name, r]));
   for (const name of EXPECTED_RUNTIMES) {
@@ -129,10 +139,40 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     ...(host.identity
       ? { sandboxUser: { uid: host.identity.uid, gid: host.identity.gid, droppedFromRoot: host.identity.drop.length > 0 } }
       : {}),
-    limits: { memory: limits.memory, cpu: limits.cpu, pids: limits.pids, notes: limits.notes },
+    limits: { memory: limits.memory, cpu: limits.cpu, pids: limits.pids, notes: limits.notes, explain: limits.explain },
     runtimes: runtimes.list.map((r) => ({ name: r.name, version: r.version, interpreter: r.interpreter })),
     paths,
   };
+}
+
+/**
+ * A real sandbox with a call's default limits, started beside everything this user runs now, whose
+ * shell forks (as every interpreter's start does): a host where namespaces work but a busy user's
+ * task count, a process limit or a missing /bin/sh would fail every call says so here, with why.
+ */
+async function trialRunCheck(uid: number | undefined): Promise<Check> {
+  const name = 'trial run';
+  const tasks = userTasks(uid);
+  const load = tasks ? `the ${tasks.count} processes and threads uid ${uid} runs now (RLIMIT_NPROC ${tasks.limit ?? 'unlimited'})` : '';
+  try {
+    const r = await runSandboxed({ command: ['/bin/sh', '-c', '/bin/true & /bin/true & wait && echo forked'] });
+    if (r.reason === 'exit' && r.exitCode === 0 && r.stdout.toString() === 'forked\n') {
+      return {
+        name,
+        ok: true,
+        detail: `a sandbox started and forked with a call's default limits, beside ${load || 'what this user runs'}`,
+      };
+    }
+    return {
+      name,
+      ok: false,
+      detail: `a sandbox started but its shell could not fork (${r.reason}, exit ${r.exitCode ?? r.signal}): ${r.stderrTail.trim() || 'no message'}${load ? `; ${load}` : ''}`,
+      fix: "raise this user's process limit (ulimit -u, nproc in /etc/security/limits.conf) or end some of its processes",
+    };
+  } catch (err) {
+    const [detail, fix] = (err as Error).message.split(' — fix: ');
+    return { name, ok: false, detail: detail ?? String(err), fix: fix ?? 'see the message' };
+  }
 }
 
 /**

@@ -1,13 +1,13 @@
 import { join } from 'node:path';
 import { verifyLog } from '@forge/audit-chain';
-import { beforeAll, describe, expect, it } from 'vitest';
-import { connect, py, requireCliAndSandbox } from './helpers.js';
+import { beforeAll, describe, expect } from 'vitest';
+import { asRoot, connect, py, requireCliAndSandbox } from './helpers.js';
 import { tmpfsHome } from './tmpfs.js';
 
 beforeAll(requireCliAndSandbox);
 
 describe('forge serve (stdio) with the audit log on a filesystem that fills mid-session', () => {
-  it('answers audit_unavailable (isError, never ok), refuses forges, and takes calls again once an append succeeds', async () => {
+  asRoot('answers audit_unavailable (isError, never ok), refuses forges, and takes calls again once an append succeeds', async () => {
     const h = tmpfsHome('forge-serve-audit-full-');
     const c = await connect(h);
     expect((await c.call('forge_tool', py('echo', 'print(json.dumps({"ok": True, "data": args}))'))).env.ok).toBe(true);

@@ -171,9 +171,22 @@ describe('forge (commands)', () => {
       ok: true,
       detail: expect.stringContaining(root ? 'unprivileged host uid 2000000000' : 'runs as this user'),
     });
-    expect(r.checks.find((c: { name: string }) => c.name === 'limits')?.detail).toMatch(
-      /^per run: memory by (cgroup|rlimit), cpu by (cgroup|rlimit), processes by (cgroup|rlimit)/,
+    // Each limit on its own line, saying what holds it; a real sandbox started and forked.
+    const check = (name: string) => r.checks.find((c: { name: string }) => c.name === name);
+    expect(check('limit memory')?.detail).toMatch(/^(cgroup: whole run|rlimit: per process only)/);
+    expect(check('limit cpu time')?.detail).toMatch(/^(cgroup: whole run|rlimit: per process only)/);
+    expect(check('limit processes')?.detail).toMatch(
+      root ? /^cgroup: whole run \(every process and thread\)/ : /^(cgroup: whole run|userns: the run's own processes and threads)/,
     );
+    expect(r.limits.pids).toBe(check('limit processes')?.detail.split(':')[0]);
+    expect(check('trial run')).toMatchObject({
+      ok: true,
+      detail: expect.stringMatching(
+        /^a sandbox started and forked with a call's default limits, beside the \d+ processes and threads uid \d+ runs now/,
+      ),
+    });
+    const text = await runCli(['doctor'], o);
+    for (const line of text.stdout.split('\n')) expect(line.length, line).toBeLessThan(400);
     if (root) {
       // Root with a sandbox uid that would be root: refused, with the fix, and nothing may run.
       const zero = await runCli(['doctor'], { ...o, env: { ...s.env, FORGE_SANDBOX_UID: '0' } });

@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
-import { requireCliAndSandbox, runCli } from './helpers.js';
+import { beforeAll, describe, expect } from 'vitest';
+import { asRoot, requireCliAndSandbox, runCli } from './helpers.js';
 import { tmpfsHome } from './tmpfs.js';
 
 beforeAll(requireCliAndSandbox);
@@ -13,7 +13,7 @@ const auditCheck = (stdout: string) =>
   );
 
 describe('forge doctor: an audit log that cannot be written', () => {
-  it('reports a full filesystem and a read-only one, each with the fix, without writing an entry', async () => {
+  asRoot('reports a full filesystem and a read-only one, each with the fix, without writing an entry', async () => {
     const h = tmpfsHome('forge-doctor-audit-');
     const o = { cwd: h.project, env: h.env };
     writeFileSync(join(h.auditDir, 'forge.log'), '');

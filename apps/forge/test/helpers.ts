@@ -7,12 +7,18 @@ import { probe } from '@forge/sandbox';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { onTestFinished } from 'vitest';
+import { it, onTestFinished } from 'vitest';
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The built CLI: these tests run what users run. */
 export const CLI = resolve(here, '../dist/cli.js');
 export const EXAMPLES = resolve(here, '../../../examples');
+
+/**
+ * A test that needs root to set itself up (a tmpfs mounted for a full or read-only disk): it runs
+ * in CI's root pass and is reported as skipped in the ordinary user's pass.
+ */
+export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
 
 /** Fails (never skips) without the built CLI or a working sandbox, with the fix. */
 export async function requireCliAndSandbox(): Promise<void> {

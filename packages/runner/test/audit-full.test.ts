@@ -5,11 +5,12 @@ import { join } from 'node:path';
 import { openAuditLog, verifyLog } from '@forge/audit-chain';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createForge, type Forge } from '../src/index.js';
-import { type Entry, failed, okData, py, requireSandbox } from './helpers.js';
+import { asRoot, type Entry, failed, okData, py, requireSandbox } from './helpers.js';
 
 /**
- * A forge whose audit directory is its own 256 KiB tmpfs (tests run as root in CI). Mounting
- * that fails fails the test with the reason: there is no way to test a full disk without one.
+ * A forge whose audit directory is its own 256 KiB tmpfs, mounted in this test process's own
+ * mount namespace: root only (CI's root pass). Mounting that fails fails the test with the
+ * reason: there is no way to test a full disk without one.
  */
 async function fullDiskForge(): Promise<{ forge: Forge; auditDir: string; fill(): void; free(): void; entries(): Entry[] }> {
   await requireSandbox();
@@ -80,7 +81,7 @@ async function untilRefused<T extends { ok: boolean }>(op: () => Promise<T>): Pr
 const echo = py('fs.echo', 'print(json.dumps({"ok": True, "data": args}))');
 
 describe('audit log on a full filesystem (fails closed)', () => {
-  it('answers nothing it cannot audit, refuses while full, records one recovery entry once writable', async () => {
+  asRoot('answers nothing it cannot audit, refuses while full, records one recovery entry once writable', async () => {
     const fx = await fullDiskForge();
     const { forge } = fx;
     expect(await forge.forgeTool(echo)).toMatchObject({ ok: true });
@@ -148,7 +149,7 @@ describe('audit log on a full filesystem (fails closed)', () => {
     expect(v.ok).toBe(true);
   });
 
-  it('a forge whose forge.created entry cannot be written is taken back, not reported as created', async () => {
+  asRoot('a forge whose forge.created entry cannot be written is taken back, not reported as created', async () => {
     const fx = await fullDiskForge();
     const { forge } = fx;
     // Full between the gate's look and the entry: the registry write happens, the entry fails.

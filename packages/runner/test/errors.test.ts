@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { resolveRuntimes, runtimeNames } from '@forge/sandbox';
@@ -391,6 +391,36 @@ describe('a host that cannot sandbox', () => {
     expect(fx.entries('sandbox.unavailable')).toHaveLength(6);
     expect(fx.entries('forge.called').every((e) => e.data.kind === 'sandbox_unavailable')).toBe(true);
     // Not the tool's failure: the failure breaker (threshold 5 by default) never opened.
+    expect(fx.entries('breaker.open')).toEqual([]);
+  });
+});
+
+describe('a sandbox that cannot start on this host now', () => {
+  it('the kernel refuses its namespace (the uid at its process limit): sandbox_unavailable with the cause and fix, never output_invalid', async () => {
+    // Real bwrap behind a shell that first sets RLIMIT_NPROC to 1, below what the sandbox's uid
+    // already runs: creating the sandbox fails with EAGAIN. The host probe's trial goes through.
+    const dir = mkdtempSync(join(tmpdir(), 'forge-runner-bwrap-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(
+      join(dir, 'bwrap'),
+      `#!/bin/sh\ncase "$*" in *'test -d /proc/self'*) ;; *) ulimit -p 1 ;; esac\nexec /usr/bin/bwrap "$@"\n`,
+      {
+        mode: 0o755,
+      },
+    );
+    chmodSync(dir, 0o755); // as root the wrapper runs as the sandbox's uid
+    const fx = await setup({ forge: { bwrapPath: join(dir, 'bwrap') } });
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const env = await fx.forge.callTool('fib', { n: 7 });
+    expect(env.ok).toBe(false);
+    if (env.ok) return;
+    expect(env.error.kind).toBe('sandbox_unavailable');
+    expect(env.error.message).toMatch(/^the sandbox could not be created: the kernel refused a new process or namespace for this user/);
+    expect(env.error.message).toContain('Resource temporarily unavailable');
+    expect(env.error.message).toContain("fix: raise this user's process limit");
+    expect(fx.entries('sandbox.unavailable')).toHaveLength(1);
+    expect(fx.entries('forge.called').map((e) => e.data.kind)).toEqual(['sandbox_unavailable']);
+    // Not the tool's doing: nothing counts against its breaker, no run is recorded.
     expect(fx.entries('breaker.open')).toEqual([]);
   });
 });

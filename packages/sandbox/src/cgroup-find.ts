@@ -104,10 +104,13 @@ export function findRunCgroups(options: FindCgroupsOptions = {}): CgroupSearch {
   if (!options.v2Mount) {
     const v1 = mounts.filter((m) => m.fstype === 'cgroup' && m.controllers.some((c) => WANTED_V1.includes(c)));
     if (v1.length > 0) {
-      if (!root) return { ok: false, why: 'cgroup v1 hierarchies need root to make a cgroup per run, and this process is not root' };
-      const found = prepareV1(v1);
-      if (found.ok) return found;
-      why.push(found.why);
+      // Not root: a hybrid host's cgroup2 hierarchy may still give a delegated subtree (below).
+      if (!root) why.push('cgroup v1 hierarchies need root to make a cgroup per run, and this process is not root');
+      else {
+        const found = prepareV1(v1);
+        if (found.ok) return found;
+        why.push(found.why);
+      }
     }
   }
   const v2 = options.v2Mount ?? mounts.find((m) => m.fstype === 'cgroup2')?.path;
@@ -282,22 +285,29 @@ export function findPidsCgroups(): RunCgroups | undefined {
   return found.ok && found.cgroups.pids ? found.cgroups : undefined;
 }
 
-/** How a limit holds: for the whole run (`cgroup`), or per process only (`rlimit`). */
-export type LimitMechanism = 'cgroup' | 'rlimit';
+/**
+ * How a limit holds: for the whole run (`cgroup`); for the run's own tasks by RLIMIT_NPROC in its
+ * own user namespace (`userns`, processes only: Linux 5.14+ counts that limit per namespace);
+ * per process, or for processes per user (`rlimit`).
+ */
+export type LimitMechanism = 'cgroup' | 'userns' | 'rlimit';
 
 /** How a run's memory, CPU-time and process limits hold. */
 export interface EnforcedLimits {
-  memory: LimitMechanism;
-  cpu: LimitMechanism;
+  memory: 'cgroup' | 'rlimit';
+  cpu: 'cgroup' | 'rlimit';
   pids: LimitMechanism;
 }
 
-/** How the limits of a run with these cgroups (or none) hold. */
-export function enforcedBy(c: RunCgroups | undefined): EnforcedLimits {
+/**
+ * How the limits of a run with these cgroups (or none) hold. `processes`: how the process limit
+ * holds without a pids cgroup (what `probe()` found: `HostInfo.processLimit`).
+ */
+export function enforcedBy(c: RunCgroups | undefined, processes: 'userns' | 'rlimit' = 'rlimit'): EnforcedLimits {
   return {
     memory: c?.memory ? 'cgroup' : 'rlimit',
     cpu: c?.cpuBudget ? 'cgroup' : 'rlimit',
-    pids: c?.pids ? 'cgroup' : 'rlimit',
+    pids: c?.pids ? 'cgroup' : processes,
   };
 }
 
@@ -305,21 +315,43 @@ export function enforcedBy(c: RunCgroups | undefined): EnforcedLimits {
 export interface RunLimitsReport extends EnforcedLimits {
   /** The cgroups each run gets, when it gets any. */
   cgroup?: { version: 1 | 2; mode: 'root' | 'delegated'; bases: string[]; cpuRate: boolean };
+  /** Why runs get no cgroup here, when they get none. */
+  cgroupsWhy?: string;
+  /** One sentence per limit: what holds it, for what (the whole run, each process), and where. */
+  explain: { memory: string; cpu: string; cpuRate: string; pids: string };
   /** One sentence for each limit that does not hold for the whole run: what applies instead, and the fix. */
   notes: string[];
 }
 
 /**
  * Says which limits hold for a whole run on this host and which only per process, from what
- * `probe()` found (`HostInfo.cgroups`, `HostInfo.cgroupsUnavailable`).
+ * `probe()` found (`HostInfo.cgroups`, `HostInfo.cgroupsUnavailable`, `HostInfo.processLimit`).
  */
-export function describeRunLimits(host: { cgroups?: RunCgroups; cgroupsUnavailable?: string }): RunLimitsReport {
+export function describeRunLimits(host: {
+  cgroups?: RunCgroups;
+  cgroupsUnavailable?: string;
+  processLimit?: 'userns' | 'rlimit' | { cgroup: RunCgroups };
+}): RunLimitsReport {
   const c = host.cgroups;
-  const e = enforcedBy(c);
+  const e = enforcedBy(c, host.processLimit === 'userns' ? 'userns' : 'rlimit');
   const why = c ? `the run's cgroup has no such controller (${c.bases.join(', ')})` : (host.cgroupsUnavailable ?? 'no cgroup');
   const fix =
     'fix: run forge as root, or start it in a delegated cgroup v2 subtree with the memory, cpu and pids controllers (systemd-run --user -p Delegate=yes --scope …)';
+  const where = c ? `its cgroup (v${c.version}, ${c.mode === 'root' ? 'made as root' : 'in the delegated subtree'})` : '';
+  // Without the cgroup the sentences are short: `why` is said once (RunLimitsReport.cgroupsWhy).
+  const none = c ? `: no such controller in ${where}` : ': no cgroup per run';
   const notes: string[] = [];
+  const explain = {
+    memory: e.memory === 'cgroup' ? `whole run, by ${where}` : `per process only, by the address-space guard (RLIMIT_AS)${none}`,
+    cpu: e.cpu === 'cgroup' ? `whole run (CPU time of all its processes), by ${where}` : `per process only (RLIMIT_CPU)${none}`,
+    cpuRate: c?.cpuRate ? `whole run (limits.cpuCores), by ${where}` : `not limited${none}`,
+    pids:
+      e.pids === 'cgroup'
+        ? `whole run (every process and thread), by ${where}`
+        : e.pids === 'userns'
+          ? "the run's own processes and threads, by RLIMIT_NPROC set inside its own user namespace (the kernel counts it per namespace, so the user's other processes do not count)"
+          : "RLIMIT_NPROC set above this user's task count when the run starts (this kernel counts it per user, not per run: a backstop, not a budget)",
+  };
   if (e.memory === 'rlimit') {
     notes.push(
       `memory: limits.memoryBytes is not enforced; each process only has the address-space guard (RLIMIT_AS, limits.addressSpaceBytes), so several processes of one run can together use more. Why: ${why}; ${fix}`,
@@ -332,11 +364,14 @@ export function describeRunLimits(host: { cgroups?: RunCgroups; cgroupsUnavailab
   }
   if (c && !c.cpuRate) notes.push(`cpu rate: limits.cpuCores is not enforced: the cpu controller is not enabled for ${c.base}`);
   if (e.pids === 'rlimit') {
-    notes.push(`pids: limits.processes holds as RLIMIT_NPROC, counted per user rather than per run. Why: ${why}; ${fix}`);
+    notes.push(
+      `pids: limits.processes holds only as a backstop above this user's task count (this kernel counts RLIMIT_NPROC per user; Linux 5.14 and later count it per run's namespace). Why no pids cgroup: ${why}; ${fix}`,
+    );
   }
   return {
     ...e,
-    ...(c ? { cgroup: { version: c.version, mode: c.mode, bases: c.bases, cpuRate: c.cpuRate } } : {}),
+    ...(c ? { cgroup: { version: c.version, mode: c.mode, bases: c.bases, cpuRate: c.cpuRate } } : { cgroupsWhy: why }),
+    explain,
     notes,
   };
 }

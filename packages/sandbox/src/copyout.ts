@@ -1,4 +1,5 @@
 import {
+  chmodSync,
   closeSync,
   constants as fsc,
   fstatSync,
@@ -54,6 +55,35 @@ export interface CopyLimits {
 export const COPY_LIMITS: Readonly<CopyLimits> = { bytes: 2 ** 40, entries: 10_000, depth: 32 };
 
 const O_PATH_DIR = fsc.O_RDONLY | fsc.O_DIRECTORY | fsc.O_NOFOLLOW;
+const READ = fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK;
+/** O_PATH (Linux): a descriptor of the inode itself, which needs no permission on it. */
+const O_PATH = 0o10000000;
+
+/**
+ * A file the tool made unreadable (mode 0): root reads it anyway, an ordinary user (whose uid the
+ * sandbox's maps to, so it owns the file) gives itself read permission first. Through a descriptor
+ * of the inode checked to be a regular file, never by the name the tool could swap; the inode is
+ * in the run's own tmpfs, which is thrown away after the copy.
+ */
+function openUnreadable(at: string): number | undefined {
+  let p: number;
+  try {
+    p = openSync(at, O_PATH | fsc.O_NOFOLLOW);
+  } catch {
+    return undefined;
+  }
+  try {
+    const st = fstatSync(p);
+    if (!st.isFile() || st.uid !== process.getuid?.()) return undefined;
+    chmodSync(`/proc/self/fd/${p}`, (st.mode & 0o7777) | 0o400);
+    // Reopened through the descriptor's own link (O_NOFOLLOW would refuse that link itself).
+    return openSync(`/proc/self/fd/${p}`, fsc.O_RDONLY | fsc.O_NONBLOCK);
+  } catch {
+    return undefined;
+  } finally {
+    closeSync(p);
+  }
+}
 const CHUNK = 1 << 16;
 
 /**
@@ -144,10 +174,14 @@ function copyFile(at: string, to: string, out: CopiedOutput, limits: CopyLimits)
   let fd: number;
   try {
     // O_NONBLOCK: a FIFO swapped in since the lstat must not hang the host; its type is checked next.
-    fd = openSync(at, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
-  } catch {
-    out.skipped++;
-    return;
+    fd = openSync(at, READ);
+  } catch (err) {
+    const opened = (err as NodeJS.ErrnoException).code === 'EACCES' ? openUnreadable(at) : undefined;
+    if (opened === undefined) {
+      out.skipped++;
+      return;
+    }
+    fd = opened;
   }
   try {
     if (!fstatSync(fd).isFile()) {

@@ -57,3 +57,4 @@ export { type EndReason, type RunOptions, type RunOutput, type RunResult, runSan
 export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRuntimes, runtimeNames } from './runtimes.js';
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';
 export { type SpawnExit, type SpawnedSandbox, type SpawnOptions, spawnSandboxed } from './spawn.js';
+export { type LaunchFailure, launchFailure, userTasks } from './start.js';

@@ -46,6 +46,7 @@ import {
 } from './profile.js';
 import { buildSeccompFilter } from './seccomp.js';
 import { reachable, type Staged, type StageRequest, stage } from './staging.js';
+import { userTasks } from './start.js';
 import { processTempDir } from './tmp.js';
 
 /** Why a sandbox ended. */
@@ -323,15 +324,15 @@ let hardLimits: Map<string, number> | undefined;
 /**
  * The launcher's rlimit steps (shell) for `limits`. Never asks for more than this process's own
  * hard limits: an unprivileged process cannot raise them (the launcher would fail), and the tool
- * gets no more than its parent has anyway. `pidsCgroup`: a pids cgroup counts the run's
- * processes, so RLIMIT_NPROC (which counts every process of the user, here of every sandbox at
- * once, and is ignored for root) is not set. `events`: keep descriptor 3 (the events pipe).
+ * gets no more than its parent has anyway. The process limit is not among them: it is set inside
+ * the run's own user namespace ({@link runProcessLimit}, start.ts), where it counts the run's
+ * tasks only. `events`: keep descriptor 3 (the events pipe).
  */
-export function rlimitSteps(limits: Limits, o: { pidsCgroup: boolean; events: boolean }): string[] {
+export function rlimitSteps(limits: Limits, o: { events: boolean }): string[] {
   hardLimits ??= readHardLimits();
   const cap = (name: string, v: number) => Math.min(v, hardLimits?.get(name) ?? v);
   const cpu = cap('Max cpu time', limits.cpuSeconds + 1);
-  const steps = [
+  return [
     // Soft CPU limit first (SIGXCPU, reported as cpu), then the hard one a second later.
     `ulimit -S -t ${Math.min(limits.cpuSeconds, cpu)}`,
     `ulimit -H -t ${cpu}`,
@@ -342,8 +343,21 @@ export function rlimitSteps(limits: Limits, o: { pidsCgroup: boolean; events: bo
     // A launcher (or sandbox) made ahead holds an events pipe whether or not this run wants one.
     ...(o.events ? [] : [`exec ${EVENTS_FD}>&-`]),
   ];
-  if (!o.pidsCgroup) steps.push(`ulimit -p ${cap('Max processes', limits.processes)}`);
-  return steps;
+}
+
+/**
+ * The RLIMIT_NPROC a run's command starts with inside its sandbox (start.ts), or undefined when
+ * its pids cgroup holds the limit. Where the kernel counts the limit per user namespace
+ * (`userns`), it is the run's budget itself. Where it counts every task of the user (`rlimit`,
+ * kernels before 5.14), a bare budget would refuse the run's first fork on any busy desktop, so
+ * it is a backstop above the user's count now: never below what the user already runs.
+ */
+export function runProcessLimit(limits: Limits, mechanism: 'cgroup' | 'userns' | 'rlimit'): number | undefined {
+  if (mechanism === 'cgroup') return undefined;
+  hardLimits ??= readHardLimits();
+  const hard = hardLimits.get('Max processes');
+  const want = mechanism === 'userns' ? limits.processes : (userTasks()?.count ?? 0) + limits.processes;
+  return hard === undefined ? want : Math.min(want, hard);
 }
 
 /** The egress side of a launched sandbox with network: its proxy, and whether the relay started. */

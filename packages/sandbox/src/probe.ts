@@ -1,10 +1,11 @@
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { findRunCgroups, type PidsCgroups, type RunCgroups } from './cgroup.js';
 import { SANDBOX_UID } from './profile.js';
 import { hostSeccompArch, type SeccompArch } from './seccomp.js';
+import { launchFailure } from './start.js';
 import { which } from './which.js';
 
 const run = promisify(execFile);
@@ -45,10 +46,13 @@ export interface HostInfo {
   /** Top-level directories besides /usr that programs need (merged-/usr symlinks or real dirs). */
   roots: RootEntry[];
   /**
-   * How the process limit is enforced: RLIMIT_NPROC, or (when running as root, where the kernel
-   * ignores that limit) a pids cgroup per run.
+   * How the process limit holds: a pids cgroup per run (`{cgroup}`, as root, or in a delegated
+   * cgroup v2 subtree); else RLIMIT_NPROC set inside the run's own user namespace, which this
+   * kernel counts per namespace (`userns`: the run's tasks only; found by a trial run); else
+   * RLIMIT_NPROC counted per user (`rlimit`, kernels before 5.14), set as a backstop above the
+   * user's task count.
    */
-  processLimit?: 'rlimit' | { cgroup: PidsCgroups };
+  processLimit?: 'userns' | 'rlimit' | { cgroup: PidsCgroups };
   /**
    * Where each run gets cgroups of its own (run-wide memory, CPU and process limits); undefined
    * when this process cannot make them, and then {@link cgroupsUnavailable} says why.
@@ -87,6 +91,8 @@ export interface ProbeOptions {
   refresh?: boolean;
 }
 
+/** What the trial sandbox prints when RLIMIT_NPROC counts per user namespace. */
+const PER_RUN = 'nproc-per-run';
 const MIN_BWRAP = [0, 8, 0] as const; // --disable-userns, --bind-fd with O_PATH
 const cache = new Map<string, Promise<HostInfo>>();
 
@@ -137,8 +143,8 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
         fix: 'run as a non-root user, or give this process a writable pids cgroup (a read-write /sys/fs/cgroup; in a container: --cgroupns=private)',
       });
     }
-  } else {
-    info.processLimit = found.ok && found.cgroups.pids ? { cgroup: found.cgroups } : 'rlimit';
+  } else if (found.ok && found.cgroups.pids) {
+    info.processLimit = { cgroup: found.cgroups };
   }
 
   const bwrap = bwrapPath ?? which('bwrap', ['/usr/bin', '/bin']);
@@ -176,17 +182,23 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
   const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL'];
   args.push('--uid', String(SANDBOX_UID), '--gid', String(SANDBOX_UID), '--ro-bind', '/usr', '/usr');
   for (const r of info.roots) args.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/bin/sh', '-c', 'test -d /proc/self && echo "$(id -u) $(id -g)"');
+  // Then whether RLIMIT_NPROC counts per namespace: with it at 4 inside, a subshell (bwrap's init,
+  // the shell, the subshell, its child) may fork only when the user's other tasks (this process's
+  // threads alone are more than 4) do not count.
+  const trial = `test -d /proc/self && echo "$(id -u) $(id -g)" && { (ulimit -p 4 && /bin/true && echo ${PER_RUN}) 2>/dev/null; true; }`;
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/bin/sh', '-c', trial);
   const [cmd, ...rest] = [...identity.drop, bwrap, ...args] as [string, ...string[]];
   try {
     const { stdout } = await run(cmd, rest, { timeout: 10_000 });
-    if (stdout.trim() !== `${SANDBOX_UID} ${SANDBOX_UID}`) {
+    const [ids = '', perRun] = stdout.trim().split('\n');
+    if (ids !== `${SANDBOX_UID} ${SANDBOX_UID}`) {
       problems.push({
         code: 'sandbox_failed',
-        message: `a trial sandbox ran as "${stdout.trim()}" inside instead of ${SANDBOX_UID}`,
+        message: `a trial sandbox ran as "${ids}" inside instead of ${SANDBOX_UID}`,
         fix: 'check that bwrap is the distribution package (not setuid): apt-get install --reinstall -y bubblewrap',
       });
     }
+    if (!root && !info.processLimit) info.processLimit = perRun === PER_RUN ? 'userns' : 'rlimit';
   } catch (err) {
     problems.push(classifyFailure(String((err as { stderr?: string }).stderr ?? (err as Error).message)));
   }
@@ -227,43 +239,12 @@ function sandboxIdentity(root: boolean, problems: HostProblem[]): SandboxIdentit
   return { uid, gid: uid, drop: [setpriv, `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--'] };
 }
 
-/** Turns bwrap's complaint about the trial run into a problem with its fix. */
+/** Turns bwrap's complaint about the trial run into a problem with its fix (the rules of launchFailure). */
 function classifyFailure(stderr: string): HostProblem {
-  const text = stderr.trim();
-  if (/proc/i.test(text) && /mount/i.test(text)) {
-    return {
-      code: 'proc_unmountable',
-      message: `a fresh /proc cannot be mounted (${text}): the host or container masks /proc`,
-      fix: 'in a container, run it with an unmasked /proc (podman: --security-opt unmask=/proc/*; docker: --security-opt systempaths=unconfined)',
-    };
-  }
-  if (/namespace|uid map|setting up uid|clone|unshare|Operation not permitted|Permission denied/i.test(text)) {
-    const sysctl = (path: string) => {
-      try {
-        return readFileSync(path, 'utf8').trim();
-      } catch {
-        return undefined;
-      }
-    };
-    let fix = 'allow unprivileged user namespaces for bwrap';
-    if (sysctl('/proc/sys/kernel/apparmor_restrict_unprivileged_userns') === '1') {
-      fix =
-        'AppArmor blocks user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (or install an AppArmor profile that allows userns for /usr/bin/bwrap)';
-    } else if (sysctl('/proc/sys/kernel/unprivileged_userns_clone') === '0') {
-      fix = 'sysctl -w kernel.unprivileged_userns_clone=1';
-    } else if (sysctl('/proc/sys/user/max_user_namespaces') === '0') {
-      fix = 'sysctl -w user.max_user_namespaces=15000';
-    } else {
-      fix =
-        "a container's seccomp profile blocks user namespaces: run it with a profile that allows clone/unshare of user namespaces (docker: --security-opt seccomp=unconfined)";
-    }
-    return { code: 'userns_blocked', message: `bwrap cannot create the sandbox's namespaces: ${text}`, fix };
-  }
-  return {
-    code: 'sandbox_failed',
-    message: `a trial sandbox failed: ${text || 'no message'}`,
-    fix: 'run the trial by hand to see why: bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev -- /usr/bin/true',
-  };
+  const f = launchFailure(stderr, 'failed');
+  const code: HostProblem['code'] =
+    f.cause === 'proc' ? 'proc_unmountable' : f.cause === 'userns' || f.cause === 'userns_count' ? 'userns_blocked' : 'sandbox_failed';
+  return { code, message: code === 'sandbox_failed' ? `a trial sandbox failed: ${f.message}` : f.message, fix: f.fix };
 }
 
 /** /bin, /lib, … as the host has them: merged-/usr symlinks, or real directories. */

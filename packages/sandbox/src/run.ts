@@ -21,6 +21,7 @@ import {
   planMounts,
   resolveNetwork,
   rlimitSteps,
+  runProcessLimit,
   sandboxSeccomp,
   startEgress,
   Tail,
@@ -30,6 +31,7 @@ import {
 import { probe } from './probe.js';
 import { buildBwrapArgs, type Limits, type Mount, resolveLimits, type SandboxProfile, sandboxEnv } from './profile.js';
 import type { Staged } from './staging.js';
+import { launchFailure, StartWatch, startCommand, startSteps, userTasks } from './start.js';
 
 export type { EndReason };
 
@@ -135,6 +137,12 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   assertHostReady(host);
   const limits = resolveLimits(profile.limits);
   const network = resolveNetwork(profile.network);
+  // The tool's command starts behind the shell that sets its process limit inside its own user
+  // namespace and marks the start on stderr (start.ts); a sandbox built ahead runs those steps itself.
+  const pidsBy = typeof host.processLimit === 'object' ? 'cgroup' : (host.processLimit ?? 'rlimit');
+  const processes = runProcessLimit(limits, pidsBy);
+  const toolCommand = profile.command;
+  profile = { ...profile, command: startCommand(toolCommand, processes) };
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
   const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
   if (preload) profile = withEgress(profile, preload.path);
@@ -160,7 +168,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
   const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
   // Root without a pids cgroup does not get this far (see probe()).
-  const steps = rlimitSteps(limits, { pidsCgroup: Boolean(cgroups?.base.pids), events: Boolean(options.events) });
+  const steps = rlimitSteps(limits, { events: Boolean(options.events) });
 
   // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
   // command, the environment and the per-run mounts' sources.
@@ -199,8 +207,8 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
     // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
     // bwrap starts itself does; it adds the run's own.
-    const inner = hold ? profile.command.slice(HOLDER_COMMAND.length) : profile.command;
-    const line = runLine([`export ${env.join(' ')}`, ...steps], inner, hold);
+    const start = startSteps(shellQuote(toolCommand[0] as string), processes);
+    const line = runLine([`export ${env.join(' ')}`, ...steps, ...start], toolCommand, hold);
     claim = takePrebuilt(shape, staged, line, cgroupLimits);
   }
   preload?.write(); // (a run with network is never served by a sandbox built ahead: no claim to end)
@@ -372,14 +380,17 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     eventsPipe.end(); // nothing goes the other way: a tool reading it sees end-of-file
   }
   const stderr = new Tail(limits.stderrTailBytes);
-  child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+  const start = new StartWatch();
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
 
   const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
     child.on('error', (err) => {
       if (claim) finishPrebuilt(claim);
       grant.restore();
       cold?.staged.remove();
-      reject(err);
+      // The launcher itself could not be started (spawn's EAGAIN when this user is at its limit).
+      const why = launchFailure(`the launcher: ${err.message}`, 'did not start', { tasks: () => userTasks(identity.uid) });
+      reject(new SandboxError('sandbox_unavailable', `${why.message}; nothing was run — fix: ${why.fix}`, { cause: err }));
     });
     child.on('close', (c, s) => resolve({ code: c, signal: s }));
   }).finally(() => {
@@ -406,6 +417,15 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
       `the sandbox's network relay did not start, so the tool did not run (exit ${exitCode ?? sig}): ${stderrTail.trim() || 'no message'}`,
     );
   }
+  // Nothing of the tool ran (no start mark) and nothing here ended it: what stderr holds is the
+  // launch's own account of why. (A run killed for a limit, or cancelled, before its tool started
+  // keeps that reason: the limit covers the start too.)
+  if (!start.started && !ended) {
+    await spillWrites.catch(() => {});
+    if (spill) await (await spill).close();
+    const why = launchFailure(start.before, `exited ${exitCode ?? sig}`, { tasks: () => userTasks(identity.uid) });
+    throw new SandboxError('sandbox_unavailable', `${why.message}; nothing was run — fix: ${why.fix}`);
+  }
   if (unmoved) {
     throw new SandboxError(
       'output_unmoved',
@@ -430,7 +450,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     stderrTail,
     durationMs: Math.round(performance.now() - started),
     processLimitHit,
-    enforced: enforcedBy(cgroup?.host),
+    enforced: enforcedBy(cgroup?.host, pidsBy === 'userns' ? 'userns' : 'rlimit'),
     ...(cpuUsec !== undefined ? { usage: { cpuMs: Math.round(cpuUsec / 1000) } } : {}),
     limits,
     ...(proxy ? { network: proxy.usage } : {}),

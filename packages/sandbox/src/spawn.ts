@@ -18,6 +18,7 @@ import {
   planMounts,
   resolveNetwork,
   rlimitSteps,
+  runProcessLimit,
   sandboxSeccomp,
   startEgress,
   Tail,
@@ -26,6 +27,7 @@ import {
 } from './prepare.js';
 import { probe } from './probe.js';
 import { buildBwrapArgs, resolveLimits, type SandboxProfile } from './profile.js';
+import { launchFailure, StartWatch, startCommand, userTasks } from './start.js';
 
 export interface SpawnOptions {
   /** Use this bwrap (default: the one `probe()` found on PATH). */
@@ -48,6 +50,11 @@ export interface SpawnExit {
   stderrTail: string;
   /** True when it tried to exceed `limits.processes` (known where a pids cgroup enforces it). */
   processLimitHit: boolean;
+  /**
+   * Set when the sandbox never started the process (bwrap, setpriv or the starting shell failed;
+   * `stderrTail` is then theirs): the cause and its fix, in one sentence.
+   */
+  startFailure?: string;
 }
 
 /** A long-lived process in a sandbox, with its stdio open. See {@link spawnSandboxed}. */
@@ -119,7 +126,10 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
   const seccomp = sandboxSeccomp(host.arch);
   const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
   const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
-  const steps = rlimitSteps(limits, { pidsCgroup: Boolean(cgroups?.base.pids), events: false });
+  const steps = rlimitSteps(limits, { events: false });
+  // The process starts behind the shell that sets its process limit in its own user namespace (start.ts).
+  const pidsBy = typeof host.processLimit === 'object' ? 'cgroup' : (host.processLimit ?? 'rlimit');
+  profile = { ...profile, command: startCommand(profile.command, runProcessLimit(limits, pidsBy)) };
 
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
   const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
@@ -204,7 +214,8 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
   options.signal?.addEventListener('abort', onAbort);
 
   const stderr = new Tail(limits.stderrTailBytes);
-  child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+  const start = new StartWatch();
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
 
   let failed: Error | undefined;
   const exited = new Promise<SpawnExit>((resolve) => {
@@ -225,7 +236,17 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
       grant.restore();
       plan.staged.remove();
       relayUp(); // a relay that never started: the start below sees it from `exited`
-      resolve({ ...end, durationMs: Math.round(performance.now() - started), stderrTail, processLimitHit });
+      const why =
+        !start.started && !ended
+          ? launchFailure(start.before, `exited ${end.exitCode ?? end.signal}`, { tasks: () => userTasks(identity.uid) })
+          : undefined;
+      resolve({
+        ...end,
+        durationMs: Math.round(performance.now() - started),
+        stderrTail,
+        processLimitHit,
+        ...(why ? { startFailure: `${why.message}; fix: ${why.fix}` } : {}),
+      });
     });
   });
   if (options.signal?.aborted) onAbort();
@@ -255,7 +276,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     stderrTail: () => stderr.text(),
     pid: child.pid,
     hostUid: identity.uid,
-    enforced: enforcedBy(cgroup?.host),
+    enforced: enforcedBy(cgroup?.host, pidsBy === 'userns' ? 'userns' : 'rlimit'),
     network: () => egress?.proxy.usage,
     kill: () => kill('signal'),
     exited,

@@ -2,7 +2,7 @@ import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync 
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { describeRunLimits, type HostInfo, type Mount, probe, resolveRuntimes, runSandboxed } from '../src/index.js';
-import { nodeAs, requireSandbox, tempDir } from './helpers.js';
+import { asRoot, isRoot, nodeAs, requireSandbox, tempDir } from './helpers.js';
 
 let host: HostInfo;
 let python: { interpreter: string; mounts: Mount[] };
@@ -17,11 +17,11 @@ beforeAll(async () => {
 const mountinfo = () => readFileSync('/proc/self/mountinfo', 'utf8');
 /** Whether the memory (or another) controller is bound to a cgroup v1 hierarchy here. */
 const onV1 = (controller: string) => new RegExp(` - cgroup \\S+ \\S*\\b${controller}\\b`).test(mountinfo());
-const isRoot = process.getuid?.() === 0;
 /** Runs the rest of a command line as uid and gid 65534 (after a root shell moved it into a cgroup). */
 const DROP = 'setpriv --reuid 65534 --regid 65534 --clear-groups';
 
-describe('cgroup v1, for real (root, controllers on v1 hierarchies)', () => {
+// Root makes the per-run cgroups of a v1 host: these run in CI's root pass.
+describe.runIf(isRoot)('cgroup v1, for real (root, controllers on v1 hierarchies)', () => {
   it('the host report and every run say memory, CPU and processes hold for the whole run', async () => {
     expect(isRoot && onV1('memory') && onV1('cpuacct') && onV1('pids'), 'this host must be root with cgroup v1 controllers').toBe(true);
     const report = describeRunLimits(host);
@@ -103,7 +103,7 @@ describe('cgroup v1, for real (root, controllers on v1 hierarchies)', () => {
 });
 
 describe('hosts where runs get no cgroup', () => {
-  it('a non-root process on a cgroup v1 host: the report says each limit is per process, why, and the fix', async () => {
+  asRoot('a non-root process on a cgroup v1 host: the report says each limit is per process, why, and the fix', async () => {
     expect(isRoot && onV1('memory'), 'this case drops from root to uid 65534 on a cgroup v1 host').toBe(true);
     const { code, out, err } = await nodeAs(
       `const { probe } = await load('probe.ts');
@@ -115,40 +115,45 @@ describe('hosts where runs get no cgroup', () => {
     expect(code, err).toBe(0);
     const { cgroups, report } = JSON.parse(out);
     expect(cgroups).toBeNull();
-    expect(report).toMatchObject({ memory: 'rlimit', cpu: 'rlimit', pids: 'rlimit' });
-    expect(report.notes).toHaveLength(3);
+    // Processes: RLIMIT_NPROC in each run's own user namespace, which this kernel counts per namespace.
+    expect(report).toMatchObject({ memory: 'rlimit', cpu: 'rlimit', pids: 'userns' });
+    expect(report.explain.pids).toMatch(/^the run's own processes and threads, by RLIMIT_NPROC set inside its own user namespace/);
+    expect(report.notes).toHaveLength(2);
     expect(report.notes[0]).toMatch(/^memory: limits\.memoryBytes is not enforced.*RLIMIT_AS.*need root.*fix: run forge as root/);
     expect(report.notes[1]).toMatch(/^cpu: limits\.cpuSeconds holds per process only \(RLIMIT_CPU\)/);
   });
 });
 
 describe('cgroup v2, against a real cgroup2 mount', () => {
-  it('as root in a cgroup namespace: the tree is made under its root, a run joins it, the CPU budget and cgroup.kill end it', async () => {
-    expect(isRoot, 'this case needs root (it makes a cgroup and a cgroup namespace)').toBe(true);
-    const top = testCgroup();
-    const mnt = await tempDir('forge-sandbox-cg2-');
-    // The child moves into the test's cgroup, then into a new cgroup and mount namespace where
-    // a fresh cgroup2 mount shows that cgroup as its root (as a container sees its own).
-    const { code, out, err } = await nodeAs(
-      `${V2_RUN}
+  asRoot(
+    'as root in a cgroup namespace: the tree is made under its root, a run joins it, the CPU budget and cgroup.kill end it',
+    async () => {
+      expect(isRoot, 'this case needs root (it makes a cgroup and a cgroup namespace)').toBe(true);
+      const top = testCgroup();
+      const mnt = await tempDir('forge-sandbox-cg2-');
+      // The child moves into the test's cgroup, then into a new cgroup and mount namespace where
+      // a fresh cgroup2 mount shows that cgroup as its root (as a container sees its own).
+      const { code, out, err } = await nodeAs(
+        `${V2_RUN}
        const found = cg.findRunCgroups({ v2Mount: ${JSON.stringify(mnt)}, root: true });
        console.log(JSON.stringify(await budgetRun(found)));`,
-      {
-        wrap: [
-          '/bin/sh',
-          '-c',
-          `echo $$ > ${top}/cgroup.procs && exec unshare -C -m /bin/sh -c 'mount -t cgroup2 none ${mnt} && exec "$0" "$@"' "$0" "$@"`,
-        ],
-      },
-    );
-    expect(code, err).toBe(0);
-    const res = JSON.parse(out);
-    expectV2(res, 'root', top);
-    // Everything it made is inside the test's cgroup.
-    expect(readdirSync(top).filter((n) => !n.includes('.'))).toEqual(['forge-sandbox']);
-  });
+        {
+          wrap: [
+            '/bin/sh',
+            '-c',
+            `echo $$ > ${top}/cgroup.procs && exec unshare -C -m /bin/sh -c 'mount -t cgroup2 none ${mnt} && exec "$0" "$@"' "$0" "$@"`,
+          ],
+        },
+      );
+      expect(code, err).toBe(0);
+      const res = JSON.parse(out);
+      expectV2(res, 'root', top);
+      // Everything it made is inside the test's cgroup.
+      expect(readdirSync(top).filter((n) => !n.includes('.'))).toEqual(['forge-sandbox']);
+    },
+  );
 
-  it('a non-root process in a delegated subtree: it moves itself into forge-main, runs go under forge-sandbox', async () => {
+  asRoot('a non-root process in a delegated subtree: it moves itself into forge-main, runs go under forge-sandbox', async () => {
     expect(isRoot, 'this case needs root to delegate a cgroup to uid 65534').toBe(true);
     const top = testCgroup();
     // What systemd does for Delegate=yes: the directory and its procs, threads and subtree_control files.
@@ -173,7 +178,66 @@ describe('cgroup v2, against a real cgroup2 mount', () => {
     ).toEqual(['forge-main', 'forge-sandbox']);
   });
 
-  it('a process whose cgroup is not delegated to it gets no cgroups, and is told why', async () => {
+  asRoot(
+    'real sandboxes of a non-root process in its delegated subtree: each limit the hierarchy offers holds for the run, the rest say why',
+    async () => {
+      const top = testCgroup();
+      for (const p of [top, ...['cgroup.procs', 'cgroup.threads', 'cgroup.subtree_control'].map((f) => join(top, f))])
+        chownSync(p, 65534, 65534);
+      // As a user's process would: probe() finds the subtree by itself (on a hybrid host too), and
+      // runSandboxed runs there, as uid 65534.
+      const { code, out, err } = await nodeAs(
+        `const { probe } = await load('probe.ts');
+       const { runSandboxed } = await load('run.ts');
+       const { resolveRuntimes } = await load('runtimes.ts');
+       const { describeRunLimits } = await load('cgroup-find.ts');
+       const host = await probe();
+       const c = host.cgroups;
+       const res = { cgroups: c && { version: c.version, mode: c.mode, base: c.base, pids: c.pids, memory: c.memory, cpuRate: c.cpuRate, cpuBudget: c.cpuBudget },
+         report: describeRunLimits(host) };
+       const cpu = await runSandboxed({ command: ['/bin/sh', '-c', 'for i in 1 2 3; do (while :; do :; done) & done; wait'], limits: { cpuSeconds: 1, cpuCores: 1, timeoutMs: 60000 } });
+       res.cpu = { reason: cpu.reason, enforced: cpu.enforced, cpuMs: cpu.usage?.cpuMs };
+       const forks = await runSandboxed({ command: ['/bin/sh', '-c', 'i=0; while [ $i -lt 40 ]; do /bin/sleep 5 & i=$((i+1)); done; echo ESCAPE:forked'], limits: { processes: 8, timeoutMs: 60000 } });
+       res.forks = { hit: forks.processLimitHit, stdout: forks.stdout.toString(), stderr: forks.stderrTail, pids: forks.enforced.pids };
+       if (c?.memory) {
+         const py = (await resolveRuntimes()).get('python3');
+         const mem = await runSandboxed({ command: [py.interpreter, '-I', '-c', "b = b'x' * (400 << 20); print('ESCAPE:held')"],
+           mounts: py.mounts.map((source) => ({ source, mode: 'ro' })), limits: { memoryBytes: 128 << 20, timeoutMs: 60000 } });
+         res.memory = { reason: mem.reason, stdout: mem.stdout.toString(), enforced: mem.enforced.memory };
+       }
+       const { readdirSync, readFileSync } = await import('node:fs');
+       if (c?.cpuRate) res.cpuMax = readdirSync(c.base).filter((n) => n.startsWith('run-')).map((n) => readFileSync(c.base + '/' + n + '/cpu.max', 'utf8').trim());
+       console.log(JSON.stringify(res));`,
+        { wrap: ['/bin/sh', '-c', `echo $$ > ${top}/cgroup.procs && exec ${DROP} "$0" "$@"`] },
+      );
+      expect(code, err).toBe(0);
+      const res = JSON.parse(out);
+      const offered = readFileSync(join(top, 'cgroup.controllers'), 'utf8');
+      expect(res.cgroups).toMatchObject({ version: 2, mode: 'delegated', base: join(top, 'forge-sandbox'), cpuBudget: true });
+      expect(res.cgroups).toMatchObject({
+        pids: offered.includes('pids'),
+        memory: offered.includes('memory'),
+        cpuRate: offered.includes('cpu'),
+      });
+      // CPU time of the whole run, from the subtree's cpu.stat (there with or without the cpu controller).
+      expect(res.cpu).toMatchObject({ reason: 'cpu', enforced: { cpu: 'cgroup' } });
+      expect(res.cpu.cpuMs).toBeGreaterThanOrEqual(1000);
+      // Processes: pids.max where the hierarchy offers pids, else RLIMIT_NPROC in the run's own namespace.
+      expect(res.forks.stdout).not.toContain('ESCAPE');
+      expect(res.forks.stderr).toMatch(/fork/i);
+      expect(res.forks.pids).toBe(offered.includes('pids') ? 'cgroup' : 'userns');
+      expect(res.forks.hit).toBe(offered.includes('pids'));
+      if (offered.includes('memory')) expect(res.memory).toMatchObject({ reason: 'memory', stdout: '', enforced: 'cgroup' });
+      else
+        expect(res.report.explain.memory).toMatch(
+          /^per process only.*: no such controller in its cgroup \(v2, in the delegated subtree\)$/,
+        );
+      if (offered.includes('cpu')) expect(res.cpuMax).toContain('100000 100000');
+      else expect(res.report.explain.cpuRate).toBe('not limited: no such controller in its cgroup (v2, in the delegated subtree)');
+    },
+  );
+
+  asRoot('a process whose cgroup is not delegated to it gets no cgroups, and is told why', async () => {
     expect(isRoot, 'this case drops from root to uid 65534').toBe(true);
     const top = testCgroup(); // owned by root: not delegated to uid 65534
     const mount = cgroup2Mount();

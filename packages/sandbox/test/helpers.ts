@@ -7,8 +7,18 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { onTestFinished } from 'vitest';
+import { it, onTestFinished } from 'vitest';
 import { prebuiltStats, probe } from '../src/index.js';
+
+/** Whether this test process is root (CI runs the suite twice: as root, and as an ordinary user). */
+export const isRoot = process.getuid?.() === 0;
+
+/**
+ * A test that needs root to set itself up (it delegates a cgroup, drops to another uid, checks
+ * what root's sandboxes run as): it runs in CI's root pass and is reported as skipped in the
+ * ordinary user's pass, where `it` covers the same ground for that user.
+ */
+export const asRoot: typeof it = it.runIf(isRoot) as typeof it;
 
 /** A fresh temporary directory, removed when the current test finishes. */
 export async function tempDir(prefix = 'forge-sandbox-test-'): Promise<string> {
