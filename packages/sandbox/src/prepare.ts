@@ -345,6 +345,14 @@ export function rlimitSteps(limits: Limits, o: { events: boolean }): string[] {
   ];
 }
 
+/** How a run's process limit holds on this host (from what `probe()` found). */
+export type ProcessLimitBy = 'cgroup' | 'userns' | 'rlimit';
+
+/** How a run's process limit holds on `host`: its pids cgroup, or RLIMIT_NPROC counted per namespace or per user. */
+export function processLimitBy(host: HostInfo): ProcessLimitBy {
+  return typeof host.processLimit === 'object' ? 'cgroup' : (host.processLimit ?? 'rlimit');
+}
+
 /**
  * The RLIMIT_NPROC a run's command starts with inside its sandbox (start.ts), or undefined when
  * its pids cgroup holds the limit. Where the kernel counts the limit per user namespace
@@ -352,7 +360,7 @@ export function rlimitSteps(limits: Limits, o: { events: boolean }): string[] {
  * kernels before 5.14), a bare budget would refuse the run's first fork on any busy desktop, so
  * it is a backstop above the user's count now: never below what the user already runs.
  */
-export function runProcessLimit(limits: Limits, mechanism: 'cgroup' | 'userns' | 'rlimit'): number | undefined {
+export function runProcessLimit(limits: Limits, mechanism: ProcessLimitBy): number | undefined {
   if (mechanism === 'cgroup') return undefined;
   hardLimits ??= readHardLimits();
   const hard = hardLimits.get('Max processes');

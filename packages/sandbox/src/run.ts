@@ -19,6 +19,7 @@ import {
   hostLayout,
   perRunMounts,
   planMounts,
+  processLimitBy,
   resolveNetwork,
   rlimitSteps,
   runProcessLimit,
@@ -139,7 +140,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const network = resolveNetwork(profile.network);
   // The tool's command starts behind the shell that sets its process limit inside its own user
   // namespace and marks the start on stderr (start.ts); a sandbox built ahead runs those steps itself.
-  const pidsBy = typeof host.processLimit === 'object' ? 'cgroup' : (host.processLimit ?? 'rlimit');
+  const pidsBy = processLimitBy(host);
   const processes = runProcessLimit(limits, pidsBy);
   const toolCommand = profile.command;
   profile = { ...profile, command: startCommand(toolCommand, processes) };

@@ -16,6 +16,7 @@ import {
   type MountPlan,
   perRunMounts,
   planMounts,
+  processLimitBy,
   resolveNetwork,
   rlimitSteps,
   runProcessLimit,
@@ -128,7 +129,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
   const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
   const steps = rlimitSteps(limits, { events: false });
   // The process starts behind the shell that sets its process limit in its own user namespace (start.ts).
-  const pidsBy = typeof host.processLimit === 'object' ? 'cgroup' : (host.processLimit ?? 'rlimit');
+  const pidsBy = processLimitBy(host);
   profile = { ...profile, command: startCommand(profile.command, runProcessLimit(limits, pidsBy)) };
 
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
