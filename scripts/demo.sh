@@ -4,7 +4,7 @@
 # and the audit log catches a tampered copy. It works in scratch directories it removes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --demo
 echo "forge: building the workspace…" >&2
 pnpm --silent build >/dev/null
 node apps/forge/dist/cli.js demo

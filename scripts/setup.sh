@@ -3,7 +3,11 @@
 # version from package.json), bubblewrap, python3 (interop tests), PostgreSQL (the Postgres store's
 # tests start their own throwaway server), then the workspace packages.
 # Safe to run again: it only installs what is missing. Used by the README quick start and CI.
+# `--demo`: what `forge demo` needs only (no PostgreSQL), so an ordinary user with bubblewrap and
+# python3 installed can run the demo without root.
 set -euo pipefail
+demo=false
+[ "${1:-}" = "--demo" ] && demo=true
 cd "$(dirname "$0")/.."
 
 PNPM_VERSION=$(node -p "require('./package.json').packageManager.split('@')[1]")
@@ -37,7 +41,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 # The Postgres store's tests start a throwaway PostgreSQL server (initdb in a temp dir): Debian
 # keeps the server binaries off PATH, in /usr/lib/postgresql/<major>/bin.
-if ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+if ! $demo && ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   apt_missing+=(postgresql)
 fi
 if [ "${#apt_missing[@]}" -gt 0 ]; then
