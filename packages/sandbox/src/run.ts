@@ -402,6 +402,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     proxy?.close();
     preload?.remove();
   });
+  stderr.push(start.flush());
   const stderrTail = stderr.text();
   const { reason, exitCode, signal: sig } = endOf({ code, signal, ended, cgroup, cpuBudgetUsec, stderrTail });
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;

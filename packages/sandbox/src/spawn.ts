@@ -230,6 +230,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
       // The process is gone: so are its connections, and the sockets in its namespace.
       egress?.proxy.close();
       preload?.remove();
+      stderr.push(start.flush());
       const stderrTail = stderr.text();
       const end = endOf({ code, signal, ended, cgroup, cpuBudgetUsec, stderrTail });
       const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;

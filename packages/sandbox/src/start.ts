@@ -45,21 +45,23 @@ export function startCommand(command: readonly string[], processes: number | und
 
 /**
  * Reads a run's stderr up to the marker: {@link push} returns what belongs to the tail (the
- * marker cut out), {@link started} says whether the tool started, {@link before} holds what came
- * before it (at most 8 KiB).
+ * marker cut out; up to its length less one byte held back until it is known not to be the
+ * marker, {@link flush} gives those at the end), {@link started} says whether the tool started,
+ * {@link before} holds what came before it (at most 8 KiB).
  */
 export class StartWatch {
   #started = false;
   #pending = Buffer.alloc(0);
-  #before = '';
+  #before: Buffer[] = [];
+  #beforeBytes = 0;
 
   get started(): boolean {
     return this.#started;
   }
 
-  /** What was written before the marker (all of stderr, when the tool never started). */
+  /** What was written before the marker (all of stderr, when the tool never started), as UTF-8. */
   get before(): string {
-    return this.#before + (this.#started ? '' : this.#pending.toString('utf8'));
+    return Buffer.concat([...this.#before, ...(this.#started ? [] : [this.#pending])]).toString('utf8');
   }
 
   push(chunk: Buffer): Buffer {
@@ -68,16 +70,32 @@ export class StartWatch {
     const at = all.indexOf(STARTED_BYTES);
     if (at >= 0) {
       this.#started = true;
-      this.#before += all.subarray(0, at).toString('utf8');
+      this.#keep(all.subarray(0, at));
       this.#pending = Buffer.alloc(0);
       return Buffer.concat([all.subarray(0, at), all.subarray(at + STARTED_BYTES.length)]);
     }
-    // Keep what could still be the marker's beginning; what is before that is the launch's text.
+    // Hold back what could still be the marker's beginning; what is before that is the launch's text.
     const keep = Math.min(all.length, STARTED_BYTES.length - 1);
     const done = all.subarray(0, all.length - keep);
-    if (this.#before.length < BEFORE_BYTES) this.#before += done.toString('utf8').slice(0, BEFORE_BYTES - this.#before.length);
+    this.#keep(done);
     this.#pending = all.subarray(all.length - keep);
     return done;
+  }
+
+  /** At the end of the stream: what was held back as a possible beginning of the mark. */
+  flush(): Buffer {
+    const rest = this.#pending;
+    this.#pending = Buffer.alloc(0);
+    if (!this.#started) this.#keep(rest);
+    return rest;
+  }
+
+  #keep(bytes: Buffer): void {
+    const room = BEFORE_BYTES - this.#beforeBytes;
+    if (room <= 0 || bytes.length === 0) return;
+    const kept = Buffer.from(bytes.subarray(0, room)); // a copy: the chunk's memory is not held
+    this.#before.push(kept);
+    this.#beforeBytes += kept.length;
   }
 }
 
@@ -184,7 +202,8 @@ const RULES: readonly Rule[] = [
  * {@link StartWatch.before}) and how the launcher ended. A pure function of its inputs and `ctx`.
  */
 export function launchFailure(text: string, exit: string, ctx: LaunchContext = {}): LaunchFailure {
-  const said = text.replaceAll(STARTED, '').trim();
+  // What bwrap says can quote paths an agent chose (a bind's): inert before it reaches a screen.
+  const said = inert(text.replaceAll(STARTED, '').trim());
   const full: Required<LaunchContext> = { sysctl: ctx.sysctl ?? readSysctl, tasks: ctx.tasks ?? (() => userTasks()) };
   const rule = RULES.find((r) => r.test.test(said));
   if (rule) return { cause: rule.cause, ...rule.explain(said, full) };
@@ -193,6 +212,15 @@ export function launchFailure(text: string, exit: string, ctx: LaunchContext = {
     message: `the sandbox did not start (its launcher ${exit}): ${said || 'no message'}`,
     fix: 'forge doctor runs a trial sandbox and names the cause; bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev -- /usr/bin/true shows it by hand',
   };
+}
+
+/** Control, bidi and other invisible formatting characters (all but newline and tab), escaped as `\uXXXX`. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching them is the point
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+
+/** `text` with every character that could act on a terminal or reorder a line escaped. */
+function inert(text: string): string {
+  return text.replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /**
