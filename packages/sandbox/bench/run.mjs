@@ -184,6 +184,11 @@ async function step(name, argv) {
 }
 await step(`/proc read-only and masked (${coverPaths} paths)`, withArgs(cover));
 await step('holder shell around the command', withArgs([], ['/bin/sh', '-c', '"$@"; s=$?; exit $s', 'sandbox', '/bin/true']));
+// A run without an output directory starts its command behind a shell that checks it, sets the
+// run's process limit in its own user namespace and marks the start (start.ts), then execs it;
+// with one, the holder does that (no shell more).
+const START = `{ [ -x "$1" ] || exit 127; } && ulimit -p 64 && printf '\\036forge-sandbox: started\\n' >/dev/null && exec "$@"`;
+await step('starting shell, runs without output dir', withArgs([], ['/bin/sh', '-c', START, 'sandbox', '/bin/true']));
 if (host.identity?.drop.length) {
   await step(`drop root: setpriv to uid ${host.identity.uid}`, [...host.identity.drop, ...withArgs(['--uid', '1000', '--gid', '1000'])]);
   const src = mkdtempSync(join(tmpdir(), 'forge-sandbox-bench-src-'));

@@ -116,15 +116,14 @@ export type RunOutput = ({ path: string; lost?: undefined } & CopiedOutput) | { 
 const SPILL_BACKLOG = 8 << 20;
 
 /**
- * The holder of a run with output directories that builds its own sandbox: runs the command
+ * The holder of a run with output directories that builds its own sandbox: takes the start steps
+ * (start.ts: it is the shell that starts the command, so no other is needed), runs the command
  * without the channel, says `done <status>` on it, waits there for the host, exits with the status.
  */
-const HOLDER_COMMAND: readonly string[] = [
-  '/bin/sh',
-  '-c',
-  `"$@" ${HOLDER_FD}>&-; s=$?; echo "done $s" >&${HOLDER_FD}; IFS= read -r x <&${HOLDER_FD}; exit "$s"`,
-  'sandbox',
-];
+function holderCommand(start: readonly string[]): string[] {
+  const run = `{ "$@" ${HOLDER_FD}>&-; s=$?; echo "done $s" >&${HOLDER_FD}; IFS= read -r x <&${HOLDER_FD}; exit "$s"; }`;
+  return ['/bin/sh', '-c', `${start.join(' && ')} && ${run}`, 'sandbox'];
+}
 
 /**
  * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
@@ -143,7 +142,11 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const pidsBy = processLimitBy(host);
   const processes = runProcessLimit(limits, pidsBy);
   const toolCommand = profile.command;
-  profile = { ...profile, command: startCommand(toolCommand, processes) };
+  // A run with output directories runs behind a holder: a shell inside that says when the tool is
+  // done and keeps the sandbox (its tmpfs) alive while the host copies them out. It takes the
+  // start steps too; any other run gets a shell of its own for them.
+  const hold = (profile.mounts ?? []).some((m) => m.perRun && m.mode === 'rw');
+  if (!hold) profile = { ...profile, command: startCommand(toolCommand, processes) };
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
   const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
   if (preload) profile = withEgress(profile, preload.path);
@@ -153,10 +156,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   profile = { ...profile, mounts: perRunMounts(given) };
   const mounts = profile.mounts ?? [];
   const outputs = mounts.filter((m) => m.perRun && m.mode === 'rw');
-  // A run with output directories runs behind a holder: a shell inside that says when the tool is
-  // done and keeps the sandbox (its tmpfs) alive while the host copies them out.
-  const hold = outputs.length > 0;
-  if (hold) profile = { ...profile, command: [...HOLDER_COMMAND, ...profile.command] };
+  if (hold) profile = { ...profile, command: [...holderCommand(startSteps('"$1"', processes)), ...profile.command] };
   const layout = hostLayout(host);
   const seccomp = sandboxSeccomp(host.arch);
   // bwrap, behind setpriv when this process is root: the sandbox then runs as an unprivileged
