@@ -5,6 +5,15 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
+
+/**
+ * A report's failures: its failed tests, and each test file that failed without a failed test (an
+ * error while loading it, or in a beforeAll), which would otherwise count as nothing at all.
+ */
+function failures(r) {
+  const files = (r.testResults ?? []).filter((f) => f.status === 'failed' && !f.assertionResults?.some((a) => a.status === 'failed'));
+  return r.numFailedTests + files.length;
+}
 let passed = 0;
 let failed = 0;
 let missing = 0;
@@ -24,7 +33,7 @@ for (const group of ['packages', 'apps']) {
     }
     const r = JSON.parse(readFileSync(report, 'utf8'));
     passed += r.numPassedTests;
-    failed += r.numFailedTests;
+    failed += failures(r);
   }
 }
 // The README examples (scripts/test), run by scripts/test.sh after the packages' tests.
@@ -32,7 +41,7 @@ const examples = join(root, 'scripts', 'test', 'test-results.json');
 if (existsSync(examples)) {
   const r = JSON.parse(readFileSync(examples, 'utf8'));
   passed += r.numPassedTests;
-  failed += r.numFailedTests;
+  failed += failures(r);
 } else {
   console.error(`no test report from the README examples (expected ${examples})`);
   missing++;
