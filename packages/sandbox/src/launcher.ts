@@ -102,6 +102,28 @@ export function setHeld(child: ChildProcess, held: boolean): void {
   held ? child.ref() : child.unref();
 }
 
+/**
+ * SIGKILLs a launcher's process group (bwrap and the sandbox's init: the whole sandbox goes with
+ * them), and the launcher itself. The launcher becomes its group's leader only once it ran
+ * setsid(), just after the fork: a kill that comes before finds no group (ESRCH), and without a
+ * cgroup to kill nothing else would stop it from going on to start the sandbox. Its own pid is
+ * signalled only while it has not been reaped (after that the number may be another process's).
+ */
+export function killLauncher(child: ChildProcess): void {
+  if (!child.pid) return;
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // no such group (yet, or any more)
+  }
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  try {
+    process.kill(child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
 /** Starts one ready launcher in a cgroup of its own; false when none could be made. */
 function prepare(cg: PidsCgroups, limits: CgroupLimits, seccomp: Buffer, extra: (number | StdioNull)[]): boolean {
   const cgroup = acquireRunCgroup(cg, limits);

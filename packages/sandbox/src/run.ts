@@ -9,7 +9,18 @@ import { preloadFile } from './egress/preload.js';
 import type { EgressProxy, NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
-import { ARGS_FD, argsFdFor, BIND_FD, EVENTS_FD, finished, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
+import {
+  ARGS_FD,
+  argsFdFor,
+  BIND_FD,
+  EVENTS_FD,
+  finished,
+  HOLDER_FD,
+  killLauncher,
+  type Launched,
+  launch,
+  shellQuote,
+} from './launcher.js';
 import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import {
   assertHostReady,
@@ -324,11 +335,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const kill = (why: EndReason) => {
     ended ??= why;
     copyOutputs(); // what the tool wrote so far is kept, as a run that ends by itself keeps it
-    try {
-      if (child.pid) process.kill(-child.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
+    killLauncher(child);
     if (cgroup) killRunCgroup(cgroup);
   };
   const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);

@@ -5,7 +5,7 @@ import { preloadFile } from './egress/preload.js';
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
-import { argsFdFor, BIND_FD, finished, type Launched, launch } from './launcher.js';
+import { argsFdFor, BIND_FD, finished, killLauncher, type Launched, launch } from './launcher.js';
 import {
   assertHostReady,
   coverInherited,
@@ -202,11 +202,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     // Once bwrap is reaped its pid (the launcher's process group) may be another process's.
     if (closed) return;
     ended ??= why;
-    try {
-      if (child.pid) process.kill(-child.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
+    killLauncher(child);
     if (cgroup) killRunCgroup(cgroup);
   };
   const cpuBudgetUsec = limits.cpuSeconds * 1e6;
