@@ -24,7 +24,7 @@ export interface DoctorReport {
   bwrap?: { path: string; version: string };
   /** The host uid and gid every sandbox runs as. */
   sandboxUser?: { uid: number; gid: number; droppedFromRoot: boolean };
-  /** How each limit holds: for the whole run (cgroup) or per process (rlimit). */
+  /** How each limit holds: for the whole run (cgroup), for the run's own tasks (userns, processes) or per process (rlimit); one sentence each in explain. */
   limits?: { memory: string; cpu: string; pids: string; notes: string[]; explain: Record<string, string> };
   runtimes: { name: string; version: string; interpreter: string }[];
   paths: { home: string; project: string; auditLog: string; vault: string; userPolicy: string; workspacePolicy: string; rules: string };
