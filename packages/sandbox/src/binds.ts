@@ -1,4 +1,4 @@
-import { closeSync, constants as fsc, fstatSync, lstatSync, openSync, readdirSync, realpathSync } from 'node:fs';
+import { closeSync, constants as fsc, fstatSync, lstatSync, openSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { isAbsolute, join, sep } from 'node:path';
 
@@ -114,6 +114,59 @@ export const CODE_PATH_NAMES: readonly string[] = [
 ];
 
 const O_DIRECTORY = fsc.O_DIRECTORY;
+const CODE_NAMES_FOLDED = new Set(CODE_PATH_NAMES.map((n) => n.toLowerCase()));
+
+function isCodePathName(name: string): boolean {
+  return CODE_NAMES_FOLDED.has(name.toLowerCase());
+}
+
+const neverBound = (dr: string) => `${dr} is never bound (credentials or forge's own state)`;
+const containsDenied = (dr: string) => `it contains ${dr}, which is never bound; bind a narrower path`;
+
+interface Inode {
+  dev: number;
+  ino: number;
+}
+
+function sameInode(a: Inode, b: Inode): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
+}
+
+function inodeOf(fd: number): Inode {
+  const st = fstatSync(fd);
+  return { dev: st.dev, ino: st.ino };
+}
+
+/** The inodes of "/" and of each directory down to `path` (resolved), itself last; undefined when it does not exist. */
+function inodeChain(path: string): Inode[] | undefined {
+  const out: Inode[] = [];
+  let at = '';
+  for (const part of ['', ...path.split('/').filter(Boolean)]) {
+    at = part ? `${at}/${part}` : '/';
+    const st = statSync(at, { throwIfNoEntry: false });
+    if (!st) return undefined;
+    out.push({ dev: st.dev, ino: st.ino });
+    if (at === '/') at = '';
+  }
+  return out;
+}
+
+export type CanonicalPath = { ok: true; path: string } | { ok: false; message: string };
+
+/**
+ * The one spelling of a requested bind path, made before any check: absolute, repeated slashes
+ * collapsed, no trailing slash, no "." or ".." segment (refused, not resolved: the caller names the
+ * plain path). Every check, the walk and the mount see only this spelling.
+ */
+export function canonicalBindPath(path: unknown): CanonicalPath {
+  if (typeof path !== 'string' || path.length === 0 || path.includes('\0')) return { ok: false, message: 'not a path' };
+  if (!isAbsolute(path)) return { ok: false, message: 'the path must be absolute' };
+  const parts = path.split('/').filter((seg) => seg !== '');
+  if (parts.some((seg) => seg === '..' || seg === '.')) {
+    return { ok: false, message: '"." and ".." segments are not allowed; give the plain absolute path' };
+  }
+  return { ok: true, path: `/${parts.join('/')}` };
+}
 
 function errno(err: unknown): string {
   return (err as NodeJS.ErrnoException).code ?? 'error';
@@ -138,23 +191,22 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
     code: 'bind_denied',
     message: `cannot bind ${JSON.stringify(req.path)}: ${message}`,
   });
-  const path = req.path;
-  if (typeof path !== 'string' || path.length === 0 || path.includes('\0')) return deny('not a path');
-  if (!isAbsolute(path)) return deny('the path must be absolute');
-  if (path.split('/').some((seg) => seg === '..' || seg === '.'))
-    return deny('"." and ".." segments are not allowed; give the plain absolute path');
-  const wanted = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
+  const spelled = canonicalBindPath(req.path);
+  if (!spelled.ok) return deny(spelled.message);
+  // From here on only the canonical spelling is checked, walked and mounted.
+  const wanted = spelled.path;
 
   const roots = rules.roots.map((r) => tryRealpath(r)).filter((r): r is string => r !== undefined);
   if (roots.length === 0) return deny('no bind roots are configured, so nothing may be bound');
   if (!roots.some((r) => within(wanted, r))) return deny(`it is outside the allowed roots (${roots.join(', ')})`);
-  for (const d of rules.deny ?? defaultDenyList()) {
-    const dr = tryRealpath(d) ?? d;
-    if (within(wanted, dr)) return deny(`${dr} is never bound (credentials or forge's own state)`);
-    if (within(dr, wanted)) return deny(`it contains ${dr}, which is never bound; bind a narrower path`);
+  const denied = (rules.deny ?? defaultDenyList()).map((d) => tryRealpath(d) ?? d);
+  for (const dr of denied) {
+    if (within(wanted, dr)) return deny(neverBound(dr));
+    if (within(dr, wanted)) return deny(containsDenied(dr));
   }
   const allowed = new Set((rules.allow ?? []).map((a) => tryRealpath(a) ?? a));
-  const codeName = wanted.split('/').find((seg) => CODE_PATH_NAMES.includes(seg));
+  // Compared without case: on a case-folding filesystem (vfat, ext4 casefold) ".GIT" is ".git".
+  const codeName = wanted.split('/').find((seg) => isCodePathName(seg));
   if (codeName && !allowed.has(wanted)) {
     return deny(
       `${codeName} is where a program on the host finds code to run (a repository's config and hooks, shell or editor settings), so it is never bound by default; bind another path, or have an operator allow this one in policy (bind_allow)`,
@@ -176,6 +228,8 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
       ? `it goes through a symbolic link (it resolves to ${real}); bind the real path instead`
       : `it goes through a symbolic link (${through(i)}); bind the real path instead`;
   };
+  // The inodes walked through, "/" first: what the kernel resolved, whatever the spelling was.
+  const walked: Inode[] = [inodeOf(dir)];
   for (let i = 0; i < parts.length - 1; i++) {
     let next: number;
     try {
@@ -191,6 +245,7 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
     }
     closeSync(dir);
     dir = next;
+    walked.push(inodeOf(dir));
   }
   const name = parts[parts.length - 1] as string;
   const at = `/proc/self/fd/${dir}/${name}`;
@@ -218,6 +273,16 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
   };
   const st = fstatSync(fd);
   if (st.isSymbolicLink()) return refuse(symlinkAt(parts.length - 1));
+  // The denied paths again, by identity: a spelling the names above did not catch (a folded
+  // case, a hard link, a bind mount of forge's state elsewhere) still reaches the same inode.
+  walked.push({ dev: st.dev, ino: st.ino });
+  for (const dr of denied) {
+    const chain = inodeChain(dr);
+    if (!chain) continue;
+    const target = chain[chain.length - 1] as Inode;
+    if (walked.some((w) => sameInode(w, target))) return refuse(neverBound(dr));
+    if (st.isDirectory() && chain.some((c) => sameInode(c, { dev: st.dev, ino: st.ino }))) return refuse(containsDenied(dr));
+  }
   const kind = st.isFile() ? 'file' : st.isDirectory() ? 'directory' : undefined;
   if (!kind) {
     const what = st.isSocket() ? 'a socket' : st.isFIFO() ? 'a FIFO' : 'a device or special file';
@@ -228,7 +293,7 @@ export function checkBind(req: BindRequest, rules: BindRules): BindCheck {
   }
   if (mode === 'rw' && kind === 'directory') {
     try {
-      const held = readdirSync(`/proc/self/fd/${fd}`).find((n) => CODE_PATH_NAMES.includes(n));
+      const held = readdirSync(`/proc/self/fd/${fd}`).find((n) => isCodePathName(n));
       if (held && !allowed.has(wanted)) {
         return refuse(
           `it holds ${held}, where a program on the host finds code to run, and a rw bind would let the tool change it; bind a narrower directory, or have an operator allow this one in policy (bind_allow)`,

@@ -9,6 +9,8 @@ export {
   type BindRules,
   type CheckedBind,
   CODE_PATH_NAMES,
+  type CanonicalPath,
+  canonicalBindPath,
   checkBind,
   closeBinds,
   defaultDenyList,

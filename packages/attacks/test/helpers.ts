@@ -1,0 +1,89 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { verifyLog } from '@forge/audit-chain';
+import { createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
+import { probe } from '@forge/sandbox';
+import { expect, it, onTestFinished } from 'vitest';
+
+/** An attack that needs root to set itself up (a bind mount): it runs in CI's root pass, skipped as an ordinary user. */
+export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
+
+/** Fails (never skips) when this host cannot sandbox, with the probe's fix. */
+export async function requireSandbox(): Promise<void> {
+  const host = await probe();
+  if (!host.ok) {
+    throw new Error(
+      `the attack suite needs a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
+    );
+  }
+}
+
+/** A scratch directory under the system temp dir, removed when the test finishes. */
+export function scratchDir(prefix = 'forge-attack-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export interface Target {
+  forge: Forge;
+  root: string;
+  home: string;
+  project: string;
+  /** Writes a file under the project (directories created) and returns its path. */
+  file(rel: string, text: string): string;
+}
+
+/**
+ * The engine under attack over a fresh home and project. `userPolicy` is the operator's policy.
+ * When the test finishes the engine closes, its audit log must verify, and everything is removed.
+ */
+export async function target(
+  o: { userPolicy?: Record<string, unknown>; forge?: Omit<ForgeOptions, 'home' | 'project'> } = {},
+): Promise<Target> {
+  await requireSandbox();
+  const root = scratchDir();
+  const home = join(root, 'home');
+  const project = join(root, 'project');
+  mkdirSync(home, { recursive: true, mode: 0o700 });
+  mkdirSync(join(project, '.forge'), { recursive: true, mode: 0o700 });
+  if (o.userPolicy) writeFileSync(join(home, 'policy.json'), JSON.stringify(o.userPolicy));
+  const forge = await createForge({ env: {}, ...o.forge, home, project });
+  onTestFinished(async () => {
+    await forge.close({ graceMs: 2000 });
+    const v = await verifyLog(forge.paths.auditLog);
+    expect(v.first_bad, 'the audit log must verify after an attack').toBeUndefined();
+  });
+  return {
+    forge,
+    root,
+    home,
+    project,
+    file(rel, text) {
+      const p = join(project, rel);
+      mkdirSync(join(p, '..'), { recursive: true });
+      writeFileSync(p, text);
+      return p;
+    },
+  };
+}
+
+/** A python3 tool: `body` runs after `import json, os, sys` and `args = json.load(sys.stdin)`. */
+export function py(name: string, body: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    name,
+    description: `attack tool ${name}`,
+    runtime: 'python3',
+    input_schema: { type: 'object' },
+    impl: `import json, os, sys\nargs = json.load(sys.stdin)\n${body}\n`,
+    ...extra,
+  };
+}
+
+/** Asserts a refusal of `kind` and returns its error. */
+export function refused(env: Envelope, kind: string): { kind: string; message: string } {
+  if (env.ok) throw new Error(`expected a ${kind} refusal, got ${JSON.stringify(env)}`);
+  expect(env.error.kind, env.error.message).toBe(kind);
+  return env.error;
+}
