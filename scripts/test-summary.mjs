@@ -11,8 +11,23 @@ const root = new URL('..', import.meta.url).pathname;
  * error while loading it, or in a beforeAll), which would otherwise count as nothing at all.
  */
 function failures(r) {
-  const files = (r.testResults ?? []).filter((f) => f.status === 'failed' && !f.assertionResults?.some((a) => a.status === 'failed'));
-  return r.numFailedTests + files.length;
+  let n = 0;
+  for (const f of r.testResults ?? []) {
+    const file = f.name?.startsWith(root) ? f.name.slice(root.length) : f.name;
+    const failedTests = (f.assertionResults ?? []).filter((a) => a.status === 'failed');
+    for (const a of failedTests) {
+      n++;
+      console.error(`failed: ${file} › ${a.fullName ?? a.title}`);
+      const first = (a.failureMessages ?? [])[0];
+      if (first) console.error(`  ${first.split('\n')[0].slice(0, 300)}`);
+    }
+    if (f.status === 'failed' && failedTests.length === 0) {
+      n++;
+      console.error(`failed: ${file} (the file itself: ${(f.message ?? 'no message').split('\n')[0].slice(0, 300)})`);
+    }
+  }
+  // numFailedTests also counts failures the per-file list may not name; never report fewer than it.
+  return Math.max(n, r.numFailedTests ?? 0);
 }
 let passed = 0;
 let failed = 0;
