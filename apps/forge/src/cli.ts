@@ -2,7 +2,7 @@ import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { EnvironmentError, type Parsed, parseCommand, UsageError } from './args.js';
 import type { Command, Io } from './command.js';
-import { auditExport, auditTail, auditVerify } from './commands/audit.js';
+import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/audit.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
 import { GATEWAY_COMMANDS } from './commands/gateway.js';
@@ -30,6 +30,7 @@ export const COMMANDS: readonly Command[] = [
   auditVerify,
   auditTail,
   auditExport,
+  auditAnchor,
   policyCheck,
   ...GATEWAY_COMMANDS,
   ...TOOLSMITH_COMMANDS,

@@ -56,7 +56,7 @@ export async function createEngine(
   let smith: Toolsmith | undefined;
   const forge = await createForge({ ...o, onUnknownTool: (name, ctx) => smith?.unknownTool(name, ctx) });
   // Over a database's stores the toolsmith is the same service; its type names the file stores only.
-  smith = createToolsmith({ forge, ...stores, onWarning: (m) => process.stderr.write(`forge toolsmith: ${m}\n`) }) as Toolsmith;
+  smith = createToolsmith({ forge, ...stores, onWarning: (m) => process.stderr.write(`forge toolsmith: ${inertText(m)}\n`) }) as Toolsmith;
   const toolsmith = smith;
   return {
     forge,

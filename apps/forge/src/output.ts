@@ -1,7 +1,14 @@
 import type { Writable } from 'node:stream';
+import { inertJson, inertText } from '@forge/registry';
 import { guardStream } from './stdout.js';
 
-/** Where a command prints, and how: JSON for scripts, short colour lines for people on a TTY. */
+/**
+ * Where a command prints, and how: JSON for scripts, short colour lines for people on a TTY.
+ * Everything printed goes through one rule (`inertText` of @forge/registry): text an agent, a tool
+ * or an upstream wrote is shown with its terminal escapes, invisible and bidi characters made
+ * visible, and only forge's own colour codes pass (docs/security.md, invariant 5). No command
+ * writes to the terminal any other way.
+ */
 export interface Output {
   readonly json: boolean;
   /**
@@ -30,6 +37,9 @@ export interface Style {
 }
 
 const CODES = { bold: [1, 22], dim: [2, 22], red: [31, 39], green: [32, 39], yellow: [33, 39], cyan: [36, 39] } as const;
+
+/** The exact escape sequences {@link createStyle} writes: set or reset a colour, bold or dim, nothing else. */
+export const STYLE_SEQUENCES: readonly string[] = [...new Set(Object.values(CODES).flat())].map((n) => `\x1b[${n}m`);
 
 /** ANSI styles when `enabled`, identity functions otherwise. */
 export function createStyle(enabled: boolean): Style {
@@ -60,13 +70,16 @@ export function createOutput(o: OutputOptions): Output {
   const errStyleOn = wantsColor(stderr, env);
   const err = guardStream(stderr, { name: 'stderr' });
   const out = guardStream(stdout, { name: 'stdout', report: (m) => err.write(`${m}\n`) });
+  // forge's own colour codes pass only where forge writes them (a colour TTY); elsewhere every ESC is shown.
+  const keepOut = !o.json && wantsColor(stdout, env) ? STYLE_SEQUENCES : [];
+  const keepErr = wantsColor(stdout, env) || errStyleOn ? STYLE_SEQUENCES : [];
   return {
     json: o.json,
     gone: out.gone,
     style,
-    line: (text = '') => out.write(`${text}\n`),
-    note: (text) => err.write(`${text}\n`),
-    data: (value) => out.write(`${JSON.stringify(value, null, stdout.isTTY ? 2 : undefined)}\n`),
+    line: (text = '') => out.write(`${inertText(text, keepOut)}\n`),
+    note: (text) => err.write(`${inertText(text, keepErr)}\n`),
+    data: (value) => out.write(`${inertJson(JSON.stringify(value, null, stdout.isTTY ? 2 : undefined))}\n`),
     progress: (label, work) => (errStyleOn ? spin(err, label, work) : work),
   };
 }

@@ -1,9 +1,14 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { verifyLog } from '@forge/audit-chain';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
 import { probe } from '@forge/sandbox';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect, it, onTestFinished } from 'vitest';
 
 /** An attack that needs root to set itself up (a bind mount): it runs in CI's root pass, skipped as an ordinary user. */
@@ -86,4 +91,80 @@ export function refused(env: Envelope, kind: string): { kind: string; message: s
   if (env.ok) throw new Error(`expected a ${kind} refusal, got ${JSON.stringify(env)}`);
   expect(env.error.kind, env.error.message).toBe(kind);
   return env.error;
+}
+
+/** The built forge CLI: the attacks on what a person sees run what people run. */
+export const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../../../apps/forge/dist/cli.js');
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `forge <args>` in `project` with FORGE_HOME `home` (no FORGE_* from the host), to completion. */
+export function cli(
+  t: { home: string; project: string },
+  args: string[],
+  o: { input?: string; env?: Record<string, string> } = {},
+): Promise<CliResult> {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (pnpm turbo run build --filter=forge...)`);
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('FORGE_')) env[k] = v;
+  Object.assign(env, { FORGE_HOME: t.home }, o.env);
+  return new Promise((done, fail) => {
+    const child = spawn(process.execPath, [CLI, ...args], { cwd: t.project, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('error', fail);
+    child.on('close', (code) => done({ code, stdout, stderr }));
+    child.stdin.end(o.input ?? '');
+  });
+}
+
+/** A fresh FORGE_HOME and project (with .forge/) for CLI attacks, removed when the test finishes. */
+export function scratch(): { root: string; home: string; project: string } {
+  const root = scratchDir();
+  const home = join(root, 'home');
+  const project = join(root, 'project');
+  mkdirSync(home, { mode: 0o700 });
+  mkdirSync(join(project, '.forge'), { recursive: true });
+  return { root, home, project };
+}
+
+/** An MCP client (the official SDK) connected over stdio to `forge serve` in the scratch project. */
+export interface Served {
+  client: Client;
+  /** Calls a tool and parses forge's envelope from its text content. */
+  call(name: string, args?: Record<string, unknown>): Promise<Envelope>;
+  stderr(): string;
+}
+
+export async function serve(t: { home: string; project: string }, env: Record<string, string> = {}): Promise<Served> {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (pnpm turbo run build --filter=forge...)`);
+  const base: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('FORGE_')) base[k] = v;
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [CLI, 'serve'],
+    cwd: t.project,
+    env: { ...base, FORGE_HOME: t.home, ...env },
+    stderr: 'pipe',
+  });
+  let err = '';
+  transport.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+  const client = new Client({ name: 'forge-attacks', version: '1.0.0' });
+  await client.connect(transport);
+  onTestFinished(() => client.close().catch(() => {}));
+  return {
+    client,
+    stderr: () => err,
+    async call(name, args = {}) {
+      const result = (await client.callTool({ name, arguments: args })) as CallToolResult;
+      const first = result.content[0];
+      return JSON.parse(first?.type === 'text' ? first.text : 'null') as Envelope;
+    },
+  };
 }

@@ -8,7 +8,7 @@ import { guardStdout } from './cli-stdout.js';
 import { AuditError } from './errors.js';
 import type { AuditEntry } from './format.js';
 import type { JsonValue } from './ijson.js';
-import { generateSigningKeys, openAuditLog, tailLog, verifyLog } from './index.js';
+import { generateSigningKeys, openAuditLog, reanchorAuditLog, tailLog, verifyLog } from './index.js';
 
 const USAGE = `usage: forge-audit <command> …
 
@@ -17,6 +17,9 @@ const USAGE = `usage: forge-audit <command> …
                                             check the chain and checkpoints (exit 0 intact, 1 violation)
   tail <log> [-n N] [-f] [--json]           print the last N entries (default 10); -f follows
   checkpoint <log> [--key <file>]           record (entries, head) beside the log, signed with --key
+  anchor <log> --key <file> --reason <text> [--anchor-file <file>]
+                                            sign over a log no checkpoint of this key covers (its first
+                                            signing, or after a cut): records audit.reanchored first
   rotate <log>                              seal the active segment and start the next
   keygen <prefix>                           write <prefix>.key (private, 0600) and <prefix>.pub
 
@@ -50,6 +53,8 @@ async function main(argv: string[]): Promise<number> {
       json: { type: 'boolean', default: false },
       'key-pub': { type: 'string' },
       key: { type: 'string' },
+      reason: { type: 'string' },
+      'anchor-file': { type: 'string' },
       threads: { type: 'string' },
       n: { type: 'string', short: 'n' },
       follow: { type: 'boolean', short: 'f', default: false },
@@ -146,6 +151,26 @@ async function main(argv: string[]): Promise<number> {
       } finally {
         await log.close();
       }
+      return 0;
+    }
+    case 'anchor': {
+      need(args, 1, '<log>');
+      if (!values.key) throw new UsageError('anchor needs --key <file>: the key that signs the new checkpoint');
+      if (!values.reason) throw new UsageError('anchor needs --reason <text>: what was checked and why the log is kept (it is recorded)');
+      const signingKey = await loadKey(values.key, 'private');
+      const r = await reanchorAuditLog(args[0] as string, {
+        signingKey,
+        reason: values.reason,
+        ...(values['anchor-file'] ? { anchorFile: values['anchor-file'] } : {}),
+      });
+      const was = r.last_signed_checkpoint
+        ? `the last checkpoint this key signed covered ${r.last_signed_checkpoint.entries} entries${r.held ? ' and the log holds it' : `; ${r.missing_entries} of them are missing`}`
+        : 'no checkpoint of this key covered it';
+      out(
+        values.json
+          ? JSON.stringify(r)
+          : `anchored: ${r.log.entries} entries (${was}); recorded audit.reanchored and signed a checkpoint at entry ${r.checkpoint.entries} (${r.checkpoint.key_id})`,
+      );
       return 0;
     }
     case 'rotate': {

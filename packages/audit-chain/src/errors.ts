@@ -12,6 +12,11 @@ export const AUDIT_ERROR_CODES = [
   'log_corrupt',
   /** The log is shorter than, or disagrees with, its latest checkpoint (truncated or rolled back). */
   'log_behind_checkpoint',
+  /**
+   * A signing key is configured, the log holds entries, and no checkpoint signed by that key
+   * covers them (its checkpoints were removed, or were never signed): re-anchor it explicitly.
+   */
+  'log_unanchored',
   /** The writers' lock could not be taken within `lockTimeoutMs`. */
   'lock_timeout',
   /** The log was closed; no further appends are accepted. */

@@ -5,7 +5,7 @@
  * reachable from outside the package.
  */
 
-export { type Checkpoint, generateSigningKeys, type KeyInput } from './checkpoint.js';
+export { type Checkpoint, generateSigningKeys, type KeyInput, parseCheckpoint } from './checkpoint.js';
 export {
   type CheckpointFields,
   type DecodedCheckpoint,
@@ -30,7 +30,9 @@ export {
   type LogHead,
   type OpenAuditLogOptions,
   openAuditLog,
+  type Reanchored,
   type RotateResult,
+  reanchorAuditLog,
   type WriterIo,
 } from './log.js';
 export { type TailOptions, tailLog } from './tail.js';

@@ -1,8 +1,16 @@
-import type { KeyObject } from 'node:crypto';
+import { createPublicKey, type KeyObject } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
-import { type FileHandle, open, rename, stat } from 'node:fs/promises';
-import { basename, join } from 'node:path';
-import { type Checkpoint, checkpointLine, type KeyInput, parseCheckpoint, signCheckpoint, toKey } from './checkpoint.js';
+import { type FileHandle, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+import {
+  type Checkpoint,
+  checkpointLine,
+  type KeyInput,
+  parseCheckpoint,
+  signCheckpoint,
+  toKey,
+  verifyCheckpointSignature,
+} from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
 import { type AuditEntry, assertEventType, buildLine, checkLine, encodeData, GENESIS_HASH, SUFFIX_BYTES, sha256Hex } from './format.js';
 import type { JsonValue } from './ijson.js';
@@ -47,6 +55,12 @@ export interface OpenAuditLogOptions {
    * lets a writer extend a truncated or rolled-back history.
    */
   checkCheckpoint?: boolean;
+  /**
+   * A file outside the log's directory that keeps a copy of the newest signed checkpoint, replaced
+   * after each one (needs `signingKey`). At open the log must hold the entry it names, so deleting
+   * the log together with its checkpoint file is caught (`log_behind_checkpoint`).
+   */
+  anchorFile?: string;
   /** Replaces the batch write and data sync (fault injection in tests). */
   io?: Partial<WriterIo>;
 }
@@ -157,6 +171,7 @@ class Writer implements AuditLog {
   private readonly fileMode: number;
   private readonly key: KeyObject | undefined;
   private readonly checkCheckpoint: boolean;
+  private readonly anchorFile: string | undefined;
   private handle: FileHandle | undefined;
   private tail: Tail | undefined;
   private queue: Pending[] = [];
@@ -176,6 +191,7 @@ class Writer implements AuditLog {
     this.fileMode = o.fileMode ?? 0o600;
     this.key = o.signingKey === undefined ? undefined : toKey(o.signingKey, 'private', 'signingKey');
     this.checkCheckpoint = o.checkCheckpoint ?? true;
+    this.anchorFile = o.anchorFile;
   }
 
   async open(): Promise<void> {
@@ -235,38 +251,82 @@ class Writer implements AuditLog {
     return this.serial(async () => {
       this.assertOpen();
       await this.commitQueued();
+      return this.withLock(() => this.checkpointLocked());
+    });
+  }
+
+  /** Records a checkpoint of the log as it is now (signed when a key is set, then copied to the anchor file). */
+  private async checkpointLocked(): Promise<Checkpoint> {
+    const t = await this.refresh();
+    let cp: Checkpoint = {
+      entries: t.seq,
+      head: t.hash,
+      segment: t.segment,
+      offset: t.size,
+      time: this.clock().toISOString(),
+    };
+    if (this.key) cp = signCheckpoint(cp, this.key);
+    const fh = await open(this.files.checkpoints, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
+    let size = 0;
+    try {
+      size = (await fh.stat()).size;
+      // An interrupted checkpoint write left a torn last line: drop it (it was never
+      // acknowledged, and the next checkpoint restates everything it held).
+      const last = await lastLine(fh, size);
+      if (last?.torn) {
+        size = last.start;
+        await fh.truncate(size);
+      }
+      await this.io.write(fh, Buffer.from(checkpointLine(cp)));
+      await this.io.datasync(fh);
+    } catch (err) {
+      await fh.truncate(size).catch(() => {});
+      throw new AuditError('write_failed', `cannot write checkpoint to ${this.files.checkpoints}: ${describeCause(err)}`, {
+        cause: err,
+      });
+    } finally {
+      await fh.close();
+    }
+    if (this.key && this.anchorFile) await writeAnchor(this.anchorFile, cp, this.fileMode);
+    return cp;
+  }
+
+  /**
+   * Appends `audit.reanchored` (what the log holds now, the newest signed checkpoint it does not
+   * hold, and the operator's reason), then signs a checkpoint over the log as it is: the explicit,
+   * recorded way past `log_unanchored` and `log_behind_checkpoint`.
+   */
+  reanchor(reason: string): Promise<Reanchored> {
+    return this.serial(async () => {
+      this.assertOpen();
+      if (!this.key) throw new AuditError('invalid_key', `re-anchoring ${this.path} needs the signing key; set it and run again`);
+      await this.commitQueued();
       return this.withLock(async () => {
         const t = await this.refresh();
-        let cp: Checkpoint = {
-          entries: t.seq,
-          head: t.hash,
-          segment: t.segment,
-          offset: t.size,
-          time: this.clock().toISOString(),
-        };
-        if (this.key) cp = signCheckpoint(cp, this.key);
-        const fh = await open(this.files.checkpoints, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
-        let size = 0;
+        let rejected: string | undefined;
+        let known: Checkpoint | undefined;
         try {
-          size = (await fh.stat()).size;
-          // An interrupted checkpoint write left a torn last line: drop it (it was never
-          // acknowledged, and the next checkpoint restates everything it held).
-          const last = await lastLine(fh, size);
-          if (last?.torn) {
-            size = last.start;
-            await fh.truncate(size);
-          }
-          await this.io.write(fh, Buffer.from(checkpointLine(cp)));
-          await this.io.datasync(fh);
+          known = await this.anchors();
         } catch (err) {
-          await fh.truncate(size).catch(() => {});
-          throw new AuditError('write_failed', `cannot write checkpoint to ${this.files.checkpoints}: ${describeCause(err)}`, {
-            cause: err,
-          });
-        } finally {
-          await fh.close();
+          // A changed or foreign anchor file: recorded, then replaced by the new checkpoint.
+          if (!(err instanceof AuditError) || err.code !== 'log_unanchored') throw err;
+          rejected = err.message;
+          known = await latestCheckpoint(this.files.checkpoints, createPublicKey(this.key as KeyObject));
         }
-        return cp;
+        const before = { entries: t.seq, head: t.hash };
+        const held = known ? await this.holds(known, t) : true;
+        const last = known ? { entries: known.entries, head: known.head, time: known.time, segment: known.segment } : null;
+        const data = {
+          reason,
+          log: before,
+          last_signed_checkpoint: last,
+          missing_entries: known && !held ? Math.max(0, known.entries - t.seq) : 0,
+          held: known ? held : null,
+          ...(rejected ? { anchor_rejected: rejected } : {}),
+        };
+        await this.writeEntries([{ type: 'audit.reanchored', dataJson: encodeData(data as JsonValue) }]);
+        const cp = await this.checkpointLocked();
+        return { ...data, checkpoint: cp };
       });
     });
   }
@@ -533,24 +593,141 @@ class Writer implements AuditLog {
     return { sealed: t.segment, path: sealedPath, entries: (this.tail as Tail).seq };
   }
 
-  /** Refuses a log that is shorter than, or disagrees with, its latest checkpoint. */
+  /**
+   * The newest checkpoint the log must hold: with a signing key, only checkpoints that key signed
+   * (in the checkpoint file, or the anchor file's copy, whichever is newer); without one, the
+   * checkpoint file's last.
+   */
+  private async anchors(): Promise<Checkpoint | undefined> {
+    const pub = this.key ? createPublicKey(this.key) : undefined;
+    const inFile = await latestCheckpoint(this.files.checkpoints, pub);
+    if (!pub || !this.anchorFile) return inFile;
+    const copy = await readAnchor(this.anchorFile, pub);
+    if (!copy) return inFile;
+    if (!inFile) return copy;
+    return copy.segment > inFile.segment || (copy.segment === inFile.segment && copy.entries > inFile.entries) ? copy : inFile;
+  }
+
+  /** Whether the active segment holds checkpoint `cp`'s entry at its offset (a sealed segment's checkpoint: verify covers it). */
+  private async holds(cp: Checkpoint, t: Tail): Promise<boolean> {
+    if (cp.entries === 0 || cp.segment < t.segment) return true;
+    if (cp.segment > t.segment || t.size < cp.offset) return false;
+    const at = await lastLine(this.handle as FileHandle, cp.offset);
+    const c = at && !at.torn ? checkLine(at.line) : undefined;
+    return c?.ok === true && c.entry.seq === cp.entries && c.entry.hash === cp.head;
+  }
+
+  /**
+   * Refuses a log that is shorter than, or disagrees with, its newest checkpoint
+   * (`log_behind_checkpoint`), and, with a signing key, a log holding entries that no checkpoint
+   * signed by that key covers (`log_unanchored`): a log cut with its checkpoints removed is never
+   * signed over again without an operator's recorded decision ({@link reanchorAuditLog}).
+   */
   private async assertNotBehindCheckpoint(): Promise<void> {
-    const cp = await latestCheckpoint(this.files.checkpoints);
-    if (!cp || cp.entries === 0) return;
+    const cp = await this.anchors();
     const t = await this.refresh();
+    if (!cp) {
+      if (this.key && t.seq > 0) {
+        throw new AuditError(
+          'log_unanchored',
+          `${this.path} holds ${t.seq} entries but no checkpoint signed by this key covers them (the checkpoints ${this.files.checkpoints}${this.anchorFile ? ` and ${this.anchorFile}` : ''} are missing, unsigned or signed by another key): the log may have been cut and its checkpoints removed. Check it with "forge audit verify"; to sign over it as it is, re-anchor it ("forge audit anchor --reason …", recorded in the log)`,
+        );
+      }
+      return;
+    }
+    if (cp.entries === 0) return;
     const behind = (why: string) =>
       new AuditError(
         'log_behind_checkpoint',
-        `${this.path} ${why} (checkpoint of ${cp.time}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or rolled back — run "forge-audit verify ${this.path}" and restore the log before appending`,
+        `${this.path} ${why} (checkpoint of ${cp.time}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or rolled back — run "forge-audit verify ${this.path}" and restore the log before appending, or re-anchor it ("forge audit anchor --reason …", recorded in the log)`,
       );
     if (cp.segment > t.segment) throw behind(`is in segment ${t.segment}, but a checkpoint covers segment ${cp.segment}`);
     if (cp.segment < t.segment) return; // the checkpoint is in a sealed segment: verify covers it
     if (t.size < cp.offset) throw behind(`is ${t.size} bytes, shorter than its checkpoint (${cp.offset} bytes)`);
-    const at = await lastLine(this.handle as FileHandle, cp.offset);
-    const c = at && !at.torn ? checkLine(at.line) : undefined;
-    if (!c?.ok || c.entry.seq !== cp.entries || c.entry.hash !== cp.head) {
-      throw behind('does not hold the checkpointed entry at the checkpointed offset');
+    if (!(await this.holds(cp, t))) throw behind('does not hold the checkpointed entry at the checkpointed offset');
+  }
+}
+
+/** What {@link reanchorAuditLog} recorded in `audit.reanchored`, and the checkpoint it signed. */
+export interface Reanchored {
+  reason: string;
+  /** The log when it was re-anchored. */
+  log: { entries: number; head: string };
+  /** The newest checkpoint signed by the key that was known (checkpoint file or anchor file), if any. */
+  last_signed_checkpoint: { entries: number; head: string; time: string; segment: number } | null;
+  /** Entries that checkpoint covered and the log no longer holds (0 when it holds them). */
+  missing_entries: number;
+  /** Whether the log still held that checkpoint's entry (null when there was none). */
+  held: boolean | null;
+  /** Why the anchor file was not taken (changed, or signed by another key), when it was not. */
+  anchor_rejected?: string;
+  checkpoint: Checkpoint;
+}
+
+/**
+ * Re-anchors a signed log an operator has inspected and decided to keep as it is: opens it without
+ * the checkpoint check, appends `audit.reanchored` recording what is missing and `reason`, and
+ * signs a checkpoint over it (copied to `anchorFile`). The only way past `log_unanchored`.
+ */
+export async function reanchorAuditLog(
+  path: string,
+  o: { signingKey: KeyInput; reason: string; anchorFile?: string; clock?: () => Date },
+): Promise<Reanchored> {
+  if (typeof o.reason !== 'string' || o.reason.trim() === '') {
+    throw new AuditError(
+      'invalid_data',
+      're-anchoring needs a reason (it is recorded in the log): say what was checked and why the log is kept',
+    );
+  }
+  const writer = new Writer(path, {
+    signingKey: o.signingKey,
+    checkCheckpoint: false,
+    ...(o.anchorFile ? { anchorFile: o.anchorFile } : {}),
+    ...(o.clock ? { clock: o.clock } : {}),
+  });
+  await writer.open();
+  try {
+    return await writer.reanchor(o.reason);
+  } finally {
+    await writer.close();
+  }
+}
+
+/** The anchor file's checkpoint when it is one signed by `pub`; a missing file is none; anything else refuses. */
+async function readAnchor(path: string, pub: KeyObject): Promise<Checkpoint | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new AuditError('io_error', `cannot read the audit anchor ${path}: ${describeCause(err)}`, { cause: err });
+  }
+  const cp = parseCheckpoint(text.trim());
+  if (typeof cp === 'string' || !verifyCheckpointSignature(cp, pub)) {
+    throw new AuditError(
+      'log_unanchored',
+      `the audit anchor ${path} is not a checkpoint signed by this key (${typeof cp === 'string' ? cp : 'bad signature'}); it was changed, or the key was replaced: check the log with "forge audit verify", then re-anchor it ("forge audit anchor --reason …")`,
+    );
+  }
+  return cp;
+}
+
+/** Replaces the anchor file with `cp` durably: a synced temporary renamed over it, then the directory synced. */
+async function writeAnchor(path: string, cp: Checkpoint, mode: number): Promise<void> {
+  const tmp = `${path}.${process.pid}.tmp`;
+  try {
+    const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NOFOLLOW, mode);
+    try {
+      await fh.writeFile(checkpointLine(cp));
+      await fh.datasync();
+    } finally {
+      await fh.close();
     }
+    await rename(tmp, path);
+    await syncDir(dirname(path));
+  } catch (err) {
+    await unlink(tmp).catch(() => {});
+    throw new AuditError('write_failed', `cannot write the audit anchor ${path}: ${describeCause(err)}`, { cause: err });
   }
 }
 
@@ -585,8 +762,8 @@ async function lastLine(fh: FileHandle, size: number): Promise<{ line: Buffer; s
   }
 }
 
-/** The last well-formed checkpoint of the file, read from its end (never the whole file). */
-async function latestCheckpoint(path: string): Promise<Checkpoint | undefined> {
+/** The last well-formed checkpoint of the file (signed by `signedBy`, when given), read from its end (never the whole file). */
+async function latestCheckpoint(path: string, signedBy?: KeyObject): Promise<Checkpoint | undefined> {
   let fh: FileHandle;
   try {
     fh = await open(path, 'r');
@@ -602,7 +779,7 @@ async function latestCheckpoint(path: string): Promise<Checkpoint | undefined> {
       end = l.start;
       if (l.torn) continue; // an interrupted checkpoint write
       const cp = parseCheckpoint(l.line.toString('utf8', 0, l.line.length - 1));
-      if (typeof cp !== 'string') return cp;
+      if (typeof cp !== 'string' && (!signedBy || verifyCheckpointSignature(cp, signedBy))) return cp;
     }
   } finally {
     await fh.close();

@@ -231,21 +231,38 @@ describe('checkpoint and keys', () => {
     expect(await readFile(`${prefix}.key`, 'utf8')).toMatch(/^-----BEGIN PRIVATE KEY-----\n/);
     expect(await readFile(`${prefix}.pub`, 'utf8')).toMatch(/^-----BEGIN PUBLIC KEY-----\n/);
 
+    // Three entries nothing signed: the first signing is an explicit, recorded anchor, never a plain checkpoint.
+    const refused = await cli('checkpoint', path, '--key', `${prefix}.key`);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('holds 3 entries but no checkpoint signed by this key covers them');
+    expect((await cli('anchor', path, '--key', `${prefix}.key`)).stderr).toContain('anchor needs --reason');
+    const a = await cli('anchor', path, '--key', `${prefix}.key`, '--reason', 'first signing; entries 1-3 checked by hand');
+    expect(a.code, a.stderr).toBe(0);
+    expect(a.stdout).toMatch(
+      /^anchored: 3 entries \(no checkpoint of this key covered it\); recorded audit\.reanchored and signed a checkpoint at entry 4 \([0-9a-f]{16}\)\n$/,
+    );
+
     const c = await cli('checkpoint', path, '--key', `${prefix}.key`);
     expect(c.code).toBe(0);
-    const m = /^checkpoint: 3 entries, head [0-9a-f]{12}…, signed by ([0-9a-f]{16})\n$/.exec(c.stdout);
+    const m = /^checkpoint: 4 entries, head [0-9a-f]{12}…, signed by ([0-9a-f]{16})\n$/.exec(c.stdout);
     expect(m).not.toBeNull();
-    const cpLine = JSON.parse(await readFile(`${path}.checkpoints`, 'utf8')) as Record<string, unknown>;
-    expect(cpLine).toMatchObject({ entries: 3, key_id: m?.[1] });
+    const cpLines = (await readFile(`${path}.checkpoints`, 'utf8')).trim().split('\n');
+    const cpLine = JSON.parse(cpLines[cpLines.length - 1] as string) as Record<string, unknown>;
+    expect(cpLine).toMatchObject({ entries: 4, key_id: m?.[1] });
     expect(cpLine.sig).toMatch(/^[A-Za-z0-9+/]{86}==$/);
 
     const v = await cli('verify', path, '--key-pub', `${prefix}.pub`);
     expect(v.code).toBe(0);
     expect(v.stdout).toMatch(
-      new RegExp(`^ok: 3 entries in 1 segment\\S*, head [0-9a-f]{12}…; checkpoint at entry 3 \\(signed by ${m?.[1]}\\), 0 entries`),
+      new RegExp(`^ok: 4 entries in 1 segment\\S*, head [0-9a-f]{12}…; checkpoint at entry 4 \\(signed by ${m?.[1]}\\), 0 entries`),
     );
     const j = JSON.parse((await cli('verify', path, '--key-pub', `${prefix}.pub`, '--json')).stdout) as Record<string, unknown>;
-    expect(j.checkpoint).toMatchObject({ entries: 3, signed: true, key_id: m?.[1] });
+    expect(j.checkpoint).toMatchObject({ entries: 4, signed: true, key_id: m?.[1] });
+    const reanchored = JSON.parse((await cli('tail', path, '-n', '1', '--json')).stdout) as Record<string, unknown>;
+    expect(reanchored).toMatchObject({
+      type: 'audit.reanchored',
+      data: { reason: 'first signing; entries 1-3 checked by hand', log: { entries: 3 } },
+    });
   });
 
   it('verify --key-pub with only an unsigned checkpoint exits 1 (no checkpoint signed by this key)', async () => {

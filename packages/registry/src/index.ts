@@ -13,6 +13,7 @@ export { fileToolStore } from './fileToolStore.js';
  * rename (replaces), then the directory fsynced.
  */
 export { linkNew, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
+export { describeCharacter, escapeCharacter, findUnsafeCharacter, inertJson, inertText, type UnsafeCharacter } from './inert.js';
 export {
   type CompiledToolSchema,
   type CompileToolSchemaOptions,

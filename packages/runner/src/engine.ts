@@ -97,8 +97,13 @@ export async function createEngine(options: ForgeOptions) {
   const signingKey = options.audit
     ? undefined
     : readAuditKey(options.auditKey ?? env.FORGE_AUDIT_KEY, options.auditKey ? 'ForgeOptions.auditKey' : 'FORGE_AUDIT_KEY');
-  const audit = options.audit ?? (await openAuditLog(paths.auditLog, signingKey ? { signingKey } : {}));
+  // With a key, a log no signed checkpoint covers is refused (log_unanchored), and the newest
+  // signed checkpoint is copied outside the log's directory (paths.auditAnchor).
+  const audit = options.audit ?? (await openAuditLog(paths.auditLog, signingKey ? { signingKey, anchorFile: paths.auditAnchor } : {}));
   const ownsAudit = !options.audit;
+  // A signed log starts anchored: a checkpoint of its empty state, so a crash before the first
+  // scheduled checkpoint never leaves entries that nothing signed covers.
+  if (signingKey && (await audit.head()).seq === 0) await audit.checkpoint();
   const auditListeners = new Set<(e: ForgeEvent) => void>();
   const changeListeners = new Set<(e: ToolsChanged) => void>();
   const pendingAudit = new Set<Promise<unknown>>();

@@ -40,6 +40,8 @@ export interface ForgePaths {
   vault: string;
   auditDir: string;
   auditLog: string;
+  /** The newest signed checkpoint of the audit log, kept outside its directory (with a signing key). */
+  auditAnchor: string;
   cacheDir: string;
   runsDir: string;
   /** Content-addressed copies of tool implementations, mounted read-only into runs. */
@@ -67,6 +69,7 @@ export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv
     vault: env.FORGE_SECRET_VAULT ? resolve(env.FORGE_SECRET_VAULT) : join(home, 'secrets.json'),
     auditDir: join(home, 'audit'),
     auditLog: join(home, 'audit', 'forge.log'),
+    auditAnchor: join(home, 'audit.anchor'),
     cacheDir: join(home, 'cache'),
     runsDir: join(projectForge, 'runs'),
     codeDir: join(home, 'code'),

@@ -1,6 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { generateSigningKeys, verifyLog } from '@forge/audit-chain';
+import { generateSigningKeys, reanchorAuditLog, verifyLog } from '@forge/audit-chain';
 import { describe, expect, it, vi } from 'vitest';
 import { createForge } from '../src/index.js';
 import { okData, py, setup } from './helpers.js';
@@ -17,6 +17,15 @@ describe('forge checkpoints its own audit log', () => {
     const keys = generateSigningKeys();
     const keyFile = join(fx.root, 'audit.key');
     writeFileSync(keyFile, keys.privateKey, { mode: 0o600 });
+    // The fixture's engine wrote an unsigned log: signing starts with an explicit, recorded anchor.
+    await fx.forge.close();
+    await expect(fx.reopen({ env: { FORGE_AUDIT_KEY: keyFile } })).rejects.toMatchObject({ code: 'log_unanchored' });
+    const anchored = await reanchorAuditLog(fx.forge.paths.auditLog, {
+      signingKey: keys.privateKey,
+      reason: 'start signing',
+      anchorFile: fx.forge.paths.auditAnchor,
+    });
+    expect(anchored).toMatchObject({ last_signed_checkpoint: null, held: null, missing_entries: 0 });
     const f = await fx.reopen({ env: { FORGE_AUDIT_KEY: keyFile } });
     expect((await f.forgeTool(py('echo', 'print(json.dumps({"ok": True, "data": args}))'))).ok).toBe(true);
     for (let i = 0; i < 4; i++) okData(await f.callTool('echo', { i }));

@@ -1,4 +1,4 @@
-import type { JsonSchema, ToolExample, ToolMeta } from '@forge/registry';
+import { findUnsafeCharacter, type JsonSchema, type ToolExample, type ToolMeta } from '@forge/registry';
 import type { GapKind } from './types.js';
 
 /**
@@ -72,10 +72,21 @@ function unknownKeys(
   return refuse(`${what} does not take ${bad.map((k) => JSON.stringify(k)).join(', ')}; it takes ${known.join(', ')}`);
 }
 
+/**
+ * A text field of a blueprint. A reviewer reads it on a terminal, so it may not carry a character
+ * that changes or hides what they see (a terminal escape, a bare carriage return, a bidi override,
+ * a zero-width character: `findUnsafeCharacter`); the refusal names the line and column.
+ */
 function text(args: Record<string, unknown>, key: string, max: number, what: string): string | Refused {
   const v = args[key];
   if (typeof v !== 'string' || v.trim() === '') return refuse(`${what}: ${key} must be a non-empty string`);
   if (v.length > max) return refuse(`${what}: ${key} is ${v.length} characters; at most ${max}`);
+  const bad = findUnsafeCharacter(v);
+  if (bad) {
+    return refuse(
+      `${what}: ${key} line ${bad.line}, column ${bad.column} holds ${bad.what}, which would change or hide what a reviewer sees on a terminal; remove it (in code, write an escape such as "\\x1b" or "\\u202e" instead of the character itself)`,
+    );
+  }
   return v;
 }
 

@@ -7,6 +7,29 @@ import { clip, type Output } from '../output.js';
 import { openStore, storeUrl } from '../store.js';
 
 const logOf = (home: string) => join(home, 'audit', 'forge.log');
+/** The newest signed checkpoint, kept outside the log's directory (the engine writes it when FORGE_AUDIT_KEY is set). */
+const anchorOf = (home: string) => join(home, 'audit.anchor');
+
+/**
+ * Whether the verified log still holds the entry the anchor file names: a log deleted or cut
+ * together with its checkpoint file verifies as a shorter, intact chain, and only this copy,
+ * kept elsewhere, remembers how long it was.
+ */
+async function behindAnchor(home: string, log: string, r: { entries: number }): Promise<string | undefined> {
+  const file = anchorOf(home);
+  if (!existsSync(file)) return undefined;
+  const { parseCheckpoint, tailLog } = await import('@forge/audit-chain');
+  const cp = parseCheckpoint(readFileSync(file, 'utf8').trim());
+  if (typeof cp === 'string') return `the audit anchor ${file} is not a checkpoint (${cp}); it was changed`;
+  if (cp.entries === 0) return undefined;
+  const was = `the anchor ${file} (a signed checkpoint of ${cp.time}) says the log held ${cp.entries} entries, head ${cp.head.slice(0, 12)}…`;
+  if (r.entries < cp.entries) return `${was}; ${log} now holds ${r.entries}: it was cut or replaced together with its checkpoints`;
+  for await (const e of tailLog(log)) {
+    if (e.seq === cp.entries)
+      return e.hash === cp.head ? undefined : `${was}; entry ${cp.entries} of ${log} is another one: the log was rewritten`;
+  }
+  return `${was}; ${log} does not reach entry ${cp.entries}`;
+}
 
 export const auditVerify: Command = {
   words: 'audit verify',
@@ -48,6 +71,14 @@ export const auditVerify: Command = {
       if ((err as { code?: string }).code === 'invalid_key') throw new EnvironmentError(`--key-pub ${keyFile}: ${(err as Error).message}`);
       throw err;
     }
+    const anchor = r.ok ? await behindAnchor(w.home, log, r) : undefined;
+    if (anchor) {
+      r = {
+        ...r,
+        ok: false,
+        first_bad: { seq: r.entries + 1, line: 0, reason: 'behind_anchor', file: basename(log), message: anchor },
+      } as typeof r;
+    }
     if (out.json) out.data({ log, ...r });
     else if (r.ok) {
       const cp = r.checkpoint
@@ -60,6 +91,52 @@ export const auditVerify: Command = {
       out.line(`  ${r.entries} entries before it verify; everything from entry ${b.seq} on is untrusted`);
     }
     return r.ok ? 0 : 1;
+  },
+};
+
+export const auditAnchor: Command = {
+  words: 'audit anchor',
+  usage: 'forge audit anchor --reason TEXT',
+  summary: 'sign over the audit log as it is now, after checking it: the one way past log_unanchored and log_behind_checkpoint',
+  details: [
+    'With FORGE_AUDIT_KEY set, forge refuses a log no checkpoint signed by that key covers (its',
+    'checkpoints removed, or a log that was never signed) and a log behind its newest checkpoint.',
+    'After checking it (forge audit verify), this appends audit.reanchored recording what the log',
+    'holds, the last signed checkpoint and how many of its entries are missing, and the reason,',
+    'then signs a new checkpoint (also copied to $FORGE_HOME/audit.anchor).',
+    '--reason TEXT   what was checked and why the log is kept as it is (recorded in the log)',
+  ],
+  options: { reason: { type: 'string' } },
+  async run({ values }, { out, where }) {
+    const w = await where();
+    if (storeUrl(w.env))
+      throw new UsageError('anchor re-signs the file log of this host; the database log keeps its own checkpoints', this.usage);
+    const reason = values.reason as string | undefined;
+    if (!reason || reason.trim() === '')
+      throw new UsageError('give --reason: what was checked and why the log is kept (it is recorded)', this.usage);
+    const { readAuditKey } = await import('@forge/runner');
+    let key: string | undefined;
+    try {
+      key = readAuditKey(w.env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
+    } catch (err) {
+      throw new EnvironmentError((err as Error).message);
+    }
+    if (!key)
+      throw new EnvironmentError('set FORGE_AUDIT_KEY to the private key forge signs checkpoints with; an unsigned log needs no anchor');
+    const log = logOf(w.home);
+    if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: nothing to anchor`);
+    const { reanchorAuditLog } = await import('@forge/audit-chain');
+    const r = await reanchorAuditLog(log, { signingKey: key, reason, anchorFile: anchorOf(w.home) });
+    if (out.json) out.data({ log, ...r });
+    else {
+      const last = r.last_signed_checkpoint;
+      const was = last
+        ? `the last signed checkpoint covered ${last.entries} entries${r.held ? ', and the log holds them' : `: ${r.missing_entries} are missing`}`
+        : 'no checkpoint signed by this key covered it';
+      out.line(`${out.style.green('✓')} ${log}: anchored at ${r.log.entries} entries (${was})`);
+      out.line(`  recorded audit.reanchored and signed a checkpoint at entry ${r.checkpoint.entries}`);
+    }
+    return 0;
   },
 };
 
