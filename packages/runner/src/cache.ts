@@ -6,11 +6,13 @@ export { type CacheEntry, type CacheLimits, type CacheStore, DEFAULT_CACHE_LIMIT
 
 /**
  * The cache key of a deterministic call: the spec digest (impl, schemas, runtime), the resolved
- * runtime's version, and the digest of the canonical input (`sha256:` over its keys-sorted JSON).
- * Secrets are never part of it (tools that use secrets are not cached).
+ * runtime's version, the digest of the canonical input (`sha256:` over its keys-sorted JSON), and
+ * the caller's authority ({@link callAuthority}): an answer computed under one grant is never
+ * served to a caller with another. Secrets are never part of it (tools that use secrets are not
+ * cached).
  */
-export function cacheKey(specDigest: string, runtimeVersion: string, inputDigest: string): string {
-  return createHash('sha256').update(`${specDigest}\n${runtimeVersion}\n${inputDigest}`).digest('hex');
+export function cacheKey(specDigest: string, runtimeVersion: string, inputDigest: string, authority: string): string {
+  return createHash('sha256').update(`${specDigest}\n${runtimeVersion}\n${inputDigest}\n${authority}`).digest('hex');
 }
 
 /**

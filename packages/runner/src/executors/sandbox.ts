@@ -19,6 +19,7 @@ import {
 } from '@forge/sandbox';
 import { readAnnotations } from '../annotations.js';
 import type { Refusal } from '../api.js';
+import { callAuthority } from '../authority.js';
 import { cacheKey } from '../cache.js';
 import type { Target } from '../call/resolve.js';
 import type { Ctx, Engine } from '../engine.js';
@@ -70,7 +71,7 @@ interface RunInput {
 export function sandboxExecutor(e: Engine): Executor<Forged> {
   const { options, paths } = e;
 
-  const plan: Executor<Forged>['plan'] = async (call, target) => {
+  const plan: Executor<Forged>['plan'] = async (call, target, snap) => {
     const stored = target.stored;
     let runtime: Runtime;
     try {
@@ -91,7 +92,16 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
         ...(stored.meta?.cpu_s !== undefined ? { cpu_s: stored.meta.cpu_s } : {}),
         ...(stored.meta?.output_cap !== undefined ? { output_cap: stored.meta.output_cap } : {}),
       },
-      ...(cacheable ? { cacheKey: cacheKey(stored.digest, `${runtime.name}@${runtime.version}`, call.inputDigest) } : {}),
+      ...(cacheable
+        ? {
+            cacheKey: cacheKey(
+              stored.digest,
+              `${runtime.name}@${runtime.version}`,
+              call.inputDigest,
+              callAuthority(snap, call.ctx.persona, { project: paths.project }),
+            ),
+          }
+        : {}),
       tool: {
         name: stored.name,
         version: stored.version,
