@@ -13,6 +13,8 @@ import { expect, it, onTestFinished } from 'vitest';
 
 /** An attack that needs root to set itself up (a bind mount): it runs in CI's root pass, skipped as an ordinary user. */
 export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
+/** An attack on what an ordinary user's forge does: it runs in CI's ordinary-user pass, skipped as root. */
+export const asUser: typeof it = it.runIf(process.getuid?.() !== 0) as typeof it;
 
 /** Fails (never skips) when this host cannot sandbox, with the probe's fix. */
 export async function requireSandbox(): Promise<void> {

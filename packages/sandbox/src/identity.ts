@@ -1,5 +1,6 @@
-import { chownSync, closeSync, constants as fsc, lchownSync, lstatSync, openSync, readdirSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants as fsc, lchownSync, lstatSync, openSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { claimInode } from './bind-lease.js';
 import type { CheckedBind } from './binds.js';
 import { SandboxError } from './errors.js';
 import type { SandboxIdentity } from './probe.js';
@@ -11,8 +12,11 @@ import type { SandboxIdentity } from './probe.js';
  * - A `ro` bind must be readable by it as it is (its owner, group or other bits): nothing is
  *   changed to make it so, and one that is not is refused with what to do.
  * - A `rw` bind is handed to it for the run: the inode's owner becomes the sandbox uid, and when
- *   the run is over the owner is set back, with every entry the tool created under a bound
- *   directory given to the bound directory's owner. Nothing else changes hands.
+ *   the run is over the owner *and mode* are set back (a tool's `chmod 2777` does not stay), with
+ *   every entry the tool created under a bound directory given to the bound directory's owner
+ *   without `o+w` or set-id bits. Nothing else changes hands.
+ * - One run at a time holds an inode `rw`, across every forge process of the host (bind-lease.ts):
+ *   another run's `rw` bind of a held inode is refused, never handed over twice.
  */
 export interface BindGrant {
   /** Gives back what was handed over; call once, after the run (its processes are gone). */
@@ -34,14 +38,17 @@ function canRead(st: { uid: number; gid: number; mode: number }, id: SandboxIden
  */
 export function grantBinds(binds: readonly CheckedBind[], id: SandboxIdentity): BindGrant {
   if (id.drop.length === 0 || binds.length === 0) return NONE;
-  const handed: { path: string; uid: number; gid: number; dir: boolean }[] = [];
+  const handed: { path: string; uid: number; gid: number; mode: number; dir: boolean; release(): void }[] = [];
   const restore = () => {
     for (const h of handed.splice(0)) {
       try {
         if (h.dir) giveBack(h.path, id, h.uid, h.gid, 0);
         chownSync(h.path, h.uid, h.gid);
+        chmodSync(h.path, h.mode);
       } catch {
         // gone meanwhile: nothing left to give back
+      } finally {
+        h.release();
       }
     }
   };
@@ -60,8 +67,10 @@ export function grantBinds(binds: readonly CheckedBind[], id: SandboxIdentity): 
         }
         continue;
       }
+      const claim = claimInode(st, b.path, id.uid);
+      if (!claim.ok) throw new SandboxError('bind_denied', claim.message);
+      handed.push({ path: at, uid: claim.uid, gid: claim.gid, mode: claim.mode, dir, release: claim.release });
       chownSync(at, id.uid, id.gid);
-      handed.push({ path: at, uid: st.uid, gid: st.gid, dir });
     }
   } catch (err) {
     restore();
@@ -90,7 +99,12 @@ function giveBack(path: string, id: SandboxIdentity, uid: number, gid: number, d
       const at = join(here, name);
       const st = lstatSync(at, { throwIfNoEntry: false });
       if (!st) continue;
-      if (st.uid === id.uid) lchownSync(at, uid, gid);
+      if (st.uid === id.uid) {
+        lchownSync(at, uid, gid);
+        // Given back without set-user-id, set-group-id or o+w: nothing a tool left can run as, or be changed by, others.
+        const safe = st.mode & 0o7777 & ~(0o4000 | 0o2000 | 0o002);
+        if (!st.isSymbolicLink() && safe !== (st.mode & 0o7777)) chmodSync(at, safe);
+      }
       if (st.isDirectory()) giveBack(at, id, uid, gid, depth + 1);
     }
   } finally {
