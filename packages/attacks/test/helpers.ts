@@ -1,9 +1,11 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { verifyLog } from '@forge/audit-chain';
+import { createGateway, type Gateway } from '@forge/gateway';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
 import { probe } from '@forge/sandbox';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -35,6 +37,8 @@ export function scratchDir(prefix = 'forge-attack-'): string {
 
 export interface Target {
   forge: Forge;
+  /** The gateway the engine serves, when `servers` were given. */
+  gateway?: Gateway;
   root: string;
   home: string;
   project: string;
@@ -47,7 +51,14 @@ export interface Target {
  * When the test finishes the engine closes, its audit log must verify, and everything is removed.
  */
 export async function target(
-  o: { userPolicy?: Record<string, unknown>; forge?: Omit<ForgeOptions, 'home' | 'project'> } = {},
+  o: {
+    userPolicy?: Record<string, unknown>;
+    forge?: Omit<ForgeOptions, 'home' | 'project'>;
+    /** The operator's gateway.json servers: the engine then serves a gateway over them. */
+    servers?: Record<string, unknown>;
+    /** The repository's .forge/gateway.json servers. */
+    projectServers?: Record<string, unknown>;
+  } = {},
 ): Promise<Target> {
   await requireSandbox();
   const root = scratchDir();
@@ -56,7 +67,15 @@ export async function target(
   mkdirSync(home, { recursive: true, mode: 0o700 });
   mkdirSync(join(project, '.forge'), { recursive: true, mode: 0o700 });
   if (o.userPolicy) writeFileSync(join(home, 'policy.json'), JSON.stringify(o.userPolicy));
-  const forge = await createForge({ env: {}, ...o.forge, home, project });
+  let gateway: Gateway | undefined;
+  if (o.servers || o.projectServers) {
+    const userFile = join(home, 'gateway.json');
+    const workspaceFile = join(project, '.forge', 'gateway.json');
+    if (o.servers) writeFileSync(userFile, JSON.stringify({ servers: o.servers }));
+    if (o.projectServers) writeFileSync(workspaceFile, JSON.stringify({ servers: o.projectServers }));
+    gateway = createGateway({ userFile, workspaceFile, gatewayDir: join(home, 'gateway') });
+  }
+  const forge = await createForge({ env: {}, ...o.forge, ...(gateway ? { sources: [gateway] } : {}), home, project });
   onTestFinished(async () => {
     await forge.close({ graceMs: 2000 });
     const v = await verifyLog(forge.paths.auditLog);
@@ -64,6 +83,7 @@ export async function target(
   });
   return {
     forge,
+    ...(gateway ? { gateway } : {}),
     root,
     home,
     project,
@@ -168,5 +188,26 @@ export async function serve(t: { home: string; project: string }, env: Record<st
       const first = result.content[0];
       return JSON.parse(first?.type === 'text' ? first.text : 'null') as Envelope;
     },
+  };
+}
+
+const require = createRequire(import.meta.url);
+/** This package's directory: its node_modules resolve the fixtures' imports. */
+export const PACKAGE_DIR = realpathSync(resolve(dirname(fileURLToPath(import.meta.url)), '..'));
+/** pnpm's store of the workspace, where every package's files live (bound read-only into upstream sandboxes). */
+export const PNPM_STORE = (() => {
+  const sdk = realpathSync(dirname(require.resolve('@modelcontextprotocol/sdk/package.json')));
+  return sdk.slice(0, sdk.indexOf('/.pnpm/') + '/.pnpm'.length);
+})();
+/** The hostile upstream MCP server (test/fixtures/hostile-upstream.mjs) as a gateway.json entry, sandboxed. */
+export function hostileServer(
+  env: Record<string, string> = {},
+  binds: { path: string; mode: 'ro' | 'rw' }[] = [],
+): Record<string, unknown> {
+  return {
+    command: 'node',
+    args: [join(PACKAGE_DIR, 'test', 'fixtures', 'hostile-upstream.mjs')],
+    env,
+    binds: [{ path: PACKAGE_DIR, mode: 'ro' }, { path: PNPM_STORE, mode: 'ro' }, ...binds],
   };
 }

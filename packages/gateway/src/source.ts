@@ -79,9 +79,16 @@ export function isForgeToolName(name: string): boolean {
   return /^[A-Za-z][A-Za-z0-9_.-]*$/.test(name) && !name.includes('..') && !name.endsWith('.') && Buffer.byteLength(name) <= 64;
 }
 
-function secretsKey(server: ServerConfig, secrets: ReadonlyMap<string, string>): string {
+/**
+ * What one upstream connection is kept for: the server's definition, the values of its secrets,
+ * and the caller's authority (docs/security.md, invariant 1). A connection, and every notification
+ * it sends (log messages reach each call in flight on it), is shared only by callers of equal
+ * authority; the listing connection, which no call uses, has none.
+ */
+function connectionKey(server: ServerConfig, secrets: ReadonlyMap<string, string>, authority: string): string {
   const h = createHash('sha256').update(JSON.stringify(server));
   for (const vault of Object.values(server.secrets).sort()) h.update(`\0${vault}\0${secrets.get(vault) ?? ''}`);
+  h.update(`\0authority\0${authority}`);
   return `${server.name}\0${h.digest('hex')}`;
 }
 
@@ -186,9 +193,9 @@ class GatewaySource implements Gateway {
     };
   }
 
-  /** The connection of `server` for these secret values, made (not started) on first use; stale ones are stopped. */
-  #upstream(server: ServerConfig, secrets: ReadonlyMap<string, string>): Upstream {
-    const key = secretsKey(server, secrets);
+  /** The connection of `server` for these secret values and this authority, made (not started) on first use; stale ones are stopped. */
+  #upstream(server: ServerConfig, secrets: ReadonlyMap<string, string>, authority: string): Upstream {
+    const key = connectionKey(server, secrets, authority);
     let up = this.#upstreams.get(key);
     if (up) return up;
     for (const [k, other] of this.#upstreams) {
@@ -235,12 +242,12 @@ class GatewaySource implements Gateway {
     return out;
   }
 
-  /** A connection to list `server` with: one already running (any secrets), else the one without secrets. */
+  /** A connection to list `server` with: one already running (any secrets), else the one without secrets or a caller. */
   #lister(server: ServerConfig): Upstream {
     for (const up of this.#upstreams.values()) {
       if (up.server.name === server.name && up.state === 'running' && JSON.stringify(up.server) === JSON.stringify(server)) return up;
     }
-    return this.#upstream(server, new Map());
+    return this.#upstream(server, new Map(), 'listing');
   }
 
   /** What the upstream lists now (cached per connection), its skipped names recorded once. */
@@ -407,7 +414,7 @@ class GatewaySource implements Gateway {
     const origin = job.tool.origin;
     const server = this.#server(origin.server);
     if ('ok' in server) return { ...server, outcome: 'none' };
-    const up = this.#upstream(server, job.secrets);
+    const up = this.#upstream(server, job.secrets, job.authority);
     const facts = (): Record<string, unknown> => ({
       server: server.name,
       tool: origin.tool,

@@ -60,11 +60,17 @@ export interface SourceJob extends SourceContext {
   runId: string;
   /** Vault name → value of the tool's `meta.secrets` (empty when it names none). */
   secrets: ReadonlyMap<string, string>;
+  /**
+   * The caller's authority (`sha256:` of the persona's effective grant; docs/security.md,
+   * invariant 1). Whatever the source keeps between calls and shares among callers (an upstream
+   * connection, and every notification it sends) is keyed by it.
+   */
+  authority: string;
   /** Aborted when the caller cancels, the budget's time runs out, or forge closes. */
   signal: AbortSignal;
   /** The wall-clock budget after policy clamped it; the source ends the call by then. */
   timeoutMs: number;
-  /** Progress and log events from the upstream, as they come (the runner redacts them first). */
+  /** Progress and log events from the upstream, as they come (the runner redacts and caps them first). */
   onEvent?: (event: ToolEvent) => void;
 }
 

@@ -6,6 +6,8 @@ import { sourceContext } from '../call/resolve.js';
 import type { Engine } from '../engine.js';
 import { type Envelope, type EnvelopeMeta, failure } from '../envelope.js';
 import type { ToolEvent } from '../events.js';
+import { callAuthority } from '../authority.js';
+import { DEFAULT_EVENT_LIMITS } from '../events.js';
 import type { Executor } from '../executor.js';
 import { redactText, redactValue, type SecretList } from '../redact.js';
 import { stopReason } from '../refusal.js';
@@ -56,6 +58,13 @@ export function sourceExecutor(e: Engine): Executor<Sourced> {
         ac.abort(new Error(`the call ran past its ${timeoutMs} ms wall-clock limit`));
       }, timeoutMs);
       const onEvent = ctx.onEvent;
+      // An upstream's events are capped per call as a forged tool's are: past the limit they are counted, not delivered.
+      const events = { delivered: 0, dropped: 0 };
+      const capped = (ev: ToolEvent) => {
+        if (events.delivered >= DEFAULT_EVENT_LIMITS.events) return void events.dropped++;
+        events.delivered++;
+        if (onEvent) deliver(onEvent, ev, secrets);
+      };
       // The run's directory holds its manifest, and an empty artifacts directory like any run's.
       mkdirSync(join(job.runDir, 'artifacts'), { recursive: true, mode: 0o700 });
       const t0 = performance.now();
@@ -67,9 +76,10 @@ export function sourceExecutor(e: Engine): Executor<Sourced> {
           input: call.input,
           runId: job.runId,
           secrets: job.secretValues,
+          authority: callAuthority(job.snap, ctx.persona, { project: e.paths.project }),
           signal: ac.signal,
           timeoutMs,
-          ...(onEvent ? { onEvent: (ev: ToolEvent) => deliver(onEvent, ev, secrets) } : {}),
+          ...(onEvent ? { onEvent: capped } : {}),
         });
       } catch (err) {
         res = {
@@ -131,6 +141,7 @@ export function sourceExecutor(e: Engine): Executor<Sourced> {
             sandboxed: tool.origin.sandboxed,
             ...facts,
           },
+          events: { delivered: events.delivered, dropped: { over_limit: events.dropped } },
         },
         audit: { server: tool.origin.server, upstream_tool: tool.origin.tool, sandboxed: tool.origin.sandboxed, duration_ms: durationMs },
       };
