@@ -198,6 +198,15 @@ class GatewaySource implements Gateway {
     const key = connectionKey(server, secrets, authority);
     let up = this.#upstreams.get(key);
     if (up) return up;
+    // The listing connection has served no call: the first caller whose secrets it was started
+    // with (none) takes it over, so one caller's server is one process, not two.
+    const listingKey = connectionKey(server, new Map(), 'listing');
+    const listing = authority !== 'listing' ? this.#upstreams.get(listingKey) : undefined;
+    if (listing && connectionKey(server, secrets, 'listing') === listingKey) {
+      this.#upstreams.delete(listingKey);
+      this.#upstreams.set(key, listing);
+      return listing;
+    }
     for (const [k, other] of this.#upstreams) {
       if (other.server.name === server.name && JSON.stringify(other.server) !== JSON.stringify(server)) {
         this.#upstreams.delete(k);
@@ -242,12 +251,15 @@ class GatewaySource implements Gateway {
     return out;
   }
 
-  /** A connection to list `server` with: one already running (any secrets), else the one without secrets or a caller. */
+  /** A connection to list `server` with: one running (any secrets, any caller), else one of its connections, else one without secrets or a caller. */
   #lister(server: ServerConfig): Upstream {
+    let stopped: Upstream | undefined;
     for (const up of this.#upstreams.values()) {
-      if (up.server.name === server.name && up.state === 'running' && JSON.stringify(up.server) === JSON.stringify(server)) return up;
+      if (up.server.name !== server.name || JSON.stringify(up.server) !== JSON.stringify(server)) continue;
+      if (up.state === 'running') return up;
+      stopped ??= up; // restarted by the listing rather than a second process started beside it
     }
-    return this.#upstream(server, new Map(), 'listing');
+    return stopped ?? this.#upstream(server, new Map(), 'listing');
   }
 
   /** What the upstream lists now (cached per connection), its skipped names recorded once. */

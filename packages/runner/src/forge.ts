@@ -12,6 +12,7 @@ import { sourceContext } from './call/resolve.js';
 import { makeTrialCall, runtimeLabel } from './call/trial.js';
 import { work } from './call/work.js';
 import { createEngine, type Engine } from './engine.js';
+import { reportShadow, sourceNamespace } from './call/shadow.js';
 import { makeForgeTool } from './forgeTool.js';
 import { makeManage } from './manage.js';
 import { type RunReadDeps, readArtifact, readRun } from './runs.js';
@@ -85,10 +86,21 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     if (contextProblem(ctx)) return [];
     if (o.scope) {
       if (o.scope === 'task' && !ctx.task) return [];
-      return (await e.registryFor(o.scope, ctx)).list({ scope: o.scope });
+      return (await e.registryFor(o.scope, ctx)).list({ scope: o.scope }).filter((t) => {
+        const owned = sourceNamespace(e, t.tool.name);
+        if (owned) reportShadow(e, t.tool, owned);
+        return !owned;
+      });
     }
     const seen = new Map<string, ListedTool>();
     for (const r of await e.layers(ctx)) for (const t of r.list()) if (!seen.has(t.tool.name)) seen.set(t.tool.name, t);
+    // A forged tool in a source's namespace is never listed (nor called): the source's is.
+    for (const [name, t] of seen) {
+      const owned = sourceNamespace(e, name);
+      if (!owned) continue;
+      seen.delete(name);
+      reportShadow(e, t.tool, owned);
+    }
     // A persona sees the tools its ACL lets it call (the call would be refused anyway).
     // Wire conflicts before the ACL filter: a call by a wire name resolves regardless of the ACL.
     return withWireConflicts([...seen.values()])

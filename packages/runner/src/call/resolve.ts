@@ -5,14 +5,15 @@ import { META_TOOLS } from '../api.js';
 import type { Ctx, Engine } from '../engine.js';
 import type { SourcedTool, ToolSource } from '../sources.js';
 import { findTool, UNKNOWN_TOOL_TODO, UNKNOWN_TOOL_TODO_GOVERNED } from '../wireNames.js';
+import { reportShadow, sourceNamespace } from './shadow.js';
 
 /** What a call names: a forged tool of the registry, or a tool a source serves. */
 export type Target = { kind: 'forged'; stored: StoredTool } | { kind: 'sourced'; tool: SourcedTool; source: ToolSource };
 
 /**
  * Step 1, resolve: the forge name or wire name `name` through the layered registry (task →
- * session → project → user), then through the sources (the gateway's projected tools), forged
- * tools first: a source's tool of the same name is never reached.
+ * session → project → user), then through the sources (the gateway's projected tools). A forged
+ * tool in a source's namespace is never the answer (shadow.ts): the call goes to the source.
  */
 export async function resolveTarget(
   e: Engine,
@@ -26,7 +27,12 @@ export async function resolveTarget(
     return pol.ok && toolsmithFor(pol.snap, ctx.persona).mode === 'governed' ? UNKNOWN_TOOL_TODO_GOVERNED : UNKNOWN_TOOL_TODO;
   };
   const found = findTool(regs, name, (n) => e.resolveIn(regs, n), META_TOOLS, todo);
-  if (found.ok) return { ok: true, target: { kind: 'forged', stored: found.resolved.tool } };
+  if (found.ok) {
+    const stored = found.resolved.tool;
+    const owned = sourceNamespace(e, stored.name);
+    if (!owned) return { ok: true, target: { kind: 'forged', stored } };
+    reportShadow(e, stored, owned);
+  }
   for (const source of e.sources) {
     const who = sourceContext(ctx);
     const direct = await source.resolve(name, who);
@@ -37,7 +43,8 @@ export async function resolveTarget(
       if (only) return { ok: true, target: { kind: 'sourced', tool: only, source } };
     }
   }
-  return { ok: false, message: found.message };
+  if (!found.ok) return { ok: false, message: found.message };
+  return { ok: false, message: `no tool "${name}": ${sourceNamespace(e, found.resolved.tool.name)}; the forged tool of that name is not served` };
 }
 
 /** What a source is told of the caller. */
