@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect } from 'vitest';
 import { asRoot, asUser, CLI, cli, py, refused, scratch, target } from './helpers.js';
 
 /** A tool that marks its bound directory `started`, waits (up to 25 s) for `go`, then writes its name. */

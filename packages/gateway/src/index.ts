@@ -30,6 +30,7 @@ export {
 export { type AddServersResult, addGatewayServers } from './configFile.js';
 export { type ImportResult, type ImportSkip, importMcpConfig, type VaultNeed } from './importConfig.js';
 export {
+  type DefinitionPin,
   type LastAudited,
   openPinStore,
   PINNED_FIELDS,
@@ -42,6 +43,7 @@ export {
   type RecordAudit,
   toolDigest,
 } from './pins.js';
+export { fileDigest, type ServerDefinition, serverDefinition } from './definition.js';
 export { createGateway, type GatewayOptions, isForgeToolName } from './source.js';
 export { DEFAULT_MAX_MESSAGE_BYTES } from './transport.js';
 export type {

@@ -52,6 +52,8 @@ export interface Pins {
   list(server: string): ReadonlyMap<string, Pin>;
   /** The servers that have pins. */
   servers(): string[];
+  /** The definition digest approved for `server` as declared by `file`, if any. */
+  definition(server: string, file: string): DefinitionPin | undefined;
   /**
    * How each listed tool stands (`approved`, `new`, `changed`, `not_allowed` when `allowList` is
    * given and omits it), then each pinned tool the server no longer lists (`removed`).
@@ -78,7 +80,7 @@ export interface PinStore {
    * the new file holds only these pins. If the audit entry cannot be written, the previous file is
    * restored and the approval refused (`audit_unavailable`).
    */
-  approve(server: string, defs: readonly ToolDefinition[], by: string): Promise<PinWrite>;
+  approve(server: string, defs: readonly ToolDefinition[], by: string, definition?: { file: string; digest: string }): Promise<PinWrite>;
   /**
    * Drops the pins of `tools` of `server` (all its pins when `tools` is empty), audited as
    * `gateway.unpinned`. `not_pinned` when a named tool has no pin; refused on an untrusted file
@@ -121,6 +123,19 @@ interface PinsFile {
   version: 1;
   generation: number;
   servers: Record<string, Record<string, Pin>>;
+  /**
+   * The server definitions approved, by server name, then by the configuration file that declared
+   * it (definition.ts): a pin serves only while the server's definition has the digest approved for
+   * the file that declares it now.
+   */
+  definitions?: Record<string, Record<string, DefinitionPin>>;
+}
+
+/** One approved server definition. */
+export interface DefinitionPin {
+  digest: string;
+  approved_at: string;
+  approved_by: string;
 }
 
 // proper-lockfile (with graceful-fs) is loaded by the first write or contended read: reading
@@ -262,13 +277,19 @@ export function openPinStore(options: PinStoreOptions): PinStore {
       cached = r.digest === trusted || !options.lastAudited ? { stamp, pins } : undefined;
       return { ok: true, pins };
     },
-    approve(server, defs, by) {
+    approve(server, defs, by, definition) {
       return write(
         server,
         by,
         (data) => {
           const mine = (data.servers[server] ??= {});
           const at = new Date().toISOString();
+          let previousDefinition: string | undefined;
+          if (definition) {
+            const byFile = ((data.definitions ??= {})[server] ??= {});
+            previousDefinition = byFile[definition.file]?.digest;
+            byFile[definition.file] = { digest: definition.digest, approved_at: at, approved_by: by };
+          }
           const tools: ToolState[] = [];
           const audit: Record<string, unknown>[] = [];
           for (const def of defs) {
@@ -286,7 +307,21 @@ export function openPinStore(options: PinStoreOptions): PinStore {
             });
             audit.push({ tool: def.name, digest, ...(previous && previous !== digest ? { previous } : {}) });
           }
-          return { tools, audit: { tools: audit } };
+          return {
+            tools,
+            audit: {
+              tools: audit,
+              ...(definition
+                ? {
+                    definition: {
+                      file: definition.file,
+                      digest: definition.digest,
+                      ...(previousDefinition && previousDefinition !== definition.digest ? { previous: previousDefinition } : {}),
+                    },
+                  }
+                : {}),
+            },
+          };
         },
         'gateway.approved',
       );
@@ -320,7 +355,10 @@ export function openPinStore(options: PinStoreOptions): PinStore {
             out.push({ server, tool: t, name: `${server}.${t}`, status: 'removed', pinned: p.digest, definition: p.definition });
             delete mine[t];
           }
-          if (Object.keys(mine).length === 0) delete data.servers[server];
+          if (Object.keys(mine).length === 0) {
+            delete data.servers[server];
+            delete data.definitions?.[server];
+          }
           return { tools: out, audit: { tools: out.map((s) => ({ tool: s.tool, digest: s.pinned })) } };
         },
         'gateway.unpinned',
@@ -340,7 +378,18 @@ function sortedFile(d: PinsFile): PinsFile {
     for (const t of Object.keys(d.servers[s] ?? {}).sort()) tools[t] = (d.servers[s] as Record<string, Pin>)[t] as Pin;
     servers[s] = tools;
   }
-  return { version: 1, generation: d.generation, servers };
+  const out: PinsFile = { version: 1, generation: d.generation, servers };
+  if (d.definitions) {
+    const definitions: NonNullable<PinsFile['definitions']> = {};
+    for (const s of Object.keys(d.definitions).sort()) {
+      const byFile: Record<string, DefinitionPin> = {};
+      for (const f of Object.keys(d.definitions[s] ?? {}).sort())
+        byFile[f] = (d.definitions[s] as Record<string, DefinitionPin>)[f] as DefinitionPin;
+      definitions[s] = byFile;
+    }
+    out.definitions = definitions;
+  }
+  return out;
 }
 
 /** The file's content if it has the shape forge writes and every pin's digest is its definition's. */
@@ -360,6 +409,13 @@ function parsePins(text: string): PinsFile | undefined {
       if (!p || typeof p.digest !== 'string' || !p.definition || toolDigest(p.definition) !== p.digest) return undefined;
     }
   }
+  if (d.definitions !== undefined) {
+    if (!d.definitions || typeof d.definitions !== 'object') return undefined;
+    for (const byFile of Object.values(d.definitions)) {
+      if (!byFile || typeof byFile !== 'object') return undefined;
+      for (const p of Object.values(byFile)) if (!p || typeof p.digest !== 'string') return undefined;
+    }
+  }
   return d;
 }
 
@@ -371,6 +427,7 @@ function snapshot(data: PinsFile, digest: string | undefined): Pins {
     get: (server, tool) => data.servers[server]?.[tool],
     list,
     servers: () => Object.keys(data.servers).sort(),
+    definition: (server, file) => data.definitions?.[server]?.[file],
     states(server, listed, allowList) {
       const pins = list(server);
       const out: ToolState[] = [];

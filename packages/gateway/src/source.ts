@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult } from '@forge/runner';
 import type { Resolver } from '@forge/sandbox';
 import { createGatewayConfig, type GatewayConfigSource } from './config.js';
+import { serverDefinition } from './definition.js';
 import { type LastAudited, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
 import { launcherFor } from './spawn.js';
 import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
@@ -351,9 +352,31 @@ class GatewaySource implements Gateway {
     return tool;
   }
 
+  /**
+   * Whether the server's definition now is the one approved for the file declaring it; when not,
+   * its tools are withheld, and that is recorded once per definition (`gateway.server_changed`).
+   */
+  #definitionApproved(pins: Pins, server: ServerConfig): boolean {
+    const now = serverDefinition(server);
+    const approved = pins.definition(server.name, now.file);
+    if (approved?.digest === now.digest) return true;
+    this.#once(`definition\0${server.name}\0${now.file}\0${now.digest}`, 'gateway.server_changed', {
+      server: server.name,
+      file: now.file,
+      from: server.from,
+      approved: approved?.digest ?? null,
+      now: now.digest,
+      why: approved
+        ? 'its definition (command, arguments, environment, binds, network, executable or script) changed since it was approved'
+        : `no approval covers its definition in ${now.file}`,
+    });
+    return false;
+  }
+
   async #serverTools(pins: Pins, server: ServerConfig): Promise<SourcedTool[]> {
     const pinned = pins.list(server.name);
     if (pinned.size === 0) return [];
+    if (!this.#definitionApproved(pins, server)) return [];
     const listing = await this.#boundedListing(server);
     if (listing?.ok) {
       // One projection per listing, pins and config: a listing is a new array after every re-list.
@@ -437,6 +460,18 @@ class GatewaySource implements Gateway {
       restarts: up.restarts,
       duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
     });
+    // The server as declared now must be the one approved, and so must the tool's definition.
+    const pinsNow = await this.#pins();
+    if (!pinsNow || !this.#definitionApproved(pinsNow, server)) {
+      this.#fire([job.tool.name]);
+      return {
+        ok: false,
+        kind: 'tool_changed',
+        message: `gateway server "${server.name}" (${server.file}) is not the one approved: its definition changed or was never approved there; its tools are withheld until approved again (forge gateway approve ${server.name})`,
+        outcome: 'none',
+        facts: facts(),
+      };
+    }
     // The definition this connection serves now must be the one approved: never call a changed tool.
     const listed = await up.list();
     if (!listed.ok) return { ...listed, facts: facts() };
@@ -563,9 +598,11 @@ class GatewaySource implements Gateway {
         defs.push(def);
       }
     }
-    const res = await this.#pinStore.approve(name, defs, by);
+    // The approval covers the server's whole definition as declared now, by the file declaring it.
+    const definition = serverDefinition(b.server);
+    const res = await this.#pinStore.approve(name, defs, by, { file: definition.file, digest: definition.digest });
     if (!res.ok) return res;
-    this.#fire(res.tools.map((s) => s.name));
+    this.#fire(b.tools.map((d) => `${name}.${d.name}`));
     return { ok: true, approved: res.tools };
   }
 

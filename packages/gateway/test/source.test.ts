@@ -1,4 +1,6 @@
-import { describe, expect, test } from 'vitest';
+import { join } from 'node:path';
+import { describe, expect, onTestFinished, test } from 'vitest';
+import { createGateway } from '../src/index.js';
 import { EVERYTHING, fixtureEntry, gatewayWith, job, PNPM_STORE, requireBwrap, textOf, tool } from './fixtures/harness.js';
 
 requireBwrap();
@@ -52,22 +54,25 @@ describe('gateway over stdio', () => {
     expect(h.gateway.owns('code.fx')).toBeUndefined();
   });
   test('a server slow to start does not hold up the list: its approved tools are offered as pinned, and the listeners hear once it has listed', async () => {
-    const h = await gatewayWith({ fx: fixtureEntry() }, { listWaitMs: 200 });
+    // A server slow to start, approved as it is (the definition an approval covers includes its environment).
+    const h = await gatewayWith({ fx: fixtureEntry({ FIXTURE_START_DELAY_MS: '4000' }) }, { listWaitMs: 200 });
     expect(await h.gateway.approve('fx', ['hello'], 'operator')).toMatchObject({ ok: true });
-    // The same server, now slow to start (a changed entry starts a new process).
-    h.writeConfig({ fx: fixtureEntry({ FIXTURE_START_DELAY_MS: '4000' }) });
+    // Another gateway over the same files (a restarted forge): its upstream starts from nothing.
+    const gateway = createGateway({ userFile: h.userFile, gatewayDir: join(h.dir, 'gateway'), listWaitMs: 200 });
+    await gateway.attach(h.host);
+    onTestFinished(() => gateway.close());
     const heard = new Promise<string[]>((resolve) => {
-      h.gateway.onChange((names) => {
+      gateway.onChange((names) => {
         if (names.includes('fx.hello')) resolve(names);
       });
     });
-    const listed = await h.gateway.list({ persona: 'tester', session: 's1' });
+    const listed = await gateway.list({ persona: 'tester', session: 's1' });
     expect(listed.map((t) => t.name)).toEqual(['fx.hello']);
     // Answered while the server was still starting.
-    expect((await h.gateway.servers()).find((r) => r.name === 'fx')?.state).not.toBe('running');
+    expect((await gateway.servers()).find((r) => r.name === 'fx')?.state).not.toBe('running');
     await heard;
-    expect((await h.gateway.servers()).find((r) => r.name === 'fx')?.state).toBe('running');
-    const r = await h.gateway.execute(job(await tool(h.gateway, 'fx.hello'), { name: 'late' }));
+    expect((await gateway.servers()).find((r) => r.name === 'fx')?.state).toBe('running');
+    const r = await gateway.execute(job(await tool(gateway, 'fx.hello'), { name: 'late' }));
     expect(r.ok && textOf(r.content)).toBe('hello late');
   });
 });
