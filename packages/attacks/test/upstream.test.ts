@@ -51,4 +51,43 @@ describe('gateway upstreams: authority and vetting', () => {
     expect(manifest.events?.delivered).toBe(seen.length);
     expect((manifest.events?.delivered ?? 0) + (manifest.events?.dropped.over_limit ?? 0)).toBe(3000);
   });
+
+  it('break 9: links to file:///etc/shadow and a resource posing as a forge run are refused, not passed through', async () => {
+    const t = await target({ servers: { evil: hostileServer() } });
+    expect(await t.gateway?.approve('evil', ['links'], 'operator')).toMatchObject({ ok: true });
+    const r = await t.forge.callTool('evil.links', {});
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.kind).toBe('output_invalid');
+      expect(r.error.message).toContain('file:///etc/shadow');
+    }
+    expect(JSON.stringify(r)).not.toContain('planted');
+  });
+
+  it('break 9: a server with a rw bind or network cannot call its tools read-only or closed-world; without them its word stands', async () => {
+    const out = scratchDir();
+    const t = await target({
+      servers: {
+        calm: hostileServer(),
+        writer: hostileServer({}, [{ path: out, mode: 'rw' }]),
+        online: { ...hostileServer(), network: { allow_domains: ['example.com'] } },
+      },
+    });
+    for (const s of ['calm', 'writer', 'online']) expect(await t.gateway?.approve(s, ['wipe'], 'operator')).toMatchObject({ ok: true });
+    const listed = new Map((await t.forge.listSourced()).map((s) => [s.name, s.annotations]));
+    expect(listed.get('calm.wipe')).toMatchObject({ readOnlyHint: true, destructiveHint: false, openWorldHint: false });
+    expect(listed.get('writer.wipe')).toMatchObject({ readOnlyHint: false, destructiveHint: true });
+    expect(listed.get('online.wipe')).toMatchObject({ readOnlyHint: true, openWorldHint: true });
+  });
+
+  it('break 9: x.a__b and x__a.b are one wire name: the second approval is refused, naming both, never dropped silently', async () => {
+    const t = await target({ servers: { x: hostileServer(), x__a: hostileServer() } });
+    expect(await t.gateway?.approve('x', ['a__b'], 'operator')).toMatchObject({ ok: true });
+    const second = await t.gateway?.approve('x__a', ['b'], 'operator');
+    expect(second).toMatchObject({ ok: false, kind: 'name_taken' });
+    expect(second && !second.ok && second.message).toContain('"x.a__b"');
+    const names = (await t.forge.listSourced()).map((s) => s.name);
+    expect(names).toContain('x.a__b');
+    expect(names).not.toContain('x__a.b');
+  });
 });

@@ -28,6 +28,7 @@ export {
   parseGatewayDocument,
 } from './configDocument.js';
 export { type AddServersResult, addGatewayServers } from './configFile.js';
+export { fileDigest, type ServerDefinition, serverDefinition } from './definition.js';
 export { type ImportResult, type ImportSkip, importMcpConfig, type VaultNeed } from './importConfig.js';
 export {
   type DefinitionPin,
@@ -43,7 +44,6 @@ export {
   type RecordAudit,
   toolDigest,
 } from './pins.js';
-export { fileDigest, type ServerDefinition, serverDefinition } from './definition.js';
 export { createGateway, type GatewayOptions, isForgeToolName } from './source.js';
 export { DEFAULT_MAX_MESSAGE_BYTES } from './transport.js';
 export type {

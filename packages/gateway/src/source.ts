@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult } from '@forge/runner';
+import { type SourceContext, type SourcedTool, type SourceHost, type SourceJob, type SourceResult, wireName } from '@forge/runner';
 import type { Resolver } from '@forge/sandbox';
 import { createGatewayConfig, type GatewayConfigSource } from './config.js';
 import { serverDefinition } from './definition.js';
@@ -91,6 +91,54 @@ function connectionKey(server: ServerConfig, secrets: ReadonlyMap<string, string
   for (const vault of Object.values(server.secrets).sort()) h.update(`\0${vault}\0${secrets.get(vault) ?? ''}`);
   h.update(`\0authority\0${authority}`);
   return `${server.name}\0${h.digest('hex')}`;
+}
+
+/** The key two forge names collide on over MCP: the wire name (dots become `__`), case folded. */
+function wireKeyOf(name: string): string {
+  try {
+    return wireName(name).toLowerCase();
+  } catch {
+    return name.replaceAll('.', '__').toLowerCase();
+  }
+}
+
+/**
+ * Where an upstream's answer points somewhere local (docs/security.md, invariant 7): a
+ * `resource_link` or embedded `resource` whose URI is not http(s) — `file:` (the host's files),
+ * `forge:` (posing as forge's own run resources), or any other scheme a client may resolve
+ * locally. Returns what is wrong with the first such item, or undefined.
+ */
+export function localReference(content: readonly unknown[]): string | undefined {
+  for (const [i, item] of content.entries()) {
+    const c = item as { type?: unknown; uri?: unknown; resource?: { uri?: unknown } };
+    const uri = c.type === 'resource_link' ? c.uri : c.type === 'resource' ? c.resource?.uri : undefined;
+    if (uri === undefined) continue;
+    const scheme = typeof uri === 'string' ? /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(uri)?.[1]?.toLowerCase() : undefined;
+    if (scheme !== 'http' && scheme !== 'https') {
+      return `a ${String(c.type)} (content[${i}]) to ${JSON.stringify(typeof uri === 'string' ? uri.slice(0, 200) : uri)}`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * An upstream's safety annotations as forge passes them on (invariant 7): its word is taken only
+ * where forge's own facts cannot contradict it. A server with a `rw` bind can change the host's
+ * files (and so can one running outside forge's sandbox), so none of its tools is `readOnlyHint:
+ * true` nor `destructiveHint: false`; one with network (or outside the sandbox, or reached by URL)
+ * reaches the world, so `openWorldHint` is true.
+ */
+export function vettedAnnotations(server: ServerConfig, given: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  const writes = server.binds.some((b) => b.mode === 'rw') || server.unsandboxed;
+  const world = server.network !== false || server.unsandboxed || server.transport === 'http';
+  if (!given && !writes && !world) return undefined;
+  const out: Record<string, unknown> = { ...(given ?? {}) };
+  if (writes) {
+    out.readOnlyHint = false;
+    out.destructiveHint = true;
+  }
+  if (world) out.openWorldHint = true;
+  return out;
 }
 
 /**
@@ -342,7 +390,8 @@ class GatewaySource implements Gateway {
       origin: { kind: 'gateway', server: server.name, tool: def.name, sandboxed: up.sandboxed, transport: server.transport },
     };
     if (def.outputSchema) tool.output_schema = def.outputSchema;
-    if (def.annotations) tool.annotations = def.annotations;
+    const annotations = vettedAnnotations(server, def.annotations);
+    if (annotations) tool.annotations = annotations;
     if (secrets.length > 0 || server.timeout_ms !== undefined) {
       tool.meta = {
         ...(secrets.length > 0 ? { secrets } : {}),
@@ -491,6 +540,16 @@ class GatewaySource implements Gateway {
     const res = await up.call(origin.tool, job.input, { signal: job.signal, timeoutMs: job.timeoutMs, onEvent: job.onEvent });
     if (!res.ok) return { ...res, facts: facts() };
     const content = Array.isArray(res.result.content) ? res.result.content : [];
+    const local = localReference(content);
+    if (local) {
+      return {
+        ok: false,
+        kind: 'output_invalid',
+        message: `gateway tool "${job.tool.name}" answered with ${local}; forge passes on links and embedded resources only to http(s) addresses, never to the host's files or forge's own resources, so the answer was withheld`,
+        outcome: 'failure',
+        facts: facts(),
+      };
+    }
     if (res.result.isError) {
       const message = content
         .filter((c): c is { type: 'text'; text: string } => (c as { type?: unknown }).type === 'text')
@@ -597,6 +656,23 @@ class GatewaySource implements Gateway {
         }
         defs.push(def);
       }
+    }
+    // Two forge names with one wire name (`x.a__b` and `x__a.b` are both `x__a__b` on the wire):
+    // only one could be served under it, so the second is refused here, never dropped silently.
+    const wired = new Map<string, string>();
+    for (const server of b.pins.servers())
+      for (const t of b.pins.list(server).keys()) wired.set(wireKeyOf(`${server}.${t}`), `${server}.${t}`);
+    for (const def of defs) {
+      const forgeName = `${name}.${def.name}`;
+      const holder = wired.get(wireKeyOf(forgeName));
+      if (holder !== undefined && holder !== forgeName) {
+        return {
+          ok: false,
+          kind: 'name_taken',
+          message: `gateway tool "${forgeName}" cannot be approved: on the wire it is "${wireKeyOf(forgeName)}", the name of the approved "${holder}" already; rename one of the servers in gateway.json`,
+        };
+      }
+      wired.set(wireKeyOf(forgeName), forgeName);
     }
     // The approval covers the server's whole definition as declared now, by the file declaring it.
     const definition = serverDefinition(b.server);
