@@ -44,7 +44,10 @@ export async function resolveTarget(
     }
   }
   if (!found.ok) return { ok: false, message: found.message };
-  return { ok: false, message: `no tool "${name}": ${sourceNamespace(e, found.resolved.tool.name)}; the forged tool of that name is not served` };
+  return {
+    ok: false,
+    message: `no tool "${name}": ${sourceNamespace(e, found.resolved.tool.name)}; the forged tool of that name is not served`,
+  };
 }
 
 /** What a source is told of the caller. */

@@ -1,12 +1,12 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { toolValidators } from '@forge/registry';
+import { callAuthority } from '../authority.js';
 import type { Target } from '../call/resolve.js';
 import { sourceContext } from '../call/resolve.js';
 import type { Engine } from '../engine.js';
 import { type Envelope, type EnvelopeMeta, failure } from '../envelope.js';
 import type { ToolEvent } from '../events.js';
-import { callAuthority } from '../authority.js';
 import { DEFAULT_EVENT_LIMITS } from '../events.js';
 import type { Executor } from '../executor.js';
 import { redactText, redactValue, type SecretList } from '../redact.js';
