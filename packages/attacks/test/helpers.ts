@@ -211,3 +211,15 @@ export function hostileServer(
     binds: [{ path: PACKAGE_DIR, mode: 'ro' }, { path: PNPM_STORE, mode: 'ro' }, ...binds],
   };
 }
+
+/**
+ * Resolves once `check` holds, polling: for what a sandboxed tool or an upstream does, which sends
+ * the host no event to wait on. Generous by default (a busy machine), never a fixed sleep.
+ */
+export async function until(check: () => boolean, what: string, ms = 60_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

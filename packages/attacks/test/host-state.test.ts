@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect } from 'vitest';
-import { asRoot, asUser, CLI, cli, py, refused, scratch, target } from './helpers.js';
+import { asRoot, asUser, CLI, cli, py, refused, scratch, target, until } from './helpers.js';
 
 /** A tool that marks its bound directory `started`, waits (up to 25 s) for `go`, then writes its name. */
 const holder = py(
@@ -27,15 +27,6 @@ print(json.dumps({"ok": True, "data": "written"}))`,
     },
   },
 );
-
-/** Resolves once `check` holds, polling (the sandbox gives no other signal the host can wait on). */
-async function until(check: () => boolean, what: string, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('invariant 3: host state a run touches is given back exactly, once', () => {
   // As an ordinary user the sandbox runs as that user: nothing changes hands (the root pass runs the tests after it).

@@ -5,18 +5,9 @@ import { chmodSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ToolEvent } from '@forge/runner';
 import { describe, expect, it } from 'vitest';
-import { hostileServer, scratchDir, target } from './helpers.js';
+import { hostileServer, scratchDir, target, until } from './helpers.js';
 
 const policy = { persona_sandbox_overrides: { insider: { network: 'allow', loopback: 'allow' } } };
-
-/** Resolves once `check` holds, polling. */
-async function until(check: () => boolean, what: string, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('gateway upstreams: authority and vetting', () => {
   it('break 4: a log line an upstream sends during another persona’s call never reaches this persona’s call in flight', async () => {
