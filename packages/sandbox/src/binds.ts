@@ -137,13 +137,19 @@ function inodeOf(fd: number): Inode {
   return { dev: st.dev, ino: st.ino };
 }
 
-/** The inodes of "/" and of each directory down to `path` (resolved), itself last; undefined when it does not exist. */
+/** The inodes of "/" and of each directory down to `path` (resolved), itself last; undefined when it does not exist or this user cannot reach it. */
 function inodeChain(path: string): Inode[] | undefined {
   const out: Inode[] = [];
   let at = '';
   for (const part of ['', ...path.split('/').filter(Boolean)]) {
     at = part ? `${at}/${part}` : '/';
-    const st = statSync(at, { throwIfNoEntry: false });
+    let st: ReturnType<typeof statSync>;
+    try {
+      st = statSync(at);
+    } catch {
+      // Missing, or not reachable by this user (`/root/.ssh` for anyone but root): no inode to compare.
+      return undefined;
+    }
     if (!st) return undefined;
     out.push({ dev: st.dev, ino: st.ino });
     if (at === '/') at = '';

@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type BindCheck, checkBind, closeBinds } from '../src/index.js';
-import { tempDir } from './helpers.js';
+import { isRoot, tempDir } from './helpers.js';
 
 function denied(r: BindCheck): string {
   expect(r.ok).toBe(false);
@@ -84,6 +84,17 @@ describe('checkBind', () => {
     );
     expect(denied(checkBind({ path: join(root, 'missing.txt') }, { roots: [root] }))).toContain('does not exist');
   });
+
+  it.runIf(!isRoot)(
+    'as an ordinary user, a denied path this user cannot reach (/root/.ssh) is compared by name, never an error',
+    async () => {
+      const root = await tempDir();
+      writeFileSync(join(root, 'data.csv'), 'a,b\n');
+      const r = checkBind({ path: join(root, 'data.csv') }, { roots: [root], deny: ['/root/.ssh', '/root/.gnupg'] });
+      if (!r.ok) throw new Error(r.message);
+      closeBinds([r.bind]);
+    },
+  );
 
   it('never creates a file where the deny list forbids binding, even inside a root', async () => {
     const root = await tempDir();
