@@ -1,6 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { JobQueue } from '@forge/queue';
+import { inertText } from '@forge/registry';
 import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
 import type { GapStore, ProposalStore, Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, type Parsed } from './args.js';

@@ -22,6 +22,8 @@ export interface Output {
   note(text: string): void;
   /** One JSON document on stdout (pretty on a TTY). */
   data(value: unknown): void;
+  /** One JSON document as one line on stdout (`--json` streams), or indented by `indent`. */
+  jsonLine(value: unknown, indent?: number): void;
   readonly style: Style;
   /** A progress line on stderr while `work` runs, on a TTY only; cleared when it settles. */
   progress<T>(label: string, work: Promise<T>): Promise<T>;
@@ -80,6 +82,7 @@ export function createOutput(o: OutputOptions): Output {
     line: (text = '') => out.write(`${inertText(text, keepOut)}\n`),
     note: (text) => err.write(`${inertText(text, keepErr)}\n`),
     data: (value) => out.write(`${inertJson(JSON.stringify(value, null, stdout.isTTY ? 2 : undefined))}\n`),
+    jsonLine: (value, indent) => out.write(`${inertJson(JSON.stringify(value, null, indent))}\n`),
     progress: (label, work) => (errStyleOn ? spin(err, label, work) : work),
   };
 }

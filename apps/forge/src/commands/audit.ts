@@ -76,8 +76,9 @@ export const auditVerify: Command = {
       r = {
         ...r,
         ok: false,
+        // forge's own reason beside the library's (as log_missing is): the chain verifies, the anchor does not.
         first_bad: { seq: r.entries + 1, line: 0, reason: 'behind_anchor', file: basename(log), message: anchor },
-      } as typeof r;
+      } as unknown as typeof r;
     }
     if (out.json) out.data({ log, ...r });
     else if (r.ok) {
@@ -127,7 +128,7 @@ export const auditAnchor: Command = {
     if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: nothing to anchor`);
     const { reanchorAuditLog } = await import('@forge/audit-chain');
     const r = await reanchorAuditLog(log, { signingKey: key, reason, anchorFile: anchorOf(w.home) });
-    if (out.json) out.data({ log, ...r });
+    if (out.json) out.data({ file: log, ...r });
     else {
       const last = r.last_signed_checkpoint;
       const was = last
@@ -167,7 +168,7 @@ export const auditTail: Command = {
     try {
       for await (const e of tailLog(log, { last: n, follow: values.follow === true, signal })) {
         if (out.gone.aborted) break;
-        if (out.json) out.line(JSON.stringify(e));
+        if (out.json) out.jsonLine(e);
         else
           out.line(
             `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
@@ -248,7 +249,7 @@ async function tailDatabase(w: Where, n: number, out: Output): Promise<number> {
     const head = await audit.head();
     for await (const e of audit.entries({ from: Math.max(1, head.seq - n + 1) })) {
       if (out.gone.aborted || e.seq > head.seq) break;
-      if (out.json) out.line(JSON.stringify(e));
+      if (out.json) out.jsonLine(e);
       else
         out.line(
           `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,

@@ -27,7 +27,7 @@ export const policyCheck: Command = {
     if (r.effective) {
       out.line('');
       out.line(s.dim(file ? 'effective policy (bundle defaults ← this file):' : 'effective policy (bundle defaults ← user ← workspace):'));
-      out.line(JSON.stringify(r.effective, null, 2));
+      out.jsonLine(r.effective, 2);
     }
     return r.ok ? 0 : 1;
   },
