@@ -239,6 +239,10 @@ describe('spawnSandboxed', () => {
     const marker = uniqueMarker();
     const sb = await spawnSandboxed({ command: [node.interpreter, '-e', SERVER, marker], mounts: node.mounts }, { signal: ac.signal });
     onTestFinished(() => sb.kill());
+    // Answered once: the server is running (the start mark comes before the exec into node).
+    const rpc = lines(sb.stdout);
+    sb.stdin.write('echo up\n');
+    expect((await rpc.next()).out).toBe('up');
     const pids = pidsWith(marker);
     expect(pids.length).toBeGreaterThan(0);
     ac.abort();
