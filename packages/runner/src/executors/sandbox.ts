@@ -98,7 +98,7 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
               stored.digest,
               `${runtime.name}@${runtime.version}`,
               call.inputDigest,
-              callAuthority(snap, call.ctx.persona, { project: paths.project }),
+              callAuthority(snap, call.ctx.persona),
             ),
           }
         : {}),

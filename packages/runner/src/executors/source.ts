@@ -76,7 +76,7 @@ export function sourceExecutor(e: Engine): Executor<Sourced> {
           input: call.input,
           runId: job.runId,
           secrets: job.secretValues,
-          authority: callAuthority(job.snap, ctx.persona, { project: e.paths.project }),
+          authority: callAuthority(job.snap, ctx.persona),
           signal: ac.signal,
           timeoutMs,
           ...(onEvent ? { onEvent: capped } : {}),
