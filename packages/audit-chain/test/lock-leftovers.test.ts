@@ -95,6 +95,24 @@ describe('leftovers of SIGKILLed lock holders', () => {
       await Promise.all([killAfterAppending(a, randomInt(5, 120)), killAfterAppending(b, randomInt(5, 120))]);
       seen = Math.max(seen, (await leftovers(dir, path)).length);
     }
+    // Random kill points may all miss the windows that leave something (a fast host, a lucky
+    // draw): one more cycle kills a writer inside one on purpose. A holder hangs in its data
+    // sync with the lock held; a second writer stages its directory, waiting, and is killed
+    // there; then the holder is killed too.
+    const holder = spawnWriter(path, 1, 'holder', { acks: join(dir, 'holder.acks'), hangDatasyncMs: 60_000, lock: CONTENDED });
+    await waitFor('the holder to hold the lock', async () => {
+      if (holder.child.exitCode !== null) throw new Error(`the holder exited: ${holder.stderr()}`);
+      return (await readAcks(holder.acksPath)).events.includes('datasync') ? true : undefined;
+    });
+    const stager = spawnWriter(path, 1, 'stager', { acks: join(dir, 'stager.acks'), lock: CONTENDED });
+    await waitFor('the second writer to stage its lock directory', async () => {
+      if (stager.child.exitCode !== null) throw new Error(`the second writer exited: ${stager.stderr()}`);
+      const staged = (await leftovers(dir, path)).filter((n) => n.endsWith('.tmp'));
+      return staged.length > 0 ? true : undefined;
+    });
+    stager.child.kill('SIGKILL');
+    holder.child.kill('SIGKILL');
+    await Promise.all([stager.exited, holder.exited]);
     const before = await leftovers(dir, path);
     // A directory with no owner record yet is left alone while it is younger than the stale
     // period (its maker may be writing the record right now): let every one of them age past it.
@@ -110,7 +128,8 @@ describe('leftovers of SIGKILLed lock holders', () => {
     expect(await leftovers(dir, path)).toEqual([]);
     expect(await verifyLog(path)).toMatchObject({ ok: true });
     console.log(`lock leftovers: at most ${seen} after a cycle, ${before.length} before the next acquire, 0 after it`);
-    // The premise: the kills did leave something behind for the acquire to remove.
+    // The premise: the kills did leave something behind for the acquire to remove (the last
+    // cycle's staging directory at least).
     expect(before.length).toBeGreaterThan(0);
   }, 120_000);
 
