@@ -3,9 +3,23 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { type Connected, connect, EXAMPLES, requireCliAndSandbox, runCli, type Scratch, scratch, until } from './helpers.js';
+import {
+  type Connected,
+  connect,
+  type Envelope,
+  EXAMPLES,
+  py,
+  requireCliAndSandbox,
+  runCli,
+  type Scratch,
+  scratch,
+  serveHttp,
+  until,
+} from './helpers.js';
 
 /**
  * Many hosts over one PostgreSQL database: two front-ends (`forge serve --dispatch`) and two
@@ -221,4 +235,47 @@ describe('forge doctor over PostgreSQL', () => {
     expect(wrong.code).toBe(2);
     expect(wrong.stderr).toContain('--store (FORGE_STORE) must be a postgres:// connection string, or "files" (got "mysql://u:***@db/x")');
   });
+});
+
+describe('the connection budget over PostgreSQL', () => {
+  it('40 HTTP sessions one after another that never say goodbye, each calling through a worker: every one answered, a fixed number of connections, SIGTERM exits', async () => {
+    const url = await server.database();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    onTestFinished(() => pool.end());
+    const w = worker(host(url));
+    await until(w.ready, 30_000, w.stderr);
+    const { url: mcp, child } = await serveHttp(host(url), ['--dispatch']);
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    /** Connections listening (their last statement a LISTEN): one per watcher before, now one per process and purpose. */
+    const listening = async () =>
+      (
+        await pool.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'",
+        )
+      ).rows[0]?.n ?? -1;
+    for (let i = 0; i < 40; i++) {
+      const client = new Client({ name: `session-${i}`, version: '1.0.0' });
+      await client.connect(new StreamableHTTPClientTransport(mcp));
+      if (i === 0) {
+        const made = await client.callTool({
+          name: 'forge_tool',
+          arguments: py('echo', 'print(json.dumps({"ok": True, "data": args}))'),
+        });
+        expect(made.isError, JSON.stringify(made)).toBe(false);
+      }
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain('echo');
+      // A new input each time: a cache hit would never reach the worker.
+      const r = await client.callTool({ name: 'echo', arguments: { i } });
+      const env = JSON.parse((r.content as { text: string }[])[0]?.text ?? '{}') as Envelope;
+      expect(env, `session ${i}: ${JSON.stringify(env)} ${stderr} ${w.stderr()}`).toMatchObject({ ok: true, data: { i } });
+      // Gone without a DELETE, as most clients leave.
+      await client.close();
+    }
+    // Two processes, each listening once for tools and once for the queue, whatever the sessions.
+    expect(await listening()).toBeLessThanOrEqual(4);
+    const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
+    child.kill('SIGTERM');
+    expect(await exited, stderr).toBe(0);
+  }, 300_000);
 });

@@ -345,7 +345,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       return fail(res, admitted.status, admitted.message, -32000, requestId(body));
     }
     const id = randomUUID();
-    const built = buildServer(forge, { ctx: { ...caller.ctx, session: id }, era: 'legacy', ...naming }, inflight);
+    const built = buildServer(forge, { ctx: { ...caller.ctx, session: id }, era: 'legacy', ownsSession: id, ...naming }, inflight);
     const transport = new Transport({
       sessionIdGenerator: () => id,
       onsessionclosed: (closed) => drop(closed),

@@ -71,6 +71,11 @@ export interface BuildOptions extends ForgeMcpServerOptions {
    * instance (a 2026 HTTP request) does not; its entry publishes changes to listen streams.
    */
   watch?: boolean;
+  /**
+   * The forge session this instance is the whole of (a 2025 HTTP session): `dispose()` releases
+   * it in the Forge (`Forge.releaseSession`), closing its session and task registries.
+   */
+  ownsSession?: string;
 }
 
 const PACKAGE_VERSION: string = packageJson.version;
@@ -456,8 +461,12 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   return {
     server,
     dispose() {
+      if (disposed) return;
       disposed = true;
       unsubscribe();
+      // The session's own registries (and their watches) go with it; the tools stay stored.
+      const owned = options.ownsSession;
+      if (owned !== undefined) void opening.then((f) => f.releaseSession(owned)).catch(() => {});
     },
   };
 }

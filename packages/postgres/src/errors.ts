@@ -50,5 +50,8 @@ function redactCause(cause: unknown, secrets: readonly string[] | undefined): un
 /** The message of any thrown value, redacted. */
 export function describeError(err: unknown, secrets?: readonly string[]): string {
   const text = err instanceof Error ? err.message || String((err as { code?: unknown }).code ?? err.name) : String(err);
+  // pg's words for a pool wait that ran out, said with what it means and what to do.
+  if (text === 'timeout exceeded when trying to connect')
+    return 'no database connection came free in time: every connection of the pool was in use, or the server did not answer; check `forge doctor`, or raise the pool size';
   return redactText(text, secrets);
 }

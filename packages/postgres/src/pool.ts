@@ -14,16 +14,23 @@ export interface PoolHandle {
 }
 
 /**
- * Wraps `target`: a `pg.Pool` is used as given; a connection string gets a pool of its own of
- * `max` connections whose idle-client errors are swallowed (pg would otherwise crash the process)
- * and reported on the next query instead.
+ * How long a query waits for a connection of a pool of ours before it fails (ms): a pool whose
+ * connections are all held (or a server that does not answer) is an error that names itself,
+ * never a wait without end.
  */
-export function poolFor(target: pg.Pool | string, max = 4): PoolHandle {
+export const DEFAULT_CONNECTION_WAIT_MS = 20_000;
+
+/**
+ * Wraps `target`: a `pg.Pool` is used as given; a connection string gets a pool of its own of
+ * `max` connections, waiting at most `waitMs` for one, whose idle-client errors are swallowed (pg
+ * would otherwise crash the process) and reported on the next query instead.
+ */
+export function poolFor(target: pg.Pool | string, max = 4, waitMs = DEFAULT_CONNECTION_WAIT_MS): PoolHandle {
   if (typeof target !== 'string') return { pool: target, owned: false, label: 'the database', secrets: [] };
   const secrets = secretsOf(target);
   let pool: pg.Pool;
   try {
-    pool = new pg.Pool({ connectionString: target, max });
+    pool = new pg.Pool({ connectionString: target, max, connectionTimeoutMillis: waitMs });
   } catch (err) {
     throw new PostgresStoreError('connect_failed', `connection string ${redactUrl(target)} is invalid: ${describeError(err, secrets)}`, {
       cause: err,

@@ -119,8 +119,10 @@ export async function openPostgresQueue(target: pg.Pool | string, options: Postg
   boss.on('error', () => {});
   try {
     if (options.migrate ?? true) await migrate(h.pool);
-    await boss.start();
-    await boss.createQueue(queue, { name: queue, policy: 'standard', retryLimit: ENGINE_RETRY_LIMIT, expireInSeconds: ENGINE_EXPIRE_S });
+    await underInstallLock(h.pool, async () => {
+      await boss.start();
+      await boss.createQueue(queue, { name: queue, policy: 'standard', retryLimit: ENGINE_RETRY_LIMIT, expireInSeconds: ENGINE_EXPIRE_S });
+    });
   } catch (err) {
     await boss.stop({ graceful: false, close: false, wait: true }).catch(() => {});
     if (h.owned) await h.pool.end().catch(() => {});
@@ -132,6 +134,37 @@ export async function openPostgresQueue(target: pg.Pool | string, options: Postg
     { schema, leaseMs, maxAttempts, queue, rescanMs: options.rescanMs ?? 5000, now: options.now ?? Date.now, onStep: options.onStep },
     fail,
   );
+}
+
+/** Key of the session-level advisory lock around the engine's install (ASCII "forgeq"). */
+const INSTALL_LOCK = '112628846781809';
+
+/**
+ * Runs `fn` (the engine's schema install and queue creation) while holding an advisory lock on a
+ * connection of its own: processes started at once on a fresh database install one after the
+ * other. The engine's install is not safe to run concurrently (two `CREATE SCHEMA` at once: one
+ * fails with a duplicate key on `pg_namespace`), and forge's migration lock is taken per
+ * transaction on another connection, so it cannot cover it.
+ */
+async function underInstallLock(pool: pg.Pool, fn: () => Promise<void>): Promise<void> {
+  const c = await pool.connect();
+  let broken: unknown;
+  try {
+    await c.query('SELECT pg_advisory_lock($1)', [INSTALL_LOCK]);
+    try {
+      await fn();
+    } finally {
+      await c.query('SELECT pg_advisory_unlock($1)', [INSTALL_LOCK]).catch((err: unknown) => {
+        // A connection that cannot unlock is destroyed: its session's lock goes with it.
+        broken = err;
+      });
+    }
+  } catch (err) {
+    broken ??= err;
+    throw err;
+  } finally {
+    c.release(broken instanceof Error ? broken : undefined);
+  }
 }
 
 interface Settings {

@@ -14,6 +14,7 @@ import { postgresPresence } from './presence.js';
 import { postgresProposalStore } from './proposals.js';
 import { openPostgresQueue } from './queue.js';
 import { postgresToolStore } from './registry.js';
+import { stopWatching } from './registry-watch.js';
 import { type PostgresRunStore, postgresRunStore } from './runs.js';
 import { redactUrl } from './url.js';
 
@@ -63,6 +64,8 @@ export interface OpenStoresOptions {
   projectId?: string;
   /** Connections in the pool (default 10). */
   maxConnections?: number;
+  /** How long a query waits for a free connection of the pool before it fails (ms, default 20000). */
+  connectionWaitMs?: number;
   /** Lease and retries of the job queue. */
   queue?: { leaseMs?: number; maxAttempts?: number };
 }
@@ -73,7 +76,7 @@ export interface OpenStoresOptions {
  * then opens the audit log and the job queue over one pool. Tool stores are made on demand.
  */
 export async function openPostgresStores(url: string, o: OpenStoresOptions = {}): Promise<PostgresStores> {
-  const h = poolFor(url, o.maxConnections ?? 10);
+  const h = poolFor(url, o.maxConnections ?? 10, o.connectionWaitMs);
   const where = redactUrl(url);
   const opened: { close(): Promise<void> }[] = [];
   try {
@@ -121,6 +124,9 @@ export async function openPostgresStores(url: string, o: OpenStoresOptions = {})
           await queue.close();
           await audit.close();
         } finally {
+          // Tool stores' watchers still open (a caller that did not close its registries) give
+          // their connection back, or the pool would wait for it forever.
+          stopWatching(h.pool);
           await h.pool.end();
         }
       },

@@ -146,6 +146,20 @@ async function until<T>(what: string, check: () => T | undefined | Promise<T | u
 }
 
 describe('postgres queue: beyond the suite', () => {
+  it('eight handles opened at once on a fresh database, three times: every one opens (the engine installs once, under a lock)', async () => {
+    for (let round = 0; round < 3; round++) {
+      const url = await server.database();
+      const opened = await Promise.allSettled(Array.from({ length: 8 }, () => openPostgresQueue(url)));
+      for (const o of opened) if (o.status === 'fulfilled') onTestFinished(() => o.value.close());
+      const failed = opened.flatMap((o) => (o.status === 'rejected' ? [String((o.reason as Error).message)] : []));
+      expect(failed, `round ${round}`).toEqual([]);
+      // And they work as one queue: a job published on one is taken on another.
+      const [a, b] = opened.map((o) => (o.status === 'fulfilled' ? o.value : undefined));
+      await a?.publish({ id: `j-${round}`, payload: { round } });
+      expect(await b?.claim('w')).toMatchObject({ id: `j-${round}`, payload: { round } });
+    }
+  }, 120_000);
+
   it('where and every error name the database with its password masked', async () => {
     const url = await server.database();
     const withPassword = url.replace(/^(postgres(?:ql)?:\/\/forge)@/, '$1:s3cret-pw@');

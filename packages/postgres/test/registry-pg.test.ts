@@ -331,6 +331,49 @@ describe('postgresToolStore watch', () => {
     await new Promise((r) => setTimeout(r, 200));
     expect(seen.length).toBe(n);
   });
+
+  it('50 session scopes watched over a pool of 3: one listening connection for all, each hears its own scope only, the last close gives it back', async () => {
+    const d = await db();
+    const pool = new pg.Pool({ connectionString: d.url, max: 3 });
+    pool.on('error', () => {});
+    onTestFinished(() => pool.end());
+    const listening = async () =>
+      (
+        await d.pool.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN forge_tools'",
+        )
+      ).rows[0]?.n ?? -1;
+    const seen: string[][][] = [];
+    const watchers = [];
+    for (let i = 0; i < 50; i++) {
+      const batches: string[][] = [];
+      seen.push(batches);
+      const store = postgresToolStore(pool, { scope: 'session', scopeId: `s-${i}`, sweepMs: 200 });
+      watchers.push(await store.watch((n) => batches.push(n), { debounceMs: 10 }));
+    }
+    onTestFinished(async () => {
+      for (const w of watchers) await w.close();
+    });
+    expect(await listening()).toBe(1);
+    // The pool still has connections to give: a query answers at once.
+    expect((await pool.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one).toBe(1);
+    const session7 = postgresToolStore(d.pool, { scope: 'session', scopeId: 's-7' });
+    await session7.put('only.seven', (_c, n) => ({ write: { ...storedTool('only.seven', undefined, 'session', n) }, value: n }));
+    await until(seen[7] as string[][], 'only.seven');
+    // What a writer killed before its NOTIFY leaves, in another session: found by the one sweep.
+    await d.pool.query(
+      "INSERT INTO forge_tools (scope, scope_id, name, version, live, tool) VALUES ('session', 's-31', 'silent.one', 1, true, $1)",
+      [JSON.stringify(storedTool('silent.one', undefined, 'session', 1))],
+    );
+    await until(seen[31] as string[][], 'silent.one');
+    expect(seen.flatMap((b, i) => (i === 7 || i === 31 ? [] : b.flat()))).toEqual([]);
+    for (const w of watchers) await w.close();
+    const deadline = Date.now() + 15_000;
+    while ((await listening()) !== 0) {
+      if (Date.now() > deadline) throw new Error('the listening connection was not given back after the last watcher closed');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  });
 });
 
 describe('createRegistry over two postgres stores (project + user)', () => {

@@ -256,6 +256,12 @@ export interface Forge {
   runtimeOf(name: string): Promise<string>;
   /** The caller as the engine sees it: `ctx` with the environment's defaults filled (persona, session, task). */
   caller(ctx?: CallContext): { persona: string; session: string; task?: string };
+  /**
+   * The session ended (an MCP session closed or expired): its session and task registries are
+   * closed (their watches stopped) and its breakers forgotten. Its tools stay in their store; a
+   * later call in the same session opens them again.
+   */
+  releaseSession(session: string): Promise<void>;
   /** The policy in force now (one snapshot), or why there is none. */
   policy(): { ok: true; snapshot: PolicySnapshot } | Refusal;
   /**

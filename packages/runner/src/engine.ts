@@ -6,6 +6,7 @@ import { openAuditLog } from '@forge/audit-chain';
 import { Breakers, createPolicy, type Policy, type PolicySnapshot, parseToolAcl, type ToolAcl } from '@forge/policy';
 import {
   createRegistry,
+  type DamagedTool,
   type Registry,
   type ResolvedTool,
   type Scope,
@@ -69,6 +70,13 @@ export interface NotAdmitted {
 }
 
 export type Engine = Awaited<ReturnType<typeof createEngine>>;
+
+/**
+ * Session and task registries kept open at once. Each holds memory and, when watched, a watch (a
+ * directory watch, or a share of the database's one listening connection): the bound keeps a
+ * process that serves sessions it never hears end (a worker) from growing without end.
+ */
+const MAX_SCOPE_REGISTRIES = 256;
 
 export async function createEngine(options: ForgeOptions) {
   const state: EngineState = {
@@ -184,12 +192,22 @@ export async function createEngine(options: ForgeOptions) {
     if (names.length > 0) notifyChanged([...new Set(changes.map((c) => c.scope))], names);
   };
   if (options.watch) await base.watch(onScopeChange, { onError: watchErrors });
-  /** Session and task scope registries, by scope and ids; each created and loaded on first use. */
+  /**
+   * Session and task scope registries, by scope and ids; each created and loaded on first use,
+   * most recently used last. A session's are closed when it ends ({@link releaseSession}); past
+   * {@link MAX_SCOPE_REGISTRIES} the least recently used is closed too (a worker serves calls of
+   * sessions it never hears end), and made again if it is needed again.
+   */
   const scoped = new Map<string, Promise<Registry>>();
+  const closeScoped = (r: Promise<Registry>) => void r.then((reg) => reg.close()).catch((err: unknown) => watchErrors(err));
   const scopeRegistry = (scope: 'session' | 'task', session: string, task?: string): Promise<Registry> => {
     const ids = `${scope}\0${session}\0${scope === 'task' ? (task ?? '') : ''}`;
     let r = scoped.get(ids);
-    if (r) return r;
+    if (r) {
+      scoped.delete(ids);
+      scoped.set(ids, r);
+      return r;
+    }
     const roots = scopeRoots({ forgeHome: paths.home, project: paths.project, session, ...(task ? { task } : {}) });
     const dir = roots[scope] as string;
     r = (async () => {
@@ -208,7 +226,28 @@ export async function createEngine(options: ForgeOptions) {
       return reg;
     })();
     scoped.set(ids, r);
+    // A registry that failed to load is not kept: the next use tries again.
+    r.catch(() => {
+      if (scoped.get(ids) === r) scoped.delete(ids);
+    });
+    for (const [k, old] of scoped) {
+      if (scoped.size <= MAX_SCOPE_REGISTRIES) break;
+      scoped.delete(k);
+      closeScoped(old);
+    }
     return r;
+  };
+  /** Closes the registries of `session` and of its tasks, and forgets its breakers: the session ended. */
+  const releaseSession = async (session: string): Promise<void> => {
+    const gone: Promise<Registry>[] = [];
+    for (const [k, r] of scoped) {
+      if (k.startsWith(`session\0${session}\0`) || k.startsWith(`task\0${session}\0`)) {
+        scoped.delete(k);
+        gone.push(r);
+      }
+    }
+    breakersBySession.delete(session);
+    for (const r of gone) await r.then((reg) => reg.close()).catch((err: unknown) => watchErrors(err));
   };
 
   const context = (c: CallContext = {}): Ctx => ({
@@ -253,17 +292,35 @@ export async function createEngine(options: ForgeOptions) {
     })();
     return reloading;
   };
+  /**
+   * The tool `name` (a forge name) resolves to in `regs`, most specific first, with every scope it
+   * hides; undefined when none does, or when a damaged record comes first (see `damagedIn`).
+   */
   const resolveIn = (regs: Registry[], name: string): ResolvedTool | undefined => {
     let found: ResolvedTool | undefined;
     const shadows: Scope[] = [];
     for (const r of regs) {
       const hit = r.resolve(name);
+      // A damaged record hides what is below it (fail closed), in its own registry and in the next.
+      if (!found && !hit && r.damaged(name)) return undefined;
       if (!hit) continue;
       if (!found) found = { ...hit, shadows: [] };
       else shadows.push(hit.scope);
       shadows.push(...hit.shadows.filter((s) => s !== found?.scope));
     }
     return found ? { ...found, shadows } : undefined;
+  };
+  /**
+   * The damaged record `name` (a forge name) resolves to in `regs`: the first layer that holds the
+   * name holds a damaged record of it, in a scope no usable tool of that name comes before.
+   */
+  const damagedIn = (regs: Registry[], name: string): DamagedTool | undefined => {
+    for (const r of regs) {
+      if (r.resolve(name)) return undefined;
+      const d = r.damaged(name);
+      if (d) return d;
+    }
+    return undefined;
   };
   const registryFor = async (scope: Scope, ctx: Ctx): Promise<Registry> => {
     if (scope === 'session') return scopeRegistry('session', ctx.session);
@@ -367,12 +424,14 @@ export async function createEngine(options: ForgeOptions) {
     runtimeNames,
     base,
     scoped,
+    releaseSession,
     context,
     contextProblem,
     admit,
     layers,
     reloadTools,
     resolveIn,
+    damagedIn,
     registryFor,
     calledFacts,
     verified,

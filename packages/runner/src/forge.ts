@@ -163,6 +163,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       const ctx = context(c);
       return { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}) };
     },
+    releaseSession: (session) => e.releaseSession(session),
     policy() {
       const pol = e.policyNow();
       return pol.ok ? { ok: true, snapshot: pol.snap } : pol;
