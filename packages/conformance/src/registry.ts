@@ -280,6 +280,8 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         expect(failures[0]?.reason).toEqual(expect.any(String));
         expect(failures[0]?.reason.length).toBeGreaterThan(0);
         expect(failures[0]?.path).toEqual(expect.any(String));
+        // The name it is stored under: the registry keeps the record as damaged, never drops it.
+        expect(failures[0]?.name).toBe('spoilt');
         const bad = await store.read('spoilt');
         expect(bad).toMatchObject({ status: 'bad', failure: { reason: expect.any(String) } });
         // The name stays writable: decide sees the bad record, and a write replaces it.
@@ -496,6 +498,43 @@ export function describeToolStore(label: string, factory: () => Promise<ToolStor
         expect(await reg.promote('csv.count', { from: 'project' })).toMatchObject({ ok: false, kind: 'unknown_tool' });
         expect(await reg.recover('csv.count', 1, { scope: 'project' })).toMatchObject({ ok: true, tool: { version: 3 } });
         expect(reg.resolve('csv.count')).toMatchObject({ scope: 'project', tool: { description: 'project one', version: 3 } });
+      });
+
+      it('a registry keeps a corrupt record as damaged: listed, hiding the tool below it, refused, removable into the history', async () => {
+        const h = await harness();
+        const open = async () => ({
+          project: await h.open('project', { builtins: BUILTINS }),
+          user: await h.open('user', { builtins: BUILTINS }),
+        });
+        const reg = createRegistry({ stores: await open(), builtins: BUILTINS });
+        await reg.load();
+        await reg.create(toolSpec('csv.count', 'user one'), { scope: 'user', createdBy: BY });
+        await reg.create(toolSpec('csv.count', 'project one'), { scope: 'project', createdBy: BY });
+        await h.corrupt('project', 'csv.count');
+        const fresh = createRegistry({ stores: await open(), builtins: BUILTINS });
+        const report = await fresh.load();
+        expect(report.failed).toMatchObject([{ scope: 'project', name: 'csv.count', reason: expect.any(String) }]);
+        const damaged = fresh.damaged('csv.count');
+        expect(damaged).toMatchObject({ name: 'csv.count', scope: 'project', path: report.failed[0]?.path });
+        expect(fresh.listDamaged()).toEqual([damaged]);
+        // Fail closed: the user tool does not take the damaged one's place.
+        expect(fresh.resolve('csv.count')).toBeUndefined();
+        expect(fresh.list()).toEqual([]);
+        expect(await fresh.setState('csv.count', 'retired', { scope: 'project' })).toMatchObject({ ok: false, kind: 'tool_damaged' });
+        const asked: unknown[] = [];
+        const removed = await fresh.remove('csv.count', {
+          scope: 'project',
+          authorize: (t) => {
+            asked.push(t);
+            return undefined;
+          },
+        });
+        expect(asked).toEqual([undefined]);
+        expect(removed).toEqual({ ok: true, damaged });
+        expect(fresh.listDamaged()).toEqual([]);
+        expect(fresh.resolve('csv.count')).toMatchObject({ scope: 'user', tool: { description: 'user one' } });
+        const kept = await (await h.open('project')).versions('csv.count');
+        expect(kept.filter((v) => !v.current && v.reason !== undefined)).toHaveLength(1);
       });
 
       it('a registry watching the store sees a tool another process writes, and reports a corrupt one as load_failed', async () => {

@@ -10,8 +10,8 @@ export interface ToolRow {
 
 /**
  * Turns a row into a read result (the registry's `checkStoredRecord`, plus the row's version):
- * `bad` (with the reason) for text that is not JSON, not a stored tool, a tool of another name or
- * version than its row, or a built-in name. The tool's `scope` is set to the store's: the store
+ * `bad` (with the reason, and the row's name: the registry keeps it as damaged) for text that is
+ * not JSON, not a stored tool, a tool of another name or version than its row, or a built-in name. The tool's `scope` is set to the store's: the store
  * is the truth. Never throws.
  */
 export function parseRow(row: ToolRow, path: string, scope: Scope, builtins: ReadonlySet<string>): ReadResult {
@@ -19,11 +19,14 @@ export function parseRow(row: ToolRow, path: string, scope: Scope, builtins: Rea
   try {
     value = JSON.parse(row.tool);
   } catch (err) {
-    return { status: 'bad', failure: { path, reason: `not valid JSON: ${(err as Error).message}` } };
+    return { status: 'bad', failure: { path, reason: `not valid JSON: ${(err as Error).message}`, name: row.name } };
   }
   const r = checkStoredRecord(value, { name: row.name, scope, builtins, path });
   if (r.status === 'ok' && r.tool.version !== row.version) {
-    return { status: 'bad', failure: { path, reason: `the record of version ${row.version} holds version ${r.tool.version}` } };
+    return {
+      status: 'bad',
+      failure: { path, reason: `the record of version ${row.version} holds version ${r.tool.version}`, name: row.name },
+    };
   }
   return r;
 }

@@ -71,6 +71,7 @@ export type {
 } from './toolStore.js';
 export {
   type CreatedBy,
+  type DamagedTool,
   type Failure,
   type JsonSchema,
   type LoadFailedEvent,

@@ -9,6 +9,7 @@ import { DEFAULT_RUNTIMES, type SpecOk, validateSpec } from './spec.js';
 import type { Collisions, Decision, ReadResult, StoreFailure, StoreWatcher, ToolStore, ToolVersion } from './toolStore.js';
 import {
   type CreatedBy,
+  type DamagedTool,
   type Failure,
   type RegistryEvent,
   SCOPES,
@@ -107,10 +108,17 @@ export interface WriteOk {
 
 /** What `Registry.create` returns (a refusal of `authorize` as it gave it). */
 export type CreateResult = WriteOk | ValidationFailure | Failure<'name_taken' | 'name_forbidden'> | Failure<string>;
-/** What `Registry.remove` returns: the removed version (still recoverable), or a refusal of `authorize`. */
-export type RemoveResult = { ok: true; removed: StoredTool } | Failure<'unknown_tool'> | Failure<string>;
+/**
+ * What `Registry.remove` returns: the removed version (still recoverable), the damaged record that
+ * was removed (kept in the history all the same), or a refusal of `authorize`.
+ */
+export type RemoveResult =
+  | { ok: true; removed: StoredTool; damaged?: undefined }
+  | { ok: true; damaged: DamagedTool; removed?: undefined }
+  | Failure<'unknown_tool'>
+  | Failure<string>;
 /** What `Registry.setState` returns (a refusal of `authorize` as it gave it). */
-export type SetStateResult = WriteOk | Failure<'unknown_tool' | 'state_conflict' | 'validation_failed'> | Failure<string>;
+export type SetStateResult = WriteOk | Failure<'unknown_tool' | 'tool_damaged' | 'state_conflict' | 'validation_failed'> | Failure<string>;
 /** What `Registry.recover` returns. */
 export type RecoverResult = WriteOk | Failure<'unknown_tool' | 'name_forbidden' | 'name_taken'>;
 
@@ -126,7 +134,10 @@ export type PromoteOutcome =
   | 'replaced';
 
 /** What `Registry.promote` returns (a refusal of `authorize` as it gave it). */
-export type PromoteResult = (WriteOk & { outcome: PromoteOutcome }) | Failure<'unknown_tool' | 'promote_conflict'> | Failure<string>;
+export type PromoteResult =
+  | (WriteOk & { outcome: PromoteOutcome })
+  | Failure<'unknown_tool' | 'tool_damaged' | 'promote_conflict'>
+  | Failure<string>;
 
 /** Options of `Registry.promote`. */
 export interface PromoteOptions {
@@ -156,8 +167,9 @@ export interface Registry {
   /**
    * Reads every configured scope from disk, replacing what is in memory. A file that is not
    * valid JSON, not a valid stored spec, named unlike its spec, a built-in name, or not a
-   * regular file is skipped with a `registry.load_failed` event; the others load. Compiles no
-   * schema and computes no digest.
+   * regular file is skipped with a `registry.load_failed` event; the others load. One stored
+   * under a tool name (not a built-in) is kept as damaged (see `damaged`). Compiles no schema
+   * and computes no digest.
    */
   load(): Promise<LoadReport>;
   /** `validateSpec` with this registry's runtimes, plus `name_forbidden` for a built-in name. */
@@ -177,14 +189,24 @@ export interface Registry {
   create(spec: unknown, options: CreateOptions): Promise<CreateResult>;
   /**
    * Removes `name` from `scope`; the removed version stays recoverable (`versions`, `recover`).
-   * `authorize` is asked first, under the name's lock.
+   * `authorize` is asked first, under the name's lock (with `undefined` for a damaged record: it
+   * no longer says who wrote it). A damaged record is removed too, and kept in the history.
    */
   remove(name: string, options: { scope: Scope; authorize?: OwnerCheck }): Promise<RemoveResult>;
   /**
    * The tool `name` resolves to, most specific scope first, or undefined (also for a built-in
-   * name: the caller serves those). O(1).
+   * name: the caller serves those, and for a name a damaged record hides: see `damaged`). O(1).
    */
   resolve(name: string): ResolvedTool | undefined;
+  /**
+   * The damaged record `name` resolves to: one in a scope more specific than every usable active
+   * tool of that name, or undefined. It hides those tools (fail closed: a file that cannot be read
+   * might have been a newer version, or a retired one): `resolve` and `list` leave them out, and
+   * the caller refuses the name with `tool_damaged` until the record is removed or replaced. O(1).
+   */
+  damaged(name: string): DamagedTool | undefined;
+  /** Every damaged record (of `scope`, or of every scope), by name, most specific scope first. */
+  listDamaged(options?: { scope?: Scope }): readonly DamagedTool[];
   /**
    * A tool whose name differs from `name` only by case (`code.tool` for `CODE.tool`), most
    * specific scope first, or undefined; never `name` itself. O(1).
@@ -202,8 +224,9 @@ export interface Registry {
   byWireName(wire: string): readonly ResolvedTool[];
   /**
    * Tools sorted by name: the effective ones (what `resolve` returns for each name), or with
-   * `scope` every tool of that scope, hidden ones marked `shadowedBy`. The array is shared and
-   * frozen until the next change.
+   * `scope` every tool of that scope, hidden ones marked `shadowedBy` (a damaged record's scope
+   * too). Damaged records are not tools: see `listDamaged`. The array is shared and frozen until
+   * the next change.
    */
   list(options?: { scope?: Scope }): readonly ListedTool[];
   /** True for a built-in name. */
@@ -274,6 +297,8 @@ export function createRegistry(options: RegistryOptions): Registry {
 
   const stores = new Map<Scope, ToolStore>();
   const tables = new Map<Scope, Map<string, StoredTool>>();
+  /** Damaged records by scope and name (see `DamagedTool`): at most one per name and scope, beside no tool. */
+  const broken = new Map<Scope, Map<string, DamagedTool>>();
   for (const s of scopes) {
     const store = given[s];
     const root = roots[s];
@@ -284,8 +309,11 @@ export function createRegistry(options: RegistryOptions): Registry {
       stores.set(s, store);
     } else if (root) stores.set(s, fileToolStore(s, root, builtins));
     tables.set(s, new Map());
+    broken.set(s, new Map());
   }
   const index = new Map<string, ResolvedTool>();
+  /** Name → the damaged record it resolves to (see `damaged`); `index` keeps the tools it hides, for the name checks. */
+  const hidden = new Map<string, DamagedTool>();
   /** Lower-cased name → the names in `index` that fold to it (almost always one). */
   const folded = new Map<string, Set<string>>();
   /** Lower-cased wire name → the names in `index` that have it (almost always one). */
@@ -326,6 +354,9 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (!winner) winner = { tool: t, scope: s, shadows: NO_SCOPES, wireName: wire };
       else winner.shadows = [...winner.shadows, s];
     }
+    const damage = damagedAbove(name);
+    if (damage) hidden.set(name, damage);
+    else hidden.delete(name);
     const key = name.toLowerCase();
     const wkey = wire.toLowerCase();
     if (winner) {
@@ -346,6 +377,21 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (same?.delete(name) && same.size === 1) twinned--;
       if (same?.size === 0) wired.delete(wkey);
     }
+  }
+
+  /** The damaged record of `name` in a scope more specific than any active tool of that name. */
+  function damagedAbove(name: string): DamagedTool | undefined {
+    for (const s of scopes) {
+      if (tables.get(s)?.get(name)?.state === 'active') return undefined;
+      const d = broken.get(s)?.get(name);
+      if (d) return d;
+    }
+    return undefined;
+  }
+
+  /** Whether a record stored under `name` is kept as damaged when unusable: a tool name, never a built-in. */
+  function keepsDamage(name: string | undefined): name is string {
+    return name !== undefined && toolNameProblem(name) === undefined && !builtins.has(name);
   }
 
   /** A tool of any scope whose name folds like `name` but is not `name`. */
@@ -419,15 +465,23 @@ export function createRegistry(options: RegistryOptions): Registry {
     };
   }
 
-  /** Puts (or deletes) a tool in memory; returns true when the effective content changed. */
-  function setTool(scope: Scope, name: string, tool: StoredTool | undefined): boolean {
+  /**
+   * Puts (or deletes) a tool and the damaged record of one name in memory (at most one of the two
+   * is given); returns true when the effective content changed, or a damaged record came or went.
+   */
+  function setTool(scope: Scope, name: string, tool: StoredTool | undefined, damage?: DamagedTool): boolean {
     const table = tables.get(scope);
-    if (!table) return false;
+    const damagedHere = broken.get(scope);
+    if (!table || !damagedHere) return false;
     const before = table.get(name);
+    const wasDamaged = damagedHere.has(name);
     if (tool) table.set(name, tool);
     else table.delete(name);
+    if (damage) damagedHere.set(name, damage);
+    else damagedHere.delete(name);
     reindex(name);
     listCache = new Map();
+    if (wasDamaged !== (damage !== undefined)) return true;
     if (!before || !tool) return before !== tool;
     return before.version !== tool.version || before.digest !== tool.digest || before.created_at !== tool.created_at;
   }
@@ -460,7 +514,8 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (r.status === 'bad') emitFailure(scope, r.failure);
       // A name outside the grammar is a file dropped in by hand: reported, never a tool.
       if (toolNameProblem(name)) return false;
-      return setTool(scope, name, r.status === 'ok' ? r.tool : undefined);
+      const damage = r.status === 'bad' && keepsDamage(name) ? damagedOf(scope, name, r.failure) : undefined;
+      return setTool(scope, name, r.status === 'ok' ? r.tool : undefined, damage);
     }
   }
 
@@ -478,6 +533,18 @@ export function createRegistry(options: RegistryOptions): Registry {
 
   function forbidden(name: string): Failure<'name_forbidden'> {
     return { ok: false, kind: 'name_forbidden', message: `"${name}" is a built-in tool name and cannot be forged; choose another name` };
+  }
+
+  function damagedOf(scope: Scope, name: string, f: StoreFailure): DamagedTool {
+    return { name, scope, path: f.path, reason: f.reason };
+  }
+
+  function damagedFailure(d: DamagedTool): Failure<'tool_damaged'> {
+    return {
+      ok: false,
+      kind: 'tool_damaged',
+      message: `tool "${d.name}" in the ${d.scope} scope is damaged and cannot be used: ${d.path}: ${d.reason}; remove it and forge it again, or restore the record from a copy`,
+    };
   }
 
   function unknownTool(name: string, where: string): Failure<'unknown_tool'> {
@@ -498,22 +565,27 @@ export function createRegistry(options: RegistryOptions): Registry {
       const report: LoadReport = { loaded: {}, failed: [] };
       for (const s of scopes) {
         const fresh = new Map<string, StoredTool>();
+        const damaged = new Map<string, DamagedTool>();
         await dirOf(s).loadAll(
           (t) => fresh.set(t.name, t),
           (f) => {
             report.failed.push({ ...f, scope: s });
             emitFailure(s, f);
+            if (keepsDamage(f.name)) damaged.set(f.name, damagedOf(s, f.name, f));
           },
         );
         tables.set(s, fresh);
+        broken.set(s, damaged);
         report.loaded[s] = fresh.size;
       }
       index.clear();
+      hidden.clear();
       folded.clear();
       wired.clear();
       twinned = 0;
       const names = new Set<string>();
       for (const t of tables.values()) for (const n of t.keys()) names.add(n);
+      for (const d of broken.values()) for (const n of d.keys()) names.add(n);
       for (const n of names) reindex(n);
       listCache = new Map();
       return report;
@@ -552,7 +624,7 @@ export function createRegistry(options: RegistryOptions): Registry {
               if (clash) return { value: clash };
             }
             if (current.status !== 'missing' && !opts.overwrite) {
-              const what = current.status === 'ok' ? `version ${current.tool.version}` : `an unreadable file (${current.failure.reason})`;
+              const what = current.status === 'ok' ? `version ${current.tool.version}` : `a damaged record: ${current.failure.reason}`;
               return {
                 value: {
                   ok: false,
@@ -593,18 +665,25 @@ export function createRegistry(options: RegistryOptions): Registry {
       }
       setOwn(opts.scope, name, undefined);
       if (r.status === 'missing') return unknownTool(name, `the ${opts.scope} scope`);
-      if (r.status === 'bad') {
-        // The unreadable file was still removed (and kept); report what was there.
-        return unknownTool(
-          name,
-          `the ${opts.scope} scope (its file was unreadable: ${r.failure.reason}; it was moved to the version history)`,
-        );
-      }
+      // The damaged record was removed (and kept in the history like any).
+      if (r.status === 'bad') return { ok: true, damaged: damagedOf(opts.scope, name, r.failure) };
       return { ok: true, removed: r.tool };
     },
 
     resolve(name) {
-      return index.get(name);
+      return hidden.has(name) ? undefined : index.get(name);
+    },
+
+    damaged(name) {
+      return hidden.get(name);
+    },
+
+    listDamaged(opts = {}) {
+      const out: DamagedTool[] = [];
+      for (const s of opts.scope === undefined ? scopes : scopes.filter((x) => x === opts.scope))
+        for (const d of broken.get(s)?.values() ?? []) out.push(d);
+      // Stable: most specific scope first among records of one name.
+      return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     },
 
     caseVariantOf(name) {
@@ -621,7 +700,7 @@ export function createRegistry(options: RegistryOptions): Registry {
       const out: ResolvedTool[] = [];
       for (const n of names) {
         const r = index.get(n);
-        if (r && r.wireName === wire) out.push(r);
+        if (r && r.wireName === wire && !hidden.has(n)) out.push(r);
       }
       return out.length === 0 ? EMPTY : out.sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
     },
@@ -632,7 +711,8 @@ export function createRegistry(options: RegistryOptions): Registry {
       if (cached) return cached;
       let rows: ListedTool[];
       if (opts.scope === undefined) {
-        rows = twinned > 0 ? markWireConflicts([...index.values()]) : [...index.values()];
+        const visible = hidden.size === 0 ? [...index.values()] : [...index.values()].filter((r) => !hidden.has(r.tool.name));
+        rows = twinned > 0 ? markWireConflicts(visible) : visible;
       } else {
         const scope = opts.scope;
         const table = tables.get(scope);
@@ -648,7 +728,10 @@ export function createRegistry(options: RegistryOptions): Registry {
             shadows: scopes.slice(at + 1).filter((s) => tables.get(s)?.get(name)?.state === 'active'),
             wireName: r?.wireName ?? wireName(name),
           };
-          if (r && r.scope !== scope) row.shadowedBy = r.scope;
+          // Only a more specific damaged record can hide an active tool.
+          const damage = hidden.get(name);
+          if (damage) row.shadowedBy = damage.scope;
+          else if (r && r.scope !== scope) row.shadowedBy = r.scope;
           rows.push(row);
         }
       }
@@ -668,11 +751,11 @@ export function createRegistry(options: RegistryOptions): Registry {
       const invalid = badName(name);
       if (invalid) return invalid;
       const source = await dirOf(from).read(name);
-      if (source.status === 'bad') emitFailure(from, source.failure);
-      if (source.status !== 'ok') {
-        const why = source.status === 'bad' ? ` (its file is unusable: ${source.failure.reason})` : '';
-        return unknownTool(name, `the ${from} scope${why}`);
+      if (source.status === 'bad') {
+        emitFailure(from, source.failure);
+        return damagedFailure(damagedOf(from, name, source.failure));
       }
+      if (source.status !== 'ok') return unknownTool(name, `the ${from} scope`);
       const src = source.tool;
       const mayPromote = opts.authorize?.(src);
       if (mayPromote) return mayPromote;
@@ -752,8 +835,7 @@ export function createRegistry(options: RegistryOptions): Registry {
       const result = await dir
         .put<SetStateResult>(name, (current, next): Decision<SetStateResult> => {
           if (current.status === 'missing') return { value: unknownTool(name, `the ${opts.scope} scope`) };
-          if (current.status === 'bad')
-            return { value: unknownTool(name, `the ${opts.scope} scope (its file is unreadable: ${current.failure.reason})`) };
+          if (current.status === 'bad') return { value: damagedFailure(damagedOf(opts.scope, name, current.failure)) };
           const cur = current.tool;
           if (opts.from && !opts.from.includes(cur.state))
             return {

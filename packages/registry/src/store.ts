@@ -36,6 +36,12 @@ function unusable(root: string, err: unknown): RegistryError {
   );
 }
 
+/** A `bad` read of the file `fileName` at `path`, naming the name it is stored under. */
+function badFile(path: string, fileName: string, reason: string): ReadResult {
+  const name = fileName.endsWith('.json') ? fileName.slice(0, -5) : fileName;
+  return { status: 'bad', failure: { path, reason, name } };
+}
+
 /**
  * Parses a tool file's text and checks it fast (shape and stamps, no schema compile, no digest).
  * The tool's `scope` is set to the directory's: the directory is the truth.
@@ -45,20 +51,15 @@ export function parseToolFile(text: string, path: string, fileName: string, scop
   try {
     value = JSON.parse(text);
   } catch (err) {
-    return { status: 'bad', failure: { path, reason: `not valid JSON: ${(err as Error).message}` } };
+    return badFile(path, fileName, `not valid JSON: ${(err as Error).message}`);
   }
   const problem = storedToolProblem(value);
-  if (problem) return { status: 'bad', failure: { path, reason: problem } };
+  if (problem) return badFile(path, fileName, problem);
   const tool = value as StoredTool;
   if (fileName !== `${tool.name}.json`) {
-    return {
-      status: 'bad',
-      failure: { path, reason: `file name ${JSON.stringify(fileName)} does not match the spec name ${JSON.stringify(tool.name)}` },
-    };
+    return badFile(path, fileName, `file name ${JSON.stringify(fileName)} does not match the spec name ${JSON.stringify(tool.name)}`);
   }
-  if (builtins.has(tool.name)) {
-    return { status: 'bad', failure: { path, reason: `${JSON.stringify(tool.name)} is a built-in name; a file cannot shadow it` } };
-  }
+  if (builtins.has(tool.name)) return badFile(path, fileName, `${JSON.stringify(tool.name)} is a built-in name; a file cannot shadow it`);
   tool.scope = scope;
   return { status: 'ok', tool };
 }
@@ -107,10 +108,8 @@ export class ScopeDir {
       // Plain concatenation: path.join normalizes every time, measurable over 10 000 files.
       const path = `${this.root}${sep}${e.name}`;
       if (!e.isFile()) {
-        onFailure({
-          path,
-          reason: `not a regular file (${e.isDirectory() ? 'a directory' : e.isSymbolicLink() ? 'a symbolic link' : 'a special file'})`,
-        });
+        const kind = e.isDirectory() ? 'a directory' : e.isSymbolicLink() ? 'a symbolic link' : 'a special file';
+        onFailure({ path, reason: `not a regular file (${kind})`, name: e.name.slice(0, -5) });
         continue;
       }
       const r = this.readFile(path, e.name);
@@ -126,8 +125,8 @@ export class ScopeDir {
       text = readTextSync(path);
     } catch (err) {
       if (errno(err) === 'ENOENT') return { status: 'missing' };
-      if (errno(err) === 'EISDIR') return { status: 'bad', failure: { path, reason: 'not a regular file (a directory)' } };
-      return { status: 'bad', failure: { path, reason: `unreadable: ${(err as Error).message}` } };
+      if (errno(err) === 'EISDIR') return badFile(path, fileName, 'not a regular file (a directory)');
+      return badFile(path, fileName, `unreadable: ${(err as Error).message}`);
     }
     return parseToolFile(text, path, fileName, this.scope, this.builtins);
   }

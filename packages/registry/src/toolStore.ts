@@ -8,6 +8,12 @@ import type { Scope, StoredTool } from './types.js';
 export interface StoreFailure {
   path: string;
   reason: string;
+  /**
+   * The name the record is stored under, when the store knows it (the file store: the file name
+   * without `.json`). The registry keeps a record under a tool name as damaged (`DamagedTool`):
+   * listed, refused and removable, never dropped in silence. Leave it out when there is none.
+   */
+  name?: string;
 }
 
 /** The file store's name for a {@link StoreFailure} (a tool file that could not be used). */

@@ -83,7 +83,31 @@ export interface StoredTool extends ToolSpec {
 }
 
 /** The kinds of expected failure this package returns (stable strings from forge's error kinds). */
-export type RegistryFailureKind = 'validation_failed' | 'name_taken' | 'name_forbidden' | 'unknown_tool' | 'promote_conflict' | 'internal';
+export type RegistryFailureKind =
+  | 'validation_failed'
+  | 'name_taken'
+  | 'name_forbidden'
+  | 'unknown_tool'
+  | 'tool_damaged'
+  | 'promote_conflict'
+  | 'internal';
+
+/**
+ * A live record that exists but cannot be used: a tool file cut short, not JSON, not a stored
+ * tool, stored under another name's file, or not a regular file. The registry keeps it instead of
+ * dropping it, so that it is listed as damaged, refused (`tool_damaged`) and removable; it is
+ * never run. Only a record stored under a tool name (never a built-in) is kept this way; any
+ * other is a `registry.load_failed` event only.
+ */
+export interface DamagedTool {
+  /** The name it is stored under (the file store: the file name without `.json`). */
+  name: string;
+  scope: Scope;
+  /** Where it is (see `StoreFailure.path`): a file, or a store's locator. */
+  path: string;
+  /** What is wrong with it, e.g. `not valid JSON: Unexpected end of JSON input`. */
+  reason: string;
+}
 
 /** An expected failure: what happened, to what, and what to do, in `message`. */
 export interface Failure<K extends string = RegistryFailureKind> {

@@ -116,15 +116,15 @@ describe('checkStoredRecord', () => {
     expect(checkStoredRecord(record, context)).toEqual({ status: 'ok', tool: { ...made.tool, scope: 'user' } });
     expect(checkStoredRecord({ half: true }, context)).toMatchObject({
       status: 'bad',
-      failure: { path: 'db#user/csv.count', reason: expect.stringMatching(/^not a valid tool spec: /) },
+      failure: { path: 'db#user/csv.count', reason: expect.stringMatching(/^not a valid tool spec: /), name: 'csv.count' },
     });
     expect(checkStoredRecord(record, { ...context, name: 'other' })).toEqual({
       status: 'bad',
-      failure: { path: 'db#user/csv.count', reason: 'stored under "other" but the spec is named "csv.count"' },
+      failure: { path: 'db#user/csv.count', reason: 'stored under "other" but the spec is named "csv.count"', name: 'other' },
     });
     expect(checkStoredRecord({ ...record, name: 'forge_tool' }, { ...context, name: 'forge_tool' })).toEqual({
       status: 'bad',
-      failure: { path: 'db#user/csv.count', reason: '"forge_tool" is a built-in name; a stored tool cannot shadow it' },
+      failure: { path: 'db#user/csv.count', reason: '"forge_tool" is a built-in name; a stored tool cannot shadow it', name: 'forge_tool' },
     });
   });
 });
