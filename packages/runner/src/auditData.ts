@@ -9,6 +9,17 @@ export function inputDigest(input: unknown): string {
     .digest('hex')}`;
 }
 
+/**
+ * `sha256:` over the canonical JSON of an answer (the envelope: `ok`, `data`, `meta`): what a
+ * cacheable call's `forge.called` entry records as `output_digest`, and what a cache hit is
+ * checked against. Key order and spacing do not change it; any other change of the answer does.
+ */
+export function outputDigest(envelope: unknown): string {
+  return `sha256:${createHash('sha256')
+    .update(stableStringify(envelope ?? null))
+    .digest('hex')}`;
+}
+
 const MAX_AUDIT_STRING = 2000;
 const MAX_AUDIT_ITEMS = 20;
 

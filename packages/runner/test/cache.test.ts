@@ -1,7 +1,9 @@
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { example, failed, fakeClock, okData, py, setup } from './helpers.js';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { outputDigest } from '../src/auditData.js';
+import type { CacheEntry } from '../src/cacheStore.js';
+import { example, type Fixture, failed, fakeClock, okData, py, setup, writeAtomic } from './helpers.js';
 
 /** Deterministic: appends a line to an rw-bound counter file on every real run, so runs can be counted on the host. */
 // Slow enough that 8 callers overlap; each run gets its own run id, so sharing is visible.
@@ -16,6 +18,28 @@ const counted = () =>
   );
 
 const cacheFiles = (dir: string) => readdirSync(dir).filter((n) => n.endsWith('.json'));
+
+/** The entry files of a cache directory, by the `n` of the fib call each answers. */
+function fibEntries(dir: string): Map<number, { file: string; key: string; entry: CacheEntry }> {
+  const out = new Map<number, { file: string; key: string; entry: CacheEntry }>();
+  for (const name of cacheFiles(dir).filter((n) => /^[0-9a-f]{64}\.json$/.test(n))) {
+    const entry = JSON.parse(readFileSync(join(dir, name), 'utf8')) as CacheEntry;
+    out.set((entry.envelope as { data: { n: number } }).data.n, { file: join(dir, name), key: name.slice(0, -5), entry });
+  }
+  return out;
+}
+
+/** Warnings this process emits from now until the test ends. */
+function warnings(): string[] {
+  const seen: string[] = [];
+  const on = (w: Error) => seen.push(w.message);
+  process.on('warning', on);
+  onTestFinished(() => void process.off('warning', on));
+  return seen;
+}
+
+/** The `forge.called` entry of the run `runId`. */
+const calledOf = (fx: Fixture, runId: unknown) => fx.entries('forge.called').find((e) => e.data.run_id === runId)?.data;
 
 describe('deterministic-result cache', () => {
   it('first call misses, the second hits: seed_run, the hit record and the audit entry all point at the seed run', async () => {
@@ -174,6 +198,94 @@ describe('deterministic-result cache', () => {
     const env = await b2.callTool('det_reader', { path: private_ });
     expect(JSON.stringify(env)).not.toContain('only project A');
     failed(env, 'bind_denied');
+  });
+
+  it('a cacheable call’s audit entry records its cache key and the digest of its answer; a hit is one the log backs', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const first = await fx.forge.callTool('fib', { n: 7 });
+    const [stored] = fibEntries(fx.forge.paths.cacheDir).values();
+    expect(calledOf(fx, first.meta.run_id)).toMatchObject({
+      cache: 'miss',
+      cache_key: stored?.key,
+      output_digest: outputDigest(first),
+    });
+    expect(outputDigest(stored?.entry.envelope)).toBe(outputDigest(first));
+    expect((await fx.forge.callTool('fib', { n: 7 })).meta).toMatchObject({ cache: 'hit', seed_run: first.meta.run_id });
+    expect(fx.entries('forge.cache_mismatch')).toEqual([]);
+  });
+
+  it('an entry edited to other valid JSON is a miss: the call runs again, answers the real output, and the mismatch is audited and warned', async () => {
+    const seen = warnings();
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const first = await fx.forge.callTool('fib', { n: 20 });
+    await fx.forge.close();
+    // The attacker edits the stored answer (a well-formed entry, nothing else changed).
+    const stored = fibEntries(fx.forge.paths.cacheDir).get(20);
+    if (!stored) throw new Error('fib {n: 20} was not cached');
+    const forged = structuredClone(stored.entry);
+    (forged.envelope as { data: { fib: string } }).data.fib = '6766';
+    writeAtomic(stored.file, JSON.stringify(forged));
+    const again = await fx.reopen();
+    const r = await again.callTool('fib', { n: 20 });
+    expect(r).toMatchObject({ ok: true, data: { n: 20, fib: '6765' }, meta: { cache: 'miss' } });
+    expect(fx.sandboxRuns('fib')).toHaveLength(2);
+    const recorded = calledOf(fx, first.meta.run_id);
+    const mismatch = fx.entries('forge.cache_mismatch');
+    expect(mismatch.map((e) => e.data)).toEqual([
+      {
+        name: 'fib',
+        version: 1,
+        digest: recorded?.digest,
+        scope: 'project',
+        persona: 'default',
+        session: again.caller().session,
+        input_digest: recorded?.input_digest,
+        cache_key: stored.key,
+        seed_run: first.meta.run_id,
+        reason: 'output_differs',
+        output_digest: outputDigest(forged.envelope),
+        recorded: { cache_key: stored.key, output_digest: recorded?.output_digest },
+        store: 'file',
+      },
+    ]);
+    // Reported before the call it made run again.
+    expect((mismatch[0]?.seq ?? 0) < (fx.entries('forge.called').find((e) => e.data.run_id === r.meta.run_id)?.seq ?? 0)).toBe(true);
+    expect(seen).toContain(
+      `forge: the file result cache at ${fx.forge.paths.cacheDir} held an answer of "fib" (key ${stored.key.slice(0, 12)}…) that the audit log does not back: its answer (${outputDigest(forged.envelope)}) is not the one the audit log recorded for its seed run ${first.meta.run_id} (${recorded?.output_digest}); it was removed and the call runs again (if nobody edited the cache, check who can write to it)`,
+    );
+    // The real answer replaced the forged one: the next call is a hit of the new run.
+    expect(fibEntries(fx.forge.paths.cacheDir).get(20)?.entry).toMatchObject({
+      envelope: { data: { fib: '6765' } },
+      seed_run: r.meta.run_id,
+    });
+    expect((await again.callTool('fib', { n: 20 })).meta).toMatchObject({ cache: 'hit', seed_run: r.meta.run_id });
+  });
+
+  it('an entry moved under another key, or naming a run the log does not show, is a miss reported as such', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const runs = [];
+    for (const n of [20, 21, 22]) runs.push(await fx.forge.callTool('fib', { n }));
+    await fx.forge.close();
+    const stored = fibEntries(fx.forge.paths.cacheDir);
+    const [e20, e21, e22] = [stored.get(20), stored.get(21), stored.get(22)];
+    if (!e20 || !e21 || !e22) throw new Error('fib {n: 20, 21, 22} were not all cached');
+    // n=20's genuine entry copied over n=21's key; n=22's entry names a run that never happened.
+    writeAtomic(e21.file, JSON.stringify(e20.entry));
+    writeAtomic(e22.file, JSON.stringify({ ...e22.entry, seed_run: 'lz0000a-0f3a9c1e0001' }));
+    const again = await fx.reopen();
+    expect(okData(await again.callTool('fib', { n: 21 }))).toEqual({ n: 21, fib: '10946' });
+    expect(okData(await again.callTool('fib', { n: 22 }))).toEqual({ n: 22, fib: '17711' });
+    expect(okData(await again.callTool('fib', { n: 20 }))).toEqual({ n: 20, fib: '6765' });
+    expect(fx.entries('forge.cache_mismatch').map((e) => [e.data.cache_key, e.data.reason, e.data.seed_run])).toEqual([
+      [e21.key, 'key_differs', runs[0]?.meta.run_id],
+      [e22.key, 'not_recorded', 'lz0000a-0f3a9c1e0001'],
+    ]);
+    expect(fx.entries('forge.cache_mismatch')[0]?.data.recorded).toEqual({ cache_key: e20.key, output_digest: outputDigest(runs[0]) });
+    // n=20 was untouched: a hit; n=21 and n=22 ran again.
+    expect(fx.sandboxRuns('fib')).toHaveLength(5);
   });
 
   it('the cache lives in the home: a restarted engine hits the entry a previous one stored', async () => {

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { openAuditLog } from '@forge/audit-chain';
 import { openFileQueue } from '@forge/queue';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { outputDigest } from '../src/auditData.js';
 import type { Forge } from '../src/index.js';
 import { example, type Fixture, failed, py, runStarted, setup } from './helpers.js';
 
@@ -76,6 +77,27 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     expect(second).toMatchObject({ ok: true, meta: { cache: 'hit', seed_run: first.meta.run_id } });
     expect((await queue.stats()).done).toBe(1);
     expect(fx.entries('forge.called').map((e) => e.data.cache)).toEqual(['miss', 'hit']);
+  });
+
+  it('a worker’s cache hit, cached by the front-end, is served as the worker’s entry recorded it', async () => {
+    const { fx, front, startWorker } = await frontAndWorker({ worker: false });
+    expect((await front.forgeTool(await example('fib'))).ok).toBe(true);
+    // The worker answers n=14 from its own store: the front-end's store opened before it held it.
+    const w = await fx.reopen({ watch: true });
+    const seed = await w.callTool('fib', { n: 14 });
+    await startWorker(w);
+    const viaWorker = await front.callTool('fib', { n: 14 });
+    expect(viaWorker).toMatchObject({ ok: true, data: { n: 14, fib: '377' }, meta: { cache: 'hit', seed_run: seed.meta.run_id } });
+    expect(fx.entries('forge.called').find((e) => e.data.run_id === viaWorker.meta.run_id)?.data).toMatchObject({
+      cache: 'hit',
+      run_id: viaWorker.meta.run_id,
+      cache_key: expect.stringMatching(/^[0-9a-f]{64}$/),
+      output_digest: outputDigest(viaWorker),
+    });
+    const again = await front.callTool('fib', { n: 14 });
+    expect(again).toMatchObject({ ok: true, data: { n: 14, fib: '377' }, meta: { cache: 'hit', seed_run: viaWorker.meta.run_id } });
+    expect(fx.entries('forge.cache_mismatch')).toEqual([]);
+    expect(fx.sandboxRuns('fib')).toHaveLength(1);
   });
 
   it('with no worker, a call is withdrawn after startWithinMs: timeout naming the queue, recorded once, and no worker runs it later', async () => {

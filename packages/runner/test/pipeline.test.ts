@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { outputDigest } from '../src/auditData.js';
 import { example, failed, okData, py, setup, tool } from './helpers.js';
 
 const SHA = /^sha256:[0-9a-f]{64}$/;
@@ -82,6 +83,9 @@ describe('forge → call, the canonical examples', () => {
       run_id: runId,
       input_digest: m.input_digest,
       cache: 'miss',
+      // What a later cache hit is checked against: the key and the digest of this answer.
+      cache_key: expect.stringMatching(/^[0-9a-f]{64}$/),
+      output_digest: outputDigest(env),
       exit: 'exit',
       duration_ms: expect.any(Number),
       policy: expect.stringMatching(SHA),

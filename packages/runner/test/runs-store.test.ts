@@ -89,12 +89,13 @@ describe('the stores createForge is given', () => {
     ]);
   });
 
-  it('cacheStore: two forges (two homes) sharing one store: B answers from A’s run', async () => {
+  it('cacheStore: two forges (two projects) sharing one store and one audit log: B answers from A’s run', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'forge-runner-test-cache-'));
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const shared = fileCacheStore(dir);
     const a = await setup({ forge: { cacheStore: shared } });
-    const b = await setup({ forge: { cacheStore: shared } });
+    // One home, so one audit log: as front-ends sharing a database share its log.
+    const b = await setup({ home: a.home, forge: { cacheStore: shared } });
     for (const fx of [a, b]) expect((await fx.forge.forgeTool(plot())).ok).toBe(true);
     const ran = await a.forge.callTool('plot', { n: 5 });
     expect(ran.meta.cache).toBe('miss');
@@ -102,6 +103,22 @@ describe('the stores createForge is given', () => {
     expect(answered).toMatchObject({ ok: true, data: { n: 5 }, meta: { cache: 'hit', seed_run: ran.meta.run_id } });
     expect(b.sandboxRuns('plot')).toHaveLength(0);
     expect((await shared.stats()).entries).toBe(1);
+  });
+
+  it('cacheStore: two homes sharing a store but not a log: B’s log does not show A’s run, so B runs the call and says why', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'forge-runner-test-cache-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const shared = fileCacheStore(dir);
+    const a = await setup({ forge: { cacheStore: shared } });
+    const b = await setup({ forge: { cacheStore: shared } });
+    for (const fx of [a, b]) expect((await fx.forge.forgeTool(plot())).ok).toBe(true);
+    const ran = await a.forge.callTool('plot', { n: 5 });
+    const answered = await b.forge.callTool('plot', { n: 5 });
+    expect(answered).toMatchObject({ ok: true, data: { n: 5 }, meta: { cache: 'miss' } });
+    expect(b.sandboxRuns('plot')).toHaveLength(1);
+    expect(b.entries('forge.cache_mismatch').map((e) => [e.data.reason, e.data.seed_run])).toEqual([['not_recorded', ran.meta.run_id]]);
+    // B's answer replaced A's: B's own next call is a hit.
+    expect((await b.forge.callTool('plot', { n: 5 })).meta).toMatchObject({ cache: 'hit', seed_run: answered.meta.run_id });
   });
 
   it('a cache store that fails is a miss and a warning: every call is still answered, and run', async () => {

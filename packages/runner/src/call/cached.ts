@@ -1,5 +1,7 @@
 import type { PolicySnapshot } from '@forge/policy';
+import { outputDigest } from '../auditData.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
+import { type CacheMismatch, type CacheStore, mismatchMessage } from '../cache.js';
 import type { Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { RunPlan } from '../executor.js';
@@ -11,9 +13,12 @@ import type { Target } from './resolve.js';
 
 /**
  * The cache rules, the same for every executor: a tool whose plan gave a cache key (deterministic,
- * no secrets, no binds) is answered from the cache when it holds the key, and calls of the same
- * key in flight at once share one run (single flight). Every answer, a hit or a shared one, has
- * its own run id, record and audit entry; a failed shared run is recorded for each caller.
+ * no secrets, no binds) is answered from the cache when it holds the key and the audit log backs
+ * the entry (its seed run's entry recorded this key and this answer's digest), and calls of the
+ * same key in flight at once share one run (single flight). An entry the log does not back is
+ * removed, reported (`forge.cache_mismatch` and a warning) and the call runs. Every answer, a hit
+ * or a shared one, has its own run id, record and audit entry; a failed shared run is recorded
+ * for each caller.
  */
 export async function cachedOrRun(
   e: Engine,
@@ -26,8 +31,10 @@ export async function cachedOrRun(
   const cache = e.cache;
   if (!cache) return runOnce();
   const key = plan.cacheKey;
-  const hit = await cache.get(key);
-  if (hit) return { envelope: await cacheHit(e, call, target, plan, snap, hit.envelope, hit.seed_run, false), outcome: 'success' };
+  const found = await cache.lookup(key, { log: e.audit, file: e.ownsAudit ? e.audit.path : undefined });
+  if (found && 'entry' in found)
+    return { envelope: await cacheHit(e, call, target, plan, snap, found.entry.envelope, found.entry.seed_run, false), outcome: 'success' };
+  if (found) await reportMismatch(e, call, target, found.mismatch, cache.store);
   const flight = cache.once(key, runOnce);
   const r = await flight.result;
   if (!flight.shared) return r;
@@ -93,8 +100,28 @@ async function cacheHit(
     seed_run: seedRun,
     cache: 'hit',
     ...(shared ? { shared_flight: true } : {}),
+    // A worker's answer is cached by the front-end that asked, which serves it only as recorded.
+    ...(call.dispatched ? { cache_key: plan.cacheKey, output_digest: outputDigest(envelope) } : {}),
     policy: snap.digest,
   });
   if (unrecorded) return failure(AUDIT_UNAVAILABLE, unrecorded.message, envelope.meta);
   return envelope;
+}
+
+/**
+ * A stored answer the audit log does not back: a warning and `forge.cache_mismatch` (the tool, the
+ * caller, the key, the seed run, what differed), before the call runs as a miss. Not withheld
+ * for: the call's own entry comes next, and the log's gate refuses the call if this one failed.
+ */
+async function reportMismatch(e: Engine, call: Call, target: Target, m: CacheMismatch, store: CacheStore): Promise<void> {
+  process.emitWarning(`forge: ${mismatchMessage(m, call.name, store)}`);
+  await e.record('forge.cache_mismatch', {
+    ...calledFacts(target, call.ctx, call.inputDigest),
+    cache_key: m.key,
+    seed_run: m.seed_run,
+    reason: m.reason,
+    output_digest: m.output_digest,
+    recorded: m.recorded ?? null,
+    store: store.kind,
+  });
 }

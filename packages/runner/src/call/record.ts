@@ -1,4 +1,4 @@
-import { auditSafe } from '../auditData.js';
+import { auditSafe, outputDigest } from '../auditData.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import type { Ctx, Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
@@ -31,7 +31,8 @@ export function calledFacts(target: Target, ctx: Ctx, inputDigest: string): Reco
  * while the entry's durable append is under way), `tool.secrets_injected` when the run got
  * secrets, then the cache store. Answered only once audited: an entry the log cannot take
  * withholds the answer (`audit_unavailable`) and the manifest says why; only an audited answer
- * is cached, so a later hit names a seed run the log shows.
+ * is cached, and its entry records the cache key and the answer's digest (`output_digest`), so a
+ * later hit names a seed run the log shows and serves only the answer the log recorded.
  */
 export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promise<RunOutcome> {
   const { call, target, plan, secrets, runId, runDir } = job;
@@ -58,6 +59,8 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
         ...exec.manifest,
       }
     : undefined;
+  // A cacheable answer's entry names its key and digest: the cache serves it only as recorded (cache.ts).
+  const answered = envelope.ok && plan.cacheKey ? { cache_key: plan.cacheKey, output_digest: outputDigest(envelope) } : undefined;
   // A trial run of a proposal is not a call of the tool (forge_list counts calls).
   if (target.kind !== 'forged' || target.stored.state === 'active') e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
   const calledData: Record<string, unknown> = {
@@ -65,6 +68,7 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
     ...calledFacts(target, ctx, call.inputDigest),
     run_id: exec.ran ? runId : null,
     cache,
+    ...answered,
     ...(envelope.ok ? {} : { kind: envelope.error.kind }),
     ...exec.audit,
     ...(plan.secretNames.length > 0 ? { secrets: plan.secretNames } : {}),
@@ -113,6 +117,6 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
     return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome, ran: exec.ran };
   }
   // A worker's answer is cached by the front-end that asked (dispatch.ts), where the calls look.
-  if (envelope.ok && plan.cacheKey && e.cache && !call.dispatched) await e.cache.set(plan.cacheKey, envelope, runId);
+  if (answered && e.cache && !call.dispatched) await e.cache.set(answered.cache_key, envelope, runId, answered);
   return { envelope, runId, outcome: exec.outcome, ran: exec.ran };
 }
