@@ -131,6 +131,8 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     checks.push({ name: 'policy', ok: true, detail: 'no policy files: the bundle defaults apply' });
   checks.push(await toolsmithCheck(o.project, policy.effective));
   checks.push(...(await gatewayChecks(o)));
+  // What forge keeps in files (tool records, proposals, pins): damage is a problem, never a silent gap.
+  checks.push(...(await (await import('./doctor-files.js')).storedFileChecks(o)));
 
   return {
     ok: checks.every((c) => c.ok),

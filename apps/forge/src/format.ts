@@ -1,10 +1,20 @@
-import type { ListedTool, StoredTool } from '@forge/registry';
+import type { DamagedTool, ListedTool, StoredTool } from '@forge/registry';
 import type { Envelope, SourcedTool } from '@forge/runner';
 import { clip, ms, type Style, table } from './output.js';
 
-/** `fib  project  v1  python3  The n-th Fibonacci number…` rows under a header. */
-export function toolRows(tools: readonly ListedTool[], s: Style, width = 100, sourced: readonly SourcedTool[] = []): string[] {
-  if (tools.length === 0 && sourced.length === 0) return [s.dim('no forged tools (forge one: forge tools forge <spec.json|dir|->)')];
+/**
+ * `fib  project  v1  python3  The n-th Fibonacci number…` rows under a header; a damaged tool file
+ * is a row marked DAMAGED with its file and what is wrong (it cannot be called until removed).
+ */
+export function toolRows(
+  tools: readonly ListedTool[],
+  s: Style,
+  width = 100,
+  sourced: readonly SourcedTool[] = [],
+  damaged: readonly DamagedTool[] = [],
+): string[] {
+  if (tools.length === 0 && sourced.length === 0 && damaged.length === 0)
+    return [s.dim('no forged tools (forge one: forge tools forge <spec.json|dir|->)')];
   const rows = tools.map((t) => [
     s.bold(t.tool.name),
     t.scope + (t.shadowedBy ? s.dim(` (hidden by ${t.shadowedBy})`) : ''),
@@ -12,6 +22,10 @@ export function toolRows(tools: readonly ListedTool[], s: Style, width = 100, so
     t.tool.runtime,
     clip(t.tool.description ?? '', Math.max(20, width - 50)),
   ]);
+  for (const d of damaged) {
+    rows.push([s.bold(d.name), d.scope, '-', s.red('DAMAGED'), `${d.path}: ${clip(d.reason, Math.max(20, width - 50))}`]);
+  }
+  rows.sort((a, b) => (a[0] as string).localeCompare(b[0] as string));
   for (const t of sourced) {
     rows.push([
       s.bold(t.name),

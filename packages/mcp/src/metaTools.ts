@@ -92,7 +92,7 @@ const FORGE_LIST: Tool = {
   name: 'forge_list',
   title: 'List forged tools',
   description:
-    "List the forged tools you can call (not the built-in meta-tools): name, scope, version, description, runtime and how often each was called, then the approved tools of the gateway's upstream MCP servers (source, server). Call it before forging or proposing a tool, to reuse one that already does the job.",
+    "List the forged tools you can call (not the built-in meta-tools): name, scope, version, description, runtime and how often each was called, then the approved tools of the gateway's upstream MCP servers (source, server). A tool whose stored file is damaged is listed with damaged: true and the problem; it cannot be called until it is removed (forge_remove) or forged again. Call it before forging or proposing a tool, to reuse one that already does the job.",
   inputSchema: {
     type: 'object',
     properties: {
@@ -223,6 +223,9 @@ export async function runMetaTool(forge: Forge, name: string, rawArgs: unknown, 
       const s = scopeArg(args.scope, SCOPES);
       if ('ok' in s) return s;
       const listed = await forge.listTools({ ...ctx, ...s });
+      // Damaged records are no tools (tools/list leaves them out), but the agent learns why a
+      // name it knew is refused, and that forge_remove takes it away.
+      const damaged = await forge.listDamaged({ ...ctx, ...s });
       // The sources' tools (the gateway's) belong to no scope: listed when no scope is asked for.
       const sourced = s.scope === undefined ? await forge.listSourced(ctx) : [];
       return {
@@ -240,6 +243,7 @@ export async function runMetaTool(forge: Forge, name: string, rawArgs: unknown, 
               ...(l.shadows.length > 0 ? { shadows: l.shadows } : {}),
               ...(l.shadowedBy ? { shadowed_by: l.shadowedBy } : {}),
             })),
+            ...damaged.map((d) => ({ name: d.name, scope: d.scope, damaged: true, where: d.path, problem: d.reason })),
             ...sourced.map((t) => ({
               name: t.name,
               source: t.origin.kind,
@@ -275,6 +279,7 @@ export async function runMetaTool(forge: Forge, name: string, rawArgs: unknown, 
       if ('ok' in s) return s;
       const r = await forge.removeTool(n, { ...ctx, ...s });
       if (!r.ok) return fromRefusal(r);
+      if (r.damaged) return { ok: true, data: { name: r.damaged.name, scope: r.damaged.scope, damaged: true, removed: true }, meta: {} };
       return { ok: true, data: { name: r.tool.name, scope: r.tool.scope, version: r.tool.version, removed: true }, meta: {} };
     }
     default:

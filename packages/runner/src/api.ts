@@ -1,7 +1,7 @@
 import type { AuditLog } from '@forge/audit-chain';
 import type { PolicySnapshot } from '@forge/policy';
 import type { JobQueue } from '@forge/queue';
-import type { ListedTool, Scope, StoredTool, ToolState, ToolStore } from '@forge/registry';
+import type { DamagedTool, ListedTool, Scope, StoredTool, ToolState, ToolStore } from '@forge/registry';
 import type { Resolver, RuntimeTable } from '@forge/sandbox';
 import type { AuditTail } from './auditTail.js';
 import type { CacheLimits, CacheStore } from './cache.js';
@@ -194,6 +194,15 @@ export interface Refusal {
 
 export type ForgeResult = { ok: true; tool: StoredTool; previous?: { version: number; digest: string } } | Refusal;
 
+/**
+ * What `removeTool` returns: the removed tool, or the damaged record that was removed (a tool
+ * file that cannot be read: see `DamagedTool` of @forge/registry), or why nothing was removed.
+ */
+export type RemoveToolResult =
+  | { ok: true; tool: StoredTool; damaged?: undefined }
+  | { ok: true; damaged: DamagedTool; tool?: undefined }
+  | Refusal;
+
 /** Something forge did, as written to the audit log. */
 export interface ForgeEvent {
   type: string;
@@ -218,14 +227,25 @@ export interface Forge {
    */
   listTools(options?: { scope?: Scope } & CallContext): Promise<readonly ListedTool[]>;
   /**
+   * The damaged tool records `ctx` sees (see `DamagedTool` of @forge/registry): each that a name
+   * resolves to (its ACL applied), or every damaged record of one scope. They are no tools: a call
+   * is refused `tool_damaged`, and `removeTool` removes one.
+   */
+  listDamaged(options?: { scope?: Scope } & CallContext): Promise<readonly DamagedTool[]>;
+  /**
    * The tools of `ForgeOptions.sources` that `ctx` can call (its ACL applied), by name; a name a
    * forged tool or a meta-tool already has is left out (the forged tool wins a call by that name).
    */
   listSourced(options?: CallContext): Promise<readonly SourcedTool[]>;
   /** Copies a project tool to the user scope. */
   promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
-  /** Removes a tool from a scope (default: the scope it resolves to). */
-  removeTool(name: string, options?: { scope?: Scope } & CallContext): Promise<ForgeResult>;
+  /**
+   * Removes a tool from a scope (default: the scope it resolves to), or the damaged record the name
+   * resolves to (`damaged` in the answer), under the same gates and ownership rules. A damaged
+   * record no longer says who forged it: outside every namespace only an operator persona may
+   * remove it.
+   */
+  removeTool(name: string, options?: { scope?: Scope } & CallContext): Promise<RemoveToolResult>;
   /**
    * Runs `spec` (not stored) on `input` as a call would: the spec checked as forging checks it,
    * then the call pipeline's gates (policy, forbidden names, runtime), input validation, the

@@ -2,7 +2,7 @@ import { createPublicKey } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { tailLog } from '@forge/audit-chain';
 import { bindRoots, checkPersonaAcl, isOperator, networkFor } from '@forge/policy';
-import { type ListedTool, type Scope, wireName } from '@forge/registry';
+import { type DamagedTool, type ListedTool, type Scope, wireName } from '@forge/registry';
 import { discardPrebuilt } from '@forge/sandbox';
 import { type CallContext, type Forge, type ForgeOptions, META_TOOLS, type Refusal } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
@@ -29,6 +29,7 @@ export {
   type ForgeToolOptions,
   META_TOOLS,
   type Refusal,
+  type RemoveToolResult,
   type ToolsChanged,
   type TrialOptions,
   type TrialResult,
@@ -108,6 +109,25 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
       .sort((a, b) => (a.tool.name < b.tool.name ? -1 : 1));
   };
 
+  /** The damaged records `ctx` sees for `scope`, or those its names resolve to (see `Forge.listDamaged`). */
+  const listDamaged = async (o: { scope?: Scope } & CallContext = {}): Promise<readonly DamagedTool[]> => {
+    const ctx = context(o);
+    if (contextProblem(ctx)) return [];
+    if (o.scope) {
+      if (o.scope === 'task' && !ctx.task) return [];
+      return (await e.registryFor(o.scope, ctx)).listDamaged({ scope: o.scope });
+    }
+    const regs = await e.layers(ctx);
+    const out: DamagedTool[] = [];
+    for (const r of regs)
+      for (const d of r.listDamaged()) {
+        // As listTools: what a name resolves to, outside the sources' namespaces, within the ACL.
+        if (e.damagedIn(regs, d.name) !== d || sourceNamespace(e, d.name)) continue;
+        if (checkPersonaAcl(ctx.acl, ctx.persona, d.name, META_TOOLS).ok) out.push(d);
+      }
+    return out.sort((a, b) => (a.name < b.name ? -1 : 1));
+  };
+
   /** The sources' tools `ctx` can call, leaving out any whose forge or wire name a forged tool or a meta-tool has. */
   const listSourced = async (o: CallContext = {}): Promise<readonly SourcedTool[]> => {
     const ctx = context(o);
@@ -153,6 +173,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     forgeTool: guarded(forgeTool),
     callTool: guarded(callTool),
     listTools,
+    listDamaged,
     listSourced,
     promoteTool: guarded(promoteTool),
     removeTool: guarded(removeTool),

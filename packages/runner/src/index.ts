@@ -27,6 +27,7 @@ export {
   type ForgeToolOptions,
   META_TOOLS,
   type Refusal,
+  type RemoveToolResult,
   type ToolsChanged,
   type TrialOptions,
   type TrialResult,

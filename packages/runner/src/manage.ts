@@ -1,12 +1,12 @@
-import type { Registry, Scope, ToolState } from '@forge/registry';
-import type { CallContext, ForgeResult, Refusal } from './api.js';
+import type { DamagedTool, Registry, Scope, ToolState } from '@forge/registry';
+import type { CallContext, ForgeResult, Refusal, RemoveToolResult } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
 import type { Engine } from './engine.js';
 import { checkManage, eventTypeOf, ownerCheck } from './gates.js';
 
 /** Promote (project → user scope) and remove, over one engine. */
 export function makeManage(e: Engine) {
-  const { context, record, unaudited, admit, policyNow, base, layers, resolveIn, registryFor, wireClaims, notifyChanged } = e;
+  const { context, record, unaudited, admit, policyNow, base, layers, resolveIn, damagedIn, registryFor, wireClaims, notifyChanged } = e;
   /**
    * Remove and promote pass the gates of forging (persona ACL, forbidden names, allow-rules,
    * persona namespace; see gates.ts), then the registry asks, under the name's lock, whether the
@@ -59,7 +59,7 @@ export function makeManage(e: Engine) {
     return { ok: true, tool: r.tool, outcome: r.outcome, ...(r.previous ? { previous: r.previous } : {}) };
   };
 
-  const removeTool = async (name: string, o: { scope?: Scope } & CallContext = {}): Promise<ForgeResult> => {
+  const removeTool = async (name: string, o: { scope?: Scope } & CallContext = {}): Promise<RemoveToolResult> => {
     const ctx = context(o);
     const who = { persona: ctx.persona, session: ctx.session };
     const refuse = async (
@@ -86,10 +86,13 @@ export function makeManage(e: Engine) {
     if (!pol.ok) return refuse(pol.kind, pol.message);
     const gate = checkManage(pol.snap, ctx, name, 'remove', 'forge.removed');
     if (gate) return refuse(gate.kind, gate.message, {}, gate.eventType);
-    const scope = o.scope ?? resolveIn(await layers(ctx), name)?.scope;
+    const visible = await layers(ctx);
+    // A damaged record the name resolves to is what a remove without a scope takes away.
+    const scope = o.scope ?? resolveIn(visible, name)?.scope ?? damagedIn(visible, name)?.scope;
     if (!scope) return refuse('unknown_tool', `no forged tool is named "${name}"; call forge_list to see the tools`);
     const r = await (await registryFor(scope, ctx)).remove(name, { scope, authorize: ownerCheck(pol.snap, ctx.persona, name, 'remove') });
     if (!r.ok) return refuse(r.kind, r.message, { scope }, eventTypeOf(r.kind, 'forge.removed'));
+    if (r.damaged) return removedDamaged(r.damaged, who);
     const unrecorded = await record('forge.removed', {
       ok: true,
       name,
@@ -108,6 +111,31 @@ export function makeManage(e: Engine) {
     }
     notifyChanged([scope], [name]);
     return { ok: true, tool: r.removed };
+  };
+
+  /**
+   * Audits the removal of a damaged record (`forge.removed` with `damaged`: its path and what was
+   * wrong; it had no readable version or digest). A removal the log does not take cannot be put
+   * back through the registry (a damaged record is no version to recover): the answer says where
+   * the file is kept.
+   */
+  const removedDamaged = async (d: DamagedTool, who: { persona: string; session: string }): Promise<RemoveToolResult> => {
+    const unrecorded = await record('forge.removed', {
+      ok: true,
+      name: d.name,
+      ...who,
+      scope: d.scope,
+      damaged: { path: d.path, reason: d.reason },
+    });
+    notifyChanged([d.scope], [d.name]);
+    if (unrecorded) {
+      return {
+        ok: false,
+        kind: AUDIT_UNAVAILABLE,
+        message: `${unrecorded.message}; the damaged record of "${d.name}" (${d.scope} scope, ${d.path}) was removed all the same and is kept in its version history, but the log does not show it`,
+      };
+    }
+    return { ok: true, damaged: d };
   };
 
   /**

@@ -143,7 +143,11 @@ describe('remove and promote: ownership', () => {
       message: expect.stringContaining('does not say who forged it'),
     });
     expect(existsSync(join(fx.project, '.forge', 'tools', 'broken.json'))).toBe(true);
-    expect(await fx.forge.removeTool('broken', { ...as('ops'), scope: 'project' })).toMatchObject({ ok: false, kind: 'unknown_tool' });
+    // Removed, and said so (it was answered unknown_tool before, though the file was gone).
+    expect(await fx.forge.removeTool('broken', { ...as('ops'), scope: 'project' })).toMatchObject({
+      ok: true,
+      damaged: { name: 'broken', scope: 'project' },
+    });
     expect(existsSync(join(fx.project, '.forge', 'tools', 'broken.json'))).toBe(false);
   });
 });

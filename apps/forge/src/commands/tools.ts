@@ -20,20 +20,23 @@ const scopeOption = { scope: { type: 'string' } } as const;
 export const toolsList: Command = {
   words: 'tools list',
   usage: 'forge tools list [--scope task|session|project|user]',
-  summary: "the forged tools visible here, then the gateway's approved upstream tools (or every tool of one scope)",
+  summary:
+    "the forged tools visible here, damaged tool files marked, then the gateway's approved upstream tools (or every tool of one scope)",
   options: scopeOption,
   async run({ values }, { out, where }) {
     const scope = scopeOf(values.scope, this.usage);
     const w = await where();
     const ctx = callContext(w.env);
     // The gateway's approved upstream tools belong to no scope: listed when no scope is asked for.
-    const { tools, sourced } = await withForge(w, async (f) => ({
+    const { tools, damaged, sourced } = await withForge(w, async (f) => ({
       tools: await f.listTools({ ...ctx, ...(scope ? { scope } : {}) }),
+      damaged: await f.listDamaged({ ...ctx, ...(scope ? { scope } : {}) }),
       sourced: scope ? [] : await f.listSourced(ctx),
     }));
     if (out.json)
       out.data([
         ...tools.map((t) => ({ ...summary(t.tool), scope: t.scope, ...(t.shadowedBy ? { shadowed_by: t.shadowedBy } : {}) })),
+        ...damaged.map((d) => ({ name: d.name, scope: d.scope, damaged: true, where: d.path, problem: d.reason })),
         ...sourced.map((t) => ({
           name: t.name,
           source: t.origin.kind,
@@ -44,7 +47,7 @@ export const toolsList: Command = {
           digest: t.digest,
         })),
       ]);
-    else for (const l of toolRows(tools, out.style, process.stdout.columns ?? 100, sourced)) out.line(l);
+    else for (const l of toolRows(tools, out.style, process.stdout.columns ?? 100, sourced, damaged)) out.line(l);
     return 0;
   },
 };
@@ -147,14 +150,22 @@ export const toolsPromote: Command = {
 export const toolsRemove: Command = {
   words: 'tools remove',
   usage: 'forge tools remove <name> [--scope S]',
-  summary: 'remove a tool (from the scope it resolves to, or the one given)',
+  summary: 'remove a tool, or a damaged tool file (from the scope it resolves to, or the one given)',
   options: scopeOption,
   positionals: [1, 1],
   async run({ values, positionals }, { out, where }) {
     const scope = scopeOf(values.scope, this.usage);
     const w = await where();
     const r = await withForge(w, (f) => f.removeTool(positionals[0] as string, { ...callContext(w.env), ...(scope ? { scope } : {}) }));
-    if (out.json) out.data(r.ok ? { ok: true, tool: summary(r.tool), scope: r.tool.scope } : r);
+    if (out.json) {
+      if (!r.ok) out.data(r);
+      else if (r.damaged)
+        out.data({ ok: true, damaged: { name: r.damaged.name, where: r.damaged.path, problem: r.damaged.reason }, scope: r.damaged.scope });
+      else out.data({ ok: true, tool: summary(r.tool), scope: r.tool.scope });
+    } else if (r.ok && r.damaged)
+      out.line(
+        `${out.style.green('✓')} removed the damaged ${out.style.bold(r.damaged.name)} from the ${r.damaged.scope} scope ${out.style.dim('(its file is kept in the version history)')}`,
+      );
     else if (r.ok)
       out.line(`${out.style.green('✓')} removed ${out.style.bold(r.tool.name)} v${r.tool.version} from the ${r.tool.scope} scope`);
     else out.note(refusalLine(r, out.style));

@@ -22,21 +22,37 @@ export interface Denied {
 }
 
 /**
- * Step 2, gates, cheapest first and before anything touches the disk: the persona's ACL, the
- * policy (a malformed one refuses), forbidden names (a policy edit after forging still blocks),
- * allow-rules (`allow p_t tool:<name> execute`), the runtime (forged tools), then the tool's
- * rate and failure breakers. The same for every target.
+ * The gates that judge the name alone: the persona's ACL, the policy (a malformed one refuses),
+ * forbidden names (a policy edit after forging still blocks) and allow-rules (`allow p_t
+ * tool:<name> execute`). A call to a damaged record passes these before it is refused, so a
+ * persona learns nothing of a tool it may not call.
  */
-export function passGates(e: Engine, call: Call, target: Target): Admitted | Denied {
+export function passNameGates(e: Engine, call: Call): { ok: true; snap: PolicySnapshot } | Denied {
   const { ctx, name } = call;
   const acl = checkPersonaAcl(ctx.acl, ctx.persona, name, META_TOOLS);
   if (!acl.ok) return { ok: false, kind: acl.kind, message: acl.message, eventType: 'acl.persona_denied' };
   const pol = e.policyNow();
   if (!pol.ok) return { ok: false, kind: pol.kind, message: pol.message };
   const snap = pol.snap;
-  const decisions = [checkToolName(snap, name), checkAllowRule(snap, ctx.persona, 'tool', name, 'execute')];
-  if (target.kind === 'forged') decisions.push(checkRuntime(snap, target.stored.runtime));
-  for (const d of decisions) if (!d.ok) return { ok: false, kind: d.kind, message: d.message };
+  for (const d of [checkToolName(snap, name), checkAllowRule(snap, ctx.persona, 'tool', name, 'execute')])
+    if (!d.ok) return { ok: false, kind: d.kind, message: d.message };
+  return { ok: true, snap };
+}
+
+/**
+ * Step 2, gates, cheapest first and before anything touches the disk: the name's gates
+ * ({@link passNameGates}), the runtime (forged tools), then the tool's rate and failure
+ * breakers. The same for every target.
+ */
+export function passGates(e: Engine, call: Call, target: Target): Admitted | Denied {
+  const { ctx, name } = call;
+  const named = passNameGates(e, call);
+  if (!named.ok) return named;
+  const snap = named.snap;
+  if (target.kind === 'forged') {
+    const d = checkRuntime(snap, target.stored.runtime);
+    if (!d.ok) return { ok: false, kind: d.kind, message: d.message };
+  }
   const breakers = e.breakersOf(ctx.session);
   const settings = snap.policy.breakers;
   const gate = breakers.checkCall(name, settings);

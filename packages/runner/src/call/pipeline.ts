@@ -13,7 +13,7 @@ import { readSecrets } from '../vault.js';
 import { cachedOrRun } from './cached.js';
 import { type Call, openCall } from './call.js';
 import { dispatchCall } from './dispatch.js';
-import { passGates } from './gates.js';
+import { passGates, passNameGates } from './gates.js';
 import { type RunOutcome, recordRun } from './record.js';
 import { resolveTarget, type Target } from './resolve.js';
 import { validateInput } from './validate.js';
@@ -56,6 +56,13 @@ export async function runCall(
   if (options.pinned !== undefined && !(found.ok && found.target.kind === 'forged' && found.target.stored.digest === options.pinned)) {
     await e.reloadTools(call.ctx);
     found = await resolveTarget(e, call.ctx, asked);
+  }
+  if (!found.ok && found.kind === 'tool_damaged') {
+    // Audited under the record's forge name, after the gates that judge the name alone.
+    call.name = found.name ?? asked;
+    const named = passNameGates(e, call);
+    const [kind, message, eventType] = named.ok ? [found.kind, found.message] : [named.kind, named.message, named.eventType];
+    return { envelope: await call.refuse(kind, message, eventType), outcome: 'none' };
   }
   if (!found.ok) {
     let hint: string | undefined;
@@ -112,7 +119,12 @@ export async function runCall(
     return { envelope: r.envelope, outcome };
   } catch (err) {
     if (err instanceof RefusalError) {
-      const envelope = await call.refuse(err.kind, err.message, err.eventType === 'forge.called' ? call.eventType : err.eventType);
+      const envelope = await call.refuse(
+        err.kind,
+        err.message,
+        err.eventType === 'forge.called' ? call.eventType : err.eventType,
+        err.extra,
+      );
       return { envelope, outcome };
     }
     outcome = 'failure';

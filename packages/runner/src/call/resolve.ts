@@ -1,5 +1,5 @@
 import { toolsmithFor } from '@forge/policy';
-import type { StoredTool } from '@forge/registry';
+import type { DamagedTool, Registry, StoredTool } from '@forge/registry';
 import { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
 import { META_TOOLS } from '../api.js';
 import type { Ctx, Engine } from '../engine.js';
@@ -10,17 +10,26 @@ import { reportShadow, sourceNamespace } from './shadow.js';
 /** What a call names: a forged tool of the registry, or a tool a source serves. */
 export type Target = { kind: 'forged'; stored: StoredTool } | { kind: 'sourced'; tool: SourcedTool; source: ToolSource };
 
+/** Why nothing can be called by a name: none has it, or the record it resolves to is damaged (`tool_damaged`). */
+export interface Unresolved {
+  ok: false;
+  kind: 'unknown_tool' | 'tool_damaged';
+  message: string;
+  /** For `tool_damaged`: the record's forge name (the call is audited under it). */
+  name?: string;
+}
+
 /**
  * Step 1, resolve: the forge name or wire name `name` through the layered registry (task →
  * session → project → user), then through the sources (the gateway's projected tools). A forged
- * tool in a source's namespace is never the answer (shadow.ts): the call goes to the source.
+ * tool in a source's namespace is never the answer (shadow.ts): the call goes to the source. A
+ * damaged record the name resolves to is `tool_damaged`, never run and never passed over for a
+ * tool below it.
  */
-export async function resolveTarget(
-  e: Engine,
-  ctx: Ctx,
-  name: string,
-): Promise<{ ok: true; target: Target } | { ok: false; message: string }> {
+export async function resolveTarget(e: Engine, ctx: Ctx, name: string): Promise<{ ok: true; target: Target } | Unresolved> {
   const regs = await e.layers(ctx);
+  const damaged = e.damagedIn(regs, name);
+  if (damaged && !sourceNamespace(e, damaged.name)) return damagedRefusal(damaged);
   // A persona in governed mode (policy toolsmith.mode) is told to propose a tool, not to forge one.
   const todo = () => {
     const pol = e.policyNow();
@@ -43,10 +52,38 @@ export async function resolveTarget(
       if (only) return { ok: true, target: { kind: 'sourced', tool: only, source } };
     }
   }
-  if (!found.ok) return { ok: false, message: found.message };
+  if (!found.ok) {
+    const byWire = damagedByWireName(e, regs, name);
+    return byWire ? damagedRefusal(byWire) : { ok: false, kind: 'unknown_tool', message: found.message };
+  }
   return {
     ok: false,
+    kind: 'unknown_tool',
     message: `no tool "${name}": ${sourceNamespace(e, found.resolved.tool.name)}; the forged tool of that name is not served`,
+  };
+}
+
+/** The damaged record whose wire name is `wire` and that its forge name resolves to (only one may). */
+function damagedByWireName(e: Engine, regs: Registry[], wire: string): DamagedTool | undefined {
+  if (!WIRE_NAME_PATTERN.test(wire)) return undefined;
+  const hits = new Set<DamagedTool>();
+  for (const r of regs) for (const d of r.listDamaged()) if (wireName(d.name) === wire && e.damagedIn(regs, d.name) === d) hits.add(d);
+  const [only] = hits;
+  return hits.size === 1 && only && !sourceNamespace(e, only.name) ? only : undefined;
+}
+
+/**
+ * The refusal of a call to a damaged record: which, where, what is wrong, and what to do. Its
+ * file no longer says who forged it, so removing it is for an operator persona (or the owner of
+ * its namespace).
+ */
+export function damagedRefusal(d: DamagedTool): Unresolved {
+  const where = d.path.startsWith('/') ? `its file ${d.path}` : `its record ${d.path}`;
+  return {
+    ok: false,
+    kind: 'tool_damaged',
+    name: d.name,
+    message: `tool "${d.name}" (${d.scope} scope) is damaged and was not run: ${where} cannot be used (${d.reason}); remove it (forge_remove, or forge tools remove ${d.name} --scope ${d.scope}: an operator persona or the owner of its namespace may, as the file no longer says who forged it) and forge it again, or restore the file from a copy`,
   };
 }
 
