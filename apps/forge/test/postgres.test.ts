@@ -238,12 +238,16 @@ describe('forge doctor over PostgreSQL', () => {
 });
 
 describe('the connection budget over PostgreSQL', () => {
-  it('40 HTTP sessions one after another that never say goodbye, each calling through a worker: every one answered, a fixed number of connections, SIGTERM exits', async () => {
+  it('40 HTTP sessions one after another that never say goodbye, calling through two workers; then the holder of a call killed -9: every call answered, a fixed number of connections, the call taken over within a lease and recorded once', async () => {
     const url = await server.database();
     const pool = new pg.Pool({ connectionString: url, max: 1 });
     onTestFinished(() => pool.end());
-    const w = worker(host(url));
-    await until(w.ready, 30_000, w.stderr);
+    const [w1, w2] = [worker(host(url)), worker(host(url))];
+    await until(
+      () => w1.ready() && w2.ready(),
+      30_000,
+      () => w1.stderr() + w2.stderr(),
+    );
     const { url: mcp, child } = await serveHttp(host(url), ['--dispatch']);
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -254,28 +258,95 @@ describe('the connection budget over PostgreSQL', () => {
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'",
         )
       ).rows[0]?.n ?? -1;
+    const text = (r: unknown) => JSON.parse((r as { content: { text: string }[] }).content[0]?.text ?? '{}') as Envelope;
     for (let i = 0; i < 40; i++) {
       const client = new Client({ name: `session-${i}`, version: '1.0.0' });
       await client.connect(new StreamableHTTPClientTransport(mcp));
       if (i === 0) {
-        const made = await client.callTool({
-          name: 'forge_tool',
-          arguments: py('echo', 'print(json.dumps({"ok": True, "data": args}))'),
-        });
-        expect(made.isError, JSON.stringify(made)).toBe(false);
+        for (const spec of [py('echo', 'print(json.dumps({"ok": True, "data": args}))'), sleeper]) {
+          const made = await client.callTool({ name: 'forge_tool', arguments: spec });
+          expect(made.isError, JSON.stringify(made)).toBe(false);
+        }
       }
       expect((await client.listTools()).tools.map((t) => t.name)).toContain('echo');
-      // A new input each time: a cache hit would never reach the worker.
-      const r = await client.callTool({ name: 'echo', arguments: { i } });
-      const env = JSON.parse((r.content as { text: string }[])[0]?.text ?? '{}') as Envelope;
-      expect(env, `session ${i}: ${JSON.stringify(env)} ${stderr} ${w.stderr()}`).toMatchObject({ ok: true, data: { i } });
+      // A new input each time: a cache hit would never reach a worker.
+      const env = text(await client.callTool({ name: 'echo', arguments: { i } }));
+      expect(env, `session ${i}: ${JSON.stringify(env)} ${stderr} ${w1.stderr()} ${w2.stderr()}`).toMatchObject({ ok: true, data: { i } });
       // Gone without a DELETE, as most clients leave.
       await client.close();
     }
-    // Two processes, each listening once for tools and once for the queue, whatever the sessions.
-    expect(await listening()).toBeLessThanOrEqual(4);
+    // Three processes, each listening once for tools and once for the queue, whatever the sessions.
+    expect(await listening()).toBeLessThanOrEqual(6);
+
+    // The worker holding a call killed -9 after all that: the other takes it over.
+    const client = new Client({ name: 'session-last', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(mcp));
+    onTestFinished(() => client.close().catch(() => {}));
+    const slow = client.callTool({ name: 'test.sleep', arguments: { s: 4 } });
+    let holder: string | null = null;
+    await until(
+      async () => {
+        holder = (await jobs(pool)).find((j) => j.state === 'claimed')?.worker ?? null;
+        return holder !== null;
+      },
+      30_000,
+      () => w1.stderr() + w2.stderr(),
+    );
+    const name = (w: ReturnType<typeof worker>) => `${hostname().replace(/[^A-Za-z0-9_-]/g, '-')}-${w.child.pid}`;
+    const [victim, survivor] = holder === name(w1) ? [w1, w2] : [w2, w1];
+    const killedAt = Date.now();
+    victim.child.kill('SIGKILL');
+    const answered = text(await slow);
+    const tookOver = Date.now() - killedAt;
+    expect(answered, `${JSON.stringify(answered)} ${survivor.stderr()}`).toMatchObject({ ok: true, data: 'woke' });
+    expect(survivor.stderr()).toMatch(/test\.sleep ok in \d+ ms \(attempt 2\)/);
+    // Within a lease (15 s) of the kill, plus the run itself (4 s), with room for a busy host.
+    expect(tookOver).toBeLessThan(15_000 + 4_000 + 30_000);
+    const sleeps = (await entries(pool, 'forge.called')).filter((e) => e.data.name === 'test.sleep');
+    expect(sleeps).toHaveLength(1);
+    expect(sleeps[0]?.data).toMatchObject({ ok: true, call_id: expect.stringMatching(/^c/) });
+
     const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
     child.kill('SIGTERM');
     expect(await exited, stderr).toBe(0);
+  }, 300_000);
+});
+
+describe('a database restart under a front-end and a worker', () => {
+  it('every call after the restart is answered ok, each with its one forge.called; none answered internal', async () => {
+    const url = await server.database();
+    const w = worker(host(url));
+    await until(w.ready, 30_000, w.stderr);
+    const a = await connect(host(url), { args: ['--dispatch'] });
+    expect((await a.call('forge_tool', py('echo', 'print(json.dumps({"ok": True, "data": args}))'))).env.ok).toBe(true);
+    expect((await a.call('forge_tool', sleeper)).env.ok).toBe(true);
+    expect((await a.call('echo', { i: -1 })).env).toMatchObject({ ok: true });
+    // Two calls in flight (one running on the worker, one waiting in the queue) when every
+    // connection of both processes is terminated; the pools still hold others as idle.
+    const inFlight = [a.call('test.sleep', { s: 1.5 }), a.call('test.sleep', { s: 0.5 })];
+    const probe = new pg.Pool({ connectionString: url, max: 1 });
+    await until(
+      async () => (await jobs(probe)).some((j) => j.state === 'claimed'),
+      20_000,
+      () => w.stderr(),
+    );
+    await probe.end();
+    await server.restart();
+    const answers: Envelope[] = (await Promise.all(inFlight)).map((r) => r.env);
+    for (let i = 0; i < 15; i++) answers.push((await a.call('echo', { i })).env);
+    // An answer is ok, or says plainly that it could not be recorded; never internal.
+    const wrong = answers.filter((e) => !e.ok && e.error?.kind !== 'audit_unavailable');
+    expect(wrong, `${a.stderr()} worker: ${w.stderr()}`).toEqual([]);
+    expect(
+      answers.slice(2).filter((e) => !e.ok),
+      'calls made after the restart',
+    ).toEqual([]);
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    onTestFinished(() => pool.end());
+    // Every answered call that was recorded has exactly one forge.called, and every ok one was recorded.
+    const called = (await entries(pool, 'forge.called')).filter((e) => e.data.name === 'echo' || e.data.name === 'test.sleep');
+    const okAnswers = answers.filter((e) => e.ok).length + 1;
+    expect(called.filter((e) => e.data.ok).length, JSON.stringify(answers.slice(0, 2))).toBe(okAnswers);
+    expect(new Set(called.map((e) => e.data.call_id)).size).toBe(called.length);
   }, 300_000);
 });

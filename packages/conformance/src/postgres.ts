@@ -50,6 +50,11 @@ export interface PostgresServer {
   /** Stops the server (`pg_ctl stop -m fast`), then removes {@link dir}. Safe to call twice. */
   stop(): Promise<void>;
   /**
+   * Restarts the server in place (`pg_ctl restart -m fast`): every connection is terminated, the
+   * data stays. Resolves once it accepts connections again ({@link pid} is the new postmaster).
+   */
+  restart(): Promise<void>;
+  /**
    * SIGKILLs the postmaster (its pid read from `postmaster.pid`), waits for its processes to go,
    * removes its System V shared memory segment and then {@link dir}. Safe to call twice.
    */
@@ -120,7 +125,7 @@ class Server implements PostgresServer {
   constructor(
     readonly dir: string,
     private readonly data: string,
-    readonly pid: number,
+    public pid: number,
     private readonly as: RunAs,
     private readonly bins: Binaries,
     private readonly watchdog: number,
@@ -155,6 +160,17 @@ class Server implements PostgresServer {
       await rm(this.dir, { recursive: true, force: true });
     })();
     return this.done;
+  }
+
+  async restart(): Promise<void> {
+    if (this.done) throw new Error('the server was stopped; it cannot be restarted');
+    await exec(
+      this.as,
+      this.bins.pgCtl,
+      ['restart', '-w', '-t', '60', '-s', '-m', 'fast', '-D', this.data, '-l', join(this.dir, 'server.log')],
+      this.dir,
+    );
+    this.pid = await postmasterPid(this.data);
   }
 
   kill9(): Promise<void> {

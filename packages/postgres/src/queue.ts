@@ -19,6 +19,7 @@ import PgBoss from 'pg-boss';
 import { describeError } from './errors.js';
 import { migrate } from './migrate.js';
 import { type PoolHandle, poolFor } from './pool.js';
+import { isConnectionLost, retryLostConnection } from './retry.js';
 import { redactUrl } from './url.js';
 
 /** The LISTEN/NOTIFY channel of the queue: payloads `p:<queue>`, `r:<queue>:<id>`, `c:<queue>:<id>`. */
@@ -180,6 +181,7 @@ interface Settings {
 class PostgresQueue implements JobQueue {
   readonly kind = 'postgres';
   readonly where: string;
+  readonly leaseMs: number;
   private closed = false;
   private readonly held = new Map<string, Held>();
   private readonly waiters = new Set<Waiter>();
@@ -193,6 +195,7 @@ class PostgresQueue implements JobQueue {
     private readonly fail: (what: string, err: unknown) => QueueError,
   ) {
     this.where = `${h.label}#${s.queue}`;
+    this.leaseMs = s.leaseMs;
   }
 
   private step(name: PostgresQueueStep): void {
@@ -203,43 +206,57 @@ class PostgresQueue implements JobQueue {
     if (this.closed) throw new QueueError('closed', `the job queue ${this.where} was closed; open it again to use it`);
   }
 
-  /** Runs `fn` in a transaction on one client; QueueErrors pass, anything else is queue_unusable naming `what`. */
+  /**
+   * Runs `fn` in a transaction on one client; QueueErrors pass, anything else is queue_unusable
+   * naming `what`. Run again when the server rolled it back (a deadlock: a claim and a cancel of
+   * one job, each holding one of its two rows; a serialization failure), and when the connection
+   * was lost before the COMMIT was sent (a database restart): it did not happen. A COMMIT lost on
+   * its way has an unknown outcome and is not run again.
+   */
   private async tx<T>(what: string, fn: (c: Tx) => Promise<T>): Promise<T> {
-    for (let tries = 1; ; tries++) {
-      try {
-        return await this.tx1(what, fn);
-      } catch (err) {
-        const code = (err as { cause?: { code?: unknown } }).cause?.code;
-        // A deadlock (a claim and a cancel of one job, each holding one of its two rows) or a serialization failure: the server rolled one back; run it again.
-        if ((code === '40P01' || code === '40001') && tries < 5) continue;
-        throw err;
-      }
-    }
-  }
-
-  private async tx1<T>(what: string, fn: (c: Tx) => Promise<T>): Promise<T> {
-    let c: Tx;
+    let rollbacks = 0;
     try {
-      c = await this.h.pool.connect();
+      return await retryLostConnection(
+        () => this.tx1(fn),
+        (err) => {
+          if (err instanceof QueueError || (err as { committing?: boolean }).committing) return false;
+          const code = (err as { code?: unknown }).code;
+          if ((code === '40P01' || code === '40001') && ++rollbacks < 5) return true;
+          return isConnectionLost(err);
+        },
+      );
     } catch (err) {
       throw this.fail(what, err);
     }
+  }
+
+  private async tx1<T>(fn: (c: Tx) => Promise<T>): Promise<T> {
+    const c = await this.h.pool.connect();
+    let broken: Error | undefined;
     try {
       await c.query('BEGIN');
       const out = await fn(c);
-      await c.query('COMMIT');
+      try {
+        await c.query('COMMIT');
+      } catch (err) {
+        if (err instanceof Error && isConnectionLost(err)) Object.assign(err, { committing: true });
+        throw err;
+      }
       return out;
     } catch (err) {
       await c.query('ROLLBACK').catch(() => {});
-      throw this.fail(what, err);
+      // A connection that failed under us is not given back to the pool for the next caller.
+      if (isConnectionLost(err)) broken = err instanceof Error ? err : new Error(String(err));
+      throw err;
     } finally {
-      c.release();
+      c.release(broken);
     }
   }
 
+  /** One statement on the pool, run again over a lost connection (every caller's statement is a read or idempotent). */
   private async query<R extends pg.QueryResultRow>(what: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
     try {
-      return await this.h.pool.query<R>(text, values);
+      return await retryLostConnection(() => this.h.pool.query<R>(text, values));
     } catch (err) {
       throw this.fail(what, err);
     }
@@ -464,7 +481,9 @@ class PostgresQueue implements JobQueue {
     const signal = options.signal;
     await this.ensureListening();
     while (!signal.aborted && !this.closed) {
-      // Listen before looking, so that a publish between the look and the sleep wakes us.
+      // Listen before looking, so that a publish between the look and the sleep wakes us (again
+      // after a lost connection; the look below then says why when the database is away).
+      if (!this.listener) await this.ensureListening().catch(() => {});
       let woke = false;
       const nap = this.sleep('p', this.s.rescanMs, signal);
       void nap.done.then(() => {
@@ -589,7 +608,15 @@ class PostgresQueue implements JobQueue {
     await this.ensureListening();
     for (;;) {
       if (options.signal?.aborted || this.closed) return undefined;
-      const nap = this.sleep(`r:${id}`, Math.min(deadline - Date.now(), this.s.rescanMs * 12), options.signal);
+      // Listening again before looking (the connection was lost: a restart): a finish between
+      // the look and the nap then wakes it. While it cannot listen, it looks again every second.
+      const listening =
+        this.listener !== undefined ||
+        (await this.ensureListening().then(
+          () => true,
+          () => false,
+        ));
+      const nap = this.sleep(`r:${id}`, Math.min(deadline - Date.now(), listening ? this.s.rescanMs * 12 : 1000), options.signal);
       const r = await this.result(id);
       if (r) {
         nap.cancel();
@@ -600,7 +627,6 @@ class PostgresQueue implements JobQueue {
         return undefined;
       }
       await nap.done;
-      if (!this.listener && !this.closed) await this.ensureListening().catch(() => {});
     }
   }
 

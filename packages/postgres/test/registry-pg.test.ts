@@ -344,7 +344,7 @@ describe('postgresToolStore watch', () => {
         )
       ).rows[0]?.n ?? -1;
     const seen: string[][][] = [];
-    const watchers = [];
+    const watchers: { close(): Promise<void> }[] = [];
     for (let i = 0; i < 50; i++) {
       const batches: string[][] = [];
       seen.push(batches);

@@ -79,6 +79,7 @@ async function guard<T>(what: string, path: string, op: () => Promise<T>): Promi
 class FileQueue implements JobQueue {
   readonly kind = 'file';
   readonly where: string;
+  readonly leaseMs: number;
   private closed = false;
   private readonly held = new Map<string, Held>();
   private readonly order = new Map<string, PendingKey>();
@@ -88,6 +89,7 @@ class FileQueue implements JobQueue {
 
   constructor(private readonly ctx: Ctx) {
     this.where = ctx.q.root;
+    this.leaseMs = ctx.leaseMs;
     this.pendingSignal = new ChangeSignal([ctx.q.pending]);
     this.resultSignal = new ChangeSignal([ctx.q.done, ctx.q.failed]);
   }

@@ -73,6 +73,8 @@ export interface JobQueue {
   readonly kind: string;
   /** Where it lives: a directory, or a connection string without its password. */
   readonly where: string;
+  /** How long a claim holds without renewal: a job whose worker died is recovered this long after its last renewal. */
+  readonly leaseMs: number;
   /** Publishes a job; resolves once it is durable. `job_exists` when the id was published before. */
   publish(job: JobRequest): Promise<void>;
   /** Claims the oldest pending job for `worker`, or resolves undefined when there is none. */

@@ -16,6 +16,8 @@ export class RefusalError extends Error {
     readonly kind: string,
     message: string,
     readonly eventType = 'forge.called',
+    /** More facts for the refusal's audit entry. */
+    readonly extra: Record<string, unknown> = {},
   ) {
     super(message);
   }

@@ -1,52 +1,22 @@
-import { randomBytes } from 'node:crypto';
 import { clampBudget, type PolicySnapshot } from '@forge/policy';
 import type { JobResult, JsonValue } from '@forge/queue';
 import type { DispatchOptions } from '../api.js';
+import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import type { Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { RunPlan } from '../executor.js';
 import { RefusalError, stopReason } from '../refusal.js';
 import type { Call } from './call.js';
+import { type CallAnswer, type CallJob, newCallId } from './job.js';
+import { lostAnswer } from './note.js';
 import type { RunOutcome } from './record.js';
 import type { Target } from './resolve.js';
-
-/**
- * A call as a front-end hands it to a worker: which tool (pinned by digest), the input, and who
- * calls. The worker trusts none of it: it resolves the tool itself, runs every gate and the input
- * validation again under its own policy, and refuses a tool whose digest is not the one named.
- */
-export interface CallJob {
-  v: 1;
-  name: string;
-  digest: string;
-  version: number;
-  scope: string;
-  input: JsonValue;
-  persona: string;
-  session: string;
-  task?: string;
-  /** The caller's tool ACL (patterns), or null for all tools. */
-  acl: string[] | null;
-  /** The front-end that published it (`<host>-<pid>`). */
-  from: string;
-}
-
-/** What a worker finishes a call job with: the answer, as recorded in the worker's log. */
-export interface CallAnswer {
-  envelope: Envelope;
-  outcome: RunOutcome['outcome'];
-}
 
 const DEFAULT_START_WITHIN_MS = 30_000;
 /** After a cancel reaches a running job, how long its worker has to stop the run and record it. */
 const CANCEL_GRACE_MS = 15_000;
 /** On top of the call's own time budget: the worker's sandbox set-up, record and finish. */
 const RUN_GRACE_MS = 10_000;
-
-/** A call id: the job's id in the queue and `call_id` in the worker's entries. */
-export function newCallId(now: number): string {
-  return `c${now.toString(36)}-${randomBytes(8).toString('hex')}`;
-}
 
 /**
  * The execute and record steps of a front-end that dispatches: the call is published as a job
@@ -89,12 +59,26 @@ export async function dispatchCall(
   const startWithin = d.startWithinMs ?? DEFAULT_START_WITHIN_MS;
   const { budget } = clampBudget(snap, plan.budget);
   const limit = startWithin + budget.timeout_ms + RUN_GRACE_MS;
-  let result = await queue.wait(id, { ...(ctx.signal ? { signal: ctx.signal } : {}), timeoutMs: limit });
+  /**
+   * The queue could not be read while the call is in it: the call may still run, and its worker
+   * records it (one forge.called per call), so this front-end records only that it lost sight
+   * of it, under another type.
+   */
+  const lostSight = (what: string, err: unknown) =>
+    new RefusalError(
+      'internal',
+      `${where} failed while ${what} call ${id} (${(err as Error).message}); the call was handed to the workers and may still run: its worker records it under call_id ${id} (see \`forge audit tail\`) — check \`forge doctor\` before calling again`,
+      'dispatch.unanswered',
+      { call_id: id },
+    );
+  let result = await waitRecovering(e, queue, id, limit, ctx.signal).catch((err: unknown) => {
+    throw lostSight('waiting for', err);
+  });
   if (!result) {
     const cancelled = ctx.signal?.aborted === true;
     const why = cancelled && ctx.signal ? stopReason(ctx.signal) : `no worker finished the call within ${limit} ms`;
     const c = await queue.cancel(id, why).catch((err: unknown) => {
-      throw new RefusalError('internal', `${where} could not withdraw the call (${why}): ${(err as Error).message}`);
+      throw lostSight(`withdrawing (${why})`, err);
     });
     if (c === 'cancelled' || c === 'unknown') {
       // No worker took it, and none will: this front-end records it.
@@ -105,18 +89,20 @@ export async function dispatchCall(
         `no worker took the call within ${startWithin} ms (${where}${stats ? `: ${stats.pending} pending, ${stats.claimed} running` : ''}); start workers with \`forge worker\` or \`forge serve --workers N\`, or try again`,
       );
     }
-    result = c === 'finished' ? await queue.result(id) : await queue.wait(id, { timeoutMs: CANCEL_GRACE_MS });
+    result = await (c === 'finished' ? queue.result(id) : waitRecovering(e, queue, id, CANCEL_GRACE_MS)).catch((err: unknown) => {
+      throw lostSight('reading the answer of', err);
+    });
     if (!result) {
-      return {
-        envelope: failure(
-          cancelled ? 'cancelled' : 'timeout',
-          `${why}; the worker running it was told to stop and has not finished it within ${CANCEL_GRACE_MS} ms; it records the call when it does (call_id ${id})`,
-          { cache: 'off', duration_ms: e.now() - call.started },
-        ),
-        runId: '',
-        outcome: 'none',
-        ran: false,
-      };
+      // A live worker holds it (its lease is renewed: a dead one's would have been recovered and
+      // withdrawn above) and records the call when it stops; this answer is recorded as unanswered.
+      const kind = cancelled ? 'cancelled' : 'timeout';
+      const message = `${why}; the worker running it was told to stop and has not finished it within ${CANCEL_GRACE_MS} ms; it records the call when it does (call_id ${id})`;
+      const meta = { cache: 'off' as const, duration_ms: e.now() - call.started };
+      const f = await e.record('dispatch.unanswered', { ok: false, name: stored.name, ...call.who, kind, message, call_id: id });
+      const envelope = f
+        ? failure(AUDIT_UNAVAILABLE, e.unaudited(f, kind, message), meta, { refused: kind })
+        : failure(kind, message, meta);
+      return { envelope, runId: '', outcome: 'none', ran: false };
     }
   }
   // Finished by the queue, not by a worker (withdrawn by someone else; lost with no worker's
@@ -147,6 +133,23 @@ export async function dispatchCall(
   return { envelope, runId, outcome: answer.outcome, ran: runId !== '' };
 }
 
+/**
+ * Waits up to `ms` for the answer of job `id`, woken by the queue's notifications. Once a lease
+ * (the queue's `leaseMs`) it also returns to the queue the jobs whose workers stopped renewing
+ * their leases (killed, frozen, cut off): an idle worker does that too, but when every worker is
+ * busy the call would wait until one is free; this way a dead worker's call is back in the
+ * queue within one lease of its last renewal, and recorded as lost when it was tried too often.
+ */
+async function waitRecovering(e: Engine, queue: DispatchOptions['queue'], id: string, ms: number, signal?: AbortSignal) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const left = deadline - Date.now();
+    const r = await queue.wait(id, { ...(signal ? { signal } : {}), timeoutMs: Math.max(0, Math.min(left, queue.leaseMs)) });
+    if (r || signal?.aborted || Date.now() >= deadline) return r;
+    await queue.recover({ onExhausted: (job) => lostAnswer(e, job) });
+  }
+}
+
 /** A worker's answer read from a job result, or undefined when it is not one (a queue that was written by hand). */
 function readAnswer(r: JobResult): CallAnswer | undefined {
   const p = r.payload as Partial<CallAnswer> | null;
@@ -156,19 +159,4 @@ function readAnswer(r: JobResult): CallAnswer | undefined {
   if (!env.ok && (!env.error || typeof env.error.kind !== 'string' || typeof env.error.message !== 'string')) return undefined;
   const outcome = p.outcome === 'success' || p.outcome === 'failure' ? p.outcome : 'none';
   return { envelope: env, outcome };
-}
-
-/** A call job read from a queue, or why it is not one. */
-export function readCallJob(payload: JsonValue): { ok: true; job: CallJob } | { ok: false; reason: string } {
-  if (!payload || typeof payload !== 'object' || Array.isArray(payload)) return { ok: false, reason: 'the payload is not an object' };
-  const j = payload as Record<string, JsonValue>;
-  if (j.v !== 1) return { ok: false, reason: `unknown call job version ${JSON.stringify(j.v)} (this worker reads version 1)` };
-  for (const k of ['name', 'digest', 'scope', 'persona', 'session', 'from'] as const)
-    if (typeof j[k] !== 'string' || j[k] === '') return { ok: false, reason: `"${k}" is not a non-empty string` };
-  if (typeof j.version !== 'number' || !Number.isInteger(j.version)) return { ok: false, reason: '"version" is not an integer' };
-  if (j.task !== undefined && typeof j.task !== 'string') return { ok: false, reason: '"task" is not a string' };
-  if (j.acl !== null && !(Array.isArray(j.acl) && j.acl.every((p) => typeof p === 'string' && !p.includes(','))))
-    return { ok: false, reason: '"acl" is neither null nor a list of patterns' };
-  if (!('input' in j)) return { ok: false, reason: '"input" is missing' };
-  return { ok: true, job: j as unknown as CallJob };
 }

@@ -119,7 +119,12 @@ export async function runCall(
     return { envelope: r.envelope, outcome };
   } catch (err) {
     if (err instanceof RefusalError) {
-      const envelope = await call.refuse(err.kind, err.message, err.eventType === 'forge.called' ? call.eventType : err.eventType);
+      const envelope = await call.refuse(
+        err.kind,
+        err.message,
+        err.eventType === 'forge.called' ? call.eventType : err.eventType,
+        err.extra,
+      );
       return { envelope, outcome };
     }
     outcome = 'failure';
