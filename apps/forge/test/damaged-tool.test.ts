@@ -1,5 +1,5 @@
 /** A tool file cut in half, through the built CLI: listed damaged, refused, reported by doctor, removed by who may. */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
@@ -85,6 +85,39 @@ describe('forge tools: a damaged tool file', () => {
   }, 600_000);
 });
 
-function checksOf(report: unknown): { name: string; ok: boolean; detail: string }[] {
-  return (report as { checks: { name: string; ok: boolean; detail: string }[] }).checks;
+describe('forge doctor: damaged stored files', () => {
+  it('reports a damaged proposal file and a pins.json it cannot trust, each with its fix', async () => {
+    const s = scratch();
+    const proposal = s.file('.forge/toolsmith/proposals/p-0123456789abcdef.json', '{"id": "p-0123456789abcdef", "sta');
+    mkdirSync(join(s.home, 'gateway'), { recursive: true, mode: 0o700 });
+    const pins = join(s.home, 'gateway', 'pins.json');
+    writeFileSync(pins, '{"version": 1, "generation": 2, "serv');
+    const r = await runCli(['doctor', '--json'], { cwd: s.project, env: s.env, timeoutMs: 120_000 });
+    expect(r.stdout, r.stderr).not.toBe('');
+    expect(r.code).toBe(1);
+    const checks = checksOf(JSON.parse(r.stdout));
+    expect(checks.filter((c) => c.name === 'proposal files')).toEqual([
+      {
+        name: 'proposal files',
+        ok: false,
+        detail: expect.stringContaining(`${proposal} is damaged: not valid JSON`),
+        fix: 'restore it from a copy, or move it away and propose the tool again',
+      },
+    ]);
+    expect(checks.filter((c) => c.name === 'gateway pins')).toEqual([
+      {
+        name: 'gateway pins',
+        ok: false,
+        detail: expect.stringContaining(`${pins} does not match the audit log`),
+        fix: expect.stringContaining('forge gateway approve <server>'),
+      },
+    ]);
+    expect(checks.find((c) => c.name === 'gateway pins')?.detail).toContain('it is not valid JSON (cut short?)');
+    // Nothing was changed by looking.
+    expect(readFileSync(pins, 'utf8')).toBe('{"version": 1, "generation": 2, "serv');
+  }, 600_000);
+});
+
+function checksOf(report: unknown): { name: string; ok: boolean; detail: string; fix?: string }[] {
+  return (report as { checks: { name: string; ok: boolean; detail: string; fix?: string }[] }).checks;
 }

@@ -118,6 +118,9 @@ function pinned(def: ToolDefinition): ToolDefinition {
 
 const FILE = 'pins.json';
 const LOCK = 'pins.lock';
+/** What to do about a pins.json that cannot be trusted, for its refusal. */
+const APPROVE_AGAIN =
+  'Approve the tools to serve again (forge gateway approve <server>, for each server): the file is then kept aside as pins.json.untrusted-<time>, and the new one holds only what is approved from then on';
 
 interface PinsFile {
   version: 1;
@@ -180,21 +183,20 @@ export function openPinStore(options: PinStoreOptions): PinStore {
         // A writer between its rename and its audit append: under the lock the two agree again.
         if (!locked) return withLock(dir, () => load(true));
         if (digest === undefined) return { ok: true, data: empty(), digest }; // deleted: no pins, nothing to trust
+        const parsed = bytes ? parsePins(bytes.toString('utf8')) : undefined;
+        const damage = parsed && 'problem' in parsed ? `; ${parsed.problem}` : '';
         return {
           ok: false,
           kind: 'pins_untrusted',
-          message: `${file} does not match the audit log (${audited ? `it last recorded ${audited.slice(0, 19)}…` : 'it records no pins'}, the file is ${digest.slice(0, 19)}…): it was changed outside forge, so no pin is trusted. Approve the tools again (forge gateway approve <server>); the file is then set aside`,
+          message: `${file} does not match the audit log (${audited ? `it last recorded ${audited.slice(0, 19)}…` : 'it records no pins'}, the file is ${digest.slice(0, 19)}…)${damage}: it was changed or damaged outside forge, so no pin is trusted and no gateway tool is served. ${APPROVE_AGAIN}`,
         };
       }
     }
     if (!bytes) return { ok: true, data: empty(), digest };
-    const data = parsePins(bytes.toString('utf8'));
-    if (!data)
-      return {
-        ok: false,
-        kind: 'pins_untrusted',
-        message: `${file} is not a pins file forge wrote; approve the tools again (forge gateway approve <server>)`,
-      };
+    const parsed = parsePins(bytes.toString('utf8'));
+    if ('problem' in parsed)
+      return { ok: false, kind: 'pins_untrusted', message: `${file} is not a pins file forge wrote: ${parsed.problem}. ${APPROVE_AGAIN}` };
+    const data = parsed.data;
     trusted = digest;
     return { ok: true, data, digest, bytes };
   };
@@ -392,31 +394,48 @@ function sortedFile(d: PinsFile): PinsFile {
   return out;
 }
 
-/** The file's content if it has the shape forge writes and every pin's digest is its definition's. */
-function parsePins(text: string): PinsFile | undefined {
+/**
+ * The file's content if it has the shape forge writes and every pin's digest is its definition's,
+ * else what is wrong with it (for the refusal: a cut file reads differently from a foreign one).
+ */
+function parsePins(text: string): { data: PinsFile } | { problem: string } {
   let v: unknown;
   try {
     v = JSON.parse(text);
-  } catch {
-    return undefined;
+  } catch (err) {
+    return { problem: `it is not valid JSON (cut short?): ${(err as Error).message}` };
   }
   const d = v as PinsFile;
-  if (!d || typeof d !== 'object' || d.version !== 1 || typeof d.generation !== 'number' || !d.servers || typeof d.servers !== 'object')
-    return undefined;
-  for (const tools of Object.values(d.servers)) {
-    if (!tools || typeof tools !== 'object') return undefined;
-    for (const p of Object.values(tools)) {
-      if (!p || typeof p.digest !== 'string' || !p.definition || toolDigest(p.definition) !== p.digest) return undefined;
+  const wrong = (what: string) => ({ problem: `it is not a pins file: ${what}` });
+  if (!isObject(d)) return wrong('not a JSON object');
+  if (d.version !== 1) return wrong(`"version" is ${JSON.stringify(d.version)}, not 1`);
+  if (typeof d.generation !== 'number') return wrong('"generation" is not a number');
+  if (!isObject(d.servers)) return wrong('"servers" is not an object');
+  for (const [server, tools] of Object.entries(d.servers)) {
+    if (!isObject(tools)) return wrong(`"servers.${server}" is not an object`);
+    for (const [tool, p] of Object.entries(tools)) {
+      if (!isObject(p) || typeof p.digest !== 'string' || !isObject(p.definition) || toolDigest(p.definition) !== p.digest)
+        return wrong(`the pin of ${server}.${tool} does not match its definition`);
     }
   }
   if (d.definitions !== undefined) {
-    if (!d.definitions || typeof d.definitions !== 'object') return undefined;
-    for (const byFile of Object.values(d.definitions)) {
-      if (!byFile || typeof byFile !== 'object') return undefined;
-      for (const p of Object.values(byFile)) if (!p || typeof p.digest !== 'string') return undefined;
+    if (!isObject(d.definitions)) return wrong('"definitions" is not an object');
+    for (const [server, byFile] of Object.entries(d.definitions)) {
+      if (!isObject(byFile)) return wrong(`"definitions.${server}" is not an object`);
+      for (const p of Object.values(byFile))
+        if (!isObject(p) || typeof p.digest !== 'string') return wrong(`a definition pin of ${server} has no digest`);
     }
   }
-  return d;
+  return { data: d };
+}
+
+function isObject(v: unknown): v is object {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Pins of no tool: what an approval over an untrusted pins.json starts from (it is set aside). */
+export function noPins(): Pins {
+  return snapshot(empty(), undefined);
 }
 
 function snapshot(data: PinsFile, digest: string | undefined): Pins {

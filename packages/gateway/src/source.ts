@@ -3,7 +3,7 @@ import { type SourceContext, type SourcedTool, type SourceHost, type SourceJob, 
 import type { Resolver } from '@forge/sandbox';
 import { createGatewayConfig, type GatewayConfigSource } from './config.js';
 import { serverDefinition } from './definition.js';
-import { type LastAudited, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
+import { type LastAudited, noPins, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
 import { launcherFor } from './spawn.js';
 import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
 import { Upstream } from './upstream.js';
@@ -612,15 +612,22 @@ class GatewaySource implements Gateway {
     return out;
   }
 
-  /** The server's listing and the trusted pins, or why not. */
-  async #both(name: string): Promise<{ ok: true; server: ServerConfig; tools: ToolDefinition[]; pins: Pins } | Refusal> {
+  /**
+   * The server's listing and the trusted pins, or why not. `untrusted: 'none'` (an approval) reads
+   * a pins.json that cannot be trusted as holding no pin: the approval sets that file aside and
+   * starts a new one, which is the way out the refusal names.
+   */
+  async #both(
+    name: string,
+    o: { untrusted?: 'none' } = {},
+  ): Promise<{ ok: true; server: ServerConfig; tools: ToolDefinition[]; pins: Pins } | Refusal> {
     const server = this.#server(name);
     if ('ok' in server) return server;
     const listing = await this.#listing(server);
     if (!listing.ok) return listing;
     const pins = await this.#pinStore.read();
-    if (!pins.ok) return pins;
-    return { ok: true, server, tools: listing.tools, pins: pins.pins };
+    if (!pins.ok && !(o.untrusted === 'none' && pins.kind === 'pins_untrusted')) return pins;
+    return { ok: true, server, tools: listing.tools, pins: pins.ok ? pins.pins : noPins() };
   }
 
   async tools(name: string): Promise<ToolState[] | Refusal> {
@@ -631,7 +638,7 @@ class GatewaySource implements Gateway {
   }
 
   async approve(name: string, tools: string[], by: string): Promise<{ ok: true; approved: ToolState[] } | Refusal> {
-    const b = await this.#both(name);
+    const b = await this.#both(name, { untrusted: 'none' });
     if (!b.ok) return b;
     const allowed = (t: string) => (!b.server.tools || b.server.tools.includes(t)) && isForgeToolName(`${name}.${t}`);
     let defs: ToolDefinition[];

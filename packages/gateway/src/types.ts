@@ -109,7 +109,11 @@ export interface Gateway extends ToolSource {
   servers(options?: { probe?: boolean }): Promise<ServerReport[]>;
   /** Every tool the server lists now (it is started), with its pin status. */
   tools(server: string): Promise<ToolState[] | { ok: false; kind: string; message: string }>;
-  /** Pins the named tools' current definitions (all listed ones when `tools` is empty); audited. */
+  /**
+   * Pins the named tools' current definitions (all listed ones when `tools` is empty); audited.
+   * Over a pins.json that cannot be trusted (changed or damaged outside forge) it sets that file
+   * aside (`pins.json.untrusted-<time>`, kept) and starts a new one with only these pins.
+   */
   approve(
     server: string,
     tools: string[],

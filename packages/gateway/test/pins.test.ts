@@ -143,6 +143,52 @@ describe('pin store', () => {
     expect(s.audit.entries().at(-1)?.data.untrusted_file).toMatch(/pins\.json\.untrusted-/);
   });
 
+  it('a pins.json cut in half, not JSON or of the wrong shape is refused naming the file, what is wrong and what to do, never read as empty', async () => {
+    const damages: [string, (text: string) => string, string][] = [
+      ['cut in half', (t) => t.slice(0, Math.floor(t.length / 2)), 'it is not valid JSON (cut short?): '],
+      ['not JSON', () => 'pins, I think\n', 'it is not valid JSON (cut short?): '],
+      ['empty', () => '', 'it is not valid JSON (cut short?): '],
+      [
+        'servers a list',
+        () => JSON.stringify({ version: 1, generation: 2, servers: [] }),
+        'it is not a pins file: "servers" is not an object',
+      ],
+      [
+        'a pin of no definition',
+        (t) => t.replace('"definition"', '"definitely"'),
+        'it is not a pins file: the pin of gh.create does not match its definition',
+      ],
+    ];
+    for (const [what, damage, problem] of damages) {
+      const s = scratch();
+      await s.store.approve('gh', [search, create], 'op');
+      await s.store.approve('jira', [search], 'op');
+      const file = join(s.dir, 'pins.json');
+      const damaged = damage(readFileSync(file, 'utf8'));
+      writeFileSync(file, damaged);
+      // The same store, a new one (a restart), one without the audit log: none reads it as no pins.
+      for (const store of [s.store, openPinStore({ dir: s.dir, lastAudited: s.audit.lastAudited }), openPinStore({ dir: s.dir })]) {
+        const r = await store.read();
+        expect(r, what).toMatchObject({ ok: false, kind: 'pins_untrusted' });
+        if (r.ok) return;
+        expect(r.message, what).toContain(`${file} `);
+        expect(r.message, what).toContain(problem);
+        expect(r.message, what).toContain('forge gateway approve <server>, for each server');
+      }
+      // Nothing is dropped from it: an unpin is refused and the file stays as it is.
+      expect(await s.store.unpin('jira', ['search'], 'op')).toMatchObject({ ok: false, kind: 'pins_untrusted' });
+      expect(readFileSync(file, 'utf8'), what).toBe(damaged);
+      // Approving again keeps the damaged file aside, byte for byte, and starts with only the new pins.
+      expect(await s.store.approve('gh', [search], 'op'), what).toMatchObject({ ok: true });
+      const aside = readdirSync(s.dir).filter((f) => f.startsWith('pins.json.untrusted-'));
+      expect(aside, what).toHaveLength(1);
+      expect(readFileSync(join(s.dir, aside[0] as string), 'utf8'), what).toBe(damaged);
+      const p = await pins(s.store);
+      expect(p.servers(), what).toEqual(['gh']);
+      expect([...p.list('gh').keys()], what).toEqual(['search']);
+    }
+  });
+
   it('a read of an unchanged file is served from the last one; an edit in place of the same size, right after a read, is still caught', async () => {
     const s = scratch();
     await s.store.approve('gh', [search], 'op');

@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { createGateway } from '../src/index.js';
@@ -39,6 +39,37 @@ describe('pinning', () => {
     } finally {
       await again.close();
     }
+  });
+
+  test('a pins.json cut in half serves nothing, says why, and approving the server again (the way out it names) works', async () => {
+    const h = await gatewayWith({ fx: fixtureEntry() });
+    expect(await h.gateway.approve('fx', ['hello', 'add'], 'operator')).toMatchObject({ ok: true });
+    expect((await h.gateway.list(ctx)).map((t) => t.name).sort()).toEqual(['fx.add', 'fx.hello']);
+    const file = join(h.dir, 'gateway', 'pins.json');
+    const text = readFileSync(file, 'utf8');
+    writeFileSync(file, text.slice(0, Math.floor(text.length / 2)));
+
+    // Fail closed: no tool is served on pins nobody can vouch for, and the refusal is recorded.
+    expect(await h.gateway.list(ctx)).toEqual([]);
+    const refused = h.host.entries.filter((e) => e.type === 'gateway.pins_refused');
+    expect(refused).toHaveLength(1);
+    expect(refused[0]?.data).toMatchObject({
+      kind: 'pins_untrusted',
+      message: expect.stringContaining(`${file} does not match the audit log`),
+    });
+    expect(refused[0]?.data.message).toContain('it is not valid JSON (cut short?)');
+    expect(await h.gateway.tools('fx')).toMatchObject({ ok: false, kind: 'pins_untrusted' });
+    expect(await h.gateway.diff('fx')).toMatchObject({ ok: false, kind: 'pins_untrusted' });
+
+    // Approving again (as the message says) sets the damaged file aside and serves what is approved now.
+    expect(await h.gateway.approve('fx', ['hello'], 'operator')).toMatchObject({ ok: true, approved: [{ name: 'fx.hello' }] });
+    expect((await h.gateway.list(ctx)).map((t) => t.name)).toEqual(['fx.hello']);
+    const aside = readdirSync(join(h.dir, 'gateway')).filter((f) => f.startsWith('pins.json.untrusted-'));
+    expect(aside).toHaveLength(1);
+    expect(readFileSync(join(h.dir, 'gateway', aside[0] as string), 'utf8')).toBe(text.slice(0, Math.floor(text.length / 2)));
+    expect(h.host.entries.filter((e) => e.type === 'gateway.approved').at(-1)?.data.untrusted_file).toBe(
+      join(h.dir, 'gateway', aside[0] as string),
+    );
   });
 
   test('upstream tools/list_changed: the changed tool is withheld at once and listeners hear of it', async () => {

@@ -1,3 +1,4 @@
+import { basename } from 'node:path';
 import {
   checkCapability,
   checkNamespace,
@@ -12,7 +13,7 @@ import type { CallContext, Forge, Refusal } from '@forge/runner';
 import { readBlueprint, readRequest } from './blueprint.js';
 import { type FileGapStore, openGapStore } from './gaps.js';
 import { capabilitySlug, deriveToolName } from './naming.js';
-import { type FileProposalStore, openProposalStore } from './proposals.js';
+import { type FileProposalStore, isProposalId, openProposalStore } from './proposals.js';
 import type { Awaitable, GapStore, ProposalStore, UpdateResult } from './stores.js';
 import type { GapKind, GapSummary, Proposal, ProposalState, ValidationRecord } from './types.js';
 import { specDigest, validateProposal } from './validate.js';
@@ -148,8 +149,19 @@ export function createToolsmith<G extends GapStore = FileGapStore, P extends Pro
   })();
   const ownGaps = o.gapStore === undefined;
   const gaps = (o.gapStore ?? openGapStore({ dir, maxRecords: policyMax, now, onError: (err) => warn(err.message) })) as G;
-  const proposals = (o.proposalStore ??
-    openProposalStore({ dir, now: () => new Date(now()), onProblem: (file, reason) => warn(`${file}: ${reason}`) })) as P;
+  /** Proposal files of the file store that cannot be used, by id: a refusal of that id names the file. */
+  const damaged = new Map<string, string>();
+  const onProblem = (file: string, reason: string) => {
+    warn(`${file}: ${reason}; it is skipped (restore it from a copy, or move it away and propose the tool again)`);
+    const id = basename(file, '.json');
+    if (isProposalId(id)) damaged.set(id, `${file}: ${reason}`);
+  };
+  const proposals = (o.proposalStore ?? openProposalStore({ dir, now: () => new Date(now()), onProblem })) as P;
+  /** The proposal `id`, or undefined; a damaged file for it is remembered for `unknownProposal`. */
+  const proposalOf = async (id: string): Promise<Proposal | undefined> => {
+    damaged.delete(id);
+    return proposals.get(id);
+  };
   let pausedNoted: string | undefined;
   /** Proposals made per session by this process (the forge-count breaker's limit applies). */
   const proposedBy = new Map<string, number>();
@@ -204,11 +216,17 @@ export function createToolsmith<G extends GapStore = FileGapStore, P extends Pro
     return undefined;
   };
 
-  const unknownProposal = (id: string): Refusal => ({
-    ok: false,
-    kind: 'unknown_proposal',
-    message: `no proposal "${id}" in this project; \`forge toolsmith list\` shows them`,
-  });
+  const unknownProposal = (id: string): Refusal => {
+    const why = damaged.get(id);
+    // A damaged file is not "no proposal": the operator is told which file and what to do.
+    if (why)
+      return {
+        ok: false,
+        kind: 'unknown_proposal',
+        message: `proposal "${id}" cannot be read, so nothing was done: ${why}; restore the file from a copy, or move it away and propose the tool again`,
+      };
+    return { ok: false, kind: 'unknown_proposal', message: `no proposal "${id}" in this project; \`forge toolsmith list\` shows them` };
+  };
 
   /** The live tool of `name` in the project scope (the toolsmith's tools live there). */
   const activeTool = async (name: string): Promise<StoredTool | undefined> =>
@@ -395,7 +413,7 @@ export function createToolsmith<G extends GapStore = FileGapStore, P extends Pro
     get: (id) => proposals.get(id),
 
     async show(id) {
-      const p = await proposals.get(id);
+      const p = await proposalOf(id);
       if (!p) return unknownProposal(id);
       const live = await activeTool(p.name);
       const liveProposal = live ? (await proposals.lineage(p.name)).find((x) => x.state === 'active') : undefined;
@@ -428,7 +446,7 @@ export function createToolsmith<G extends GapStore = FileGapStore, P extends Pro
       if (!g.ok) return g;
       const denied = approver(g.snap, op.by, 'approve proposals');
       if (denied) return denied;
-      const p = await proposals.get(id);
+      const p = await proposalOf(id);
       if (!p) return unknownProposal(id);
       if (p.persona === op.by)
         return { ok: false, kind: 'policy_denied', message: `"${op.by}" proposed ${id} and may not approve it; another approver must` };
@@ -555,7 +573,7 @@ export function createToolsmith<G extends GapStore = FileGapStore, P extends Pro
       if (denied) return denied;
       if (typeof op.reason !== 'string' || op.reason.trim() === '')
         return { ok: false, kind: 'validation_failed', message: 'a rejection needs a reason (--reason "…"): the proposer sees it' };
-      const p = await proposals.get(id);
+      const p = await proposalOf(id);
       if (!p) return unknownProposal(id);
       if (!['pending', 'validated', 'failed'].includes(p.state))
         return {

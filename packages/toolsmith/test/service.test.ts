@@ -2,7 +2,10 @@
  * The toolsmith over a real forge (real bwrap sandbox, real files, the real audit log): gaps,
  * proposals, validation, approval, lifecycle and the kill switch.
  */
-import { describe, expect, it } from 'vitest';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { createToolsmith } from '../src/index.js';
 import { GOVERNED, setup, wordCount } from './helpers.js';
 
 describe('gaps', () => {
@@ -257,6 +260,60 @@ describe('what is approved is what was validated', () => {
     expect(first).toMatchObject({ ok: true, proposal: { state: 'failed' } });
     expect(await fx.smith.propose(bad, { persona: 'agent', session: 's1' })).toMatchObject({ ok: false, kind: 'breaker_open' });
     expect(await fx.smith.propose(bad, { persona: 'agent', session: 's2' })).toMatchObject({ ok: true });
+  });
+});
+
+describe('a damaged proposal file', () => {
+  it('cut in half, not JSON or of the wrong shape: skipped with a warning naming it, refused by name, and nothing else is lost', async () => {
+    const fx = await setup();
+    const warnings: string[] = [];
+    const smith = createToolsmith({ forge: fx.forge, onWarning: (m) => warnings.push(m) });
+    onTestFinished(() => smith.close());
+    const a = await smith.propose(wordCount(), { persona: 'agent' });
+    const b = await smith.propose(wordCount({ capability: 'text.word_tally' }), { persona: 'agent' });
+    if (!a.ok || !b.ok) throw new Error('propose failed');
+    const dir = join(fx.project, '.forge', 'toolsmith', 'proposals');
+    const file = join(dir, `${a.proposal.id}.json`);
+    const good = readFileSync(file, 'utf8');
+    const damages: [string, string, RegExp][] = [
+      ['cut in half', good.slice(0, Math.floor(good.length / 2)), /not valid JSON \(a torn or hand-edited file\?\)/],
+      ['not JSON', 'a proposal, once\n', /not valid JSON/],
+      ['wrong shape', JSON.stringify({ ...JSON.parse(good), state: 'approved' }), /"state" "approved" is not one of/],
+    ];
+    for (const [what, text, reason] of damages) {
+      writeFileSync(file, text);
+      warnings.length = 0;
+      // Listing skips it, and says so: never an empty answer in silence.
+      expect(
+        (await smith.list()).map((p) => p.id),
+        what,
+      ).toEqual([b.proposal.id]);
+      expect(warnings, what).toEqual([
+        expect.stringMatching(new RegExp(`^${file.replaceAll('.', '\\.')}: [\\s\\S]*; it is skipped \\(restore it`)),
+      ]);
+      expect(warnings[0], what).toMatch(reason);
+      // Every step on it names the file and what to do, and does nothing.
+      for (const r of [
+        await smith.approve(a.proposal.id, { by: 'alice' }),
+        await smith.reject(a.proposal.id, { by: 'alice', reason: 'no' }),
+        await smith.show(a.proposal.id),
+      ]) {
+        expect(r, what).toMatchObject({ ok: false, kind: 'unknown_proposal' });
+        expect(!r.ok && r.message, what).toContain(`proposal "${a.proposal.id}" cannot be read, so nothing was done: ${file}: `);
+        expect(!r.ok && r.message, what).toMatch(reason);
+        expect(!r.ok && r.message, what).toContain('restore the file from a copy');
+      }
+      expect(readFileSync(file, 'utf8'), what).toBe(text);
+      expect(existsSync(join(dir, `${a.proposal.id}.claim`)), what).toBe(false);
+    }
+    // A missing proposal is still just missing.
+    expect(await smith.show('p-0000000000000000')).toMatchObject({ message: expect.stringMatching(/^no proposal "p-0000000000000000"/) });
+    // Restored, the proposal is whole again; the other one was never touched.
+    writeFileSync(file, good);
+    expect((await smith.list()).map((p) => p.id).sort()).toEqual([a.proposal.id, b.proposal.id].sort());
+    expect(await smith.approve(b.proposal.id, { by: 'alice' })).toMatchObject({ ok: true });
+    expect(await smith.approve(a.proposal.id, { by: 'bob' })).toMatchObject({ ok: true });
+    expect((await fx.forge.listTools()).map((t) => t.tool.name).sort()).toEqual(['text.word_count', 'text.word_tally']);
   });
 });
 
