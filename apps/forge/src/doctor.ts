@@ -112,7 +112,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   checks.push(homeCheck(o.home));
   const database = await storeChecks(o.env);
   if (database) checks.push(...database);
-  else checks.push(auditLogCheck(paths.auditLog));
+  else checks.push(auditLogCheck(paths.auditLog), await auditChainCheck(paths.auditLog));
   checks.push(vaultCheck(paths.vault));
   const policy = checkPolicies({ home: o.home, project: o.project });
   for (const f of policy.files.filter((x) => x.status !== 'absent')) {
@@ -335,6 +335,47 @@ export function auditLogCheck(log: string): Check {
     };
   }
   return { name, ok: true, detail: `${log} is writable (${Math.floor(free / 1048576)} MiB free)` };
+}
+
+/**
+ * Whether forge will append to its audit log's chain: the check the engine makes when it opens
+ * the log, read only. The entries after the newest checkpoint must verify (it vouches for those
+ * before it: `forge audit verify` reads them all); a broken chain there makes forge refuse every
+ * call and forge with audit_unavailable, and a log behind its checkpoint stops it from starting.
+ */
+export async function auditChainCheck(log: string): Promise<Check> {
+  const name = 'audit chain';
+  if (!existsSync(log)) return { name, ok: true, detail: `${log} has no entries yet` };
+  const { verifyLog } = await import('@forge/audit-chain');
+  let r: Awaited<ReturnType<typeof verifyLog>>;
+  try {
+    r = await verifyLog(log, { fromCheckpoint: true });
+  } catch (err) {
+    return { name, ok: false, detail: `${log} cannot be read: ${(err as Error).message}`, fix: `make ${log} readable by this user` };
+  }
+  const b = r.first_bad;
+  if (!b) {
+    const cp = r.checkpoint
+      ? `the checkpoint at entry ${r.checkpoint.entries} vouches for those before it (forge audit verify reads them all)`
+      : 'no checkpoint: every entry was read';
+    return { name, ok: true, detail: `the ${r.uncheckpointed} entries forge checks at start verify; ${cp}` };
+  }
+  const entry = `${log}: entry ${b.seq} (${b.file}${b.line > 0 ? ` line ${b.line}` : ''}) ${b.reason}: ${b.message}`;
+  if (b.reason === 'torn_tail')
+    return { name, ok: true, warn: true, detail: `${entry}; forge moves it aside (a .recovered file) and goes on at its next start` };
+  if (b.reason === 'truncated' || b.reason === 'rollback')
+    return {
+      name,
+      ok: false,
+      detail: `${entry}; forge does not start on a log behind its checkpoint (log_behind_checkpoint)`,
+      fix: `see it with: forge audit verify; restore ${log} from a backup, or, once checked, re-anchor it (forge audit anchor --reason …, recorded in the log)`,
+    };
+  return {
+    name,
+    ok: false,
+    detail: `${entry}; the chain is broken there, so forge refuses every call and forge with audit_unavailable rather than append to it`,
+    fix: `see it with: forge audit verify; restore ${log} from a backup, or move ${dirname(log)} aside (keep it as evidence) so forge starts a new log (with FORGE_AUDIT_KEY set, anchor that one: forge audit anchor --reason …)`,
+  };
 }
 
 /** The vault's rules as the runner enforces them: a regular file, mode 0600, ours, a JSON object of strings. */

@@ -1,7 +1,8 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
-import { AuditError } from './errors.js';
+import { type FileHandle, open, readFile } from 'node:fs/promises';
+import { AuditError, describeCause } from './errors.js';
 import { GENESIS_HASH, isHex64, sha256Hex } from './format.js';
+import { lastLine } from './lines.js';
 
 /** One checkpoint: the log had `entries` entries and the last one's hash was `head`. */
 export interface Checkpoint {
@@ -132,4 +133,28 @@ export function generateSigningKeys(): { privateKey: string; publicKey: string }
     privateKey: privateKey.export({ format: 'pem', type: 'pkcs8' }).toString(),
     publicKey: publicKey.export({ format: 'pem', type: 'spki' }).toString(),
   };
+}
+
+/** The last well-formed checkpoint of the file (signed by `signedBy`, when given), read from its end (never the whole file). */
+export async function latestCheckpoint(path: string, signedBy?: KeyObject): Promise<Checkpoint | undefined> {
+  let fh: FileHandle;
+  try {
+    fh = await open(path, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new AuditError('io_error', `cannot read checkpoints ${path}: ${describeCause(err)}`, { cause: err });
+  }
+  try {
+    let end = (await fh.stat()).size;
+    for (;;) {
+      const l = await lastLine(fh, end);
+      if (!l) return undefined;
+      end = l.start;
+      if (l.torn) continue; // an interrupted checkpoint write
+      const cp = parseCheckpoint(l.line.toString('utf8', 0, l.line.length - 1));
+      if (typeof cp !== 'string' && (!signedBy || verifyCheckpointSignature(cp, signedBy))) return cp;
+    }
+  } finally {
+    await fh.close();
+  }
 }

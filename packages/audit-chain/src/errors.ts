@@ -8,7 +8,11 @@ export const AUDIT_ERROR_CODES = [
   'entry_too_large',
   /** A write or data sync failed; the batch was rolled back and nothing was acknowledged. */
   'write_failed',
-  /** The last entry of the active segment is not a valid entry: appending would extend damage. */
+  /**
+   * The chain is broken after the latest checkpoint (the last entry included): an entry that is
+   * damaged or does not link to the one before it. The message names it; appending would extend
+   * damage.
+   */
   'log_corrupt',
   /** The log is shorter than, or disagrees with, its latest checkpoint (truncated or rolled back). */
   'log_behind_checkpoint',

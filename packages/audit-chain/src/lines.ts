@@ -74,3 +74,25 @@ export async function scanLines(
   }
   return pos;
 }
+
+/** The last line ending at or before `size`: its bytes, start offset, and whether it lacks '\n'. */
+export async function lastLine(fh: FileHandle, size: number): Promise<{ line: Buffer; start: number; torn: boolean } | undefined> {
+  if (size === 0) return undefined;
+  const chunk = 64 * 1024;
+  let buf = Buffer.alloc(0);
+  let pos = size;
+  let torn: boolean | undefined;
+  for (;;) {
+    const len = Math.min(chunk, pos);
+    pos -= len;
+    const part = Buffer.alloc(len);
+    await fh.read(part, 0, len, pos);
+    buf = buf.length === 0 ? part : Buffer.concat([part, buf]);
+    torn ??= buf[buf.length - 1] !== 0x0a;
+    // Search for the newline that ends the previous line (skip the final byte if it is ours).
+    const searchEnd = torn ? buf.length - 1 : buf.length - 2;
+    const nl = searchEnd >= 0 ? buf.lastIndexOf(0x0a, searchEnd) : -1;
+    if (nl >= 0) return { line: buf.subarray(nl + 1), start: pos + nl + 1, torn };
+    if (pos === 0) return { line: buf, start: 0, torn };
+  }
+}

@@ -6,6 +6,7 @@ import {
   type Checkpoint,
   checkpointLine,
   type KeyInput,
+  latestCheckpoint,
   parseCheckpoint,
   signCheckpoint,
   toKey,
@@ -14,9 +15,11 @@ import {
 import { AuditError, describeCause } from './errors.js';
 import { type AuditEntry, assertEventType, buildLine, checkLine, encodeData, GENESIS_HASH, SUFFIX_BYTES, sha256Hex } from './format.js';
 import type { JsonValue } from './ijson.js';
+import { lastLine } from './lines.js';
 import { DirLock, type LockOptions } from './lock.js';
 import { type LogFiles, listSealedSegments, logFiles, segmentName } from './segments.js';
 import { tailLog } from './tail.js';
+import { type FirstBad, verifyAfterCheckpoint } from './verify.js';
 
 /** Low-level file operations the writer uses for a batch; replaceable to inject faults in tests. */
 export interface WriterIo {
@@ -52,7 +55,9 @@ export interface OpenAuditLogOptions {
   clock?: () => Date;
   /**
    * Refuse to open a log that is behind its latest checkpoint (default true). Turning this off
-   * lets a writer extend a truncated or rolled-back history.
+   * lets a writer extend a truncated or rolled-back history; its chain is then verified from the
+   * first entry at open (no checkpoint is trusted to vouch for any), and a broken one is still
+   * refused.
    */
   checkCheckpoint?: boolean;
   /**
@@ -145,8 +150,10 @@ interface Tail {
 
 /**
  * Opens (creating when missing) the log at `path` for appending. The directory must exist.
- * Repairs a torn tail left by a crash (SPEC.md section 6) and refuses a log whose last entry is
- * damaged (`log_corrupt`) or that is behind its latest checkpoint (`log_behind_checkpoint`).
+ * Repairs a torn tail left by a crash (SPEC.md section 6), refuses a log that is behind its latest
+ * checkpoint (`log_behind_checkpoint`), then verifies the entries after that checkpoint (every
+ * entry without one; the checkpoint vouches for those before it, which are not read again) and
+ * refuses a broken chain (`log_corrupt`, naming the first bad entry): nothing is appended to it.
  */
 export async function openAuditLog(path: string, options: OpenAuditLogOptions = {}): Promise<AuditLog> {
   const writer = new Writer(path, options);
@@ -207,8 +214,17 @@ class Writer implements AuditLog {
     await this.serial(() =>
       this.withLock(async () => {
         // Reading the tail now repairs a torn last line and refuses a damaged one at open time.
-        await this.refresh();
-        if (this.checkCheckpoint) await this.assertNotBehindCheckpoint();
+        try {
+          await this.refresh();
+        } catch (err) {
+          // A damaged last line: name the first damaged entry instead, which may come before it.
+          if (err instanceof AuditError && err.code === 'log_corrupt') {
+            await this.assertChainIntact(this.checkCheckpoint ? await this.anchors().catch(() => undefined) : undefined);
+          }
+          throw err;
+        }
+        const cp = this.checkCheckpoint ? await this.assertNotBehindCheckpoint() : undefined;
+        await this.assertChainIntact(cp);
       }),
     );
     // What a crashed writer left beside the lock (a prepared directory, say) goes once it is old.
@@ -618,12 +634,13 @@ class Writer implements AuditLog {
   }
 
   /**
-   * Refuses a log that is shorter than, or disagrees with, its newest checkpoint
-   * (`log_behind_checkpoint`), and, with a signing key, a log holding entries that no checkpoint
-   * signed by that key covers (`log_unanchored`): a log cut with its checkpoints removed is never
-   * signed over again without an operator's recorded decision ({@link reanchorAuditLog}).
+   * Refuses a log that is shorter than its newest checkpoint (`log_behind_checkpoint`; one that
+   * disagrees with it is refused by {@link assertChainIntact}), and, with a signing key, a log
+   * holding entries that no checkpoint signed by that key covers (`log_unanchored`): a log cut
+   * with its checkpoints removed is never signed over again without an operator's recorded
+   * decision ({@link reanchorAuditLog}). Returns that checkpoint.
    */
-  private async assertNotBehindCheckpoint(): Promise<void> {
+  private async assertNotBehindCheckpoint(): Promise<Checkpoint | undefined> {
     const cp = await this.anchors();
     const t = await this.refresh();
     if (!cp) {
@@ -633,19 +650,52 @@ class Writer implements AuditLog {
           `${this.path} holds ${t.seq} entries but no checkpoint signed by this key covers them (the checkpoints ${this.files.checkpoints}${this.anchorFile ? ` and ${this.anchorFile}` : ''} are missing, unsigned or signed by another key): the log may have been cut and its checkpoints removed. Check it with "forge audit verify"; to sign over it as it is, re-anchor it ("forge audit anchor --reason …", recorded in the log)`,
         );
       }
-      return;
+      return undefined;
     }
-    if (cp.entries === 0) return;
-    const behind = (why: string) =>
-      new AuditError(
-        'log_behind_checkpoint',
-        `${this.path} ${why} (checkpoint of ${cp.time}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or rolled back — run "forge-audit verify ${this.path}" and restore the log before appending, or re-anchor it ("forge audit anchor --reason …", recorded in the log)`,
-      );
+    if (cp.entries === 0) return cp;
+    const behind = (why: string) => behindCheckpoint(this.path, cp, why);
     if (cp.segment > t.segment) throw behind(`is in segment ${t.segment}, but a checkpoint covers segment ${cp.segment}`);
-    if (cp.segment < t.segment) return; // the checkpoint is in a sealed segment: verify covers it
-    if (t.size < cp.offset) throw behind(`is ${t.size} bytes, shorter than its checkpoint (${cp.offset} bytes)`);
-    if (!(await this.holds(cp, t))) throw behind('does not hold the checkpointed entry at the checkpointed offset');
+    if (cp.segment === t.segment && t.size < cp.offset)
+      throw behind(`is ${t.size} bytes, shorter than its checkpoint (${cp.offset} bytes)`);
+    // Whether the checkpointed entry is there (or damaged) is the chain check's first step.
+    return cp;
   }
+
+  /**
+   * Refuses a log that does not hold checkpoint `cp`'s entry where `cp` says
+   * (`log_behind_checkpoint`: rolled back), or whose entries from `cp`'s on (every entry, without
+   * one) do not verify (`log_corrupt`): appending would extend a broken chain, and each later entry
+   * would link to damage. `cp` vouches for the entries before it, which are not read again: the
+   * cost is bounded by how often checkpoints are written, and damage before `cp` is left to
+   * `verifyLog`.
+   */
+  private async assertChainIntact(cp: Checkpoint | undefined): Promise<void> {
+    const r = await verifyAfterCheckpoint(this.path, cp, { takeLock: false });
+    const bad = r.first_bad;
+    if (!bad) return;
+    // The checkpointed entry is not where the checkpoint says: a cut or rolled-back log.
+    const missing = bad.reason === 'truncated' || bad.reason === 'rollback' || bad.reason === 'segment_missing';
+    if (cp && bad.seq === cp.entries && missing)
+      throw behindCheckpoint(this.path, cp, `does not hold the checkpointed entry: ${bad.message}`);
+    throw brokenChain(this.path, bad);
+  }
+}
+
+/** `log_behind_checkpoint` for the log at `path`, which `why` (is shorter, does not hold it, …) than `cp`. */
+function behindCheckpoint(path: string, cp: Checkpoint, why: string): AuditError {
+  return new AuditError(
+    'log_behind_checkpoint',
+    `${path} ${why} (checkpoint of ${cp.time}: ${cp.entries} entries, head ${cp.head.slice(0, 12)}…); it was truncated or rolled back — run "forge-audit verify ${path}" and restore the log before appending, or re-anchor it ("forge audit anchor --reason …", recorded in the log)`,
+  );
+}
+
+/** `log_corrupt` for a chain that breaks at `bad`: the entry, what is wrong, and what to do. */
+function brokenChain(path: string, bad: FirstBad): AuditError {
+  const where = bad.line > 0 ? `${bad.file} line ${bad.line}` : bad.file;
+  return new AuditError(
+    'log_corrupt',
+    `${path}: entry ${bad.seq} (${where}) ${bad.reason}: ${bad.message}. The chain is broken there, so nothing is appended to it (every entry from ${bad.seq} on is untrusted): see it with "forge-audit verify ${path}" (forge audit verify), then restore the log from a backup, or move it aside with its .checkpoints file and sealed segments (keep them as evidence) so that a new log starts`,
+  );
 }
 
 /** What {@link reanchorAuditLog} recorded in `audit.reanchored`, and the checkpoint it signed. */
@@ -738,52 +788,6 @@ async function* entriesFrom(path: string, from: number, assertOpen: () => void):
   }
   assertOpen();
   for await (const e of tailLog(path)) if (e.seq >= from) yield e;
-}
-
-/** The last line ending at or before `size`: its bytes, start offset, and whether it lacks '\n'. */
-async function lastLine(fh: FileHandle, size: number): Promise<{ line: Buffer; start: number; torn: boolean } | undefined> {
-  if (size === 0) return undefined;
-  const chunk = 64 * 1024;
-  let buf = Buffer.alloc(0);
-  let pos = size;
-  let torn: boolean | undefined;
-  for (;;) {
-    const len = Math.min(chunk, pos);
-    pos -= len;
-    const part = Buffer.alloc(len);
-    await fh.read(part, 0, len, pos);
-    buf = buf.length === 0 ? part : Buffer.concat([part, buf]);
-    torn ??= buf[buf.length - 1] !== 0x0a;
-    // Search for the newline that ends the previous line (skip the final byte if it is ours).
-    const searchEnd = torn ? buf.length - 1 : buf.length - 2;
-    const nl = searchEnd >= 0 ? buf.lastIndexOf(0x0a, searchEnd) : -1;
-    if (nl >= 0) return { line: buf.subarray(nl + 1), start: pos + nl + 1, torn };
-    if (pos === 0) return { line: buf, start: 0, torn };
-  }
-}
-
-/** The last well-formed checkpoint of the file (signed by `signedBy`, when given), read from its end (never the whole file). */
-async function latestCheckpoint(path: string, signedBy?: KeyObject): Promise<Checkpoint | undefined> {
-  let fh: FileHandle;
-  try {
-    fh = await open(path, 'r');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw new AuditError('io_error', `cannot read checkpoints ${path}: ${describeCause(err)}`, { cause: err });
-  }
-  try {
-    let end = (await fh.stat()).size;
-    for (;;) {
-      const l = await lastLine(fh, end);
-      if (!l) return undefined;
-      end = l.start;
-      if (l.torn) continue; // an interrupted checkpoint write
-      const cp = parseCheckpoint(l.line.toString('utf8', 0, l.line.length - 1));
-      if (typeof cp !== 'string' && (!signedBy || verifyCheckpointSignature(cp, signedBy))) return cp;
-    }
-  } finally {
-    await fh.close();
-  }
 }
 
 async function syncDir(dir: string): Promise<void> {

@@ -1,15 +1,22 @@
 import type { KeyObject } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { Worker } from 'node:worker_threads';
-import { type Checkpoint, type KeyInput, keyId, parseCheckpoint, toKey, verifyCheckpointSignature } from './checkpoint.js';
+import {
+  type Checkpoint,
+  type KeyInput,
+  keyId,
+  latestCheckpoint,
+  parseCheckpoint,
+  toKey,
+  verifyCheckpointSignature,
+} from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
 import { GENESIS_HASH, isHex64, type VerifyReason } from './format.js';
 import { MAX_LINE_BYTES, scanLines } from './lines.js';
-import { DirLock } from './lock.js';
-import { type LogFiles, listSealedSegments, logFiles, type SealedSegment, segmentName } from './segments.js';
-import { brokenLinkMessage, type ChunkResult, type EntryFacts, PREV_NOT_HEX, seqGapMessage, verifyChunk } from './verify-chunk.js';
+import { type LogFiles, logFiles, segmentName } from './segments.js';
+import { brokenLinkMessage, type ChunkResult, type EntryFacts, PREV_NOT_HEX, seqGapMessage } from './verify-chunk.js';
+import { CHUNK_BYTES, ChunkPool, startHelper } from './verify-pool.js';
+import { type Snapshot, snapshot, startAfter, type WalkStart } from './verify-start.js';
 
 export interface VerifyOptions {
   /**
@@ -22,6 +29,15 @@ export interface VerifyOptions {
    * throughput on a machine with two free cores, for ~15 MiB more memory). Default 1.
    */
   threads?: 1 | 2;
+  /**
+   * Verify only the entries after the newest checkpoint (signed by `publicKey`, when given): that
+   * checkpoint vouches for the entries before it, which are not read. This is what a writer checks
+   * when it opens the log, and its cost is bounded by how often checkpoints are written. The log
+   * must hold the checkpoint's entry where the checkpoint says (`truncated`, `segment_missing` or
+   * `rollback` otherwise, or the reason that entry is damaged). Damage before the checkpoint is
+   * found only without this option. Default false.
+   */
+  fromCheckpoint?: boolean;
 }
 
 /** Where verification first failed. */
@@ -78,29 +94,21 @@ export async function verifyLog(path: string, options: VerifyOptions = {}): Prom
     });
   }
 
-  const result: VerifyResult = {
-    ok: true,
-    entries: 0,
-    head: GENESIS_HASH,
-    segments: 0,
-    uncheckpointed: 0,
-    checkpoints_ignored: 0,
-    threads: 1,
-  };
-  const fail = (bad: FirstBad): VerifyResult => {
-    result.ok = false;
-    result.first_bad = bad;
-    return result;
-  };
+  if (options.fromCheckpoint) {
+    const cp = await latestCheckpoint(files.checkpoints, pub);
+    if (pub && !cp) return failed(newResult(), noSigned(basename(files.checkpoints), pub));
+    return verifyAfterCheckpoint(path, cp, { takeLock: true });
+  }
 
+  const result = newResult();
   const cps = await readCheckpoints(files.checkpoints, pub, result);
-  if ('reason' in cps) return fail(cps);
+  if ('reason' in cps) return failed(result, cps);
   const used = cps.used.filter((c) => c.entries > 0).sort((a, b) => a.entries - b.entries || a.line - b.line);
   const latest = cps.used.reduce<UsedCheckpoint | undefined>((a, c) => (!a || c.entries >= a.entries ? c : a), undefined);
   const maxCovered = used.at(-1)?.entries ?? 0;
 
-  const bad = await walk(files, path, used, maxCovered, result, options.threads ?? 1);
-  if (bad) return fail(bad);
+  const bad = await verifyFrom(files, path, { used, maxCovered, result, threads: options.threads ?? 1, takeLock: true });
+  if (bad) return failed(result, bad);
 
   if (latest) {
     result.checkpoint = { entries: latest.entries, head: latest.head, time: latest.time, signed: latest.sig !== undefined };
@@ -109,6 +117,42 @@ export async function verifyLog(path: string, options: VerifyOptions = {}): Prom
   } else {
     result.uncheckpointed = result.entries;
   }
+  return result;
+}
+
+/**
+ * Verifies the entries of the log at `path` after checkpoint `cp` (all of them without one, or for
+ * a checkpoint of 0 entries): checks that the log holds `cp`'s entry where `cp` says, then walks
+ * from just after it. `cp` vouches for the entries before it, which are not read. With
+ * `takeLock: false` the caller holds the writers' lock (a writer opening the log).
+ */
+export async function verifyAfterCheckpoint(path: string, cp: Checkpoint | undefined, o: { takeLock: boolean }): Promise<VerifyResult> {
+  const result = newResult();
+  const from = cp && cp.entries > 0 ? cp : undefined;
+  const bad = await verifyFrom(logFiles(path), path, {
+    used: [],
+    maxCovered: from?.entries ?? 0,
+    result,
+    threads: 1,
+    takeLock: o.takeLock,
+    ...(from ? { from } : {}),
+  });
+  if (bad) return failed(result, bad);
+  if (cp) {
+    result.checkpoint = { entries: cp.entries, head: cp.head, time: cp.time, signed: cp.sig !== undefined };
+    if (cp.key_id) result.checkpoint.key_id = cp.key_id;
+  }
+  result.uncheckpointed = result.entries - (cp?.entries ?? 0);
+  return result;
+}
+
+function newResult(): VerifyResult {
+  return { ok: true, entries: 0, head: GENESIS_HASH, segments: 0, uncheckpointed: 0, checkpoints_ignored: 0, threads: 1 };
+}
+
+function failed(result: VerifyResult, bad: FirstBad): VerifyResult {
+  result.ok = false;
+  result.first_bad = bad;
   return result;
 }
 
@@ -178,42 +222,84 @@ function noSigned(file: string, pub: KeyObject): FirstBad {
   };
 }
 
-const CHUNK_BYTES = 1 << 20;
+/** What one walk checks, and against which checkpoints. */
+interface WalkOptions {
+  /** Start just after this checkpoint's entry, which it vouches for (from the first entry without). */
+  from?: Checkpoint;
+  /** Checkpoints to compare entries with as they pass (SPEC.md 5.4), sorted by `entries`. */
+  used: UsedCheckpoint[];
+  /** The most entries a checkpoint records: a log ending before it was truncated. */
+  maxCovered: number;
+  result: VerifyResult;
+  threads: 1 | 2;
+  /** False when the caller holds the writers' lock already. */
+  takeLock: boolean;
+}
 
-/** Walks every segment in order (SPEC.md section 4), stitching chunk results; returns the first bad. */
+/** Takes a snapshot of the files, finds where to start, walks; returns the first bad. */
+async function verifyFrom(files: LogFiles, path: string, o: WalkOptions): Promise<FirstBad | undefined> {
+  const snap = await snapshot(files, o.takeLock);
+  try {
+    let start: WalkStart | undefined;
+    if (o.from) {
+      const s = await startAfter(files, snap, o.from);
+      if ('reason' in s) return s;
+      start = s;
+      o.result.entries = o.from.entries;
+      o.result.head = o.from.head;
+    }
+    return await walk(files, path, snap, start, o);
+  } finally {
+    await snap.active?.close();
+  }
+}
+
+/**
+ * Walks the segments in order from `start` (the first entry without one) to the end of the
+ * snapshot (SPEC.md section 4), stitching chunk results; returns the first bad.
+ */
 async function walk(
-  files: ReturnType<typeof logFiles>,
+  files: LogFiles,
   path: string,
-  used: UsedCheckpoint[],
-  maxCovered: number,
-  result: VerifyResult,
-  threads: 1 | 2,
+  snap: Snapshot,
+  start: WalkStart | undefined,
+  o: WalkOptions,
 ): Promise<FirstBad | undefined> {
-  let seq = 1;
-  let prev = GENESIS_HASH;
+  const { used, maxCovered, result, threads } = o;
+  let seq = (start?.entry.seq ?? 0) + 1;
+  let prev = start?.entry.hash ?? GENESIS_HASH;
   let next = 0; // index into `used` of the next checkpoint to compare
   const marks = new Set(used.map((c) => c.entries));
-  const snap = await snapshot(files);
   const sealed = snap.sealed;
   const segs = [...sealed.map((x) => ({ ...x, active: false })), { n: (sealed.at(-1)?.n ?? 0) + 1, path, active: true }];
-  const helper = threads === 2 ? await startHelper(snap, used) : undefined;
+  const first = start ? segs.findIndex((x) => x.n === start.segment) : 0;
+  const firstN = start?.segment ?? 1;
+  const helper =
+    threads === 2
+      ? await startHelper(
+          snap,
+          used.map((c) => c.entries),
+        )
+      : undefined;
   if (helper) result.threads = 2;
   const pool = new ChunkPool(helper);
   try {
     return await walkSegments();
   } finally {
     await pool.close();
-    await snap.active?.close();
   }
 
   async function walkSegments(): Promise<FirstBad | undefined> {
-    for (let idx = 0; idx < segs.length; idx++) {
+    for (let idx = first; idx < segs.length; idx++) {
       const seg = segs[idx] as (typeof segs)[number];
       const file = basename(seg.path);
-      if (seg.n !== idx + 1) {
-        const missing = segmentName(files.base, idx + 1);
+      const want = firstN + idx - first;
+      if (seg.n !== want) {
+        const missing = segmentName(files.base, want);
         return { seq, line: 0, reason: 'segment_missing', file: missing, message: `sealed segment ${missing} is missing` };
       }
+      // The walk's first segment may start after a checkpointed entry, which stands for the lines before it.
+      const resume = idx === first ? start : undefined;
       let fh: FileHandle;
       if (seg.active) {
         if (!snap.active) break;
@@ -226,8 +312,8 @@ async function walk(
         }
       }
       result.segments++;
-      let lineBase = 0;
-      let last: EntryFacts | undefined;
+      let lineBase = resume?.line ?? 0;
+      let last: EntryFacts | undefined = resume?.entry;
       const at = (line: number, reason: VerifyReason, message: string, s = seq): FirstBad => ({ seq: s, line, reason, file, message });
 
       // Applies one chunk's result in file order; returns the first bad thing it shows.
@@ -289,8 +375,8 @@ async function walk(
       let carry: Buffer = EMPTY; // an incomplete line, carried into the next chunk
       try {
         const size = seg.active ? snap.activeSize : (await fh.stat()).size;
-        let pos = 0;
-        let chunkStart = 0; // file offset of the next chunk's first byte
+        let pos = resume?.offset ?? 0;
+        let chunkStart = pos; // file offset of the next chunk's first byte
         // Chunks are verified in file order, some on a helper thread; results are applied in order.
         const queue: { start: number; result: Promise<ChunkResult> }[] = [];
         const drainQueue = async (keep: number): Promise<FirstBad | undefined> => {
@@ -382,141 +468,4 @@ async function walk(
   }
 }
 
-/** A consistent view of the files to verify: the sealed segments and the active one, opened. */
-interface Snapshot {
-  sealed: SealedSegment[];
-  /** The active segment, opened (undefined when it does not exist). */
-  active: FileHandle | undefined;
-  /** Bytes of the active segment to verify: its size when no write was in flight. */
-  activeSize: number;
-}
-
-/**
- * Takes the writers' lock for an instant, when it can, to see the active segment between two
- * batches: a live log then never shows a write in progress as a torn tail, and a rotation after
- * this point cannot swap the file under the walk (the handle stays on the file seen here).
- * Without write access to the directory, or when the lock is busy for long, it goes on without.
- */
-async function snapshot(files: LogFiles): Promise<Snapshot> {
-  const lock = new DirLock(files.lock, { timeoutMs: SNAPSHOT_LOCK_MS });
-  let locked = false;
-  try {
-    await lock.acquire();
-    locked = true;
-  } catch {
-    // Read-only directory, or a writer holding the lock for long: verify what is there.
-  }
-  try {
-    const sealed = await listSealedSegments(files);
-    let active: FileHandle | undefined;
-    try {
-      active = await open(files.active, 'r');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-        throw new AuditError('io_error', `cannot read ${files.active}: ${describeCause(err)}`, { cause: err });
-      }
-    }
-    return { sealed, active, activeSize: active ? (await active.stat()).size : 0 };
-  } finally {
-    if (locked) await lock.release();
-  }
-}
-
-const SNAPSHOT_LOCK_MS = 2_000;
 const EMPTY = Buffer.alloc(0);
-/** Logs at least this large are verified on two threads (when the machine has two cores). */
-const PARALLEL_MIN_BYTES = 32 << 20;
-
-/** A helper thread that verifies one chunk at a time (see verify-worker.ts). */
-interface Helper {
-  idle: boolean;
-  run(buf: Buffer, length: number): Promise<{ result: ChunkResult; buf: Buffer }>;
-  close(): Promise<void>;
-}
-
-/**
- * Starts a helper thread for a large log. Verification is CPU-bound (a SHA-256 and a JSON scan
- * per line), so a second core nearly doubles throughput. The helper's heap is capped so that the
- * whole process stays small; without a built worker file (running from source) there is none.
- */
-async function startHelper(snap: Snapshot, used: UsedCheckpoint[]): Promise<Helper | undefined> {
-  let total = snap.activeSize;
-  for (const seg of snap.sealed) total += (await stat(seg.path).catch(() => ({ size: 0 }))).size;
-  if (total < PARALLEL_MIN_BYTES) return undefined;
-  const file = new URL('./verify-worker.js', import.meta.url);
-  if (!existsSync(file)) return undefined;
-  const worker = new Worker(file, {
-    workerData: used.map((c) => c.entries),
-    resourceLimits: { maxYoungGenerationSizeMb: 4, maxOldGenerationSizeMb: 256 },
-  });
-  worker.unref();
-  const waiting = new Map<number, { resolve(v: { result: ChunkResult; buf: Buffer }): void; reject(e: unknown): void }>();
-  let failure: unknown;
-  worker.on('message', (m: { id: number; result: ChunkResult; buf: ArrayBuffer }) => {
-    helper.idle = true;
-    waiting.get(m.id)?.resolve({ result: m.result, buf: Buffer.from(m.buf) });
-    waiting.delete(m.id);
-  });
-  worker.on('error', (err) => {
-    failure = err;
-    for (const p of waiting.values()) p.reject(err);
-    waiting.clear();
-  });
-  let ids = 0;
-  const helper: Helper = {
-    idle: true,
-    run(buf, length) {
-      if (failure) return Promise.reject(failure);
-      helper.idle = false;
-      const id = ids++;
-      return new Promise((resolve, reject) => {
-        waiting.set(id, { resolve, reject });
-        worker.postMessage({ id, buf: buf.buffer, length }, [buf.buffer as ArrayBuffer]);
-      });
-    },
-    async close() {
-      await worker.terminate();
-    },
-  };
-  return helper;
-}
-
-/** Chunk buffers, reused, and the choice of thread for each chunk. */
-class ChunkPool {
-  private readonly free: Buffer[] = [];
-  constructor(private readonly helper: Helper | undefined) {}
-
-  /** How many verified chunks may wait to be applied while the next one is read. */
-  get depth(): number {
-    return this.helper ? 2 : 0;
-  }
-
-  /** A buffer of at least `min` bytes that owns its whole ArrayBuffer (so it can move threads). */
-  take(min: number): Buffer {
-    const b = this.free.pop();
-    if (b && b.length >= min) return b;
-    // Room for a carried partial line plus a whole chunk, so one buffer serves chunk after chunk.
-    return Buffer.from(new ArrayBuffer(Math.max(min, 2 * CHUNK_BYTES)));
-  }
-
-  give(b: Buffer): void {
-    if (this.free.length < 4) this.free.push(b);
-  }
-
-  /** Verifies `buf[0, length)` on the helper when it is idle, else here and now. */
-  verify(buf: Buffer, length: number, marks: ReadonlySet<number>): Promise<ChunkResult> {
-    if (this.helper?.idle) {
-      return this.helper.run(buf, length).then(({ result, buf: back }) => {
-        this.give(back);
-        return result;
-      });
-    }
-    const result = verifyChunk(buf.subarray(0, length), marks);
-    this.give(buf);
-    return Promise.resolve(result);
-  }
-
-  async close(): Promise<void> {
-    await this.helper?.close();
-  }
-}

@@ -28,6 +28,8 @@ interface LostEntry {
 }
 
 const MAX_LOST_LISTED = 20;
+/** The log's refusals to take appends (a broken chain, a cut log, an unanchored one): not an errno. */
+const LOG_REFUSALS = new Set(['log_corrupt', 'log_behind_checkpoint', 'log_unanchored']);
 /** What `ready()` gives while the log takes appends: one settled promise, nothing allocated per call. */
 const WRITABLE: Promise<undefined> = Promise.resolve(undefined);
 
@@ -58,6 +60,15 @@ export class AuditGate {
   /** The current failure, while the log is not taking appends. */
   get unavailable(): AuditFailure | undefined {
     return this.failure;
+  }
+
+  /**
+   * Closes the gate before any append: the log was found unable to take one when it was opened
+   * (`err`: a broken chain, auditOpen.ts). Calls are refused from the first, and each probes the
+   * log as after a failed append.
+   */
+  closeWith(err: unknown): void {
+    this.fail(err);
   }
 
   /**
@@ -153,9 +164,12 @@ export class AuditGate {
       kind: AUDIT_UNAVAILABLE,
       errno,
       at,
-      message:
-        `the audit log ${path} cannot be written (${withErrno(errno, causeText(err))}); forge answers nothing it cannot audit and ` +
-        `refuses calls and forges until the log takes appends again — ${fixFor(errno, dirname(path))}, then retry (the next call checks the log with a real append)`,
+      message: LOG_REFUSALS.has(errno)
+        ? // The log's own message names the log, what is wrong (the entry) and what to do.
+          `the audit log ${causeText(err)}; forge answers nothing it cannot audit and refuses calls and forges until the log ` +
+          `takes appends again (${fixFor(errno, dirname(path))}); the next call checks the log again`
+        : `the audit log ${path} cannot be written (${withErrno(errno, causeText(err))}); forge answers nothing it cannot audit and ` +
+          `refuses calls and forges until the log takes appends again — ${fixFor(errno, dirname(path))}, then retry (the next call checks the log with a real append)`,
     };
     this.failure = f;
     if (first) this.onFailure(f);
@@ -184,6 +198,10 @@ function causeText(err: unknown): string {
 
 /** What an operator does about `errno` on the filesystem holding `dir`. */
 export function fixFor(errno: string, dir: string): string {
+  if (errno === 'log_corrupt')
+    return `moving ${dir} aside starts a new log; with FORGE_AUDIT_KEY set, anchor that one with "forge audit anchor --reason …"`;
+  if (errno === 'log_behind_checkpoint' || errno === 'log_unanchored')
+    return `"forge audit anchor --reason …" signs over the log as it is, once checked, recorded in it`;
   if (errno === 'ENOSPC') return `free space on the filesystem holding ${dir}`;
   if (errno === 'EDQUOT') return `raise the disk quota of the user forge runs as, or free space on the filesystem holding ${dir}`;
   if (errno === 'EIO') return `check the disk holding ${dir} (EIO is a device error: see dmesg), then run "forge-audit verify"`;

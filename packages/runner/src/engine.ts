@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { openAuditLog } from '@forge/audit-chain';
 import { Breakers, createPolicy, type Policy, type PolicySnapshot, parseToolAcl, type ToolAcl } from '@forge/policy';
 import {
   createRegistry,
@@ -19,6 +18,7 @@ import { runtimeNames as findRuntimeNames, type RuntimeTable, resolveRuntimes } 
 import { type CallContext, type ForgeEvent, type ForgeOptions, META_TOOLS, type Refusal, type ToolsChanged } from './api.js';
 import { auditSafe } from './auditData.js';
 import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
+import { type EngineAudit, openEngineAudit } from './auditOpen.js';
 import { fileCacheStore, ResultCache } from './cache.js';
 import { CheckpointSchedule, readAuditKey } from './checkpoints.js';
 import type { ToolEvent } from './events.js';
@@ -107,17 +107,22 @@ export async function createEngine(options: ForgeOptions) {
     : readAuditKey(options.auditKey ?? env.FORGE_AUDIT_KEY, options.auditKey ? 'ForgeOptions.auditKey' : 'FORGE_AUDIT_KEY');
   // With a key, a log no signed checkpoint covers is refused (log_unanchored), and the newest
   // signed checkpoint is copied outside the log's directory (paths.auditAnchor).
-  const audit = options.audit ?? (await openAuditLog(paths.auditLog, signingKey ? { signingKey, anchorFile: paths.auditAnchor } : {}));
+  // A broken chain does not stop the engine: it starts refusing every call (auditOpen.ts).
+  const opened: EngineAudit = options.audit
+    ? { log: options.audit }
+    : await openEngineAudit(paths.auditLog, signingKey ? { signingKey, anchorFile: paths.auditAnchor } : {});
+  const audit = opened.log;
   const ownsAudit = !options.audit;
   // A signed log starts anchored: a checkpoint of its empty state, so a crash before the first
   // scheduled checkpoint never leaves entries that nothing signed covers.
-  if (signingKey && (await audit.head()).seq === 0) await audit.checkpoint();
+  if (signingKey && opened.damage === undefined && (await audit.head()).seq === 0) await audit.checkpoint();
   const auditListeners = new Set<(e: ForgeEvent) => void>();
   const changeListeners = new Set<(e: ToolsChanged) => void>();
   const pendingAudit = new Set<Promise<unknown>>();
   // Fail closed: once an append fails, nothing is answered or changed until the log takes the
   // recovery entry (auditGate.ts).
   const auditGate = new AuditGate(audit, now, (f) => process.emitWarning(`forge: ${f.message}`));
+  if (opened.damage !== undefined) auditGate.closeWith(opened.damage);
   /**
    * Appends one entry; resolves once it is durable (to undefined), or to why it could not be
    * written. Never throws into a pipeline. `secrets` are the values of the call the entry belongs
