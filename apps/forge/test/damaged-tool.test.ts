@@ -28,6 +28,14 @@ describe('forge tools: a damaged tool file', () => {
     const human = await runCli(['tools', 'list'], o);
     expect(human.stdout).toMatch(new RegExp(`fib\\s+project\\s+-\\s+DAMAGED\\s+${file.replaceAll('.', '\\.')}: not valid JSON`));
 
+    const show = await json(['tools', 'show', 'fib']);
+    expect(show.code).toBe(1);
+    expect(show.out).toEqual({
+      ok: false,
+      kind: 'tool_damaged',
+      message: expect.stringContaining(`"fib" (project scope) is damaged: ${file}: not valid JSON`),
+    });
+
     const call = await runCli(['tools', 'call', 'fib', '{"n": 3}'], { ...o, timeoutMs: 120_000 });
     expect(call.code).toBe(1);
     const envelope = JSON.parse(call.stdout) as { ok: boolean; error: { kind: string; message: string } };

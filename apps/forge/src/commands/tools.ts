@@ -64,10 +64,20 @@ export const toolsShow: Command = {
   async run({ positionals }, { out, where }) {
     const name = positionals[0] as string;
     const w = await where();
-    const tools = await withForge(w, (f) => f.listTools(callContext(w.env)));
+    const { tools, damaged } = await withForge(w, async (f) => ({
+      tools: await f.listTools(callContext(w.env)),
+      damaged: await f.listDamaged(callContext(w.env)),
+    }));
     const hit = tools.find((t) => t.tool.name === name);
+    const broken = damaged.find((d) => d.name === name);
     if (!hit) {
-      const r = { ok: false, kind: 'unknown_tool', message: `no tool named "${name}" is visible here (forge tools list shows what is)` };
+      const r = broken
+        ? {
+            ok: false,
+            kind: 'tool_damaged',
+            message: `"${name}" (${broken.scope} scope) is damaged: ${broken.path}: ${broken.reason}; remove it (forge tools remove ${name} --scope ${broken.scope}) and forge it again, or restore the file from a copy`,
+          }
+        : { ok: false, kind: 'unknown_tool', message: `no tool named "${name}" is visible here (forge tools list shows what is)` };
       if (out.json) out.data(r);
       else out.note(refusalLine(r, out.style));
       return 1;
