@@ -1,4 +1,5 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import type { CallContext, Forge } from '@forge/runner';
@@ -383,6 +384,21 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       resolve();
     });
   });
+  // Once listening, an error is one connection's (accept() out of descriptors: EMFILE): that
+  // connection is refused and the server goes on. Without a listener it would end the process.
+  let warnedAccept = 0;
+  http.on('error', (err: NodeJS.ErrnoException) => {
+    if (Date.now() - warnedAccept < 10_000) return;
+    warnedAccept = Date.now();
+    process.emitWarning(
+      `forge mcp: a connection could not be accepted (${err.code ?? err.message}); it was refused and the server goes on — raise the open-files limit (ulimit -n) if this repeats`,
+    );
+  });
+  // Connections past what the open-files limit leaves room for are closed at once (the client
+  // sees the connection refused and may try again), rather than accepted into a process that
+  // then cannot start a sandbox.
+  const maxConnections = connectionCap();
+  if (maxConnections !== undefined) http.maxConnections = maxConnections;
   // Idle sessions are closed by a sweep that never keeps the process alive.
   const sweep = setInterval(() => {
     const now = Date.now();
@@ -559,4 +575,17 @@ function fail(res: ServerResponse, status: number, message: string, code = -3200
 function requestId(body: unknown): string | number | null {
   const id = (body as { id?: unknown } | null)?.id;
   return typeof id === 'string' || typeof id === 'number' ? id : null;
+}
+
+/** Half this process's soft open-files limit (the rest for sandboxes, stores and logs), or undefined when unknown. */
+function connectionCap(): number | undefined {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const n = Number(line?.slice('Max open files'.length).trim().split(/\s+/)[0]);
+    return Number.isInteger(n) && n > 0 ? Math.max(16, Math.floor(n / 2)) : undefined;
+  } catch {
+    return undefined;
+  }
 }

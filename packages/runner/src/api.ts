@@ -95,6 +95,12 @@ export interface ForgeOptions {
    * keep the process alive and are stopped by `close()`.
    */
   prebuild?: boolean;
+  /**
+   * Sandboxes running at once in this process (default: four per core, fewer when the open-files
+   * limit leaves room for fewer; at least 2). Calls past it wait for a free one, in order; a
+   * caller that cancels while waiting leaves the line.
+   */
+  maxConcurrentRuns?: number;
   /** How the egress proxy resolves names (default: the system resolver); tests map names with it. */
   resolver?: Resolver;
   /**

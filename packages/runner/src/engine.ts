@@ -25,6 +25,7 @@ import type { ToolEvent } from './events.js';
 import { defaultForgeHome, type ForgePaths, findProject, forgePaths } from './paths.js';
 import type { SecretList } from './redact.js';
 import { stopReason } from './refusal.js';
+import { defaultRunSlots, RunSlots } from './runSlots.js';
 import { fileRunStore } from './runStore.js';
 import { WireClaims } from './wireNames.js';
 
@@ -369,6 +370,11 @@ export async function createEngine(options: ForgeOptions) {
   const calls = new Map<string, number>();
   /** Sandboxes running now (aborted by close() after its grace period). */
   const running = new Set<AbortController>();
+  const maxRuns = options.maxConcurrentRuns ?? defaultRunSlots();
+  if (!Number.isInteger(maxRuns) || maxRuns < 1)
+    throw new Error(`maxConcurrentRuns must be a positive integer (got ${JSON.stringify(options.maxConcurrentRuns)})`);
+  /** The bound on sandboxes running at once (runSlots.ts). */
+  const runSlots = new RunSlots(maxRuns);
 
   // Calls started in the same turn of the event loop (a burst of cache hits released by one audit
   // batch) share one look at the policy files; an edit is seen by every call started after it.
@@ -445,6 +451,7 @@ export async function createEngine(options: ForgeOptions) {
     runs,
     calls,
     running,
+    runSlots,
     notifyChanged,
     wireClaims,
     sources: options.sources ?? [],

@@ -1,6 +1,7 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { acquireRunCgroup, type CgroupLimits, type PidsCgroups, type RunCgroup, releaseRunCgroup, setRunLimits } from './cgroup.js';
+import { SandboxError } from './errors.js';
 import { shellFor } from './shell.js';
 
 /**
@@ -91,7 +92,26 @@ export function launcherStats(): { ready: number; warmStarts: number; coldStarts
 
 /** Stdio streams of a launcher, to hold (ref) or let go (unref) of the event loop. */
 export function streams(child: ChildProcess): (Readable | Writable)[] {
-  return child.stdio.filter((s): s is Readable | Writable => s !== null && s !== undefined);
+  return (child.stdio ?? []).filter((s): s is Readable | Writable => s !== null && s !== undefined);
+}
+
+/**
+ * Whether the fork of `child` failed at once: no pid, and Node emits the reason (EMFILE, ENFILE,
+ * EAGAIN) on the next tick, before even its pipes exist. The error is absorbed here (an
+ * `'error'` with no listener would end this process); the caller refuses the run.
+ */
+export function notStarted(child: ChildProcess): boolean {
+  if (child.pid !== undefined) return false;
+  child.on('error', () => {});
+  return true;
+}
+
+/** The refusal of a run whose launcher the system would not start. */
+export function launcherRefused(): SandboxError {
+  return new SandboxError(
+    'sandbox_unavailable',
+    'the system would not start the sandbox (no new process or no free file descriptor: EMFILE, ENFILE or EAGAIN); nothing was run — fix: raise the open-files limit (`ulimit -n`) or the process limit of the user running forge, or lower the calls running at once (maxConcurrentRuns)',
+  );
 }
 
 export function setHeld(child: ChildProcess, held: boolean): void {
@@ -131,6 +151,10 @@ function prepare(cg: PidsCgroups, limits: CgroupLimits, seccomp: Buffer, extra: 
   const script = `${PRELUDE}; ${joinCgroup(cgroup)} && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
   const stdio = withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra], ARGS_FD);
   const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
+  if (notStarted(child)) {
+    releaseRunCgroup(cgroup);
+    return false;
+  }
   const entry: Ready = { child, cgroup };
   child.on('error', () => {}); // a launcher that cannot start is dropped below
   for (const s of streams(child)) s.on('error', () => {});
@@ -224,6 +248,11 @@ export function launch(spec: LaunchSpec): Launched | undefined {
     detached: true, // its own process group: the wall-clock kill reaches everything
     env: {},
   });
+  if (notStarted(child)) {
+    if (spec.cgroups) inFlight--;
+    if (cgroup) releaseRunCgroup(cgroup);
+    throw launcherRefused();
+  }
   (child.stdio[4] as Writable).on('error', () => {});
   (child.stdio[4] as Writable).end(spec.seccomp);
   return { child, ...(cgroup ? { cgroup } : {}) };

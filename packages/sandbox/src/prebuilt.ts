@@ -30,6 +30,7 @@ import {
   controlLine,
   joinCgroup,
   type Launched,
+  notStarted,
   PRELUDE,
   setHeld,
   shellQuote,
@@ -252,6 +253,13 @@ function build(pool: Pool): boolean {
     detached: true, // its own process group, as every launcher
     env: {},
   });
+  if (notStarted(child)) {
+    // The system would not start it (out of descriptors or processes): runs start cold.
+    planned.remove();
+    if (cgroup) releaseRunCgroup(cgroup);
+    rmSync(dir, { recursive: true, force: true });
+    return false;
+  }
   const built: Built = {
     child,
     ...(cgroup ? { cgroup } : {}),

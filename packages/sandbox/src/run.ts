@@ -249,27 +249,37 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     }
   }
   const started = performance.now();
-  const launched: Launched | undefined =
-    claim?.built ??
-    launch({
-      // The holder's channel is closed for the tool by the holder, or here when there is none.
-      steps: [...steps, ...(cold?.opens ?? []), ...(hold ? [] : [`exec ${HOLDER_FD}<&-`])],
-      argv: [
-        ...(cold?.staged.prefix ?? []),
-        ...bwrapArgv,
-        '--args',
-        String(cold?.argsFd ?? ARGS_FD),
-        ...(cold?.args.slice(cold.optionCount) ?? []),
-      ],
-      argsFd: cold?.argsFd ?? ARGS_FD,
-      bindFds: binds.map((b) => b.fd),
-      ...(cgroups ? { cgroups } : {}),
-      seccomp,
-      cover: coverInherited,
-      ...(network ? { ipc: true } : {}),
-      ...(options.events ? { events: true } : {}),
-      ...(claim ? { refill: false } : {}),
-    });
+  let launched: Launched | undefined;
+  try {
+    launched =
+      claim?.built ??
+      launch({
+        // The holder's channel is closed for the tool by the holder, or here when there is none.
+        steps: [...steps, ...(cold?.opens ?? []), ...(hold ? [] : [`exec ${HOLDER_FD}<&-`])],
+        argv: [
+          ...(cold?.staged.prefix ?? []),
+          ...bwrapArgv,
+          '--args',
+          String(cold?.argsFd ?? ARGS_FD),
+          ...(cold?.args.slice(cold.optionCount) ?? []),
+        ],
+        argsFd: cold?.argsFd ?? ARGS_FD,
+        bindFds: binds.map((b) => b.fd),
+        ...(cgroups ? { cgroups } : {}),
+        seccomp,
+        cover: coverInherited,
+        ...(network ? { ipc: true } : {}),
+        ...(options.events ? { events: true } : {}),
+        ...(claim ? { refill: false } : {}),
+      });
+  } catch (err) {
+    // The system would not start the launcher (launcherRefused): nothing ran, nothing is left.
+    if (claim) finishPrebuilt(claim);
+    grant.restore();
+    cold?.staged.remove();
+    preload?.remove();
+    throw err;
+  }
   if (!launched) {
     if (claim) finishPrebuilt(claim);
     grant.restore();

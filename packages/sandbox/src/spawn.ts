@@ -153,19 +153,28 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
   const optionCount = args.length - profile.command.length - 1;
   const argsFd = argsFdFor(BIND_FD + binds.length + plan.opens.length);
   preload?.write();
-  const launched: Launched | undefined = launch({
-    steps: [...steps, ...plan.opens],
-    // bwrap, behind setpriv when this process is root: no uid of the sandbox maps to host root.
-    argv: [...plan.staged.prefix, ...identity.drop, host.bwrap.path, '--args', String(argsFd), ...args.slice(optionCount)],
-    argsFd,
-    bindFds: binds.map((b) => b.fd),
-    ...(cgroups ? { cgroups } : {}),
-    seccomp,
-    cover: coverInherited,
-    ...(network ? { ipc: true } : {}),
-    // A server holds its launcher for as long as it lives: none is started ahead for its sake.
-    refill: false,
-  });
+  let launched: Launched | undefined;
+  try {
+    launched = launch({
+      steps: [...steps, ...plan.opens],
+      // bwrap, behind setpriv when this process is root: no uid of the sandbox maps to host root.
+      argv: [...plan.staged.prefix, ...identity.drop, host.bwrap.path, '--args', String(argsFd), ...args.slice(optionCount)],
+      argsFd,
+      bindFds: binds.map((b) => b.fd),
+      ...(cgroups ? { cgroups } : {}),
+      seccomp,
+      cover: coverInherited,
+      ...(network ? { ipc: true } : {}),
+      // A server holds its launcher for as long as it lives: none is started ahead for its sake.
+      refill: false,
+    });
+  } catch (err) {
+    // The system would not start the launcher (launcherRefused): nothing was started.
+    plan.staged.remove();
+    grant.restore();
+    preload?.remove();
+    throw err;
+  }
   if (!launched) {
     plan.staged.remove();
     grant.restore();

@@ -180,6 +180,8 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
     // The tool's events (descriptor 3): handed to the caller as they come, summed up in the manifest.
     const events = new EventReader({ secrets: r.secrets, ...(ctx.onEvent ? { onEvent: ctx.onEvent } : {}) });
     let eventSummary: EventSummary | undefined;
+    // A free slot first (runSlots.ts): past the bound, runs wait here in order.
+    const releaseSlot = await e.runSlots.take(ac.signal);
     try {
       result = await runSandboxed(
         {
@@ -244,6 +246,7 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
       };
       if (code === 'sandbox_unavailable') await e.record('sandbox.unavailable', { name: stored.name, message }, r.secrets);
     } finally {
+      releaseSlot();
       e.running.delete(ac);
       ctx.signal?.removeEventListener('abort', onAbort);
       eventSummary = events.end();
