@@ -338,10 +338,11 @@ export function auditLogCheck(log: string): Check {
 }
 
 /**
- * Whether forge will append to its audit log's chain: the check the engine makes when it opens
- * the log, read only. The entries after the newest checkpoint must verify (it vouches for those
- * before it: `forge audit verify` reads them all); a broken chain there makes forge refuse every
- * call and forge with audit_unavailable, and a log behind its checkpoint stops it from starting.
+ * Whether forge will append to its audit log's chain, read only, and from its first entry: the
+ * engine reads a log of up to 16 MiB whole when it opens it (a larger one from its newest
+ * checkpoint on), and doctor is where damage before that checkpoint is found too. A broken chain
+ * makes forge refuse every call and forge with audit_unavailable; a log behind its checkpoint
+ * stops it from starting.
  */
 export async function auditChainCheck(log: string): Promise<Check> {
   const name = 'audit chain';
@@ -349,17 +350,12 @@ export async function auditChainCheck(log: string): Promise<Check> {
   const { verifyLog } = await import('@forge/audit-chain');
   let r: Awaited<ReturnType<typeof verifyLog>>;
   try {
-    r = await verifyLog(log, { fromCheckpoint: true });
+    r = await verifyLog(log);
   } catch (err) {
     return { name, ok: false, detail: `${log} cannot be read: ${(err as Error).message}`, fix: `make ${log} readable by this user` };
   }
   const b = r.first_bad;
-  if (!b) {
-    const cp = r.checkpoint
-      ? `the checkpoint at entry ${r.checkpoint.entries} vouches for those before it (forge audit verify reads them all)`
-      : 'no checkpoint: every entry was read';
-    return { name, ok: true, detail: `the ${r.uncheckpointed} entries forge checks at start verify; ${cp}` };
-  }
+  if (!b) return { name, ok: true, detail: `all ${r.entries} entries of ${log} verify` };
   const entry = `${log}: entry ${b.seq} (${b.file}${b.line > 0 ? ` line ${b.line}` : ''}) ${b.reason}: ${b.message}`;
   if (b.reason === 'torn_tail')
     return { name, ok: true, warn: true, detail: `${entry}; forge moves it aside (a .recovered file) and goes on at its next start` };
@@ -373,7 +369,7 @@ export async function auditChainCheck(log: string): Promise<Check> {
   return {
     name,
     ok: false,
-    detail: `${entry}; the chain is broken there, so forge refuses every call and forge with audit_unavailable rather than append to it`,
+    detail: `${entry}; the chain is broken there: forge refuses every call and forge with audit_unavailable rather than append to it (it reads a log of up to 16 MiB whole at start, a larger one from its newest checkpoint on)`,
     fix: `see it with: forge audit verify; restore ${log} from a backup, or move ${dirname(log)} aside (keep it as evidence) so forge starts a new log (with FORGE_AUDIT_KEY set, anchor that one: forge audit anchor --reason …)`,
   };
 }

@@ -78,4 +78,30 @@ describe('forge over an audit log with a damaged middle entry', () => {
     expect(check?.fix).toContain('forge audit verify');
     expect(readFileSync(log).equals(damaged)).toBe(true);
   });
+
+  it('a byte changed in an entry a checkpoint already covers (the log as forge leaves it after clean runs): refused too, nothing appended', {
+    timeout: 300_000,
+  }, async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
+    for (const n of [3, 4, 5]) expect((await runCli(['tools', 'call', 'fib', JSON.stringify({ n })], o)).code).toBe(0);
+    const log = join(s.home, 'audit', 'forge.log');
+    // Every clean run closed with a checkpoint: entry 3 is long covered by one.
+    const newest = JSON.parse(lines(`${log}.checkpoints`).at(-1) as string) as { entries: number };
+    expect(newest.entries).toBe(lines(log).length);
+    flipTime(log, 3);
+    const damaged = readFileSync(log);
+    const where = 'entry 3 (forge.log line 3) hash_mismatch';
+    const call = await runCli(['tools', 'call', 'fib', '{"n": 6}'], o);
+    expect(call.code, call.stderr).toBe(1);
+    const env = JSON.parse(call.stdout) as { ok: boolean; error?: { kind: string; message: string } };
+    expect(env).toMatchObject({ ok: false, error: { kind: 'audit_unavailable' } });
+    expect(env.error?.message).toContain(where);
+    const c = await connect(s);
+    const served = await c.call('fib', { n: 7 });
+    expect(served.env.error?.kind).toBe('audit_unavailable');
+    await c.client.close();
+    expect(readFileSync(log).equals(damaged)).toBe(true);
+  });
 });

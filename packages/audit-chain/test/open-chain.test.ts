@@ -76,7 +76,21 @@ describe('a writer opening a log with a damaged entry', () => {
     expect(await openError(path)).toMatchObject({ code: 'log_corrupt', message: expect.stringContaining('entry 4 (audit.log line 4)') });
   });
 
-  it('reads only what the newest checkpoint does not cover: damage before it opens (verifyLog finds it), damage after it is refused', async () => {
+  it('a log under fullVerifyBytes (16 MiB by default) is read whole at open: damage before its newest checkpoint is refused too', async () => {
+    const { path } = await logWith(async (log) => {
+      await appendN(log, 20);
+      await log.checkpoint();
+      await appendN(log, 20, 21);
+    });
+    const before = await readFile(path);
+    await flipDigit(path, 5);
+    const damaged = await readFile(path);
+    expect(await openError(path)).toMatchObject({ code: 'log_corrupt', message: expect.stringContaining('entry 5 (audit.log line 5)') });
+    expect(await readFile(path)).toEqual(damaged);
+    expect(damaged).not.toEqual(before);
+  });
+
+  it('past fullVerifyBytes only what the newest checkpoint does not cover is read: damage before it opens (verifyLog finds it), damage after it is refused', async () => {
     const { path } = await logWith(async (log) => {
       await appendN(log, 20);
       await log.checkpoint();
@@ -87,7 +101,7 @@ describe('a writer opening a log with a damaged entry', () => {
     // Entry 5 is vouched for by the checkpoint at 20: not re-verified at open (bounded), so the
     // writer opens; the full verification still names it, and the bounded one agrees with the writer.
     await flipDigit(path, 5);
-    const log = await openAuditLog(path, { clock });
+    const log = await openAuditLog(path, { clock, fullVerifyBytes: 0 });
     await log.close();
     expect((await verifyLog(path)).first_bad).toMatchObject({ seq: 5, reason: 'hash_mismatch' });
     expect(await verifyLog(path, { fromCheckpoint: true })).toMatchObject({
@@ -152,8 +166,9 @@ describe('a writer opening a log with a damaged entry', () => {
       code: 'log_corrupt',
       message: expect.stringContaining('entry 15 (audit.log line 15)'),
     });
-    // Without the key the unsigned checkpoint at 20 counts, as verifyLog without a key counts it.
-    const log = await openAuditLog(path, { clock });
+    // Without the key the unsigned checkpoint at 20 counts (past fullVerifyBytes, where only the
+    // checkpoint's start is read), as verifyLog without a key counts it.
+    const log = await openAuditLog(path, { clock, fullVerifyBytes: 0 });
     await log.close();
     expect(await verifyLog(path, { fromCheckpoint: true, publicKey: keys.publicKey })).toMatchObject({
       ok: false,
