@@ -16,10 +16,10 @@ describe('RunSlots', () => {
     expect(slots.waiting).toBe(3);
     a();
     a(); // a second release of the same slot changes nothing
-    const r3 = await waiting[0];
+    const r3 = (await waiting[0]) as () => void;
     expect(order).toEqual([3]);
     b();
-    (await r3)();
+    r3();
     for (const w of waiting.slice(1)) (await w)();
     expect(order).toEqual([3, 4, 5]);
     // Every slot is free again: two at once without waiting.
