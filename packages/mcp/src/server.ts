@@ -367,15 +367,17 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
     if (signal.aborted) forget();
     // A per-request instance (2026 HTTP) has no transport to watch: its answer is handed over when the handler returns.
     const done = server.transport?.sessionId === undefined && options.era === 'modern' ? forget : () => {};
+    let joined: { signal: AbortSignal; dispose(): void } | undefined;
     try {
       // After the shutdown began, a call is refused, and audited by the runner like any refusal:
       // it is handed to it with its signal already aborted for that reason.
       const late = inflight.closing ? AbortSignal.abort(new Error(lateReason(inflight.reason))) : undefined;
       if (late && name === 'forge_list') return toResult(refusal('cancelled', `${lateReason(inflight.reason)}; nothing was listed`));
       const signals = [late, clientSignal(signal), inflight.controller.signal, ctx.signal].filter((s): s is AbortSignal => s !== undefined);
+      joined = joinSignals(signals);
       const callCtx: CallContext = {
         ...ctx,
-        signal: AbortSignal.any(signals),
+        signal: joined.signal,
         onEvent: toolEvents(name, request.params._meta?.progressToken, extra),
       };
       if (smith && name === 'forge_approve') {
@@ -452,6 +454,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
       // A bug, not an outcome: still an error result, so the agent sees it and the session goes on.
       return toResult(refusal('internal', `forge mcp: ${(err as Error).message}`));
     } finally {
+      joined?.dispose();
       done();
     }
   });
@@ -593,4 +596,29 @@ function upstreamBlocks(data: unknown): CallToolResult['content'] | undefined {
     if (!ok) return undefined;
   }
   return content as CallToolResult['content'];
+}
+
+/**
+ * One signal that aborts when any of `signals` does, and `dispose()` to let go of them. Not
+ * `AbortSignal.any`: on Node 20 every signal it makes stays referenced from each long-lived source
+ * (the server's shutdown signal), one for every call the server ever answered.
+ */
+function joinSignals(signals: readonly AbortSignal[]): { signal: AbortSignal; dispose(): void } {
+  const ac = new AbortController();
+  const gone = signals.find((s) => s.aborted);
+  if (gone) {
+    ac.abort(gone.reason);
+    return { signal: ac.signal, dispose() {} };
+  }
+  const listeners = signals.map((s) => {
+    const on = () => ac.abort(s.reason);
+    s.addEventListener('abort', on, { once: true });
+    return () => s.removeEventListener('abort', on);
+  });
+  return {
+    signal: ac.signal,
+    dispose() {
+      for (const off of listeners) off();
+    },
+  };
 }

@@ -137,6 +137,30 @@ function holderCommand(start: readonly string[]): string[] {
 }
 
 /**
+ * The options of a sandbox built ahead in `profile`'s shape, given its per-run files'
+ * placeholders: each is bound like any other mount, and its bytes are copied in when a run takes
+ * it. Made out of runSandboxed's scope, from the profile without its environment: the shape is
+ * kept by its pool for as long as the process lives, and must not keep a run's secrets, its
+ * events sink or its caller's session alive with it.
+ */
+function shapeOptions(
+  profile: SandboxProfile,
+  mounts: readonly Mount[],
+  layout: ReturnType<typeof hostLayout>,
+  limits: ReturnType<typeof resolveLimits>,
+  identity: Parameters<typeof planMounts>[2],
+): (paths: readonly string[], dry?: boolean) => ReturnType<Shape['options']> {
+  const { env: _env, ...bare } = profile;
+  return (paths, dry = false) => {
+    let i = 0;
+    const ms = mounts.map((m) => (m.perRun && m.mode === 'ro' ? { ...m, source: paths[i++] as string, perRun: false } : m));
+    const p = planMounts(ms, [], identity, dry);
+    const a = buildBwrapArgs({ ...bare, command: INNER_COMMAND, mounts: p.mounts }, layout, p.fds, limits, { setenv: false });
+    return { options: a.slice(0, a.length - INNER_COMMAND.length - 1), opens: p.opens, prefix: p.staged.prefix, remove: p.staged.remove };
+  };
+}
+
+/**
  * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
  * namespaces, no capabilities, the seccomp filter, rlimits, a wall-clock kill of the
  * whole namespace, and only what the profile mounts. Never runs anything when the host cannot
@@ -193,15 +217,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   let claim: PrebuiltClaim | undefined;
   if (options.prebuild && staged) {
     const slots = staged.map(() => 'ro' as const);
-    // In a sandbox built ahead, each per-run file is a placeholder bound like any other mount,
-    // whose bytes are copied in when a run takes it.
-    const optionsFor = (paths: readonly string[], dry = false) => {
-      let i = 0;
-      const ms = mounts.map((m) => (m.perRun && m.mode === 'ro' ? { ...m, source: paths[i++] as string, perRun: false } : m));
-      const p = plan(ms, [], dry);
-      const a = buildBwrapArgs({ ...profile, command: INNER_COMMAND, mounts: p.mounts }, layout, p.fds, limits, { setenv: false });
-      return { options: a.slice(0, a.length - INNER_COMMAND.length - 1), opens: p.opens, prefix: p.staged.prefix, remove: p.staged.remove };
-    };
+    const optionsFor = shapeOptions(profile, mounts, layout, limits, identity);
     const keyOf = optionsFor(
       slots.map((_, i) => `/\0slot${i}`),
       true,
