@@ -34,6 +34,7 @@ export { type PostgresProposalStoreOptions, postgresProposalStore } from './prop
 export { openPostgresQueue, POSTGRES_QUEUE_STEPS, type PostgresQueueOptions, type PostgresQueueStep, QUEUE_CHANNEL } from './queue.js';
 export { QUEUE_MIGRATIONS } from './queue-schema.js';
 export { type PostgresToolStoreOptions, postgresToolStore, REGISTRY_MIGRATIONS, TOOLS_CHANNEL, TOOLS_TABLE } from './registry.js';
+export { stopWatching } from './registry-watch.js';
 export {
   type PostgresArtifactBytes,
   type PostgresRunArtifact,
