@@ -59,7 +59,10 @@ const ECHO = {
 };
 
 const envelopeOf = (r: unknown): Envelope => JSON.parse((r as { content: { text: string }[] }).content[0]?.text ?? '{}') as Envelope;
-const failed = (err: Error): Envelope => ({ ok: false, error: { kind: 'client', message: err.message } });
+const failed = (err: Error): Envelope => {
+  const cause = err.cause as { code?: string; message?: string } | undefined;
+  return { ok: false, error: { kind: 'client', message: `${err.message}${cause ? ` (${cause.code ?? ''} ${cause.message ?? ''})` : ''}` } };
+};
 
 /** Every answer ok and each with its own input back; what went wrong otherwise, counted by kind. */
 function expectAllEchoed(answers: Envelope[], n: number, why: () => string): void {

@@ -379,7 +379,9 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
         new ForgeMcpError('listen_failed', `cannot listen on ${host}:${options.port ?? 0}: ${err.code ?? err.message}`, { cause: err }),
       );
     http.once('error', onError);
-    http.listen(options.port ?? 0, host, () => {
+    // A burst of clients connecting at once (a thousand calls from one agent host) queues in the
+    // kernel's backlog (capped by net.core.somaxconn) rather than past Node's default of 511.
+    http.listen({ port: options.port ?? 0, host, backlog: 4096 }, () => {
       http.off('error', onError);
       resolve();
     });

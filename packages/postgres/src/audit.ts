@@ -19,6 +19,7 @@ import { AUDIT_CHANNEL, asStoreError, readEntries } from './audit-read.js';
 import { describeError, PostgresStoreError } from './errors.js';
 import { assertMigrated, migrate } from './migrate.js';
 import { checkConnection, type PoolHandle, poolFor } from './pool.js';
+import { retryLostConnection } from './retry.js';
 
 export { AUDIT_CHANNEL };
 
@@ -432,9 +433,10 @@ class PgAuditLog implements PostgresAuditLog {
     });
   }
 
+  /** A read, tried again over a lost connection for a while (a restart of the database). */
   private async query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
     try {
-      return await this.h.pool.query<R>(text, values);
+      return await retryLostConnection(() => this.h.pool.query<R>(text, values));
     } catch (err) {
       throw new PostgresStoreError('query_failed', `query on ${this.path} failed: ${describeError(err, this.h.secrets)}`, {
         cause: err,
