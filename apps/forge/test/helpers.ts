@@ -239,8 +239,17 @@ export function py(name: string, body: string, extra: Record<string, unknown> = 
 }
 
 /** `forge serve --http 127.0.0.1:0 --json …` until it prints its URL; stopped with SIGTERM when the test finishes. */
-export async function serveHttp(s: Scratch, extra: string[] = []): Promise<{ url: URL; child: ChildProcessWithoutNullStreams }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--http', '127.0.0.1:0', '--json', ...extra], { cwd: s.project, env: s.env });
+export async function serveHttp(
+  s: Scratch,
+  extra: string[] = [],
+  o: { files?: number } = {},
+): Promise<{ url: URL; child: ChildProcessWithoutNullStreams; stderr: () => string }> {
+  const argv = [CLI, 'serve', '--http', '127.0.0.1:0', '--json', ...extra];
+  // With `files`, at most that many open descriptors (`ulimit -n`), as a small host allows.
+  const child =
+    o.files === undefined
+      ? spawn(process.execPath, argv, { cwd: s.project, env: s.env })
+      : spawn('bash', ['-c', `ulimit -n ${o.files} && exec "$0" "$@"`, process.execPath, ...argv], { cwd: s.project, env: s.env });
   onTestFinished(async () => {
     if (child.exitCode !== null) return;
     const exited = new Promise((r) => child.on('exit', r));
@@ -258,7 +267,7 @@ export async function serveHttp(s: Scratch, extra: string[] = []): Promise<{ url
     });
     child.on('exit', (code) => reject(new Error(`forge serve --http exited ${code}: ${err}`)));
   });
-  return { url: new URL(url), child };
+  return { url: new URL(url), child, stderr: () => err };
 }
 
 /** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms`, then fails with `what()`. */

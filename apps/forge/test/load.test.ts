@@ -5,42 +5,14 @@
  * input would be one run, shared), so the bound on sandboxes running at once is what keeps the
  * process within its descriptors.
  */
-import { spawn } from 'node:child_process';
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, type Envelope, requireCliAndSandbox, type Scratch, scratch } from './helpers.js';
+import { type Envelope, requireCliAndSandbox, type Scratch, scratch, serveHttp } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
-
-/** `forge serve --http` (at most `files` open descriptors when given: `ulimit -n`), once it printed its URL. */
-async function serve(s: Scratch, files?: number) {
-  const argv = [CLI, 'serve', '--http', '127.0.0.1:0', '--json'];
-  const child =
-    files === undefined
-      ? spawn(process.execPath, argv, { cwd: s.project, env: s.env })
-      : spawn('bash', ['-c', `ulimit -n ${files} && exec "$0" "$@"`, process.execPath, ...argv], { cwd: s.project, env: s.env });
-  let out = '';
-  let err = '';
-  child.stderr.on('data', (d) => (err += d));
-  onTestFinished(async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGTERM');
-    await exited;
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout.on('data', (d) => {
-      out += d;
-      const line = out.split('\n')[0];
-      if (out.includes('\n') && line) resolve((JSON.parse(line) as { url: string }).url);
-    });
-    child.once('exit', (code) => reject(new Error(`forge serve --http exited ${code}: ${err}`)));
-  });
-  return { url: new URL(url), child, stderr: () => err };
-}
 
 /** A project whose breakers let a burst through (60 calls a tool a minute is the default). */
 function busyProject(): Scratch {
@@ -79,7 +51,7 @@ function expectAllEchoed(answers: Envelope[], n: number, why: () => string): voi
 describe('load on one forge serve --http', () => {
   it('1000 calls at once in a 2025-era session and 1000 in 2026-era requests: every one answered ok, the server stays up', async () => {
     const s = busyProject();
-    const server = await serve(s);
+    const server = await serveHttp(s);
     const legacy = new Client({ name: 'load-legacy', version: '1.0.0' });
     await legacy.connect(new StreamableHTTPClientTransport(server.url));
     onTestFinished(() => legacy.close().catch(() => {}));
@@ -107,7 +79,7 @@ describe('load on one forge serve --http', () => {
 
   it('100 calls at once under ulimit -n 256: every one answered ok (runs wait for a free slot), the server stays up', async () => {
     const s = busyProject();
-    const server = await serve(s, 256);
+    const server = await serveHttp(s, [], { files: 256 });
     const client = new Client({ name: 'load-small', version: '1.0.0' });
     await client.connect(new StreamableHTTPClientTransport(server.url));
     onTestFinished(() => client.close().catch(() => {}));
@@ -123,7 +95,7 @@ describe('load on one forge serve --http', () => {
 
   it('200 sessions listening: a tool forged in one reaches all 200 as list_changed, and each lists it', async () => {
     const s = busyProject();
-    const server = await serve(s);
+    const server = await serveHttp(s);
     const clients: Client[] = [];
     const heard: Promise<void>[] = [];
     for (let i = 0; i < 200; i++) {

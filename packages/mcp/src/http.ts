@@ -1,8 +1,7 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
-import type { CallContext, Forge } from '@forge/runner';
+import { type CallContext, type Forge, openFilesLimit } from '@forge/runner';
 import type { NodeStreamableHTTPServerTransport } from '@modelcontextprotocol/node';
 import { type AuthInfo, isInitializeRequest, type Server } from '@modelcontextprotocol/server';
 import { ForgeMcpError } from './errors.js';
@@ -399,8 +398,8 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   // Connections past what the open-files limit leaves room for are closed at once (the client
   // sees the connection refused and may try again), rather than accepted into a process that
   // then cannot start a sandbox.
-  const maxConnections = connectionCap();
-  if (maxConnections !== undefined) http.maxConnections = maxConnections;
+  const files = openFilesLimit();
+  if (files !== undefined) http.maxConnections = Math.max(16, Math.floor(files / 2));
   // Idle sessions are closed by a sweep that never keeps the process alive.
   const sweep = setInterval(() => {
     const now = Date.now();
@@ -577,17 +576,4 @@ function fail(res: ServerResponse, status: number, message: string, code = -3200
 function requestId(body: unknown): string | number | null {
   const id = (body as { id?: unknown } | null)?.id;
   return typeof id === 'string' || typeof id === 'number' ? id : null;
-}
-
-/** Half this process's soft open-files limit (the rest for sandboxes, stores and logs), or undefined when unknown. */
-function connectionCap(): number | undefined {
-  try {
-    const line = readFileSync('/proc/self/limits', 'utf8')
-      .split('\n')
-      .find((l) => l.startsWith('Max open files'));
-    const n = Number(line?.slice('Max open files'.length).trim().split(/\s+/)[0]);
-    return Number.isInteger(n) && n > 0 ? Math.max(16, Math.floor(n / 2)) : undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -45,6 +45,7 @@ export {
   type RunUri,
   runIdProblem,
 } from './runIds.js';
+export { openFilesLimit } from './runSlots.js';
 export { type ArtifactBytes, assertRunId, type FoundRun, fileRunStore, type RunStore, type StoredArtifact } from './runStore.js';
 export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, type RunRecord } from './runs.js';
 export type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolOrigin, ToolSource } from './sources.js';

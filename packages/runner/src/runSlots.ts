@@ -70,7 +70,7 @@ export function defaultRunSlots(): number {
 }
 
 /** This process's soft RLIMIT_NOFILE, from /proc (undefined: unlimited or unknown). */
-function openFilesLimit(): number | undefined {
+export function openFilesLimit(): number | undefined {
   try {
     const line = readFileSync('/proc/self/limits', 'utf8')
       .split('\n')
