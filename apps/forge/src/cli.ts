@@ -12,11 +12,11 @@ import { status } from './commands/status.js';
 import { toolsCall, toolsForge, toolsList, toolsPromote, toolsRemove, toolsShow } from './commands/tools.js';
 import { TOOLSMITH_COMMANDS } from './commands/toolsmith.js';
 import { worker } from './commands/worker.js';
-import { where } from './context.js';
 import { commandHelp, globalHelp, groupHelp } from './help.js';
 import { createOutput } from './output.js';
 import { readStdin } from './spec-input.js';
 import { VERSION } from './version.js';
+import { where } from './where.js';
 
 export const COMMANDS: readonly Command[] = [
   serve,

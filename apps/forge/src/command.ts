@@ -1,6 +1,6 @@
 import type { CommandSpec, Parsed } from './args.js';
-import type { Where } from './context.js';
 import type { Output } from './output.js';
+import type { Where } from './where.js';
 
 /** What a command gets to work with. */
 export interface Io {

@@ -1,30 +1,12 @@
-import { existsSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { JobQueue } from '@forge/queue';
 import { inertText } from '@forge/registry';
 import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
 import type { GapStore, ProposalStore, Toolsmith } from '@forge/toolsmith';
-import { EnvironmentError, envFromFlags, type Parsed } from './args.js';
+import { EnvironmentError } from './args.js';
 import { openStore, type Store } from './store.js';
-
-/** Where forge lives for this command: home, project and the environment, flags applied. */
-export interface Where {
-  env: NodeJS.ProcessEnv;
-  home: string;
-  project: string;
-}
-
-/** Home (`--home`, `FORGE_HOME`, XDG, ~/.config/forge) and project (`--project`, else found from the cwd). */
-export async function where(values: Parsed['values'], base: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Promise<Where> {
-  // The engine is loaded only by commands that need it: --help and usage errors stay instant.
-  const { defaultForgeHome, findProject } = await import('@forge/runner');
-  const env = envFromFlags(values, base);
-  const project = typeof values.project === 'string' ? resolve(values.project) : findProject(cwd);
-  if (typeof values.project === 'string' && !isDir(project)) {
-    throw new EnvironmentError(`--project ${values.project}: no such directory`);
-  }
-  return { env, home: defaultForgeHome(env), project };
-}
+import type { Where } from './where.js';
 
 /** The caller identity the runner takes from the environment (flags already applied). */
 export function callContext(env: NodeJS.ProcessEnv): CallContext {
@@ -137,8 +119,4 @@ export async function withForge<T>(w: Where, fn: (forge: Forge, toolsmith: Tools
   } finally {
     await engine.close();
   }
-}
-
-function isDir(p: string): boolean {
-  return existsSync(p) && statSync(p).isDirectory();
 }

@@ -1,8 +1,8 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Registry, Scope, ScopeRoots } from '@forge/registry';
-import type { Where } from './context.js';
-import type { Check } from './doctor.js';
+import type { Check } from './doctor-check.js';
+import type { Where } from './where.js';
 
 /**
  * `forge doctor`'s look at what forge keeps in files and reads at every start, read the way forge

@@ -2,21 +2,9 @@ import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, read
 import { dirname, join } from 'node:path';
 import type { EffectivePolicy } from '@forge/policy';
 import { describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks } from '@forge/sandbox';
+import type { Check } from './doctor-check.js';
 import { checkPolicies } from './policy-check.js';
 import { storeUrl } from './store.js';
-
-/** One thing `forge doctor` looked at. */
-export interface Check {
-  /** `sandbox`, `runtime python3`, `home`, `vault`, `policy`, … */
-  name: string;
-  ok: boolean;
-  /** What was found. */
-  detail: string;
-  /** What to run or change, when not ok. */
-  fix?: string;
-  /** Works, but the operator should know (an upstream server that runs unsandboxed). */
-  warn?: boolean;
-}
 
 export interface DoctorReport {
   ok: boolean;

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { JobQueue, PresenceStore } from '@forge/queue';
 import type { ForgeOptions } from '@forge/runner';
 import { EnvironmentError, UsageError } from './args.js';
-import type { Where } from './context.js';
+import type { Where } from './where.js';
 
 /**
  * Where forge keeps what it keeps, for one command: files under the home and the project (the

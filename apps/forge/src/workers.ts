@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import type { Where } from './context.js';
+import type { Where } from './where.js';
 
 /** The `forge worker` processes of a `forge serve --workers N`. */
 export interface WorkerPool {

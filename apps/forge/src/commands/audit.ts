@@ -2,9 +2,9 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import type { Where } from '../context.js';
 import { clip, type Output } from '../output.js';
 import { openStore, storeUrl } from '../store.js';
+import type { Where } from '../where.js';
 
 const logOf = (home: string) => join(home, 'audit', 'forge.log');
 /** The newest signed checkpoint, kept outside the log's directory (the engine writes it when FORGE_AUDIT_KEY is set). */

@@ -4,9 +4,10 @@ import { join, resolve } from 'node:path';
 import type { Gateway, ServerReport, ToolDiff, ToolState } from '@forge/gateway';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { createEngine, type Engine, type Where } from '../context.js';
+import { createEngine, type Engine } from '../context.js';
 import { refusalLine } from '../format.js';
 import { clip, type Style, table } from '../output.js';
+import type { Where } from '../where.js';
 
 type Refusal = { ok: false; kind: string; message: string };
 

@@ -5,13 +5,14 @@ import type { Refusal } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { callContext, type Engine, openForge, type Where } from '../context.js';
+import { callContext, type Engine, openForge } from '../context.js';
 import type { Output } from '../output.js';
 import { keepPresent } from '../presence.js';
 import { untilSignal } from '../signals.js';
 import { openStore } from '../store.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
+import type { Where } from '../where.js';
 import { startWorkers } from '../workers.js';
 
 /** What a refused or killed call is told: "forge is shutting down (SIGTERM)". */

@@ -2,10 +2,11 @@ import type { Scope } from '@forge/registry';
 import type { Forge } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { callContext, openForge, type Where, withForge } from '../context.js';
+import { callContext, openForge, withForge } from '../context.js';
 import { envelopeHeadline, refusalLine, toolDetail, toolRows } from '../format.js';
 import { readInput, readSpec } from '../spec-input.js';
 import { openStore } from '../store.js';
+import type { Where } from '../where.js';
 
 const SCOPES = ['task', 'session', 'project', 'user'] as const;
 

@@ -2,9 +2,10 @@ import { userInfo } from 'node:os';
 import type { ProposalState, Toolsmith } from '@forge/toolsmith';
 import { UsageError } from '../args.js';
 import type { Command, Io } from '../command.js';
-import { type Where, withForge } from '../context.js';
+import { withForge } from '../context.js';
 import { refusalLine } from '../format.js';
 import { cycleLines, gapRows, proposalRows, reviewLines } from '../toolsmith-format.js';
+import type { Where } from '../where.js';
 
 type Refusal = { ok: false; kind: string; message: string };
 
