@@ -35,4 +35,5 @@ export type {
   WriterIo,
 } from './log-types.js';
 export { type TailOptions, tailLog } from './tail.js';
-export { type FirstBad, type VerifyOptions, type VerifyResult, verifyLog } from './verify.js';
+export { verifyLog } from './verify.js';
+export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';

@@ -16,7 +16,8 @@ import { AuditError, describeCause } from './errors.js';
 import { lastLine } from './lines.js';
 import type { WriterIo } from './log-types.js';
 import type { LogFiles } from './segments.js';
-import { type FirstBad, verifyAfterCheckpoint } from './verify.js';
+import { verifyAfterCheckpoint } from './verify.js';
+import type { FirstBad } from './verify-result.js';
 
 /** What the log's checkpoints are written and checked with. */
 export interface AnchorOptions {
