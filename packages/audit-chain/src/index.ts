@@ -23,17 +23,17 @@ export {
 export { AUDIT_ERROR_CODES, AuditError, type AuditErrorCode } from './errors.js';
 export { type AuditEntry, GENESIS_HASH, VERIFY_REASONS, type VerifyReason } from './format.js';
 export type { JsonValue } from './ijson.js';
-export {
-  type AppendResult,
-  type AuditLog,
-  type EntriesOptions,
-  type LogHead,
-  type OpenAuditLogOptions,
-  openAuditLog,
-  type Reanchored,
-  type RotateResult,
-  reanchorAuditLog,
-  type WriterIo,
-} from './log.js';
+export { openAuditLog, reanchorAuditLog } from './log.js';
+export type {
+  AppendResult,
+  AuditLog,
+  EntriesOptions,
+  LogHead,
+  OpenAuditLogOptions,
+  Reanchored,
+  RotateResult,
+  WriterIo,
+} from './log-types.js';
 export { type TailOptions, tailLog } from './tail.js';
-export { type FirstBad, type VerifyOptions, type VerifyResult, verifyLog } from './verify.js';
+export { verifyLog } from './verify.js';
+export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';

@@ -1,4 +1,4 @@
-import { readdir } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 /** Paths of the files that make up one log (SPEC.md section 1). */
@@ -40,4 +40,16 @@ export async function listSealedSegments(files: LogFiles): Promise<SealedSegment
     out.push({ n, path: join(files.dir, name) });
   }
   return out.sort((a, b) => a.n - b.n);
+}
+
+/** The bytes of every segment of the log, sealed and active (0 for what cannot be read). */
+export async function logBytes(files: LogFiles): Promise<number> {
+  let total = 0;
+  for (const p of [...(await listSealedSegments(files)).map((s) => s.path), files.active]) {
+    total += await stat(p).then(
+      (st) => st.size,
+      () => 0,
+    );
+  }
+  return total;
 }

@@ -5,8 +5,8 @@ import { checkLine, type VerifyReason } from './format.js';
 import { lastLine, scanLines } from './lines.js';
 import { DirLock } from './lock.js';
 import { type LogFiles, listSealedSegments, type SealedSegment, segmentName } from './segments.js';
-import type { FirstBad } from './verify.js';
 import type { EntryFacts } from './verify-chunk.js';
+import type { FirstBad } from './verify-result.js';
 
 // Where a verification starts: the files as they are at one instant, and the place just after a
 // checkpointed entry when the checkpoint vouches for the entries before it.

@@ -44,7 +44,8 @@ export {
   type RecordAudit,
   toolDigest,
 } from './pins.js';
-export { createGateway, type GatewayOptions, isForgeToolName } from './source.js';
+export { createGateway, type GatewayOptions } from './source.js';
+export { isForgeToolName } from './tool-names.js';
 export { DEFAULT_MAX_MESSAGE_BYTES } from './transport.js';
 export type {
   Gateway,

@@ -280,93 +280,97 @@ export function openPinStore(options: PinStoreOptions): PinStore {
       return { ok: true, pins };
     },
     approve(server, defs, by, definition) {
-      return write(
-        server,
-        by,
-        (data) => {
-          const mine = (data.servers[server] ??= {});
-          const at = new Date().toISOString();
-          let previousDefinition: string | undefined;
-          if (definition) {
-            const byFile = ((data.definitions ??= {})[server] ??= {});
-            previousDefinition = byFile[definition.file]?.digest;
-            byFile[definition.file] = { digest: definition.digest, approved_at: at, approved_by: by };
-          }
-          const tools: ToolState[] = [];
-          const audit: Record<string, unknown>[] = [];
-          for (const def of defs) {
-            const digest = toolDigest(def);
-            const previous = mine[def.name]?.digest;
-            mine[def.name] = { digest, definition: pinned(def), approved_at: at, approved_by: by };
-            tools.push({
-              server,
-              tool: def.name,
-              name: `${server}.${def.name}`,
-              status: 'approved',
-              digest,
-              pinned: digest,
-              definition: pinned(def),
-            });
-            audit.push({ tool: def.name, digest, ...(previous && previous !== digest ? { previous } : {}) });
-          }
-          return {
-            tools,
-            audit: {
-              tools: audit,
-              ...(definition
-                ? {
-                    definition: {
-                      file: definition.file,
-                      digest: definition.digest,
-                      ...(previousDefinition && previousDefinition !== definition.digest ? { previous: previousDefinition } : {}),
-                    },
-                  }
-                : {}),
-            },
-          };
-        },
-        'gateway.approved',
-      );
+      return write(server, by, (data) => approveChange(data, { server, defs, by, definition }), 'gateway.approved');
     },
     unpin(server, tools, by) {
-      return write(
-        server,
-        by,
-        (data, untrusted) => {
-          if (untrusted)
-            return {
-              ok: false,
-              kind: 'pins_untrusted',
-              message: `${file} does not match the audit log: nothing in it can be unpinned. Approve the tools you want again (forge gateway approve <server>)`,
-            };
-          const mine = data.servers[server] ?? {};
-          const names = tools.length === 0 ? Object.keys(mine) : [...tools];
-          const missing = names.filter((t) => !Object.hasOwn(mine, t));
-          if (missing.length > 0 || names.length === 0)
-            return {
-              ok: false,
-              kind: 'not_pinned',
-              message:
-                names.length === 0
-                  ? `server "${server}" has no pins`
-                  : `${missing.map((t) => `${server}.${t}`).join(', ')} ${missing.length > 1 ? 'are' : 'is'} not pinned (forge gateway tools ${server} shows what is)`,
-            };
-          const out: ToolState[] = [];
-          for (const t of names) {
-            const p = mine[t] as Pin;
-            out.push({ server, tool: t, name: `${server}.${t}`, status: 'removed', pinned: p.digest, definition: p.definition });
-            delete mine[t];
-          }
-          if (Object.keys(mine).length === 0) {
-            delete data.servers[server];
-            delete data.definitions?.[server];
-          }
-          return { tools: out, audit: { tools: out.map((s) => ({ tool: s.tool, digest: s.pinned })) } };
-        },
-        'gateway.unpinned',
-      );
+      return write(server, by, (data, untrusted) => unpinChange(data, untrusted, { file, server, tools }), 'gateway.unpinned');
     },
   };
+}
+
+/** What a change to the pins file did: the tools it touched and the facts the audit entry records. */
+type PinChange = { tools: ToolState[]; audit: Record<string, unknown> } | PinFailure;
+
+/** Pins `defs` of `server` (and the server's definition, when given) in `data`, approved by `by`. */
+function approveChange(
+  data: PinsFile,
+  o: { server: string; defs: readonly ToolDefinition[]; by: string; definition: { file: string; digest: string } | undefined },
+): PinChange {
+  const { server, defs, by, definition } = o;
+  const mine = (data.servers[server] ??= {});
+  const at = new Date().toISOString();
+  let previousDefinition: string | undefined;
+  if (definition) {
+    const byFile = ((data.definitions ??= {})[server] ??= {});
+    previousDefinition = byFile[definition.file]?.digest;
+    byFile[definition.file] = { digest: definition.digest, approved_at: at, approved_by: by };
+  }
+  const tools: ToolState[] = [];
+  const audit: Record<string, unknown>[] = [];
+  for (const def of defs) {
+    const digest = toolDigest(def);
+    const previous = mine[def.name]?.digest;
+    mine[def.name] = { digest, definition: pinned(def), approved_at: at, approved_by: by };
+    tools.push({
+      server,
+      tool: def.name,
+      name: `${server}.${def.name}`,
+      status: 'approved',
+      digest,
+      pinned: digest,
+      definition: pinned(def),
+    });
+    audit.push({ tool: def.name, digest, ...(previous && previous !== digest ? { previous } : {}) });
+  }
+  return {
+    tools,
+    audit: {
+      tools: audit,
+      ...(definition
+        ? {
+            definition: {
+              file: definition.file,
+              digest: definition.digest,
+              ...(previousDefinition && previousDefinition !== definition.digest ? { previous: previousDefinition } : {}),
+            },
+          }
+        : {}),
+    },
+  };
+}
+
+/** Removes the pins of `tools` of `server` (all of them when empty) from `data`; refuses when the file is not trusted. */
+function unpinChange(data: PinsFile, untrusted: boolean, o: { file: string; server: string; tools: readonly string[] }): PinChange {
+  const { file, server, tools } = o;
+  if (untrusted)
+    return {
+      ok: false,
+      kind: 'pins_untrusted',
+      message: `${file} does not match the audit log: nothing in it can be unpinned. Approve the tools you want again (forge gateway approve <server>)`,
+    };
+  const mine = data.servers[server] ?? {};
+  const names = tools.length === 0 ? Object.keys(mine) : [...tools];
+  const missing = names.filter((t) => !Object.hasOwn(mine, t));
+  if (missing.length > 0 || names.length === 0)
+    return {
+      ok: false,
+      kind: 'not_pinned',
+      message:
+        names.length === 0
+          ? `server "${server}" has no pins`
+          : `${missing.map((t) => `${server}.${t}`).join(', ')} ${missing.length > 1 ? 'are' : 'is'} not pinned (forge gateway tools ${server} shows what is)`,
+    };
+  const out: ToolState[] = [];
+  for (const t of names) {
+    const p = mine[t] as Pin;
+    out.push({ server, tool: t, name: `${server}.${t}`, status: 'removed', pinned: p.digest, definition: p.definition });
+    delete mine[t];
+  }
+  if (Object.keys(mine).length === 0) {
+    delete data.servers[server];
+    delete data.definitions?.[server];
+  }
+  return { tools: out, audit: { tools: out.map((s) => ({ tool: s.tool, digest: s.pinned })) } };
 }
 
 function empty(): PinsFile {

@@ -1,12 +1,13 @@
-import { createHash } from 'node:crypto';
-import { type SourceContext, type SourcedTool, type SourceHost, type SourceJob, type SourceResult, wireName } from '@forge/runner';
+import type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult } from '@forge/runner';
 import type { Resolver } from '@forge/sandbox';
 import { createGatewayConfig, type GatewayConfigSource } from './config.js';
+import { Connections } from './connections.js';
 import { serverDefinition } from './definition.js';
 import { type LastAudited, noPins, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
-import { launcherFor } from './spawn.js';
+import { isForgeToolName, wireClash, wireKeyOf } from './tool-names.js';
 import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
-import { Upstream } from './upstream.js';
+import type { Upstream } from './upstream.js';
+import { localReference, vettedAnnotations } from './upstream-answers.js';
 
 /** Options of {@link createGateway}. */
 export interface GatewayOptions {
@@ -46,102 +47,6 @@ type Listing = { ok: true; tools: ToolDefinition[]; upstream: Upstream } | Refus
 const LIST_WAIT_MS = 3000;
 
 /**
- * A flat event with every value of the server's secrets replaced in its strings (compared
- * regardless of case: host names reach the proxy case-folded), so an upstream that puts a
- * credential into a host name does not write it into the audit log.
- */
-function withoutSecrets(e: object, server: ServerConfig, secrets: ReadonlyMap<string, string>): Record<string, unknown> {
-  const values = Object.values(server.secrets)
-    .map((vault) => [vault, secrets.get(vault)] as const)
-    .filter((v): v is readonly [string, string] => typeof v[1] === 'string' && v[1] !== '');
-  if (values.length === 0) return { ...e };
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(e)) {
-    if (typeof v !== 'string') {
-      out[k] = v;
-      continue;
-    }
-    let text = v;
-    for (const [vault, value] of values) {
-      const lower = value.toLowerCase();
-      let at = text.toLowerCase().indexOf(lower);
-      while (at >= 0) {
-        text = `${text.slice(0, at)}<redacted:${vault}>${text.slice(at + value.length)}`;
-        at = text.toLowerCase().indexOf(lower, at + vault.length + 11);
-      }
-    }
-    out[k] = text;
-  }
-  return out;
-}
-
-/** The tool-name grammar of forge: 1–64 bytes of `[A-Za-z0-9_.-]`, a letter first, no `..`, no trailing `.`. */
-export function isForgeToolName(name: string): boolean {
-  return /^[A-Za-z][A-Za-z0-9_.-]*$/.test(name) && !name.includes('..') && !name.endsWith('.') && Buffer.byteLength(name) <= 64;
-}
-
-/**
- * What one upstream connection is kept for: the server's definition, the values of its secrets,
- * and the caller's authority (docs/security.md, invariant 1). A connection, and every notification
- * it sends (log messages reach each call in flight on it), is shared only by callers of equal
- * authority; the listing connection, which no call uses, has none.
- */
-function connectionKey(server: ServerConfig, secrets: ReadonlyMap<string, string>, authority: string): string {
-  const h = createHash('sha256').update(JSON.stringify(server));
-  for (const vault of Object.values(server.secrets).sort()) h.update(`\0${vault}\0${secrets.get(vault) ?? ''}`);
-  h.update(`\0authority\0${authority}`);
-  return `${server.name}\0${h.digest('hex')}`;
-}
-
-/** The key two forge names collide on over MCP: the wire name (dots become `__`), case folded. */
-function wireKeyOf(name: string): string {
-  try {
-    return wireName(name).toLowerCase();
-  } catch {
-    return name.replaceAll('.', '__').toLowerCase();
-  }
-}
-
-/**
- * Where an upstream's answer points somewhere local (docs/security.md, invariant 7): a
- * `resource_link` or embedded `resource` whose URI is not http(s) — `file:` (the host's files),
- * `forge:` (posing as forge's own run resources), or any other scheme a client may resolve
- * locally. Returns what is wrong with the first such item, or undefined.
- */
-export function localReference(content: readonly unknown[]): string | undefined {
-  for (const [i, item] of content.entries()) {
-    const c = item as { type?: unknown; uri?: unknown; resource?: { uri?: unknown } };
-    const uri = c.type === 'resource_link' ? c.uri : c.type === 'resource' ? c.resource?.uri : undefined;
-    if (uri === undefined) continue;
-    const scheme = typeof uri === 'string' ? /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(uri)?.[1]?.toLowerCase() : undefined;
-    if (scheme !== 'http' && scheme !== 'https') {
-      return `a ${String(c.type)} (content[${i}]) to ${JSON.stringify(typeof uri === 'string' ? uri.slice(0, 200) : uri)}`;
-    }
-  }
-  return undefined;
-}
-
-/**
- * An upstream's safety annotations as forge passes them on (invariant 7): its word is taken only
- * where forge's own facts cannot contradict it. A server with a `rw` bind can change the host's
- * files (and so can one running outside forge's sandbox), so none of its tools is `readOnlyHint:
- * true` nor `destructiveHint: false`; one with network (or outside the sandbox, or reached by URL)
- * reaches the world, so `openWorldHint` is true.
- */
-export function vettedAnnotations(server: ServerConfig, given: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
-  const writes = server.binds.some((b) => b.mode === 'rw') || server.unsandboxed;
-  const world = server.network !== false || server.unsandboxed || server.transport === 'http';
-  if (!given && !writes && !world) return undefined;
-  const out: Record<string, unknown> = { ...(given ?? {}) };
-  if (writes) {
-    out.readOnlyHint = false;
-    out.destructiveHint = true;
-  }
-  if (world) out.openWorldHint = true;
-  return out;
-}
-
-/**
  * Creates the gateway: external MCP servers declared in gateway.json, each tool projected as
  * `<server>.<tool>` once an operator approved (pinned) its definition, served to the runner as a
  * `ToolSource`. Upstreams start on first need and stop at `close()`.
@@ -157,7 +62,7 @@ class GatewaySource implements Gateway {
   readonly #pinStore: PinStore;
   #host: SourceHost | undefined;
   #pending: [string, Record<string, unknown>][] = [];
-  readonly #upstreams = new Map<string, Upstream>();
+  readonly #connections: Connections;
   readonly #listeners = new Set<(names: string[]) => void>();
   readonly #projections = new WeakMap<readonly ToolDefinition[], { key: string; tools: SourcedTool[] }>();
   /** Facts already recorded once (skipped names, changed digests). */
@@ -178,6 +83,15 @@ class GatewaySource implements Gateway {
         if (this.#host) return this.#host.lastAudited(type);
         return this.#options.lastAudited?.(type);
       },
+    });
+    this.#connections = new Connections(options, {
+      host: () => this.#host,
+      record: (type, data) => this.#record(type, data),
+      // A failure here must never become an unhandled rejection (it would stop the server).
+      onToolsChanged: (u) =>
+        void this.#toolsChanged(u).catch((err: unknown) =>
+          process.emitWarning(`forge gateway: re-checking ${u.server.name}'s tools after list_changed failed: ${(err as Error).message}`),
+        ),
     });
   }
 
@@ -242,78 +156,9 @@ class GatewaySource implements Gateway {
     };
   }
 
-  /** The connection of `server` for these secret values and this authority, made (not started) on first use; stale ones are stopped. */
-  #upstream(server: ServerConfig, secrets: ReadonlyMap<string, string>, authority: string): Upstream {
-    const key = connectionKey(server, secrets, authority);
-    let up = this.#upstreams.get(key);
-    if (up) return up;
-    // The listing connection has served no call: the first caller whose secrets it was started
-    // with (none) takes it over, so one caller's server is one process, not two.
-    const listingKey = connectionKey(server, new Map(), 'listing');
-    const listing = authority !== 'listing' ? this.#upstreams.get(listingKey) : undefined;
-    if (listing && connectionKey(server, secrets, 'listing') === listingKey) {
-      this.#upstreams.delete(listingKey);
-      this.#upstreams.set(key, listing);
-      return listing;
-    }
-    for (const [k, other] of this.#upstreams) {
-      if (other.server.name === server.name && JSON.stringify(other.server) !== JSON.stringify(server)) {
-        this.#upstreams.delete(k);
-        void other.stop(true);
-      }
-    }
-    const authVault = server.secrets.Authorization;
-    up = new Upstream({
-      server,
-      ...(server.transport === 'http' && authVault !== undefined && secrets.has(authVault)
-        ? { authorization: secrets.get(authVault) }
-        : {}),
-      launch: launcherFor(server, secrets, {
-        forgeState: this.#forgeState(),
-        // The given roots, else the policy's bind_roots of the engine the gateway is attached to.
-        bindRoots: () => this.#options.bindRoots ?? this.#host?.bindRoots() ?? [],
-        ...(this.#options.resolver ? { resolver: this.#options.resolver } : {}),
-        ...(this.#options.bwrapPath ? { bwrapPath: this.#options.bwrapPath } : {}),
-        // Every decision of the upstream's egress proxy is audited, with the server it belongs to.
-        // Host names are the upstream's choice: the values of its secrets are redacted from them.
-        onNetworkEvent: (e) => this.#record(e.type, { ...withoutSecrets(e, server, secrets), server: server.name }),
-      }),
-      record: (type, data) => this.#record(type, data),
-      // A failure here must never become an unhandled rejection (it would stop the server).
-      onToolsChanged: (u) =>
-        void this.#toolsChanged(u).catch((err: unknown) =>
-          process.emitWarning(`forge gateway: re-checking ${u.server.name}'s tools after list_changed failed: ${(err as Error).message}`),
-        ),
-      ...(this.#options.now ? { now: this.#options.now } : {}),
-    });
-    this.#upstreams.set(key, up);
-    return up;
-  }
-
-  /** What no upstream may see: forge's home (audit, policy, cache), the pins, the vault. */
-  #forgeState(): string[] {
-    if (this.#options.forgeState) return [...this.#options.forgeState];
-    const out = [this.#options.gatewayDir];
-    if (this.#host) out.push(this.#host.home);
-    const vault = process.env.FORGE_SECRET_VAULT;
-    if (vault) out.push(vault);
-    return out;
-  }
-
-  /** A connection to list `server` with: one running (any secrets, any caller), else one of its connections, else one without secrets or a caller. */
-  #lister(server: ServerConfig): Upstream {
-    let stopped: Upstream | undefined;
-    for (const up of this.#upstreams.values()) {
-      if (up.server.name !== server.name || JSON.stringify(up.server) !== JSON.stringify(server)) continue;
-      if (up.state === 'running') return up;
-      stopped ??= up; // restarted by the listing rather than a second process started beside it
-    }
-    return stopped ?? this.#upstream(server, new Map(), 'listing');
-  }
-
   /** What the upstream lists now (cached per connection), its skipped names recorded once. */
   async #listing(server: ServerConfig): Promise<Listing> {
-    const up = this.#lister(server);
+    const up = this.#connections.lister(server);
     const listed = await up.list();
     if (!listed.ok) return listed;
     this.#noteSkipped(up);
@@ -442,7 +287,7 @@ class GatewaySource implements Gateway {
     }
     // The upstream cannot be listed without the secrets of a call (or is down): offer the approved
     // definitions; every call checks the live definition against the pin before it is sent.
-    const up = this.#lister(server);
+    const up = this.#connections.lister(server);
     return pins
       .states(
         server.name,
@@ -498,7 +343,7 @@ class GatewaySource implements Gateway {
     const origin = job.tool.origin;
     const server = this.#server(origin.server);
     if ('ok' in server) return { ...server, outcome: 'none' };
-    const up = this.#upstream(server, job.secrets, job.authority);
+    const up = this.#connections.get(server, job.secrets, job.authority);
     const facts = (): Record<string, unknown> => ({
       server: server.name,
       tool: origin.tool,
@@ -580,7 +425,7 @@ class GatewaySource implements Gateway {
     const out: ServerReport[] = [];
     for (const server of this.#servers()) {
       const listing = options.probe ? await this.#listing(server) : undefined;
-      const ups = [...this.#upstreams.values()].filter((u) => u.server.name === server.name);
+      const ups = this.#connections.of(server.name);
       const up = ups.find((u) => u.state === 'running') ?? ups[0];
       const states = listing?.ok && pins ? pins.states(server.name, listing.tools, server.tools) : [];
       const report: ServerReport = {
@@ -664,22 +509,17 @@ class GatewaySource implements Gateway {
         defs.push(def);
       }
     }
-    // Two forge names with one wire name (`x.a__b` and `x__a.b` are both `x__a__b` on the wire):
-    // only one could be served under it, so the second is refused here, never dropped silently.
-    const wired = new Map<string, string>();
-    for (const server of b.pins.servers())
-      for (const t of b.pins.list(server).keys()) wired.set(wireKeyOf(`${server}.${t}`), `${server}.${t}`);
-    for (const def of defs) {
-      const forgeName = `${name}.${def.name}`;
-      const holder = wired.get(wireKeyOf(forgeName));
-      if (holder !== undefined && holder !== forgeName) {
-        return {
-          ok: false,
-          kind: 'name_taken',
-          message: `gateway tool "${forgeName}" cannot be approved: on the wire it is "${wireKeyOf(forgeName)}", the name of the approved "${holder}" already; rename one of the servers in gateway.json`,
-        };
-      }
-      wired.set(wireKeyOf(forgeName), forgeName);
+    const pinned = b.pins.servers().flatMap((server) => [...b.pins.list(server).keys()].map((t) => `${server}.${t}`));
+    const clash = wireClash(
+      pinned,
+      defs.map((d) => `${name}.${d.name}`),
+    );
+    if (clash) {
+      return {
+        ok: false,
+        kind: 'name_taken',
+        message: `gateway tool "${clash.name}" cannot be approved: on the wire it is "${wireKeyOf(clash.name)}", the name of the approved "${clash.holder}" already; rename one of the servers in gateway.json`,
+      };
     }
     // The approval covers the server's whole definition as declared now, by the file declaring it.
     const definition = serverDefinition(b.server);
@@ -705,8 +545,6 @@ class GatewaySource implements Gateway {
 
   async close(): Promise<void> {
     this.#closed = true;
-    const ups = [...this.#upstreams.values()];
-    this.#upstreams.clear();
-    await Promise.all(ups.map((u) => u.stop(true)));
+    await this.#connections.close();
   }
 }

@@ -1,6 +1,6 @@
 import type { ErrorObject, ValidateFunction } from 'ajv';
 import schema from '../schema/policy.schema.json' with { type: 'json' };
-import { lineColumn, pointerPath, readJsonText, valueAt } from './json-text.js';
+import { closestKey, lineColumn, pointerPath, pointerToken, readJsonText, valueAt } from './json-document.js';
 import generatedValidator from './policy-validator.generated.js';
 
 /** Resource requests and limits of one call. */
@@ -241,32 +241,6 @@ function pickError(errors: readonly ErrorObject[]): ErrorObject | undefined {
   return errors.find((e) => e.keyword === 'propertyNames') ?? errors[0];
 }
 
-/** The known key closest to `key` (at most two edits away), for "did you mean". */
-export function closestKey(key: string, known: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestD = 3;
-  for (const k of known) {
-    const d = editDistance(key, k);
-    if (d < bestD) {
-      best = k;
-      bestD = d;
-    }
-  }
-  return best;
-}
-
-function editDistance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min((prev[j] as number) + 1, (cur[j - 1] as number) + 1, (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    prev = cur;
-  }
-  return prev[b.length] as number;
-}
-
 const PATTERN_HELP: Record<string, string> = {
   nameGlob: 'a tool-name glob: 1–64 of letters, digits, _ . - and the wildcards * ?',
   persona: 'a persona name: a letter, then letters, digits, _ or - (at most 64)',
@@ -286,7 +260,7 @@ function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason:
       const known = Object.keys((e.parentSchema as { properties?: object } | undefined)?.properties ?? {}).filter((k) => k !== '$schema');
       const guess = closestKey(key, known);
       return {
-        pointer: `${pointer}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`,
+        pointer: `${pointer}/${pointerToken(key)}`,
         reason: `unknown key "${key}" in ${name}${guess ? ` (did you mean "${guess}"?)` : known.length ? ` (expected one of: ${known.join(', ')})` : ''}`,
       };
     }
@@ -294,7 +268,7 @@ function describeError(e: ErrorObject, doc: unknown): { pointer: string; reason:
       const key = String(e.params.propertyName);
       const def = /\$defs\/(\w+)/.exec(JSON.stringify(e.schema))?.[1] ?? '';
       return {
-        pointer: `${pointer}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`,
+        pointer: `${pointer}/${pointerToken(key)}`,
         reason: `${name} has a key ${JSON.stringify(key)} that is not ${PATTERN_HELP[def] ?? 'a valid name'}`,
       };
     }

@@ -40,12 +40,10 @@ export {
   type ToolsmithSettings,
   toolsmithFor,
 } from './decisions.js';
-/** The known key closest to a mistyped one (at most two edits away), for "did you mean". */
 export {
   type BreakerSettings,
   BUDGET_FIELDS,
   type Budget,
-  closestKey,
   DEFAULT_POLICY,
   type EffectivePolicy,
   mergePolicies,
@@ -60,8 +58,13 @@ export {
 } from './document.js';
 export { POLICY_ERROR_CODES, PolicyError, type PolicyErrorCode } from './errors.js';
 export type { GlobMatcher } from './glob.js';
-/** The strict JSON reader of forge's hand-edited documents (duplicate keys refused, offsets for file:line:column). */
+/**
+ * The toolkit of forge's hand-edited JSON documents, shared with @forge/gateway: the strict reader
+ * (duplicate keys refused, offsets for file:line:column), JSON pointers, a bounded file read, and
+ * the known key closest to a mistyped one (at most two edits away), for "did you mean".
+ */
 export {
+  closestKey,
   type JsonReadResult,
   type JsonText,
   lineColumn,
@@ -71,7 +74,7 @@ export {
   readJsonText,
   unescapeToken,
   valueAt,
-} from './json-text.js';
+} from './json-document.js';
 export { POLICY_LIMITS } from './limits.js';
 export { createPolicy, POLICY_SETTLE_MS, type Policy, type PolicyEvent, type PolicyOptions, type PolicyState } from './policy.js';
 export {

@@ -4,7 +4,7 @@
  * value starts.
  */
 import { describe, expect, it } from 'vitest';
-import { lineColumn, pointerToken, readJsonText } from '../src/json-text.js';
+import { lineColumn, pointerToken, readJsonText } from '../src/json-document.js';
 
 function value(text: string): unknown {
   const r = readJsonText(text);

@@ -1,10 +1,15 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 
 /**
- * A strict JSON reader for hand-edited documents: the value, plus where every value starts, so a
- * syntax error or a schema error can be reported as `file:line:column`. Unlike `JSON.parse` it
- * refuses duplicate keys (a second `"per_tool_rpm"` silently winning is how edits go unnoticed)
- * and always says where it stopped.
+ * The toolkit of forge's hand-edited JSON documents (policy.json here, gateway.json in
+ * @forge/gateway, which imports it from this package's index): a strict reader that gives the
+ * value plus where every value starts, so a syntax error or a schema error can be reported as
+ * `file:line:column`; JSON pointers and their reader-facing spelling; a bounded file read; and
+ * "did you mean" for a mistyped key. Unlike `JSON.parse` the reader refuses duplicate keys (a
+ * second `"per_tool_rpm"` silently winning is how edits go unnoticed) and always says where it
+ * stopped. It knows nothing of policy, so a document of another package can use it without
+ * pulling in policy's rules; it lives here because policy is a leaf that imports no other
+ * `@forge/*` package, and the gateway, above the runner, may import policy.
  */
 
 export interface JsonText {
@@ -226,4 +231,30 @@ export function lineColumn(text: string, offset: number): { line: number; column
     }
   }
   return { line, column: offset - lineStart + 1 };
+}
+
+/** The known key closest to `key` (at most two edits away), for "did you mean". */
+export function closestKey(key: string, known: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestD = 3;
+  for (const k of known) {
+    const d = editDistance(key, k);
+    if (d < bestD) {
+      best = k;
+      bestD = d;
+    }
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      cur[j] = Math.min((prev[j] as number) + 1, (cur[j - 1] as number) + 1, (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length] as number;
 }
