@@ -79,10 +79,16 @@ function identity(): Omit<Owner, 'token' | 'time'> {
   return selfIdentity;
 }
 
+/** Whether this process can tell if the owner's process lives: same host and pid namespace. */
+function canInspect(owner: Owner): boolean {
+  const me = identity();
+  return owner.host === me.host && owner.pidns === me.pidns;
+}
+
 /** True only when the owner is provably gone: same host and pid namespace, and its process is not. */
 function ownerIsDead(owner: Owner): boolean {
   const me = identity();
-  if (owner.host !== me.host || owner.pidns !== me.pidns) return false;
+  if (!canInspect(owner)) return false;
   if (owner.boot && me.boot && owner.boot !== me.boot) return true;
   try {
     process.kill(owner.pid, 0);
@@ -308,7 +314,9 @@ export class DirLock {
   }
 
   /**
-   * Breaks the current lock if its holder is provably dead or its mtime is stale. Returns true
+   * Breaks the current lock if its holder is provably dead, or cannot be inspected (another host
+   * or pid namespace, no owner record) and its mtime is stale; a live holder on this host is
+   * waited for however long it takes (`lock_timeout` names it). Returns true
    * when the caller should retry at once. Exactly one waiter breaks a given holder: it must first
    * create that holder's break marker, and markers outlive any plausible race.
    */
@@ -320,8 +328,12 @@ export class DirLock {
     } catch {
       return true; // released meanwhile
     }
+    // A holder that can be inspected keeps the lock while its process lives, however long its
+    // mtime goes unrefreshed: starved of CPU (or stopped) it is slow, not gone, and it still
+    // writes the batch it built from the head it read, so a waiter that broke its lock would
+    // append from that same head and fork the chain. Staleness judges only the others.
     const stale = Date.now() - mtimeMs > this.staleMs;
-    if (owner ? !ownerIsDead(owner) && !stale : !stale) return false;
+    if (!(owner && canInspect(owner) ? ownerIsDead(owner) : stale)) return false;
     const victim = owner?.token ?? `unknown-${Math.floor(mtimeMs)}`;
     const marker = `${this.path}.break-${victim}`;
     // The marker appears with its owner record in place (staged, then renamed: a rename onto an
