@@ -58,14 +58,20 @@ function readOr(fn: () => string, fallback: string): string {
   }
 }
 
-/** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or ''. */
-function processStart(pid: number | 'self'): string {
-  return readOr(() => {
+/** Fields 3 on of /proc/<pid>/stat (state, ppid, …; start time at index 19), or [] when unreadable. */
+function statFields(pid: number | 'self'): string[] {
+  try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
     // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return fields[19] ?? '';
-  }, '');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return [];
+  }
+}
+
+/** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or ''. */
+function processStart(pid: number | 'self'): string {
+  return statFields(pid)[19] ?? '';
 }
 
 function identity(): Omit<Owner, 'token' | 'time'> {
@@ -95,12 +101,14 @@ function ownerIsDead(owner: Owner): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'ESRCH';
   }
-  // The pid exists; it is the holder only if it started when the holder did.
-  if (owner.start) {
-    const now = processStart(owner.pid);
-    if (now && now !== owner.start) return true;
-  }
-  return false;
+  // The pid exists. A zombie (exited, not yet reaped by its parent) holds nothing any more, and
+  // a live holder on this host is never broken for staleness: without this, a holder whose
+  // parent is slow to reap it would keep the lock. Otherwise the pid is the holder only if it
+  // started when the holder did.
+  const fields = statFields(owner.pid);
+  if (fields[0] === 'Z' || fields[0] === 'X') return true;
+  const now = fields[19];
+  return Boolean(owner.start && now && now !== owner.start);
 }
 
 function isBusy(err: unknown): boolean {

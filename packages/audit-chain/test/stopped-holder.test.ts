@@ -1,15 +1,25 @@
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { openAuditLog, verifyLog } from '../src/index.js';
-import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, waitFor } from './children.js';
+import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, WRITER, waitFor } from './children.js';
 import { tempDir } from './helpers.js';
 
-/** The state letter of a process (field 3 of /proc/<pid>/stat): 'T' once SIGSTOP has taken hold. */
+/** The state letter of a process (field 3 of /proc/<pid>/stat): 'T' stopped, 'Z' zombie. */
 function processState(pid: number): string {
   const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
   return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+}
+
+/** Stops `pid` at the end of the current test, if it still runs. */
+function killAtEnd(pid: number): void {
+  onTestFinished(() => {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {}
+  });
 }
 
 describe('a writer that stalls while holding the lock', () => {
@@ -54,5 +64,32 @@ describe('a writer that stalls while holding the lock', () => {
     const acks = (await readAcks(holder.acksPath)).acks;
     expect(acks).toHaveLength(10);
     expect(checkAcks(entries, [...acks, { id: 'other', i: 1, seq: later.seq, hash: later.hash }])).toEqual([]);
+  });
+});
+
+describe('a holder killed but not yet reaped by its parent (a zombie)', () => {
+  it('is proved dead: the next writer takes the lock without waiting for staleness', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const acks = join(dir, 'holder.acks');
+    // The writer's parent is a shell that then becomes `sleep`, which never reaps its children.
+    const options = JSON.stringify({ acks, hangDatasyncMs: 60_000 });
+    const parent = spawn('sh', ['-c', '"$0" "$@" & exec sleep 600', process.execPath, WRITER, path, '1', 'holder', options], {
+      stdio: 'ignore',
+    });
+    if (parent.pid !== undefined) killAtEnd(parent.pid);
+    // Inside its batch (written, its data sync hanging): it holds the lock.
+    await waitFor('the holder to hold the lock', async () => ((await readAcks(acks)).events.includes('datasync') ? true : undefined));
+    const owner = JSON.parse(await readFile(join(`${path}.lock`, 'owner'), 'utf8')) as { pid: number };
+    killAtEnd(owner.pid);
+    process.kill(owner.pid, 'SIGKILL');
+    await waitFor('the holder to be a zombie', () => (processState(owner.pid) === 'Z' ? true : undefined));
+
+    // staleMs 60 s, timeout 3 s: success proves the zombie was judged dead.
+    const log = await openAuditLog(path, { lock: { staleMs: 60_000, timeoutMs: 3000 } });
+    onTestFinished(() => log.close());
+    const r = await log.append('t.after', { ok: true });
+    await log.close();
+    expect(await verifyLog(path)).toMatchObject({ ok: true, entries: r.seq });
   });
 });
