@@ -58,14 +58,20 @@ function readOr(fn: () => string, fallback: string): string {
   }
 }
 
-/** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or ''. */
-function processStart(pid: number | 'self'): string {
-  return readOr(() => {
+/** Fields 3 on of /proc/<pid>/stat (state, ppid, …; start time at index 19), or [] when unreadable. */
+function statFields(pid: number | 'self'): string[] {
+  try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
     // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return fields[19] ?? '';
-  }, '');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return [];
+  }
+}
+
+/** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or ''. */
+function processStart(pid: number | 'self'): string {
+  return statFields(pid)[19] ?? '';
 }
 
 function identity(): Omit<Owner, 'token' | 'time'> {
@@ -79,22 +85,30 @@ function identity(): Omit<Owner, 'token' | 'time'> {
   return selfIdentity;
 }
 
+/** Whether this process can tell if the owner's process lives: same host and pid namespace. */
+function canInspect(owner: Owner): boolean {
+  const me = identity();
+  return owner.host === me.host && owner.pidns === me.pidns;
+}
+
 /** True only when the owner is provably gone: same host and pid namespace, and its process is not. */
 function ownerIsDead(owner: Owner): boolean {
   const me = identity();
-  if (owner.host !== me.host || owner.pidns !== me.pidns) return false;
+  if (!canInspect(owner)) return false;
   if (owner.boot && me.boot && owner.boot !== me.boot) return true;
   try {
     process.kill(owner.pid, 0);
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'ESRCH';
   }
-  // The pid exists; it is the holder only if it started when the holder did.
-  if (owner.start) {
-    const now = processStart(owner.pid);
-    if (now && now !== owner.start) return true;
-  }
-  return false;
+  // The pid exists. A zombie (exited, not yet reaped by its parent) holds nothing any more, and
+  // a live holder on this host is never broken for staleness: without this, a holder whose
+  // parent is slow to reap it would keep the lock. Otherwise the pid is the holder only if it
+  // started when the holder did.
+  const fields = statFields(owner.pid);
+  if (fields[0] === 'Z' || fields[0] === 'X') return true;
+  const now = fields[19];
+  return Boolean(owner.start && now && now !== owner.start);
 }
 
 function isBusy(err: unknown): boolean {
@@ -308,7 +322,9 @@ export class DirLock {
   }
 
   /**
-   * Breaks the current lock if its holder is provably dead or its mtime is stale. Returns true
+   * Breaks the current lock if its holder is provably dead, or cannot be inspected (another host
+   * or pid namespace, no owner record) and its mtime is stale; a live holder on this host is
+   * waited for however long it takes (`lock_timeout` names it). Returns true
    * when the caller should retry at once. Exactly one waiter breaks a given holder: it must first
    * create that holder's break marker, and markers outlive any plausible race.
    */
@@ -320,8 +336,12 @@ export class DirLock {
     } catch {
       return true; // released meanwhile
     }
+    // A holder that can be inspected keeps the lock while its process lives, however long its
+    // mtime goes unrefreshed: starved of CPU (or stopped) it is slow, not gone, and it still
+    // writes the batch it built from the head it read, so a waiter that broke its lock would
+    // append from that same head and fork the chain. Staleness judges only the others.
     const stale = Date.now() - mtimeMs > this.staleMs;
-    if (owner ? !ownerIsDead(owner) && !stale : !stale) return false;
+    if (!(owner && canInspect(owner) ? ownerIsDead(owner) : stale)) return false;
     const victim = owner?.token ?? `unknown-${Math.floor(mtimeMs)}`;
     const marker = `${this.path}.break-${victim}`;
     // The marker appears with its owner record in place (staged, then renamed: a rename onto an

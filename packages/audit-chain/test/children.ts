@@ -16,6 +16,7 @@ export interface WriterOptions {
   lock?: { staleMs?: number; timeoutMs?: number };
   maxBatchBytes?: number;
   hangDatasyncMs?: number;
+  holdWrite?: string;
   go?: string;
 }
 
