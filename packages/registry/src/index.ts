@@ -4,6 +4,24 @@
  *
  * Public API. Everything exported here is a deliberate, documented decision.
  */
+
+export type {
+  CreateOptions,
+  CreateResult,
+  ListedTool,
+  LoadReport,
+  OwnerCheck,
+  PromoteOptions,
+  PromoteOutcome,
+  PromoteResult,
+  RecoverResult,
+  Registry,
+  RegistryOptions,
+  RemoveResult,
+  ResolvedTool,
+  SetStateResult,
+  WriteOk,
+} from './contract.js';
 export { digestSpec, STAMP_FIELDS, type TamperedFailure, verifyToolDigest } from './digest.js';
 export { REGISTRY_ERROR_CODES, RegistryError, type RegistryErrorCode } from './errors.js';
 export { fileToolStore } from './fileToolStore.js';
@@ -27,24 +45,7 @@ export {
 } from './json-schema.js';
 export { MAX_PATTERN_REPEAT } from './linear-pattern.js';
 export { isValidToolName, MAX_NAME_BYTES, toolNameProblem, WIRE_NAME_PATTERN, wireKey, wireLockKey, wireName } from './name.js';
-export {
-  type CreateOptions,
-  type CreateResult,
-  createRegistry,
-  type ListedTool,
-  type LoadReport,
-  type OwnerCheck,
-  type PromoteOptions,
-  type PromoteOutcome,
-  type PromoteResult,
-  type RecoverResult,
-  type Registry,
-  type RegistryOptions,
-  type RemoveResult,
-  type ResolvedTool,
-  type SetStateResult,
-  type WriteOk,
-} from './registry.js';
+export { createRegistry } from './registry.js';
 export { type ScopeRoots, type ScopeRootsInput, scopeIdProblem, scopeRoots } from './scopes.js';
 export { DEFAULT_RUNTIMES, type SpecOk, TOOL_SPEC_SCHEMA, type ValidateSpecOptions, validateSpec } from './spec.js';
 export {

@@ -1,5 +1,5 @@
+import type { ListedTool } from './contract.js';
 import { wireName } from './name.js';
-import type { ListedTool } from './registry.js';
 import type { Failure } from './types.js';
 
 /**

@@ -5,6 +5,16 @@
  * Public API. Everything exported here is a deliberate, documented decision.
  */
 export { type Blueprint, type RequestArgs, readBlueprint, readRequest } from './blueprint.js';
+export type {
+  CycleReport,
+  Operator,
+  ProposalReview,
+  ProposeAnswer,
+  RequestAnswer,
+  Toolsmith,
+  ToolsmithOptions,
+  ToolsmithStatus,
+} from './contract.js';
 export { type ExpectEnvelope, matchExpect, sameData } from './expect.js';
 export {
   type FileGapStore,
@@ -36,18 +46,8 @@ export {
   proposalProblem,
   unknownProposal,
 } from './proposals.js';
-export {
-  type CycleReport,
-  createToolsmith,
-  lineDiff,
-  type Operator,
-  type ProposalReview,
-  type ProposeAnswer,
-  type RequestAnswer,
-  type Toolsmith,
-  type ToolsmithOptions,
-  type ToolsmithStatus,
-} from './service.js';
+export { lineDiff } from './review.js';
+export { createToolsmith } from './service.js';
 export type {
   Awaitable,
   GapInput,

@@ -1,19 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, unlinkSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { linkNew, replaceWith, syncDir, writeTemp } from '@forge/registry';
-import type lockfileType from 'proper-lockfile';
+import { codedError, errno } from './fsErrors.js';
+import { LOCK_STALE_MS, LOCK_WAIT_MS, withProposalLock } from './proposalLock.js';
 import type { ProposalFilter, ProposalInput, ProposalStore as ProposalStoreContract, UpdateResult } from './stores.js';
 import type { Proposal, ProposalEvent, ProposalState } from './types.js';
-
-// proper-lockfile (with graceful-fs) is loaded by the first transition: reading never locks.
-const require = createRequire(import.meta.url);
-let lockfileModule: typeof lockfileType | undefined;
-function lockfile(): typeof lockfileType {
-  lockfileModule ??= require('proper-lockfile') as typeof lockfileType;
-  return lockfileModule;
-}
 
 /** Where a store lives and its clock. */
 export interface ProposalStoreOptions {
@@ -57,19 +49,6 @@ const FILE = /^(p-[0-9a-f]{16})\.json$/;
 const STATES: ReadonlySet<string> = new Set(['pending', 'validated', 'failed', 'rejected', 'active', 'retired']);
 const REQUIRED_STRINGS = ['id', 'state', 'name', 'capability', 'persona', 'session', 'created_at', 'updated_at'] as const;
 const FROZEN = ['id', 'created_at', 'updated_at', 'history', 'state'] as const;
-/** A lock whose holder stopped refreshing it for this long is taken over (proper-lockfile's `stale`). */
-const LOCK_STALE_MS = 10_000;
-/** How long a transition waits for a held lock: past the stale time, so a crashed holder is taken over, not failed on. */
-const LOCK_WAIT_MS = 30_000;
-
-function errno(err: unknown): string | undefined {
-  return (err as NodeJS.ErrnoException | undefined)?.code;
-}
-
-function codedError(code: string, message: string, cause?: unknown): Error {
-  return Object.assign(new Error(message, cause === undefined ? undefined : { cause }), { code });
-}
-
 /** Whether `id` is a proposal id: `p-` and 16 lower-case hex digits. */
 export function isProposalId(id: unknown): id is string {
   return typeof id === 'string' && ID.test(id);
@@ -278,7 +257,38 @@ function serialize(p: Proposal): string {
   return text;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Creates the store directory `root` (0700) under the toolsmith directory `dir`; `dir_unusable` when it cannot be. */
+function ensureRoot(root: string, dir: string): void {
+  try {
+    mkdirSync(root, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw codedError(
+      'dir_unusable',
+      `proposal directory ${root} cannot be created: ${(err as Error).message}; check the permissions of ${dir}`,
+      err,
+    );
+  }
+}
+
+/**
+ * The ids of the proposal files in `root`, in directory order (none when it does not exist yet);
+ * each other `.json` file goes to `onProblem` as the listing reaches it.
+ */
+function* proposalIds(root: string, onProblem: (file: string, reason: string) => void): Generator<string> {
+  let files: string[];
+  try {
+    files = readdirSync(root);
+  } catch (err) {
+    if (errno(err) === 'ENOENT') return;
+    throw codedError('dir_unusable', `cannot read proposal directory ${root}: ${(err as Error).message}`, err);
+  }
+  for (const f of files) {
+    if (f.startsWith('.') || !f.endsWith('.json')) continue;
+    const m = FILE.exec(f);
+    if (m) yield m[1] as string;
+    else onProblem(join(root, f), 'not a proposal file name (p- and 16 hex digits, .json)');
+  }
+}
 
 /**
  * Opens the proposal store under `dir` (nothing is created until the first `create`).
@@ -301,67 +311,13 @@ export function openProposalStore(
     return r;
   }
 
-  function ensureRoot(): void {
-    try {
-      mkdirSync(root, { recursive: true, mode: 0o700 });
-    } catch (err) {
-      throw codedError(
-        'dir_unusable',
-        `proposal directory ${root} cannot be created: ${(err as Error).message}; check the permissions of ${o.dir}`,
-        err,
-      );
-    }
-  }
-
-  async function withLock<T>(id: string, fn: (lost: () => boolean) => Promise<T>): Promise<T> {
-    let compromised = false;
-    let release: (() => Promise<void>) | undefined;
-    const deadline = Date.now() + lockWaitMs;
-    for (let wait = 5; !release; wait = Math.min(wait * 1.5, 100)) {
-      try {
-        release = await lockfile().lock(pathOf(id), {
-          realpath: false,
-          lockfilePath: join(root, `${id}.lock`),
-          stale: LOCK_STALE_MS,
-          retries: 0,
-          // Lost means this process stalled past the stale time and another may have taken over:
-          // the write is then refused (see `lost` below) rather than crashing the process.
-          onCompromised: () => {
-            compromised = true;
-          },
-        });
-      } catch (err) {
-        if (errno(err) !== 'ELOCKED') {
-          throw codedError(
-            'dir_unusable',
-            `cannot lock proposal ${id} in ${root}: ${(err as Error).message}; check the directory's permissions`,
-            err,
-          );
-        }
-        if (Date.now() >= deadline) {
-          throw codedError(
-            'lock_timeout',
-            `proposal ${id} in ${root} has been locked by another process for over ${lockWaitMs} ms; retry, or remove ${join(root, `${id}.lock`)} if no forge process is running`,
-            err,
-          );
-        }
-        await sleep(wait * (0.5 + Math.random()));
-      }
-    }
-    try {
-      return await fn(() => compromised);
-    } finally {
-      await release().catch(() => {});
-    }
-  }
-
   const store: FileProposalStore = {
     dir: o.dir,
 
     async create(input) {
       const at = now().toISOString();
       newProposal(input, newProposalId(), at); // a malformed proposal is refused before anything is created
-      ensureRoot();
+      ensureRoot(root, o.dir);
       for (let attempt = 0; attempt < 5; attempt++) {
         const id = newProposalId();
         const p = newProposal(input, id, at);
@@ -385,22 +341,9 @@ export function openProposalStore(
     },
 
     async list(filter = {}) {
-      let files: string[];
-      try {
-        files = readdirSync(root);
-      } catch (err) {
-        if (errno(err) === 'ENOENT') return [];
-        throw codedError('dir_unusable', `cannot read proposal directory ${root}: ${(err as Error).message}`, err);
-      }
       const all: Proposal[] = [];
-      for (const f of files) {
-        if (f.startsWith('.') || !f.endsWith('.json')) continue;
-        const m = FILE.exec(f);
-        if (!m) {
-          onProblem(join(root, f), 'not a proposal file name (p- and 16 hex digits, .json)');
-          continue;
-        }
-        const r = read(m[1] as string);
+      for (const id of proposalIds(root, onProblem)) {
+        const r = read(id);
         if (r.status === 'ok') all.push(r.proposal);
       }
       return filterProposals(all, filter);
@@ -412,7 +355,7 @@ export function openProposalStore(
       if (!ID.test(id)) return unknown(' (an id is p- and 16 hex digits)');
       // Checked before locking, so that a store nothing was written to stays untouched.
       if (readProposal(pathOf(id), id).status === 'missing') return unknown(` in ${root}`);
-      return withLock(id, async (lost) => {
+      return withProposalLock(root, id, lockWaitMs, async (lost) => {
         const r = read(id);
         if (r.status === 'missing') return unknown(` in ${root}`);
         if (r.status === 'bad') return unknown(`: its file ${pathOf(id)} is unusable (${r.reason})`);
