@@ -1,5 +1,6 @@
 import type { CallContext } from '../api.js';
 import { auditSafe, inputDigest } from '../auditData.js';
+import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import { type Caller, type Ctx, callerOf } from '../caller.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { AuditPort, Callers, Clock } from '../ports.js';
@@ -72,8 +73,10 @@ export async function refuseCall(
   eventType = call.eventType,
   extra: Record<string, unknown> = {},
 ): Promise<Envelope> {
-  const text = redactText(message, call.secrets);
   const meta = { duration_ms: e.now() - call.started, cache: 'off' as const };
+  // The log is down: nothing can record this refusal, and it names no more than what happened.
+  if (kind === AUDIT_UNAVAILABLE) return failure(kind, message, meta);
+  const text = redactText(message, call.secrets);
   const { dispatched } = call;
   const r = await refuse(
     e,
