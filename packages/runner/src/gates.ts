@@ -10,15 +10,10 @@ import {
   type ToolAction,
 } from '@forge/policy';
 import type { OwnerCheck, ResolvedTool } from '@forge/registry';
-import type { RefusalKind } from './refusal.js';
+import type { Refusal, RefusalKind } from './refusal.js';
 
 /** A refusal of a gate, and the audit event type that records it. */
-export interface GateRefusal {
-  ok: false;
-  kind: RefusalKind;
-  message: string;
-  eventType: string;
-}
+export type GateRefusal = Refusal & { eventType: string };
 
 /** The audit event type of a refusal `kind` (the specific one where forge has one). */
 export function eventTypeOf(kind: RefusalKind, otherwise: string): string {

@@ -1,7 +1,7 @@
 import { type Breakers, checkAllowRule, checkPersonaAcl, checkRuntime, checkToolName, type PolicySnapshot } from '@forge/policy';
 import { META_TOOLS } from '../api.js';
 import type { BreakersPort, PolicyPort } from '../ports.js';
-import type { RefusalKind } from '../refusal.js';
+import type { Refusal } from '../refusal.js';
 import type { Call } from './call.js';
 import type { Target } from './resolve.js';
 
@@ -15,13 +15,7 @@ export interface Admitted {
 }
 
 /** A refusal of a step of the call pipeline, the entry type that records it and more facts for it. */
-export interface Denied {
-  ok: false;
-  kind: RefusalKind;
-  message: string;
-  eventType?: string;
-  extra?: Record<string, unknown>;
-}
+export type Denied = Refusal & { eventType?: string; extra?: Record<string, unknown> };
 
 /**
  * The gates that judge the name alone: the persona's ACL, the policy (a malformed one refuses),

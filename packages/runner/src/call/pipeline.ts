@@ -9,7 +9,7 @@ import { sourceExecutor } from '../executors/source.js';
 import { newRunId } from '../manifest.js';
 import type { Clock, PolicyPort, Setup } from '../ports.js';
 import { type SecretList, secretList } from '../redact.js';
-import { type Refusal, RefusalError } from '../refusal.js';
+import { RefusalError } from '../refusal.js';
 import { readSecrets } from '../vault.js';
 import { cachedOrRun } from './cached.js';
 import { type Call, openCall, type RefusePorts, refuseCall } from './call.js';
@@ -59,8 +59,8 @@ export async function runCall(e: Engine, executors: CallExecutors, call: Call, r
 }
 
 /** A refusal of the call as its answer: nothing ran. */
-async function refused(e: RefusePorts, call: Call, r: Refusal | Denied): Promise<CallAnswer> {
-  const { eventType, extra } = r as Partial<Denied>;
+async function refused(e: RefusePorts, call: Call, r: Denied): Promise<CallAnswer> {
+  const { eventType, extra } = r;
   return { envelope: await refuseCall(e, call, r.kind, r.message, eventType ?? call.eventType, extra ?? {}), outcome: 'none' };
 }
 

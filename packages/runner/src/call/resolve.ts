@@ -4,6 +4,7 @@ import { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
 import { META_TOOLS } from '../api.js';
 import { type Ctx, callerOf } from '../caller.js';
 import type { AuditPort, PolicyPort, ToolLookup } from '../ports.js';
+import type { Refusal } from '../refusal.js';
 import type { SourcedTool, ToolSource } from '../sources.js';
 import { findTool, UNKNOWN_TOOL_TODO, UNKNOWN_TOOL_TODO_GOVERNED } from '../wireNames.js';
 import { reportShadow, sourceNamespace } from './shadow.js';
@@ -15,15 +16,13 @@ export type Target = { kind: 'forged'; stored: StoredTool } | { kind: 'sourced';
  * Why nothing can be called by a name: none has it, the record it resolves to is damaged
  * (`tool_damaged`), or (a worker's pinned route) the tool is not the one the front-end resolved.
  */
-export interface Unresolved {
-  ok: false;
+export type Unresolved = Refusal & {
   kind: 'unknown_tool' | 'tool_damaged' | 'internal';
-  message: string;
   /** The forge name the call is audited under (a damaged record's, a pinned tool's), when not the name asked. */
   name?: string;
   /** The call's entry type, when not `forge.called` (a pinned name that resolves to a source's tool). */
   eventType?: string;
-}
+};
 
 /** What step 1 gives: the target, or why there is none. */
 export type Resolved = { ok: true; target: Target } | Unresolved;
