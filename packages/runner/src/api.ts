@@ -8,10 +8,14 @@ import type { CacheLimits, CacheStore } from './cache.js';
 import type { Envelope } from './envelope.js';
 import type { ToolEvent } from './events.js';
 import type { ForgePaths } from './paths.js';
+import type { Refusal } from './refusal.js';
 import type { RunStore } from './runStore.js';
 import type { ArtifactContent, RunRecord } from './runs.js';
 import type { SourcedTool, ToolSource } from './sources.js';
 import type { SandboxFacts } from './toolHints.js';
+
+/** The refusal type, for modules that name it here (refusal.ts is its one home). */
+export type { Refusal } from './refusal.js';
 
 /** The public API of the engine: what `createForge` takes and returns. */
 
@@ -188,14 +192,6 @@ export interface TrialResult {
   ran: boolean;
   /** The runtime as resolved (`python3 3.11.2`). */
   runtime: string;
-}
-
-/** An expected refusal: the error kind, and a message naming the field or rule. */
-export interface Refusal {
-  ok: false;
-  kind: string;
-  message: string;
-  [detail: string]: unknown;
 }
 
 export type ForgeResult = { ok: true; tool: StoredTool; previous?: { version: number; digest: string } } | Refusal;

@@ -1,5 +1,5 @@
 import { type AuditEntry, type KeyInput, tailLog, type VerifyResult, verifyLog } from '@forge/audit-chain';
-import type { Refusal } from './api.js';
+import type { Refusal } from './refusal.js';
 
 /** The last entries of the audit log, and the verdict of verifying the whole log first. */
 export interface AuditTail {

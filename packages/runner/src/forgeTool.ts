@@ -1,10 +1,32 @@
 import { checkNamespace, checkRuntime, checkSecrets, checkToolName, type Decision, networkFor, toolsmithFor } from '@forge/policy';
 import { staticCheck } from '@forge/registry';
-import type { ForgeResult, ForgeToolOptions, Refusal } from './api.js';
+import type { ForgeResult, ForgeToolOptions } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
+import { creatorOf } from './caller.js';
 import type { Engine } from './engine.js';
 import { caseVariantIn, eventTypeOf, ownerCheck } from './gates.js';
 import { undoCreate } from './manage.js';
+import { type Refusal, refusalKind } from './refusal.js';
+import { refuse } from './refuse.js';
+
+/** The ports of forging: who calls, the log, the policy, the registries and sources, runtimes and breakers. */
+export type ForgePorts = Pick<
+  Engine,
+  | 'context'
+  | 'admit'
+  | 'record'
+  | 'unaudited'
+  | 'policyNow'
+  | 'base'
+  | 'layers'
+  | 'resolveIn'
+  | 'registryFor'
+  | 'wireClaims'
+  | 'sources'
+  | 'notifyChanged'
+  | 'runtimesReady'
+  | 'breakersOf'
+>;
 
 /**
  * The forge pipeline (DESIGN "The two pipelines"): the spec's shape and schemas, the static check,
@@ -12,40 +34,25 @@ import { undoCreate } from './manage.js';
  * forge-count breaker, the registry write under the name's lock, and the audit entry (a write the
  * log does not take is taken back).
  */
-export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) => Promise<ForgeResult> {
-  const {
-    context,
-    record,
-    unaudited,
-    admit,
-    policyNow,
-    base,
-    layers,
-    resolveIn,
-    runtimesReady,
-    breakersOf,
-    registryFor,
-    wireClaims,
-    notifyChanged,
-  } = e;
+export function makeForgeTool(e: ForgePorts): (spec: unknown, o?: ForgeToolOptions) => Promise<ForgeResult> {
+  const { context, record, admit, policyNow, base, layers, resolveIn, runtimesReady, breakersOf, registryFor, wireClaims, notifyChanged } =
+    e;
   return async (spec, o = {}) => {
     const ctx = context(o);
     const scope = o.scope ?? 'project';
-    const who = { persona: ctx.persona, session: ctx.session };
+    const who = creatorOf(ctx);
     const name = typeof (spec as { name?: unknown })?.name === 'string' ? (spec as { name: string }).name : undefined;
-    const refuse = async (r: Refusal, eventType = 'forge.created'): Promise<Refusal> => {
-      const { ok: _ok, ...detail } = r;
-      const f = await record(eventType, { ok: false, ...who, scope, ...(name ? { name } : {}), ...detail });
-      return f ? { ok: false, kind: AUDIT_UNAVAILABLE, message: unaudited(f, r.kind, r.message), refused: r.kind } : r;
+    const refused = (r: Refusal, eventType = 'forge.created'): Promise<Refusal> => {
+      const { ok: _ok, kind: _kind, message: _message, ...detail } = r;
+      return refuse(e, r, { type: eventType, facts: { ...who, scope, ...(name ? { name } : {}), ...detail } });
     };
     // Refused before anything is written while the log takes no appends (the check is a real append).
     const no = await admit(ctx, 'nothing was forged');
-    if (no)
-      return no.audited ? refuse({ ok: false, kind: no.kind, message: no.message }) : { ok: false, kind: no.kind, message: no.message };
+    if (no) return refused(no);
     if (scope === 'task' && !ctx.task)
-      return refuse({ ok: false, kind: 'validation_failed', message: 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)' });
+      return refused({ ok: false, kind: 'validation_failed', message: 'scope "task" needs a task id (FORGE_TASK_ID or ctx.task)' });
     const pol = policyNow();
-    if (!pol.ok) return refuse(pol);
+    if (!pol.ok) return refused(pol);
     const snap = pol.snap;
     // Governed mode: new tools come through forge_propose and an approver, never straight in.
     const smith = toolsmithFor(snap, ctx.persona);
@@ -55,19 +62,19 @@ export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) 
           ? ` (the toolsmith is paused now: ${smith.pausedWhy})`
           : ''
         : ' (the toolsmith is off now: policy toolsmith.enabled is false, so ask an operator to enable it)';
-      return refuse({
+      return refused({
         ok: false,
         kind: 'policy_denied',
         message: `persona "${ctx.persona}" forges in governed mode (policy toolsmith.mode), so forge_tool is refused; propose the tool with forge_propose {capability, description, input_schema, impl, runtime, examples}: it is validated in the sandbox and goes live once an approver approves it${off}`,
       });
     }
     const checked = base.validate(spec);
-    if (!checked.ok) return refuse(checked as Refusal);
+    if (!checked.ok) return refused(checked as Refusal);
     const tool = checked.spec;
     const grant = networkFor(snap, ctx.persona);
     const findings = staticCheck(tool, { network: grant.network === 'allow' });
     if (findings.length > 0) {
-      return refuse({
+      return refused({
         ok: false,
         kind: 'static_check_failed',
         message: `impl: ${findings.map((f) => `line ${f.line}: ${f.message} (${f.rule})`).join('; ')}`,
@@ -75,33 +82,33 @@ export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) 
       });
     }
     const decisions: Decision[] = [checkToolName(snap, tool.name)];
-    for (const d of decisions) if (!d.ok) return refuse(d as Refusal);
+    for (const d of decisions) if (!d.ok) return refused(d as Refusal);
     const ns = checkNamespace(snap, ctx.persona, tool.name);
-    if (!ns.ok) return refuse(ns as Refusal, 'tool.namespace_denied');
+    if (!ns.ok) return refused(ns as Refusal, 'tool.namespace_denied');
     // A source's namespace (a gateway server's `<server>.*`) is not forgeable: a forged tool would
     // take the name of the upstream's tool, since forged tools win a call by their name.
     for (const source of e.sources) {
       const owned = source.owns?.(tool.name);
-      if (owned) return refuse({ ok: false, kind: 'name_taken', message: owned });
+      if (owned) return refused({ ok: false, kind: 'name_taken', message: owned });
     }
     // Taken too: a name that differs only by case from a visible tool (the registry checks its own
     // scopes; the session and task scopes are registries of their own).
     const visible = await layers(ctx);
     const variant = o.overwrite === true && resolveIn(visible, tool.name) ? undefined : caseVariantIn(visible, tool.name);
-    if (variant) return refuse(variant);
+    if (variant) return refused(variant);
     const rt = checkRuntime(snap, tool.runtime);
-    if (!rt.ok) return refuse(rt as Refusal);
+    if (!rt.ok) return refused(rt as Refusal);
     // On PATH is not enough (a version manager's shim for a version it has not installed): the
     // interpreter must have answered, or the tool could be forged and never run.
     try {
       await (await runtimesReady).resolve(tool.runtime);
     } catch (err) {
-      return refuse({ ok: false, kind: 'validation_failed', message: `runtime: ${(err as Error).message}` });
+      return refused({ ok: false, kind: 'validation_failed', message: `runtime: ${(err as Error).message}` });
     }
     const secrets = checkSecrets(snap, ctx.persona, tool.meta?.secrets ?? []);
-    if (!secrets.ok) return refuse(secrets as Refusal, 'acl.persona_secret_denied');
+    if (!secrets.ok) return refused(secrets as Refusal, 'acl.persona_secret_denied');
     const count = breakersOf(ctx.session).checkForge(ctx.session, snap.policy.breakers);
-    if (!count.ok) return refuse({ ok: false, kind: count.kind, message: count.message });
+    if (!count.ok) return refused({ ok: false, kind: count.kind, message: count.message });
     const reg = await registryFor(scope, ctx);
     // A replace needs the replaced tool to be the persona's (asked under the name's lock).
     // Two tools may not share a wire name in any visible scope, racing forges included.
@@ -114,7 +121,8 @@ export function makeForgeTool(e: Engine): (spec: unknown, o?: ForgeToolOptions) 
         authorize: ownerCheck(snap, ctx.persona, tool.name, 'forge'),
       }),
     );
-    if (!written.ok) return refuse(written as Refusal, eventTypeOf(written.kind, 'forge.created'));
+    if (!written.ok)
+      return refused({ ...written, kind: refusalKind(written.kind) }, eventTypeOf(refusalKind(written.kind), 'forge.created'));
     const unrecorded = await record('forge.created', {
       ok: true,
       ...who,

@@ -10,17 +10,13 @@ import {
   type ToolAction,
 } from '@forge/policy';
 import type { OwnerCheck, ResolvedTool } from '@forge/registry';
+import type { Refusal, RefusalKind } from './refusal.js';
 
 /** A refusal of a gate, and the audit event type that records it. */
-export interface GateRefusal {
-  ok: false;
-  kind: string;
-  message: string;
-  eventType: string;
-}
+export type GateRefusal = Refusal & { eventType: string };
 
 /** The audit event type of a refusal `kind` (the specific one where forge has one). */
-export function eventTypeOf(kind: string, otherwise: string): string {
+export function eventTypeOf(kind: RefusalKind, otherwise: string): string {
   if (kind === 'namespace_denied') return 'tool.namespace_denied';
   if (kind === 'acl.persona_denied') return 'acl.persona_denied';
   return otherwise;
@@ -75,7 +71,7 @@ export function caseVariantIn(layers: readonly { caseVariantOf(name: string): Re
     if (hit) {
       return {
         ok: false as const,
-        kind: 'name_taken',
+        kind: 'name_taken' as const,
         message: `tool "${name}" differs only by case from the existing tool "${hit.tool.name}" (${hit.scope} scope), and names are compared regardless of case; choose another name, or forge "${hit.tool.name}" with overwrite to replace that tool`,
       };
     }

@@ -7,6 +7,21 @@
 
 /** The name MCP clients see for a tool, and what every such name matches (from @forge/registry). */
 export { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
+export {
+  type CallContext,
+  type DispatchOptions,
+  type Forge,
+  type ForgeEvent,
+  type ForgeOptions,
+  type ForgeResult,
+  type ForgeToolOptions,
+  META_TOOLS,
+  type RemoveToolResult,
+  type ToolsChanged,
+  type TrialOptions,
+  type TrialResult,
+  type WorkOptions,
+} from './api.js';
 export { MIME_HEAD_BYTES, mimeTypeOf } from './artifactFiles.js';
 export { AUDIT_RECOVERED, AUDIT_UNAVAILABLE } from './auditGate.js';
 export { AUDIT_TAIL_WINDOW, type AuditTail, MAX_AUDIT_TAIL } from './auditTail.js';
@@ -16,26 +31,11 @@ export { readAuditKey } from './checkpoints.js';
 export { defaultWorkerName } from './engine.js';
 export type { Envelope, EnvelopeMeta, ErrorEnvelope, OkEnvelope } from './envelope.js';
 export { DEFAULT_EVENT_LIMITS, type EventLimits, type EventSummary, LOG_LEVELS, type LogLevel, type ToolEvent } from './events.js';
-export {
-  type CallContext,
-  createForge,
-  type DispatchOptions,
-  type Forge,
-  type ForgeEvent,
-  type ForgeOptions,
-  type ForgeResult,
-  type ForgeToolOptions,
-  META_TOOLS,
-  type Refusal,
-  type RemoveToolResult,
-  type ToolsChanged,
-  type TrialOptions,
-  type TrialResult,
-  type WorkOptions,
-} from './forge.js';
+export { createForge } from './forge.js';
 export type { ArtifactInfo } from './manifest.js';
 export { type DroppedFile, type FileRef, MAX_META_FILES } from './metaFiles.js';
 export { defaultForgeHome, type ForgePaths, findProject } from './paths.js';
+export type { Refusal } from './refusal.js';
 export {
   artifactPathProblem,
   artifactUri,

@@ -1,6 +1,6 @@
 import { isOperator, type PolicySnapshot } from '@forge/policy';
-import type { Refusal } from './api.js';
 import { mimeTypeOf } from './artifactFiles.js';
+import type { Refusal } from './refusal.js';
 import { artifactPathProblem, artifactUri, manifestUri, runIdProblem } from './runIds.js';
 import type { RunStore, StoredArtifact } from './runStore.js';
 
@@ -104,7 +104,7 @@ export async function readArtifact(
   const found = await findRun(deps, runId);
   if ('ok' in found) return found;
   const f = found as Found;
-  const refuse = async (kind: string, message: string, why: string): Promise<Refusal> => {
+  const refuse = async (kind: Refusal['kind'], message: string, why: string): Promise<Refusal> => {
     await deps.refused({ run_id: runId, path, persona: deps.persona, session: deps.session, kind, reason: why });
     return { ok: false, kind, message };
   };
@@ -126,7 +126,7 @@ export async function readArtifact(
   return { ok: true, run_id: runId, path, uri: artifactUri(runId, path), mime_type: mimeTypeOf(path, bytes), size: bytes.length, bytes };
 }
 
-function artifactProblem(runId: string, path: string, p: { problem: string; at: string }): [string, string] {
+function artifactProblem(runId: string, path: string, p: { problem: string; at: string }): [Refusal['kind'], string] {
   const where = p.at === path ? `"${path}"` : `"${p.at}" (on the way to "${path}")`;
   switch (p.problem) {
     case 'missing':

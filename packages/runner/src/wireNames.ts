@@ -99,7 +99,7 @@ export class WireClaims {
     scope: Scope,
     options: { kind: 'name_taken' | 'promote_conflict'; existing?: boolean },
     write: () => Promise<R>,
-  ): Promise<R | { ok: false; kind: string; message: string }> {
+  ): Promise<R | { ok: false; kind: 'name_taken' | 'promote_conflict'; message: string }> {
     const key = wireName(name).toLowerCase();
     if (!options.existing) {
       for (const layer of layers) {

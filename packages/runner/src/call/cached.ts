@@ -2,11 +2,11 @@ import type { PolicySnapshot } from '@forge/policy';
 import { outputDigest } from '../auditData.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import { type CacheMismatch, type CacheStore, mismatchMessage } from '../cache.js';
-import type { Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { RunPlan } from '../executor.js';
 import { newId } from '../manifest.js';
 import { rebaseFiles } from '../metaFiles.js';
+import type { AuditPort, CachePort, Clock, Lifecycle, RunsPort } from '../ports.js';
 import type { Call } from './call.js';
 import { calledFacts, type RunOutcome } from './record.js';
 import type { Target } from './resolve.js';
@@ -20,8 +20,15 @@ import type { Target } from './resolve.js';
  * or a shared one, has its own run id, record and audit entry; a failed shared run is recorded
  * for each caller.
  */
+/** The ports of the cache rules: the cache, the log it is checked against, the run store. */
+export type CachePorts = Pick<AuditPort, 'record' | 'track' | 'audit' | 'ownsAudit'> &
+  CachePort &
+  RunsPort &
+  Clock &
+  Pick<Lifecycle, 'state'>;
+
 export async function cachedOrRun(
-  e: Engine,
+  e: CachePorts,
   call: Call,
   target: Target,
   plan: RunPlan & { cacheKey: string },
@@ -42,7 +49,7 @@ export async function cachedOrRun(
   if (r.envelope.ok) return { envelope: await cacheHit(e, call, target, plan, snap, r.envelope, r.runId, true), outcome: r.outcome };
   const unrecorded = await e.record(call.eventType, {
     ok: false,
-    ...calledFacts(target, call.ctx, call.inputDigest),
+    ...calledFacts(target, call.caller, call.inputDigest),
     kind: r.envelope.error.kind,
     cache: 'miss',
     shared_flight: true,
@@ -55,7 +62,7 @@ export async function cachedOrRun(
 
 /** A cache hit: the seed run's envelope with this call's meta, its own record and audit entry. */
 async function cacheHit(
-  e: Engine,
+  e: CachePorts,
   call: Call,
   target: Target,
   plan: RunPlan & { cacheKey: string },
@@ -65,7 +72,6 @@ async function cacheHit(
   /** Another caller's run, awaited together (single flight), rather than a stored entry. */
   shared: boolean,
 ): Promise<Envelope> {
-  const { ctx } = call;
   const runId = newId(new Date(e.now()));
   const envelope: Envelope = {
     ...seed,
@@ -80,9 +86,7 @@ async function cacheHit(
       run_id: runId,
       at: new Date(e.now()).toISOString(),
       tool,
-      persona: ctx.persona,
-      session: ctx.session,
-      ...(ctx.task ? { task: ctx.task } : {}),
+      ...call.caller,
       input: plan.redactedInput,
       cache: 'hit',
       cache_key: plan.cacheKey,
@@ -95,7 +99,7 @@ async function cacheHit(
   e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
   const unrecorded = await e.record(call.eventType, {
     ok: true,
-    ...calledFacts(target, ctx, call.inputDigest),
+    ...calledFacts(target, call.caller, call.inputDigest),
     run_id: runId,
     seed_run: seedRun,
     cache: 'hit',
@@ -113,10 +117,16 @@ async function cacheHit(
  * caller, the key, the seed run, what differed), before the call runs as a miss. Not withheld
  * for: the call's own entry comes next, and the log's gate refuses the call if this one failed.
  */
-async function reportMismatch(e: Engine, call: Call, target: Target, m: CacheMismatch, store: CacheStore): Promise<void> {
+async function reportMismatch(
+  e: Pick<AuditPort, 'record'>,
+  call: Call,
+  target: Target,
+  m: CacheMismatch,
+  store: CacheStore,
+): Promise<void> {
   process.emitWarning(`forge: ${mismatchMessage(m, call.name, store)}`);
   await e.record('forge.cache_mismatch', {
-    ...calledFacts(target, call.ctx, call.inputDigest),
+    ...calledFacts(target, call.caller, call.inputDigest),
     cache_key: m.key,
     seed_run: m.seed_run,
     reason: m.reason,

@@ -2,9 +2,9 @@ import { clampBudget, type PolicySnapshot } from '@forge/policy';
 import type { JobResult, JsonValue } from '@forge/queue';
 import type { DispatchOptions } from '../api.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
-import type { Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { RunPlan } from '../executor.js';
+import type { AuditPort, CachePort, Clock, RunsPort, Setup } from '../ports.js';
 import { RefusalError, stopReason } from '../refusal.js';
 import type { Call } from './call.js';
 import { type CallAnswer, type CallJob, newCallId } from './job.js';
@@ -25,8 +25,11 @@ const RUN_GRACE_MS = 10_000;
  * will record it, so this front-end does. A cancel of a running call reaches the worker's
  * sandbox, and the worker records it.
  */
+/** The ports of dispatching: the log, the clock, the call counts and the cache, this process's name. */
+export type DispatchPorts = Pick<AuditPort, 'record' | 'unaudited' | 'audit'> & Clock & RunsPort & CachePort & Pick<Setup, 'workerName'>;
+
 export async function dispatchCall(
-  e: Engine,
+  e: DispatchPorts,
   call: Call,
   target: Extract<Target, { kind: 'forged' }>,
   plan: RunPlan,
@@ -44,9 +47,7 @@ export async function dispatchCall(
     version: stored.version,
     scope: stored.scope,
     input: (call.input ?? {}) as JsonValue,
-    persona: ctx.persona,
-    session: ctx.session,
-    ...(ctx.task ? { task: ctx.task } : {}),
+    ...call.caller,
     acl: ctx.acl.all ? null : [...ctx.acl.patterns],
     from: e.workerName,
   };
@@ -98,7 +99,7 @@ export async function dispatchCall(
       const kind = cancelled ? 'cancelled' : 'timeout';
       const message = `${why}; the worker running it was told to stop and has not finished it within ${CANCEL_GRACE_MS} ms; it records the call when it does (call_id ${id})`;
       const meta = { cache: 'off' as const, duration_ms: e.now() - call.started };
-      const f = await e.record('dispatch.unanswered', { ok: false, name: stored.name, ...call.who, kind, message, call_id: id });
+      const f = await e.record('dispatch.unanswered', { ok: false, name: stored.name, ...call.caller, kind, message, call_id: id });
       const envelope = f
         ? failure(AUDIT_UNAVAILABLE, e.unaudited(f, kind, message), meta, { refused: kind })
         : failure(kind, message, meta);
@@ -140,7 +141,13 @@ export async function dispatchCall(
  * busy the call would wait until one is free; this way a dead worker's call is back in the
  * queue within one lease of its last renewal, and recorded as lost when it was tried too often.
  */
-async function waitRecovering(e: Engine, queue: DispatchOptions['queue'], id: string, ms: number, signal?: AbortSignal) {
+async function waitRecovering(
+  e: Pick<AuditPort, 'record' | 'audit'>,
+  queue: DispatchOptions['queue'],
+  id: string,
+  ms: number,
+  signal?: AbortSignal,
+) {
   const deadline = Date.now() + ms;
   for (;;) {
     const left = deadline - Date.now();

@@ -1,6 +1,7 @@
 import { type Breakers, checkAllowRule, checkPersonaAcl, checkRuntime, checkToolName, type PolicySnapshot } from '@forge/policy';
 import { META_TOOLS } from '../api.js';
-import type { Engine } from '../engine.js';
+import type { BreakersPort, PolicyPort } from '../ports.js';
+import type { Refusal } from '../refusal.js';
 import type { Call } from './call.js';
 import type { Target } from './resolve.js';
 
@@ -13,13 +14,8 @@ export interface Admitted {
   trial: boolean | undefined;
 }
 
-export interface Denied {
-  ok: false;
-  kind: string;
-  message: string;
-  eventType?: string;
-  extra?: Record<string, unknown>;
-}
+/** A refusal of a step of the call pipeline, the entry type that records it and more facts for it. */
+export type Denied = Refusal & { eventType?: string; extra?: Record<string, unknown> };
 
 /**
  * The gates that judge the name alone: the persona's ACL, the policy (a malformed one refuses),
@@ -27,7 +23,7 @@ export interface Denied {
  * tool:<name> execute`). A call to a damaged record passes these before it is refused, so a
  * persona learns nothing of a tool it may not call.
  */
-export function passNameGates(e: Engine, call: Call): { ok: true; snap: PolicySnapshot } | Denied {
+export function passNameGates(e: PolicyPort, call: Pick<Call, 'ctx' | 'name'>): { ok: true; snap: PolicySnapshot } | Denied {
   const { ctx, name } = call;
   const acl = checkPersonaAcl(ctx.acl, ctx.persona, name, META_TOOLS);
   if (!acl.ok) return { ok: false, kind: acl.kind, message: acl.message, eventType: 'acl.persona_denied' };
@@ -44,7 +40,7 @@ export function passNameGates(e: Engine, call: Call): { ok: true; snap: PolicySn
  * ({@link passNameGates}), the runtime (forged tools), then the tool's rate and failure
  * breakers. The same for every target.
  */
-export function passGates(e: Engine, call: Call, target: Target): Admitted | Denied {
+export function passGates(e: PolicyPort & BreakersPort, call: Pick<Call, 'ctx' | 'name'>, target: Target): Admitted | Denied {
   const { ctx, name } = call;
   const named = passNameGates(e, call);
   if (!named.ok) return named;

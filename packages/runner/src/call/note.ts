@@ -1,7 +1,8 @@
 import type { ExhaustedJob, JsonValue } from '@forge/queue';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
-import type { Engine } from '../engine.js';
+import { callerOf } from '../caller.js';
 import { type Envelope, failure } from '../envelope.js';
+import type { AuditPort } from '../ports.js';
 import { type CallAnswer, readCallJob } from './job.js';
 import type { RunOutcome } from './record.js';
 
@@ -20,7 +21,7 @@ export interface CallNote {
 }
 
 /** Appends what the note names and the log lacks after its head, then answers as the note says. */
-export async function fromNote(e: Engine, callId: string, note: CallNote): Promise<CallAnswer> {
+export async function fromNote(e: Pick<AuditPort, 'record' | 'audit'>, callId: string, note: CallNote): Promise<CallAnswer> {
   await e.audit.flush();
   const present = new Set<string>();
   for await (const entry of e.audit.entries({ from: note.head + 1 })) {
@@ -36,7 +37,7 @@ export async function fromNote(e: Engine, callId: string, note: CallNote): Promi
 }
 
 /** The answer of a job whose workers were lost too many times: from its note, else recorded as failed here. */
-export async function lostAnswer(e: Engine, job: ExhaustedJob): Promise<JsonValue> {
+export async function lostAnswer(e: Pick<AuditPort, 'record' | 'audit'>, job: ExhaustedJob): Promise<JsonValue> {
   const note = readNote(job.note);
   if (note) return (await fromNote(e, job.id, note)) as unknown as JsonValue;
   const read = readCallJob(job.payload);
@@ -45,7 +46,7 @@ export async function lostAnswer(e: Engine, job: ExhaustedJob): Promise<JsonValu
   const lost = await e.record('forge.called', {
     ok: false,
     name: read.ok ? read.job.name : null,
-    ...(read.ok ? { persona: read.job.persona, session: read.job.session, ...(read.job.task ? { task: read.job.task } : {}) } : {}),
+    ...(read.ok ? callerOf(read.job) : {}),
     kind: 'internal',
     message,
     attempts: job.attempts,

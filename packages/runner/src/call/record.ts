@@ -1,8 +1,9 @@
 import { auditSafe, outputDigest } from '../auditData.js';
 import { AUDIT_UNAVAILABLE } from '../auditGate.js';
-import type { Ctx, Engine } from '../engine.js';
+import type { Caller } from '../caller.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { Execution, RunJob } from '../executor.js';
+import type { AuditPort, CachePort, RunsPort } from '../ports.js';
 import { redactValue } from '../redact.js';
 import type { Target } from './resolve.js';
 
@@ -15,9 +16,12 @@ export interface RunOutcome {
   ran: boolean;
 }
 
+/** The ports the record step writes to: the log, the run store and call counts, the cache. */
+export type RecordPorts = Pick<AuditPort, 'record'> & RunsPort & CachePort;
+
 /** What every call entry (`forge.called`, `gateway.called`) says of the tool, the caller and the input. */
-export function calledFacts(target: Target, ctx: Ctx, inputDigest: string): Record<string, unknown> {
-  const who = { persona: ctx.persona, session: ctx.session, ...(ctx.task ? { task: ctx.task } : {}), input_digest: inputDigest };
+export function calledFacts(target: Target, caller: Caller, inputDigest: string): Record<string, unknown> {
+  const who = { ...caller, input_digest: inputDigest };
   if (target.kind === 'forged') {
     const s = target.stored;
     return { name: s.name, version: s.version, digest: s.digest, scope: s.scope, ...who };
@@ -34,18 +38,15 @@ export function calledFacts(target: Target, ctx: Ctx, inputDigest: string): Reco
  * is cached, and its entry records the cache key and the answer's digest (`output_digest`), so a
  * later hit names a seed run the log shows and serves only the answer the log recorded.
  */
-export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promise<RunOutcome> {
+export async function recordRun(e: RecordPorts, job: RunJob, exec: Execution): Promise<RunOutcome> {
   const { call, target, plan, secrets, runId, runDir } = job;
   const { envelope } = exec;
-  const ctx = call.ctx;
   const cache = envelope.meta.cache ?? 'off';
   const manifest = exec.ran
     ? {
         run_id: runId,
         tool: plan.tool,
-        persona: ctx.persona,
-        session: ctx.session,
-        ...(ctx.task ? { task: ctx.task } : {}),
+        ...call.caller,
         input: redactValue(plan.redactedInput, secrets),
         input_digest: call.inputDigest,
         limits: { ...job.budget, clamped: job.clamped },
@@ -65,7 +66,7 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
   if (target.kind !== 'forged' || target.stored.state === 'active') e.calls.set(call.name, (e.calls.get(call.name) ?? 0) + 1);
   const calledData: Record<string, unknown> = {
     ok: envelope.ok,
-    ...calledFacts(target, ctx, call.inputDigest),
+    ...calledFacts(target, call.caller, call.inputDigest),
     run_id: exec.ran ? runId : null,
     cache,
     ...answered,
@@ -82,7 +83,7 @@ export async function recordRun(e: Engine, job: RunJob, exec: Execution): Promis
           name: call.name,
           run_id: runId,
           secrets: plan.secretNames,
-          persona: ctx.persona,
+          persona: call.caller.persona,
           ...(call.dispatched ? { call_id: call.dispatched.callId } : {}),
         }
       : undefined;

@@ -1,4 +1,4 @@
-import type { Engine } from '../engine.js';
+import type { AuditPort, ToolLookup } from '../ports.js';
 
 /**
  * A forged tool in a source's namespace (a gateway server's `<server>.*` or `<server>__*`) is
@@ -8,7 +8,7 @@ import type { Engine } from '../engine.js';
  * was configured, or written by another process) is left out of every listing and never resolved
  * by a call, and reported once per engine and definition (`forge.shadow_refused`).
  */
-export function sourceNamespace(e: Engine, name: string): string | undefined {
+export function sourceNamespace(e: Pick<ToolLookup, 'sources'>, name: string): string | undefined {
   for (const source of e.sources) {
     const why = source.owns?.(name);
     if (why) return why;
@@ -16,10 +16,10 @@ export function sourceNamespace(e: Engine, name: string): string | undefined {
   return undefined;
 }
 
-const reported = new WeakMap<Engine, Set<string>>();
+const reported = new WeakMap<object, Set<string>>();
 
 /** Records once that the forged tool `tool` was not served for the reason `why`. */
-export function reportShadow(e: Engine, tool: { name: string; scope: string; digest: string }, why: string): void {
+export function reportShadow(e: Pick<AuditPort, 'record'>, tool: { name: string; scope: string; digest: string }, why: string): void {
   let seen = reported.get(e);
   if (!seen) {
     seen = new Set();

@@ -1,15 +1,17 @@
 import { checkRuntime, checkToolName } from '@forge/policy';
 import type { StoredTool } from '@forge/registry';
-import type { Refusal, TrialOptions, TrialResult } from '../api.js';
+import type { TrialOptions, TrialResult } from '../api.js';
+import { creatorOf } from '../caller.js';
 import type { Engine } from '../engine.js';
 import { sandboxExecutor } from '../executors/sandbox.js';
-import { RefusalError } from '../refusal.js';
-import { openCall } from './call.js';
+import type { ExecutorsPort } from '../ports.js';
+import { type Refusal, RefusalError } from '../refusal.js';
+import { openCall, refuseCall } from './call.js';
 import { execute } from './pipeline.js';
 import { validateInput } from './validate.js';
 
 /** `<name> <version>` of the runtime `name` resolves to now (rejects when it is not installed). */
-export async function runtimeLabel(e: Engine, name: string): Promise<string> {
+export async function runtimeLabel(e: Pick<ExecutorsPort, 'runtimesReady'>, name: string): Promise<string> {
   const rt = await (await e.runtimesReady).resolve(name);
   return rt.version ? `${rt.name} ${rt.version}` : rt.name;
 }
@@ -36,7 +38,7 @@ export function makeTrialCall(e: Engine): (spec: unknown, input: unknown, o?: Tr
       version: 0,
       digest: checked.digest,
       created_at: new Date(e.now()).toISOString(),
-      created_by: { persona: ctx.persona, session: ctx.session },
+      created_by: creatorOf(ctx),
       scope: 'project',
       state: 'pending',
     };
@@ -50,28 +52,25 @@ export function makeTrialCall(e: Engine): (spec: unknown, input: unknown, o?: Tr
     call.eventType = TRIAL_EVENT;
     const purpose = o.purpose ? { purpose: o.purpose } : {};
     const done = (envelope: TrialResult['envelope'], ran: boolean): TrialResult => ({ envelope, ran, runtime });
+    const refused = async (kind: Refusal['kind'], message: string, extra: Record<string, unknown> = {}) =>
+      done(await refuseCall(e, call, kind, message, TRIAL_EVENT, { ...purpose, ...extra }), false);
     const no = await e.admit(call.ctx, 'the trial did not run');
-    if (no)
-      return done(no.audited ? await call.refuse(no.kind, no.message, TRIAL_EVENT, purpose) : call.unrecorded(no.kind, no.message), false);
+    if (no) return refused(no.kind, no.message);
     const pol = e.policyNow();
-    if (!pol.ok) return done(await call.refuse(pol.kind, pol.message, TRIAL_EVENT, purpose), false);
+    if (!pol.ok) return refused(pol.kind, pol.message);
     const snap = pol.snap;
-    for (const d of [checkToolName(snap, stored.name), checkRuntime(snap, stored.runtime)])
-      if (!d.ok) return done(await call.refuse(d.kind, d.message, TRIAL_EVENT, purpose), false);
+    for (const d of [checkToolName(snap, stored.name), checkRuntime(snap, stored.runtime)]) if (!d.ok) return refused(d.kind, d.message);
     const target = { kind: 'forged' as const, stored };
     const valid = validateInput(e, call, target);
-    if (!valid.ok) return done(await call.refuse(valid.kind, valid.message, TRIAL_EVENT, { ...purpose, ...valid.extra }), false);
+    if (!valid.ok) return refused(valid.kind, valid.message, valid.extra);
     try {
       const plan = await sandbox.plan(call, target, snap);
       const { cacheKey: _never, ...uncached } = plan;
       const r = await execute(e, call, target, uncached, snap, sandbox);
       return done(r.envelope, r.ran);
     } catch (err) {
-      if (err instanceof RefusalError) return done(await call.refuse(err.kind, err.message, TRIAL_EVENT, purpose), false);
-      return done(
-        await call.refuse('internal', `forge failed in a trial run of "${stored.name}": ${(err as Error).message}`, TRIAL_EVENT, purpose),
-        false,
-      );
+      if (err instanceof RefusalError) return refused(err.kind, err.message);
+      return refused('internal', `forge failed in a trial run of "${stored.name}": ${(err as Error).message}`);
     }
   };
 }

@@ -1,5 +1,5 @@
 import { toolValidators, verifyToolDigest } from '@forge/registry';
-import type { Engine } from '../engine.js';
+import type { ToolLookup } from '../ports.js';
 import type { Call } from './call.js';
 import type { Denied } from './gates.js';
 import type { Target } from './resolve.js';
@@ -10,7 +10,7 @@ import type { Target } from './resolve.js';
  * the input against the tool's input schema, with JSON-pointer paths. A source's tool is checked
  * against the schema the upstream declared (the pinned definition), before anything is sent.
  */
-export function validateInput(e: Engine, call: Call, target: Target): { ok: true } | Denied {
+export function validateInput(e: Pick<ToolLookup, 'verified'>, call: Pick<Call, 'name' | 'input'>, target: Target): { ok: true } | Denied {
   if (target.kind === 'forged') {
     const stored = target.stored;
     const integrity = e.verified.has(stored) ? { ok: true as const } : verifyToolDigest(stored);

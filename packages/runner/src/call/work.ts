@@ -1,11 +1,13 @@
 import type { ClaimedJob, ExhaustedJob, JobQueue, JsonValue } from '@forge/queue';
 import type { WorkOptions } from '../api.js';
+import { callerOf } from '../caller.js';
 import type { Engine } from '../engine.js';
 import { failure } from '../envelope.js';
 import { openCall } from './call.js';
 import { type CallAnswer, type CallJob, readCallJob } from './job.js';
 import { type CallNote, fromNote, lostAnswer, readNote } from './note.js';
-import { callExecutors, runCall } from './pipeline.js';
+import { type CallExecutors, callExecutors, runCall } from './pipeline.js';
+import { pinnedRoute } from './route.js';
 
 /**
  * The worker loop (`Forge.work`): `concurrency` slots, each taking the next job, running it
@@ -45,7 +47,7 @@ export async function work(e: Engine, o: WorkOptions): Promise<void> {
   await Promise.all(Array.from({ length: slots }, (_, i) => slot(i + 1)));
 }
 
-async function runJob(e: Engine, executors: ReturnType<typeof callExecutors>, o: WorkOptions, job: ClaimedJob): Promise<void> {
+async function runJob(e: Engine, executors: CallExecutors, o: WorkOptions, job: ClaimedJob): Promise<void> {
   const started = e.now();
   const read = readCallJob(job.payload);
   let answer: CallAnswer;
@@ -82,17 +84,9 @@ async function runJob(e: Engine, executors: ReturnType<typeof callExecutors>, o:
 }
 
 /** Runs one call job through the pipeline, as the caller it names, with the job's cancel signal. */
-async function runDispatched(
-  e: Engine,
-  executors: ReturnType<typeof callExecutors>,
-  queue: JobQueue,
-  job: ClaimedJob,
-  cj: CallJob,
-): Promise<CallAnswer> {
+async function runDispatched(e: Engine, executors: CallExecutors, queue: JobQueue, job: ClaimedJob, cj: CallJob): Promise<CallAnswer> {
   const call = openCall(e, cj.name, cj.input, {
-    persona: cj.persona,
-    session: cj.session,
-    ...(cj.task !== undefined ? { task: cj.task } : {}),
+    ...callerOf(cj),
     ...(cj.acl !== null ? { allowedTools: cj.acl.join(',') } : {}),
     signal: job.signal,
   });
@@ -105,7 +99,7 @@ async function runDispatched(
       await queue.note(job, n as unknown as JsonValue);
     },
   };
-  return runCall(e, executors, call, { pinned: cj.digest });
+  return runCall(e, executors, call, pinnedRoute(e, cj.digest));
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts. */

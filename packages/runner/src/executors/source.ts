@@ -3,12 +3,12 @@ import { join } from 'node:path';
 import { toolValidators } from '@forge/registry';
 import { callAuthority } from '../authority.js';
 import type { Target } from '../call/resolve.js';
-import { sourceContext } from '../call/resolve.js';
-import type { Engine } from '../engine.js';
+import { callerOf } from '../caller.js';
 import { type Envelope, type EnvelopeMeta, failure } from '../envelope.js';
 import type { ToolEvent } from '../events.js';
 import { DEFAULT_EVENT_LIMITS } from '../events.js';
 import type { Executor } from '../executor.js';
+import type { ExecutorsPort } from '../ports.js';
 import { redactText, redactValue, type SecretList } from '../redact.js';
 import { stopReason } from '../refusal.js';
 import type { SourceResult } from '../sources.js';
@@ -22,7 +22,7 @@ import type { SourceResult } from '../sources.js';
 
 type Sourced = Extract<Target, { kind: 'sourced' }>;
 
-export function sourceExecutor(e: Engine): Executor<Sourced> {
+export function sourceExecutor(e: Pick<ExecutorsPort, 'running'>): Executor<Sourced> {
   return {
     async plan(call, target) {
       const { tool } = target;
@@ -71,7 +71,7 @@ export function sourceExecutor(e: Engine): Executor<Sourced> {
       let res: SourceResult;
       try {
         res = await source.execute({
-          ...sourceContext(ctx),
+          ...callerOf(ctx),
           tool,
           input: call.input,
           runId: job.runId,
