@@ -1,0 +1,228 @@
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { networkFor } from '@forge/policy';
+import type { StoredTool } from '@forge/registry';
+import {
+  type CheckedBind,
+  EVENTS_FD,
+  type Mount,
+  type NetworkEvent,
+  type Resolver,
+  type RunOptions,
+  type RunResult,
+  type RuntimeTable,
+  runSandboxed,
+  type SandboxProfile,
+} from '@forge/sandbox';
+import type { Target } from '../../call/resolve.js';
+import type { Ctx } from '../../engine.js';
+import { EventReader, type EventSummary } from '../../events.js';
+import type { RunJob } from '../../executor.js';
+import { redactTextFolded, redactWithFragments, type SecretList } from '../../redact.js';
+import { stopReason } from '../../refusal.js';
+import type { SandboxFailure } from './classify.js';
+
+/**
+ * The invoke stage of a sandboxed run: the tool's files and mounts set up, a run slot taken, the
+ * sandbox run with the call's input on stdin, its events read from descriptor 3, the call's
+ * cancellation passed on. Gives the raw outcome (the sandbox's result, or why it never ran);
+ * what is kept of it is keep.ts's.
+ */
+
+/** A call's target that is a forged tool. */
+export type Forged = Extract<Target, { kind: 'forged' }>;
+export type Runtime = ReturnType<RuntimeTable['get']>;
+
+/** The engine's parts a run uses. */
+export interface InvokePorts {
+  /** Where each tool's impl is written, named by its digest; `made` once the directory exists. */
+  code: { dir: string; made: () => boolean; markMade: () => void };
+  /** The bound on sandboxes at once (runSlots.ts). */
+  runSlots: { take(signal?: AbortSignal): Promise<() => void> };
+  /** Sandboxes running now, aborted when forge closes. */
+  running: Set<AbortController>;
+  record: (type: string, data: Record<string, unknown>, secrets: SecretList) => Promise<unknown>;
+  /** Null when sandboxes are not built ahead; else the directory of their per-run files (made at first use). */
+  stageDir: (() => string) | null;
+  bwrapPath: string | undefined;
+  resolver: Resolver | undefined;
+}
+
+/** One run's request: what the sandbox gets besides the job. */
+export interface RunInput {
+  runtime: Runtime;
+  input: unknown;
+  binds: CheckedBind[];
+  secrets: SecretList;
+  secretEnv: Record<string, string>;
+  ctx: Ctx;
+  grant: ReturnType<typeof networkFor>;
+}
+
+/** How the run was set up, for the manifest and the stages after this one. */
+export interface Setup {
+  command: string[];
+  mounts: Mount[];
+  /** The schema's `x-bind` paths, checked and held by descriptor. */
+  binds: CheckedBind[];
+  /** The profile's label (`bwrap`, `bwrap+net`, `bwrap+net+loopback`), the envelope's `meta.sandbox`. */
+  label: string;
+  /** The run's artifacts directory on the host (`/forge/artifacts` inside). */
+  artifacts: string;
+  /** Where the sandbox spills the whole stdout past its cap. */
+  spill: string;
+}
+
+/** The raw outcome: the sandbox's result, or why it never ran. The events were read either way. */
+export type Invoked = Setup & { events: EventSummary } & (
+    | { ran: true; result: RunResult; cancelled: string | undefined }
+    | { ran: false; error: SandboxFailure }
+  );
+
+/** The raw outcome of a run the sandbox started. */
+export type Started = Extract<Invoked, { ran: true }>;
+
+const EXTENSIONS: Record<string, string> = { python: 'py', node: 'js', bash: 'sh', sh: 'sh' };
+
+/** Runs `job`'s tool once in the sandbox. Never throws for what the sandbox or the tool did. */
+export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Promise<Invoked> {
+  const setup = prepare(ports, job, r);
+  const { ctx } = r;
+  const ac = new AbortController();
+  ports.running.add(ac);
+  const onAbort = () => ac.abort(ctx.signal?.reason);
+  ctx.signal?.addEventListener('abort', onAbort);
+  if (ctx.signal?.aborted) ac.abort(ctx.signal.reason);
+  // The tool's events (descriptor 3): handed to the caller as they come, summed up in the manifest.
+  const events = new EventReader({ secrets: r.secrets, ...(ctx.onEvent ? { onEvent: ctx.onEvent } : {}) });
+  let outcome: { ran: true; result: RunResult } | { ran: false; error: SandboxFailure };
+  let summary: EventSummary;
+  // A free slot first (runSlots.ts): past the bound, runs wait here in order.
+  const releaseSlot = await ports.runSlots.take(ac.signal);
+  try {
+    const sandbox = profile(ports, job, r, setup);
+    const options: RunOptions = {
+      stdin: JSON.stringify(r.input ?? {}),
+      stdoutFile: setup.spill,
+      signal: ac.signal,
+      events: (chunk) => events.push(chunk),
+      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir() } } : {}),
+      ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
+    };
+    outcome = { ran: true, result: await runSandboxed(sandbox, options) };
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    // The sandbox's message may quote the end of stderr, cut before forge could redact it.
+    const message = redactWithFragments((err as Error).message, r.secrets);
+    const kind = code === 'sandbox_unavailable' ? 'sandbox_unavailable' : code === 'bind_denied' ? 'bind_denied' : 'internal';
+    outcome = { ran: false, error: { kind, message } };
+    if (code === 'sandbox_unavailable') await ports.record('sandbox.unavailable', { name: job.target.stored.name, message }, r.secrets);
+  } finally {
+    releaseSlot();
+    ports.running.delete(ac);
+    ctx.signal?.removeEventListener('abort', onAbort);
+    summary = events.end();
+  }
+  if (!outcome.ran) return { ...setup, events: summary, ...outcome };
+  return { ...setup, events: summary, ...outcome, cancelled: ac.signal.aborted ? stopReason(ac.signal) : undefined };
+}
+
+/** The run's artifacts directory made, the tool's impl written, its command and mounts. */
+function prepare(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Setup {
+  const { runtime, grant } = r;
+  const artifacts = join(job.runDir, 'artifacts');
+  mkdirSync(artifacts, { recursive: true, mode: 0o700 });
+  const family = runtime.name.startsWith('python') ? 'python' : runtime.name;
+  const ext = EXTENSIONS[family] ?? 'txt';
+  const code = codeFile(ports.code, job.target.stored, ext);
+  const target = `/forge/tool/main.${ext}`;
+  const command = family === 'python' ? [runtime.interpreter, '-I', '-B', target] : [runtime.interpreter, target];
+  const mounts: Mount[] = [
+    ...runtime.mounts.map((source) => ({ source, mode: 'ro' as const })),
+    { source: code, target, mode: 'ro', perRun: true },
+    { source: artifacts, target: '/forge/artifacts', mode: 'rw', perRun: true },
+  ];
+  return { command, mounts, binds: r.binds, label: labelOf(grant), artifacts, spill: join(job.runDir, 'stdout.partial') };
+}
+
+/** The sandbox profile of the run: command, environment, mounts, binds, limits, network. */
+function profile(ports: InvokePorts, job: RunJob<Forged>, r: RunInput, setup: Setup): SandboxProfile {
+  const { budget, runId } = job;
+  const { grant } = r;
+  return {
+    command: setup.command,
+    env: {
+      ...r.runtime.env,
+      FORGE_ARTIFACTS: '/forge/artifacts',
+      FORGE_RUN_ID: runId,
+      FORGE_EVENTS_FD: String(EVENTS_FD),
+      ...r.secretEnv,
+    },
+    mounts: setup.mounts,
+    binds: setup.binds,
+    limits: {
+      timeoutMs: budget.timeout_ms,
+      cpuSeconds: budget.cpu_s,
+      outputBytes: budget.output_cap,
+      outputDirBytes: budget.artifacts_bytes,
+    },
+    cwd: '/tmp',
+    ...(grant.network === 'allow'
+      ? {
+          network: {
+            grant: {
+              network: 'allow' as const,
+              loopback: grant.loopback,
+              private_networks: grant.private_networks,
+              allow_domains: grant.allow_domains,
+              deny_domains: grant.deny_domains,
+              allow_ports: grant.allow_ports,
+            },
+            // Every decision of the proxy is audited, with the run it belongs to.
+            // Host names reach the proxy case-folded: a secret in one is matched in any case.
+            onEvent: (ev: NetworkEvent) =>
+              void ports.record(
+                ev.type,
+                { ...foldRedacted(ev, r.secrets), run_id: runId, name: job.target.stored.name, persona: r.ctx.persona },
+                r.secrets,
+              ),
+            ...(ports.resolver ? { resolver: ports.resolver } : {}),
+          },
+        }
+      : {}),
+  };
+}
+
+/** The profile's label for a network grant. */
+function labelOf(grant: Pick<ReturnType<typeof networkFor>, 'network' | 'loopback'>): string {
+  if (grant.network !== 'allow') return 'bwrap';
+  return grant.loopback === 'allow' ? 'bwrap+net+loopback' : 'bwrap+net';
+}
+
+/** The tool's impl as a file named by its digest (rewritten if it was changed on disk). */
+function codeFile(code: InvokePorts['code'], tool: StoredTool, ext: string): string {
+  const file = join(code.dir, `${tool.digest.replace(/^sha256:/, '')}.${ext}`);
+  if (!code.made()) {
+    mkdirSync(code.dir, { recursive: true, mode: 0o700 });
+    code.markMade();
+  }
+  let current: string | undefined;
+  try {
+    current = readFileSync(file, 'utf8');
+  } catch {
+    current = undefined;
+  }
+  if (current !== tool.impl) {
+    const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+    writeFileSync(tmp, tool.impl, { mode: 0o400, flag: 'wx' });
+    renameSync(tmp, file);
+  }
+  return file;
+}
+
+/** A flat event with its string fields passed through {@link redactTextFolded}. */
+function foldRedacted(e: object, secrets: SecretList): Record<string, unknown> {
+  if (secrets.length === 0) return { ...e };
+  return Object.fromEntries(Object.entries(e).map(([k, v]) => [k, typeof v === 'string' ? redactTextFolded(v, secrets) : v]));
+}
