@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { probe } from '@forge/sandbox';
+import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -90,7 +91,7 @@ export function runCli(
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 30_000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), scaled(o.timeoutMs ?? 30_000));
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);
@@ -147,7 +148,7 @@ export async function connect(s: Scratch, o: { cwd?: string; env?: Record<string
     listChanged: () => count,
     nextListChanged: (ms = 5000) =>
       new Promise<void>((res, rej) => {
-        const t = setTimeout(() => rej(new Error(`no list_changed within ${ms} ms; server stderr: ${err}`)), ms);
+        const t = setTimeout(() => rej(new Error(`no list_changed within ${scaled(ms)} ms; server stderr: ${err}`)), scaled(ms));
         waiters.push(() => {
           clearTimeout(t);
           res();
@@ -202,11 +203,12 @@ export function rawServer(s: Scratch, args: string[] = []): RawServer {
     child,
     send: (line) => child.stdin.write(`${line}\n`),
     async next(id, ms = 30_000) {
-      const deadline = Date.now() + ms;
+      const deadline = Date.now() + scaled(ms);
       for (;;) {
         const i = messages.findIndex((m) => id === undefined || m.id === id);
         if (i >= 0) return messages.splice(i, 1)[0] as Record<string, unknown>;
-        if (Date.now() > deadline) throw new Error(`no message with id ${String(id)} within ${ms} ms; stdout: ${out}; stderr: ${err}`);
+        if (Date.now() > deadline)
+          throw new Error(`no message with id ${String(id)} within ${scaled(ms)} ms; stdout: ${out}; stderr: ${err}`);
         await new Promise<void>((r) => {
           wake = r;
           setTimeout(r, 50);
@@ -272,9 +274,9 @@ export async function serveHttp(
 
 /** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms`, then fails with `what()`. */
 export async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string, everyMs = 100): Promise<void> {
-  const deadline = Date.now() + ms;
+  const deadline = Date.now() + scaled(ms);
   while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
+    if (Date.now() > deadline) throw new Error(`not within ${scaled(ms)} ms: ${what()}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }

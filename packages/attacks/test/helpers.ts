@@ -8,6 +8,7 @@ import { verifyLog } from '@forge/audit-chain';
 import { createGateway, type Gateway } from '@forge/gateway';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
 import { probe } from '@forge/sandbox';
+import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -217,7 +218,7 @@ export function hostileServer(
  * the host no event to wait on. Generous by default (a busy machine), never a fixed sleep.
  */
 export async function until(check: () => boolean, what: string, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
+  const end = Date.now() + scaled(ms);
   while (!check()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));

@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import { scaled } from '@forge/test-utils';
 import pg from 'pg';
 import { afterAll, beforeAll, onTestFinished } from 'vitest';
 import { migrate } from '../src/migrate.js';
@@ -19,10 +20,10 @@ export function usePostgres(): { server(): PostgresServer; database(max?: number
   let server: PostgresServer | undefined;
   beforeAll(async () => {
     server = await startPostgres();
-  }, 120_000);
+  }, scaled(120_000));
   afterAll(async () => {
     await server?.stop();
-  }, 120_000);
+  }, scaled(120_000));
   const started = (): PostgresServer => {
     if (!server) throw new Error('the PostgreSQL server did not start (see beforeAll)');
     return server;

@@ -5,6 +5,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { verifyLog } from '@forge/audit-chain';
 import { probe } from '@forge/sandbox';
+import { scaled } from '@forge/test-utils';
 import { expect, it, onTestFinished, vi } from 'vitest';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '../src/index.js';
 
@@ -253,7 +254,7 @@ export function filesContaining(dir: string, needle: string): string[] {
 /** Resolves once `count` run directories exist under `runsDir`: the call has reached the sandbox. */
 export async function runStarted(runsDir: string, count = 1): Promise<void> {
   await vi.waitFor(() => expect(readdirSync(runsDir).filter((n) => !n.endsWith('.jsonl')).length).toBeGreaterThanOrEqual(count), {
-    timeout: 5000,
+    timeout: scaled(5000),
     interval: 10,
   });
 }

@@ -14,6 +14,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { scaled } from '@forge/test-utils';
 import lockfile from 'proper-lockfile';
 import { build } from 'tsup';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -41,7 +42,7 @@ beforeAll(async () => {
     clean: false,
     silent: true,
   });
-}, 120_000);
+}, scaled(120_000));
 afterAll(() => {
   rmSync(built, { recursive: true, force: true });
   try {
