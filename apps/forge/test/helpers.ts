@@ -4,32 +4,23 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { probe } from '@forge/sandbox';
-import { scaled } from '@forge/test-utils';
+import { requireSandbox, scaled, waitFor } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { it, onTestFinished } from 'vitest';
+import { onTestFinished } from 'vitest';
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The built CLI: these tests run what users run. */
 export const CLI = resolve(here, '../dist/cli.js');
 export const EXAMPLES = resolve(here, '../../../examples');
 
-/**
- * A test that needs root to set itself up (a tmpfs mounted for a full or read-only disk): it runs
- * in CI's root pass and is reported as skipped in the ordinary user's pass.
- */
-export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
+export { asRoot } from '@forge/test-utils';
 
 /** Fails (never skips) without the built CLI or a working sandbox, with the fix. */
 export async function requireCliAndSandbox(): Promise<void> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (pnpm turbo run build --filter=forge...)`);
-  const host = await probe();
-  if (!host.ok) {
-    throw new Error(
-      `these tests need a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
-    );
-  }
+  await requireSandbox(probe);
 }
 
 /** A scratch forge home and project (with .forge/), removed when the test finishes. */
@@ -272,11 +263,7 @@ export async function serveHttp(
   return { url: new URL(url), child, stderr: () => err };
 }
 
-/** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms`, then fails with `what()`. */
+/** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms` (scaled), then fails with `what()`. */
 export async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string, everyMs = 100): Promise<void> {
-  const deadline = Date.now() + scaled(ms);
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not within ${scaled(ms)} ms: ${what()}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
+  await waitFor(what, check, { timeoutMs: ms, intervalMs: everyMs });
 }

@@ -1,6 +1,3 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { scaled } from '@forge/test-utils';
 import pg from 'pg';
@@ -66,12 +63,7 @@ export async function migratedDatabase(
   return { url, pool, cleanup: () => pool.end() };
 }
 
-/** A fresh temporary directory (forge- prefix), removed when the current test finishes. */
-export async function tempDir(): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'forge-pgtest-'));
-  onTestFinished(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
+export { tempDir } from '@forge/test-utils';
 
 /** The `code` of what `p` rejects with ('resolved' when it does not). */
 export async function codeOf(p: Promise<unknown>): Promise<string> {
