@@ -1,4 +1,19 @@
 import { packageTests } from '../../config/vitest.js';
 
 // Tests spawn real writer processes: longer runs than most packages.
-export default packageTests({ testTimeout: 120_000 });
+export default packageTests({
+  testTimeout: 120_000,
+  // Not in the fast tier (pnpm test:fast): they start bwrap, PostgreSQL or another process, or take seconds of CPU.
+  slow: [
+    'test/adversarial.test.ts',
+    'test/cli.test.ts',
+    'test/codec-head-entries.test.ts',
+    'test/concurrency.test.ts',
+    'test/crash.test.ts',
+    'test/lock-leftovers.test.ts',
+    'test/lock.test.ts',
+    'test/tail-follow.test.ts',
+    'test/threads.test.ts',
+    'test/vectors.test.ts',
+  ],
+});

@@ -1,3 +1,6 @@
 import { packageTests } from '../../config/vitest.js';
 
-export default packageTests();
+export default packageTests({
+  // Not in the fast tier (pnpm test:fast): they start bwrap, PostgreSQL or another process, or take seconds of CPU.
+  slow: ['test/file.test.ts'],
+});

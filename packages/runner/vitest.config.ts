@@ -1,3 +1,38 @@
 import { packageTests } from '../../config/vitest.js';
 
-export default packageTests();
+export default packageTests({
+  // Not in the fast tier (pnpm test:fast): they start bwrap, PostgreSQL or another process, or take seconds of CPU.
+  slow: [
+    'test/audit-damaged.test.ts',
+    'test/audit-full.test.ts',
+    'test/audited-runs.test.ts',
+    'test/cache.test.ts',
+    'test/cancel.test.ts',
+    'test/checkpoints.test.ts',
+    'test/damaged.test.ts',
+    'test/dispatch.test.ts',
+    'test/errors.test.ts',
+    'test/events.test.ts',
+    'test/hardening.test.ts',
+    'test/lifecycle.test.ts',
+    'test/many-binds.test.ts',
+    'test/network.test.ts',
+    'test/output.test.ts',
+    'test/ownership.test.ts',
+    'test/patterns.test.ts',
+    'test/pipeline.test.ts',
+    'test/policy.test.ts',
+    'test/prebuilt.test.ts',
+    'test/redaction.test.ts',
+    'test/runs-read.test.ts',
+    'test/runs-store.test.ts',
+    'test/scopes.test.ts',
+    'test/secrets.test.ts',
+    'test/sources.test.ts',
+    'test/steps.test.ts',
+    'test/tool-hints.test.ts',
+    'test/toolsmith-seams.test.ts',
+    'test/watch.test.ts',
+    'test/wire-names.test.ts',
+  ],
+});

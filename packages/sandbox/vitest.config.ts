@@ -1,3 +1,24 @@
 import { packageTests } from '../../config/vitest.js';
 
-export default packageTests();
+export default packageTests({
+  // Not in the fast tier (pnpm test:fast): they start bwrap, PostgreSQL or another process, or take seconds of CPU.
+  slow: [
+    'test/binds.test.ts',
+    'test/busy-user.test.ts',
+    'test/cgroup.test.ts',
+    'test/egress-node.test.ts',
+    'test/egress-proxy.test.ts',
+    'test/egress.test.ts',
+    'test/escape-prebuilt.test.ts',
+    'test/escape.test.ts',
+    'test/events.test.ts',
+    'test/exports.test.ts',
+    'test/launcher.test.ts',
+    'test/prebuilt.test.ts',
+    'test/probe.test.ts',
+    'test/root-mode.test.ts',
+    'test/runtimes.test.ts',
+    'test/seccomp.test.ts',
+    'test/spawn.test.ts',
+  ],
+});

@@ -5,6 +5,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { connect, EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
 
@@ -26,7 +27,7 @@ function flipTime(log: string, seq: number): void {
 
 describe('forge over an audit log with a damaged middle entry', () => {
   it('refuses tools call and serve calls naming the entry, appends nothing, and forge doctor reports it', {
-    timeout: 300_000,
+    timeout: scaled(300_000),
   }, async () => {
     const s = scratch();
     const o = { cwd: s.project, env: s.env };
@@ -80,7 +81,7 @@ describe('forge over an audit log with a damaged middle entry', () => {
   });
 
   it('a byte changed in an entry a checkpoint already covers (the log as forge leaves it after clean runs): refused too, nothing appended', {
-    timeout: 300_000,
+    timeout: scaled(300_000),
   }, async () => {
     const s = scratch();
     const o = { cwd: s.project, env: s.env };

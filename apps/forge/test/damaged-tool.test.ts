@@ -1,13 +1,16 @@
 /** A tool file cut in half, through the built CLI: listed damaged, refused, reported by doctor, removed by who may. */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
 describe('forge tools: a damaged tool file', () => {
-  it('is listed as damaged, refused as tool_damaged, reported by doctor, and removed by an operator', async () => {
+  it('is listed as damaged, refused as tool_damaged, reported by doctor, and removed by an operator', {
+    timeout: scaled(600_000),
+  }, async () => {
     const s = scratch();
     const o = { cwd: s.project, env: s.env };
     // Generous: doctor starts a sandbox and probes every runtime, on a machine that may be busy.
@@ -90,11 +93,11 @@ describe('forge tools: a damaged tool file', () => {
     expect(entries.filter((e) => e.type === 'forge.removed').map((e) => e.data)).toEqual([
       { ok: true, name: 'fib', persona: 'ops', session: expect.any(String), scope: 'project', damaged: { path: file, reason: problem } },
     ]);
-  }, 600_000);
+  });
 });
 
 describe('forge doctor: damaged stored files', () => {
-  it('reports a damaged proposal file and a pins.json it cannot trust, each with its fix', async () => {
+  it('reports a damaged proposal file and a pins.json it cannot trust, each with its fix', { timeout: scaled(600_000) }, async () => {
     const s = scratch();
     const proposal = s.file('.forge/toolsmith/proposals/p-0123456789abcdef.json', '{"id": "p-0123456789abcdef", "sta');
     mkdirSync(join(s.home, 'gateway'), { recursive: true, mode: 0o700 });
@@ -123,7 +126,7 @@ describe('forge doctor: damaged stored files', () => {
     expect(checks.find((c) => c.name === 'gateway pins')?.detail).toContain('it is not valid JSON (cut short?)');
     // Nothing was changed by looking.
     expect(readFileSync(pins, 'utf8')).toBe('{"version": 1, "generation": 2, "serv');
-  }, 600_000);
+  });
 });
 
 function checksOf(report: unknown): { name: string; ok: boolean; detail: string; fix?: string }[] {

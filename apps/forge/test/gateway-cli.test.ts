@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { CLI, runCli, scratch } from './helpers.js';
 
@@ -72,7 +73,9 @@ describe('forge gateway (config, import, pins)', () => {
     expect(missing.stderr).toContain('cannot be read (ENOENT)');
   });
 
-  it('tools, approve, diff and remove against a real upstream; a hand-edited pins.json trusts nothing', async () => {
+  it('tools, approve, diff and remove against a real upstream; a hand-edited pins.json trusts nothing', {
+    timeout: scaled(120_000),
+  }, async () => {
     const s = scratch();
     const desc = join(s.root, 'desc.txt');
     writeFileSync(desc, 'Says hello.');
@@ -135,5 +138,5 @@ describe('forge gateway (config, import, pins)', () => {
       .map((l) => JSON.parse(l).type as string)
       .filter((t) => t === 'gateway.approved' || t === 'gateway.unpinned');
     expect(types).toEqual(['gateway.approved', 'gateway.unpinned', 'gateway.approved']);
-  }, 120_000);
+  });
 });

@@ -4,31 +4,23 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { probe } from '@forge/sandbox';
+import { requireSandbox, scaled, waitFor } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { it, onTestFinished } from 'vitest';
+import { onTestFinished } from 'vitest';
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The built CLI: these tests run what users run. */
 export const CLI = resolve(here, '../dist/cli.js');
 export const EXAMPLES = resolve(here, '../../../examples');
 
-/**
- * A test that needs root to set itself up (a tmpfs mounted for a full or read-only disk): it runs
- * in CI's root pass and is reported as skipped in the ordinary user's pass.
- */
-export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
+export { asRoot } from '@forge/test-utils';
 
 /** Fails (never skips) without the built CLI or a working sandbox, with the fix. */
 export async function requireCliAndSandbox(): Promise<void> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (pnpm turbo run build --filter=forge...)`);
-  const host = await probe();
-  if (!host.ok) {
-    throw new Error(
-      `these tests need a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
-    );
-  }
+  await requireSandbox(probe);
 }
 
 /** A scratch forge home and project (with .forge/), removed when the test finishes. */
@@ -90,7 +82,7 @@ export function runCli(
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 30_000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), scaled(o.timeoutMs ?? 30_000));
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);
@@ -147,7 +139,7 @@ export async function connect(s: Scratch, o: { cwd?: string; env?: Record<string
     listChanged: () => count,
     nextListChanged: (ms = 5000) =>
       new Promise<void>((res, rej) => {
-        const t = setTimeout(() => rej(new Error(`no list_changed within ${ms} ms; server stderr: ${err}`)), ms);
+        const t = setTimeout(() => rej(new Error(`no list_changed within ${scaled(ms)} ms; server stderr: ${err}`)), scaled(ms));
         waiters.push(() => {
           clearTimeout(t);
           res();
@@ -202,11 +194,12 @@ export function rawServer(s: Scratch, args: string[] = []): RawServer {
     child,
     send: (line) => child.stdin.write(`${line}\n`),
     async next(id, ms = 30_000) {
-      const deadline = Date.now() + ms;
+      const deadline = Date.now() + scaled(ms);
       for (;;) {
         const i = messages.findIndex((m) => id === undefined || m.id === id);
         if (i >= 0) return messages.splice(i, 1)[0] as Record<string, unknown>;
-        if (Date.now() > deadline) throw new Error(`no message with id ${String(id)} within ${ms} ms; stdout: ${out}; stderr: ${err}`);
+        if (Date.now() > deadline)
+          throw new Error(`no message with id ${String(id)} within ${scaled(ms)} ms; stdout: ${out}; stderr: ${err}`);
         await new Promise<void>((r) => {
           wake = r;
           setTimeout(r, 50);
@@ -270,11 +263,7 @@ export async function serveHttp(
   return { url: new URL(url), child, stderr: () => err };
 }
 
-/** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms`, then fails with `what()`. */
+/** Waits until `check` holds (looking every `everyMs`, default 100 ms) for at most `ms` (scaled), then fails with `what()`. */
 export async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string, everyMs = 100): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what()}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
+  await waitFor(what, check, { timeoutMs: ms, intervalMs: everyMs });
 }

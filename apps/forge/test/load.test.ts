@@ -1,3 +1,4 @@
+import { scaled } from '@forge/test-utils';
 /**
  * One `forge serve --http` under load, as a real process: a thousand calls at once in each
  * protocol era, a burst under a small open-files limit (`ulimit -n 256`), and two hundred
@@ -49,7 +50,9 @@ function expectAllEchoed(answers: Envelope[], n: number, why: () => string): voi
 }
 
 describe('load on one forge serve --http', () => {
-  it('1000 calls at once in a 2025-era session and 1000 in 2026-era requests: every one answered ok, the server stays up', async () => {
+  it('1000 calls at once in a 2025-era session and 1000 in 2026-era requests: every one answered ok, the server stays up', {
+    timeout: scaled(1_800_000),
+  }, async () => {
     const s = busyProject();
     const server = await serveHttp(s);
     const legacy = new Client({ name: 'load-legacy', version: '1.0.0' });
@@ -59,7 +62,7 @@ describe('load on one forge serve --http', () => {
     expect(made.isError, JSON.stringify(made)).toBe(false);
     const old = await Promise.all(
       Array.from({ length: 1000 }, (_, i) =>
-        legacy.callTool({ name: 'echo', arguments: { i } }, undefined, { timeout: 900_000 }).then(envelopeOf, failed),
+        legacy.callTool({ name: 'echo', arguments: { i } }, undefined, { timeout: scaled(900_000) }).then(envelopeOf, failed),
       ),
     );
     expectAllEchoed(old, 1000, server.stderr);
@@ -70,14 +73,16 @@ describe('load on one forge serve --http', () => {
     expect(modern.getProtocolEra()).toBe('modern');
     const now = await Promise.all(
       Array.from({ length: 1000 }, (_, i) =>
-        modern.callTool({ name: 'echo', arguments: { i } }, { timeout: 900_000 }).then(envelopeOf, failed),
+        modern.callTool({ name: 'echo', arguments: { i } }, { timeout: scaled(900_000) }).then(envelopeOf, failed),
       ),
     );
     expectAllEchoed(now, 1000, server.stderr);
     expect(server.child.exitCode).toBe(null);
-  }, 1_800_000);
+  });
 
-  it('100 calls at once under ulimit -n 256: every one answered ok (runs wait for a free slot), the server stays up', async () => {
+  it('100 calls at once under ulimit -n 256: every one answered ok (runs wait for a free slot), the server stays up', {
+    timeout: scaled(900_000),
+  }, async () => {
     const s = busyProject();
     const server = await serveHttp(s, [], { files: 256 });
     const client = new Client({ name: 'load-small', version: '1.0.0' });
@@ -86,14 +91,16 @@ describe('load on one forge serve --http', () => {
     expect((await client.callTool({ name: 'forge_tool', arguments: ECHO })).isError).toBe(false);
     const answers = await Promise.all(
       Array.from({ length: 100 }, (_, i) =>
-        client.callTool({ name: 'echo', arguments: { i } }, undefined, { timeout: 600_000 }).then(envelopeOf, failed),
+        client.callTool({ name: 'echo', arguments: { i } }, undefined, { timeout: scaled(600_000) }).then(envelopeOf, failed),
       ),
     );
     expectAllEchoed(answers, 100, server.stderr);
     expect(server.child.exitCode).toBe(null);
-  }, 900_000);
+  });
 
-  it('200 sessions listening: a tool forged in one reaches all 200 as list_changed, and each lists it', async () => {
+  it('200 sessions listening: a tool forged in one reaches all 200 as list_changed, and each lists it', {
+    timeout: scaled(900_000),
+  }, async () => {
     const s = busyProject();
     const server = await serveHttp(s);
     const clients: Client[] = [];
@@ -113,5 +120,5 @@ describe('load on one forge serve --http', () => {
     const lists = await Promise.all(clients.map((c) => c.listTools()));
     expect(lists.filter((l) => !l.tools.some((t) => t.name === 'echo'))).toEqual([]);
     expect(server.child.exitCode).toBe(null);
-  }, 900_000);
+  });
 });

@@ -7,6 +7,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import { scaled } from '@forge/test-utils';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
@@ -15,10 +16,10 @@ let server: PostgresServer;
 beforeAll(async () => {
   await requireCliAndSandbox();
   server = await startPostgres();
-}, 120_000);
+}, scaled(120_000));
 afterAll(async () => {
   await server?.stop();
-}, 120_000);
+}, scaled(120_000));
 
 /** A host on its own home and project over the database at `url`, with fib forged. */
 async function hostWithFib(url: string) {
@@ -45,7 +46,9 @@ function signalServer(signal: NodeJS.Signals): void {
 }
 
 describe('PostgreSQL faults', () => {
-  it('statement_timeout cancels a statement stuck behind a lock: the call is refused naming it, then works again', async () => {
+  it('statement_timeout cancels a statement stuck behind a lock: the call is refused naming it, then works again', {
+    timeout: scaled(300_000),
+  }, async () => {
     const url = await server.database();
     const o = await hostWithFib(url);
     const pool = new pg.Pool({ connectionString: url, max: 2 });
@@ -69,9 +72,11 @@ describe('PostgreSQL faults', () => {
     expect(JSON.parse(again.stdout)).toMatchObject({ ok: true, data: { fib: '8' } });
     const verified = await runCli(['audit', 'verify'], o);
     expect(verified.code, verified.stdout).toBe(0);
-  }, 300_000);
+  });
 
-  it('a frozen server: a call is refused within the connection wait, naming the cause; once it thaws, calls work and the log verifies', async () => {
+  it('a frozen server: a call is refused within the connection wait, naming the cause; once it thaws, calls work and the log verifies', {
+    timeout: scaled(300_000),
+  }, async () => {
     const url = await server.database();
     const o = await hostWithFib(url);
     signalServer('SIGSTOP');
@@ -88,5 +93,5 @@ describe('PostgreSQL faults', () => {
     expect(JSON.parse(thawed.stdout)).toMatchObject({ ok: true, data: { fib: '21' } });
     const verified = await runCli(['audit', 'verify'], o);
     expect(verified.code, verified.stdout).toBe(0);
-  }, 300_000);
+  });
 });

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import pg from 'pg';
@@ -34,10 +35,10 @@ let server: PostgresServer;
 beforeAll(async () => {
   await requireCliAndSandbox();
   server = await startPostgres();
-}, 120_000);
+}, scaled(120_000));
 afterAll(async () => {
   await server?.stop();
-}, 60_000);
+}, scaled(60_000));
 
 const AUDIT_CLI = join(EXAMPLES, '..', 'packages', 'audit-chain', 'dist', 'cli.js');
 
@@ -238,7 +239,9 @@ describe('forge doctor over PostgreSQL', () => {
 });
 
 describe('the connection budget over PostgreSQL', () => {
-  it('40 HTTP sessions one after another that never say goodbye, calling through two workers; then the holder of a call killed -9: every call answered, a fixed number of connections, the call taken over within a lease and recorded once', async () => {
+  it('40 HTTP sessions one after another that never say goodbye, calling through two workers; then the holder of a call killed -9: every call answered, a fixed number of connections, the call taken over within a lease and recorded once', {
+    timeout: scaled(300_000),
+  }, async () => {
     const url = await server.database();
     const pool = new pg.Pool({ connectionString: url, max: 1 });
     onTestFinished(() => pool.end());
@@ -309,11 +312,13 @@ describe('the connection budget over PostgreSQL', () => {
     const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
     child.kill('SIGTERM');
     expect(await exited, stderr).toBe(0);
-  }, 300_000);
+  });
 });
 
 describe('a database restart under a front-end and a worker', () => {
-  it('every call after the restart is answered ok, each with its one forge.called; none answered internal', async () => {
+  it('every call after the restart is answered ok, each with its one forge.called; none answered internal', {
+    timeout: scaled(300_000),
+  }, async () => {
     const url = await server.database();
     const w = worker(host(url));
     await until(w.ready, 30_000, w.stderr);
@@ -348,5 +353,5 @@ describe('a database restart under a front-end and a worker', () => {
     const okAnswers = answers.filter((e) => e.ok).length + 1;
     expect(called.filter((e) => e.data.ok).length, JSON.stringify(answers.slice(0, 2))).toBe(okAnswers);
     expect(new Set(called.map((e) => e.data.call_id)).size).toBe(called.length);
-  }, 300_000);
+  });
 });

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { CLI, connect, EXAMPLES, py, requireCliAndSandbox, runCli, scratch, serveHttp } from './helpers.js';
 
@@ -58,7 +59,7 @@ describe('forge serve across processes', () => {
       const { stdout } = await run(INSPECTOR, ['--cli', '--format', 'json', '--quiet', '--protocol-era', era, ...target, ...args], {
         cwd: s.root,
         env: { ...s.env, HOME: inspectorHome },
-        timeout: 60_000,
+        timeout: scaled(60_000),
       });
       return JSON.parse(stdout).result;
     };

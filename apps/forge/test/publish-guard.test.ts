@@ -10,6 +10,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 
 const GUARD = resolve(import.meta.dirname, '../../../scripts/guard-publish.mjs');
@@ -76,7 +77,7 @@ function run(cmd: string, args: string[], p: Probe, env: Record<string, string> 
     let output = '';
     child.stdout.on('data', (d) => (output += d));
     child.stderr.on('data', (d) => (output += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), scaled(90_000));
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable, Stream } from 'node:stream';
+import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -117,7 +118,7 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('forge serve stops on %s past the 
     const c = await connect(s, { args: ['--grace-ms', String(GRACE_MS)] });
     expect((await c.call('forge_tool', SLEEPER)).result.isError).toBe(false);
     const calls = Array.from({ length: CALLS }, () =>
-      settle(c.client.callTool({ name: 'sleeper', arguments: {} }, undefined, { timeout: 60_000 })),
+      settle(c.client.callTool({ name: 'sleeper', arguments: {} }, undefined, { timeout: scaled(60_000) })),
     );
     await runsStarted(s, CALLS);
     // The SDK's stdio transport keeps its child private; its exit status is only there.
@@ -164,7 +165,7 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('forge serve stops on %s past the 
       false,
     );
     const calls = Array.from({ length: CALLS }, () =>
-      settle(client.callTool({ name: 'sleeper', arguments: {} }, undefined, { timeout: 60_000 })),
+      settle(client.callTool({ name: 'sleeper', arguments: {} }, undefined, { timeout: scaled(60_000) })),
     );
     await runsStarted(s, CALLS);
     const noted = stderrSays(child.stderr, `forge: ${signal}: shutting down`);

@@ -7,6 +7,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { openAuditLog } from '@forge/audit-chain';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { CLI, type Scratch, scratch } from './helpers.js';
 
@@ -36,7 +37,7 @@ describe('stdout closed by its reader', () => {
     const { stdout } = await execFileP('bash', ['-c', script, process.execPath, CLI, ...extra], {
       cwd: s.project,
       env: { ...s.env, ERR: errFile },
-      timeout: 60_000,
+      timeout: scaled(60_000),
     });
     const [first, rc, ...rest] = stdout.split('\n');
     expect(first).toMatch(extra.length ? /^\{"seq":1,/ : /^ {4}1 \S+ forge\.called \{"i":1,/);
@@ -63,7 +64,7 @@ describe('stdout closed by its reader', () => {
     const log = await openAuditLog(path);
     await log.append('forge.called', null);
     await log.close();
-    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), 20_000))]);
+    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), scaled(20_000)))]);
     if (code === 'still running') child.kill('SIGKILL');
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
   });

@@ -6,6 +6,7 @@ import { appendFileSync, chmodSync, cpSync, mkdirSync, readdirSync, readFileSync
 import { join } from 'node:path';
 import { createGateway } from '@forge/gateway';
 import { createForge } from '@forge/runner';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { hostileServer, PACKAGE_DIR, PNPM_STORE, py, scratchDir, target } from './helpers.js';
 
@@ -89,7 +90,7 @@ describe('invariant 4: an approval covers everything that runs', () => {
     expect(await served()).toContain('evil.echo_log');
     // A pull changes its arguments.
     writeFileSync(userFile, JSON.stringify({ servers: { evil: entry(['--verbose']) } }));
-    await expect.poll(served, { timeout: 30_000 }).not.toContain('evil.echo_log');
+    await expect.poll(served, { timeout: scaled(30_000) }).not.toContain('evil.echo_log');
     expect((await t.forge.callTool('evil.echo_log', {})).ok).toBe(false);
     // Approved again as it is now: served again.
     expect(await t.gateway?.approve('evil', ['echo_log'], 'operator')).toMatchObject({ ok: true });

@@ -1,39 +1,22 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { verifyLog } from '@forge/audit-chain';
 import { createGateway, type Gateway } from '@forge/gateway';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
 import { probe } from '@forge/sandbox';
+import { requireSandbox, tempDirSync } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { expect, it, onTestFinished } from 'vitest';
+import { expect, onTestFinished } from 'vitest';
 
-/** An attack that needs root to set itself up (a bind mount): it runs in CI's root pass, skipped as an ordinary user. */
-export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
-/** An attack on what an ordinary user's forge does: it runs in CI's ordinary-user pass, skipped as root. */
-export const asUser: typeof it = it.runIf(process.getuid?.() !== 0) as typeof it;
-
-/** Fails (never skips) when this host cannot sandbox, with the probe's fix. */
-export async function requireSandbox(): Promise<void> {
-  const host = await probe();
-  if (!host.ok) {
-    throw new Error(
-      `the attack suite needs a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
-    );
-  }
-}
+export { asRoot, asUser } from '@forge/test-utils';
 
 /** A scratch directory under the system temp dir, removed when the test finishes. */
-export function scratchDir(prefix = 'forge-attack-'): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
+export const scratchDir = (prefix = 'forge-attack-'): string => tempDirSync(prefix);
 
 export interface Target {
   forge: Forge;
@@ -60,7 +43,7 @@ export async function target(
     projectServers?: Record<string, unknown>;
   } = {},
 ): Promise<Target> {
-  await requireSandbox();
+  await requireSandbox(probe);
   const root = scratchDir();
   const home = join(root, 'home');
   const project = join(root, 'project');
@@ -210,16 +193,4 @@ export function hostileServer(
     env,
     binds: [{ path: PACKAGE_DIR, mode: 'ro' }, { path: PNPM_STORE, mode: 'ro' }, ...binds],
   };
-}
-
-/**
- * Resolves once `check` holds, polling: for what a sandboxed tool or an upstream does, which sends
- * the host no event to wait on. Generous by default (a busy machine), never a fixed sleep.
- */
-export async function until(check: () => boolean, what: string, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }

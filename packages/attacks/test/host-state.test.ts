@@ -5,8 +5,9 @@
 import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect } from 'vitest';
-import { asRoot, asUser, CLI, cli, py, refused, scratch, target, until } from './helpers.js';
+import { asRoot, asUser, CLI, cli, py, refused, scratch, target } from './helpers.js';
 
 /** A tool that marks its bound directory `started`, waits (up to 25 s) for `go`, then writes its name. */
 const holder = py(
@@ -48,7 +49,7 @@ describe('invariant 3: host state a run touches is given back exactly, once', ()
       mkdirSync(dir, { mode: 0o755 });
       expect((await t.forge.forgeTool(holder)).ok).toBe(true);
       const first = t.forge.callTool('holder', { dir, who: 'a' });
-      await until(() => existsSync(join(dir, 'started-a')), 'the first run to start');
+      await waitFor('the first run to start', () => existsSync(join(dir, 'started-a')), { timeoutMs: 60_000 });
       const second = await t.forge.callTool('holder', { dir, who: 'b' });
       expect(refused(second, 'bind_denied').message).toContain('another run holds it read-write now');
       writeFileSync(join(dir, 'go'), '');
@@ -99,7 +100,7 @@ print(json.dumps({"ok": True, "data": "done"}))`,
         stdio: 'ignore',
       });
       const exited = new Promise((r) => child.on('exit', r));
-      await until(() => existsSync(join(dir, 'started-a')), 'the doomed run to start');
+      await waitFor('the doomed run to start', () => existsSync(join(dir, 'started-a')), { timeoutMs: 60_000 });
       child.kill('SIGKILL');
       await exited;
       // Whatever the killed run's sandbox does now, the directory is not yet given back.

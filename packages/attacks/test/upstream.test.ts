@@ -4,8 +4,9 @@
 import { chmodSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ToolEvent } from '@forge/runner';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
-import { hostileServer, scratchDir, target, until } from './helpers.js';
+import { hostileServer, scratchDir, target } from './helpers.js';
 
 const policy = { persona_sandbox_overrides: { insider: { network: 'allow', loopback: 'allow' } } };
 
@@ -18,7 +19,7 @@ describe('gateway upstreams: authority and vetting', () => {
     expect(approved, JSON.stringify(approved)).toMatchObject({ ok: true });
     const seen: ToolEvent[] = [];
     const waiting = t.forge.callTool('evil.wait_log', {}, { persona: 'insider', onEvent: (e) => seen.push(e) });
-    await until(() => seen.length > 0, 'the insider’s call to be running');
+    await waitFor('the insider’s call to be running', () => seen.length > 0, { timeoutMs: 60_000 });
     const other = await t.forge.callTool('evil.echo_log', { card: '4111-1111-1111-1111' }, { persona: 'outsider' });
     expect(other.ok, JSON.stringify(other)).toBe(true);
     writeFileSync(join(gate, 'go'), '');

@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { appendFile, copyFile, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import {
   type AuditLog,
@@ -179,7 +180,10 @@ function where(b: FirstBad | undefined): Omit<FirstBad, 'message'> | undefined {
 // ---- random single-byte flips -------------------------------------------------------------------
 
 describe('random single-byte flips', () => {
-  it('detect every flip at the entry and line holding the byte (≥ 3000 flips of a 200-entry log)', async () => {
+  it('detect every flip at the entry and line holding the byte (≥ 3000 flips of a 200-entry log)', {
+    // Thousands of verifications: minutes on a loaded 2-core machine, never a fixed budget to race.
+    timeout: scaled(600_000),
+  }, async () => {
     const { dir, path } = await newLog(200);
     const original = await readFile(path);
     const lines = splitLines(original);
@@ -280,7 +284,7 @@ describe('random single-byte flips', () => {
     // The draw exercised every reason a single flip can produce.
     expect([...seen].sort()).toEqual(['bad_json', 'hash_mismatch', 'torn_tail']);
     expect(VERIFY_REASONS).toEqual(expect.arrayContaining([...seen]));
-  }, 600_000); // thousands of verifications: minutes on a loaded 2-core machine, never a fixed budget to race
+  });
 });
 
 // ---- deleted, repeated, reordered, inserted and spliced entries ---------------------------------

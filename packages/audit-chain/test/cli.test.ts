@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { GENESIS_HASH, openAuditLog } from '../src/index.js';
 import { CLI, tempDir } from './helpers.js';
@@ -22,7 +23,7 @@ interface Run {
 
 /** Runs the CLI with `args`; never throws for a non-zero exit. CI=true, stdin closed at once. */
 async function cli(...args: string[]): Promise<Run> {
-  const p = execFileP(process.execPath, [CLI, ...args], { env: { ...process.env, CI: 'true' }, timeout: 60_000 });
+  const p = execFileP(process.execPath, [CLI, ...args], { env: { ...process.env, CI: 'true' }, timeout: scaled(60_000) });
   p.child.stdin?.end();
   try {
     const { stdout, stderr } = await p;
@@ -355,7 +356,7 @@ describe('a reader that closes early', () => {
     // biome-ignore lint/suspicious/noTemplateCurlyInString: a bash script, not a template
     const script = '"$0" "$1" tail -n 300 "$2" 2>"$3" | head -1; echo "rc=${PIPESTATUS[0]}"';
     const errFile = join(await tempDir(), 'stderr');
-    const { stdout } = await execFileP('bash', ['-c', script, process.execPath, CLI, path, errFile], { timeout: 60_000 });
+    const { stdout } = await execFileP('bash', ['-c', script, process.execPath, CLI, path, errFile], { timeout: scaled(60_000) });
     const [first, rc, ...rest] = stdout.split('\n');
     expect(first).toMatch(/^#1 \S+ user\.login \{"i":1,/);
     expect(rc).toBe('rc=0');
@@ -376,7 +377,7 @@ describe('a reader that closes early', () => {
     const log = await openAuditLog(path);
     await log.append('user.logout', null);
     await log.close();
-    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), 20_000))]);
+    const code = await Promise.race([exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), scaled(20_000)))]);
     if (code === 'still running') child.kill('SIGKILL');
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
   });

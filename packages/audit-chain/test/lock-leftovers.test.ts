@@ -1,3 +1,4 @@
+import { scaled } from '@forge/test-utils';
 /**
  * What SIGKILLed writers leave beside the lock (staging, removal and break-marker directories)
  * is removed by the next acquire, and only that: a live holder's lock, and a directory another
@@ -76,7 +77,7 @@ describe('leftovers of SIGKILLed lock holders', () => {
     expect(await verifyLog(path)).toMatchObject({ ok: true });
   });
 
-  it('20 cycles of two writers killed at random points: none remain after the next acquire', async () => {
+  it('20 cycles of two writers killed at random points: none remain after the next acquire', { timeout: scaled(120_000) }, async () => {
     const dir = await tempDir();
     const path = join(dir, 'forge.log');
     let seen = 0;
@@ -131,9 +132,11 @@ describe('leftovers of SIGKILLed lock holders', () => {
     // The premise: the kills did leave something behind for the acquire to remove (the last
     // cycle's staging directory at least).
     expect(before.length).toBeGreaterThan(0);
-  }, 120_000);
+  });
 
-  it("never removes a live holder's lock, nor a directory being made now, while a third process acquires", async () => {
+  it("never removes a live holder's lock, nor a directory being made now, while a third process acquires", {
+    timeout: scaled(60_000),
+  }, async () => {
     const dir = await tempDir();
     const path = join(dir, 'forge.log');
     const lockPath = `${path}.lock`;
@@ -193,5 +196,5 @@ describe('leftovers of SIGKILLed lock holders', () => {
     await third.acquire();
     await third.release();
     expect(await verifyLog(path)).toMatchObject({ ok: true, entries: 1 });
-  }, 60_000);
+  });
 });

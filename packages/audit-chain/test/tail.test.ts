@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { appendFile, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { type AuditEntry, AuditError, GENESIS_HASH, type JsonValue, openAuditLog, tailLog } from '../src/index.js';
 import { tempDir } from './helpers.js';
@@ -140,7 +141,9 @@ describe('tailLog without follow', () => {
 });
 
 describe('tailLog with follow', () => {
-  it('delivers entries appended later by another handle, continues across rotate(), and stops on abort', async () => {
+  it('delivers entries appended later by another handle, continues across rotate(), and stops on abort', {
+    timeout: scaled(60_000),
+  }, async () => {
     const { path } = await newLog();
     await appendN(path, 3);
     const ac = new AbortController();
@@ -189,9 +192,9 @@ describe('tailLog with follow', () => {
     ac.abort();
     expect(await waiting).toEqual({ done: true, value: undefined });
     expect(await it.next()).toEqual({ done: true, value: undefined });
-  }, 60_000);
+  });
 
-  it('with last: N, starts with the last N entries and then follows', async () => {
+  it('with last: N, starts with the last N entries and then follows', { timeout: scaled(60_000) }, async () => {
     const { path } = await newLog();
     await appendN(path, 10);
     const ac = new AbortController();
@@ -203,9 +206,9 @@ describe('tailLog with follow', () => {
       if (e.seq === 11) ac.abort();
     }
     expect(got).toEqual([9, 10, 11]);
-  }, 60_000);
+  });
 
-  it('holds back a torn last line until it is completed', async () => {
+  it('holds back a torn last line until it is completed', { timeout: scaled(60_000) }, async () => {
     const { path } = await newLog();
     await appendN(path, 3);
     const lines = (await readFile(path, 'utf8')).trimEnd().split('\n');
@@ -219,7 +222,7 @@ describe('tailLog with follow', () => {
     expect((await pending).value).toMatchObject({ seq: 4, type: 't.manual', data: { slow: 'write' } });
     ac.abort();
     expect(await it.next()).toEqual({ done: true, value: undefined });
-  }, 60_000);
+  });
 
   it('ends at once when the signal is already aborted', async () => {
     const { path } = await newLog();
@@ -229,7 +232,7 @@ describe('tailLog with follow', () => {
     expect(await collect(tailLog(path, { follow: true, signal: ac.signal }))).toEqual([]);
   });
 
-  it('an altered line appended while following makes the iterator throw log_corrupt', async () => {
+  it('an altered line appended while following makes the iterator throw log_corrupt', { timeout: scaled(60_000) }, async () => {
     const { path } = await newLog();
     await appendN(path, 2);
     const ac = new AbortController();
@@ -241,5 +244,5 @@ describe('tailLog with follow', () => {
     await appendFile(path, entryLine(3, { bad: true }, 'ab'.repeat(32)));
     await expect(pending).rejects.toMatchObject({ name: 'AuditError', code: 'log_corrupt' });
     ac.abort();
-  }, 60_000);
+  });
 });

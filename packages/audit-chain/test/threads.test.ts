@@ -6,6 +6,7 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type * as Lib from '../src/index.js';
 import { DIST } from './helpers.js';
@@ -33,7 +34,7 @@ describe('verifyLog with threads: 2', () => {
     original = await readFile(path);
     lineStarts = [0];
     for (let at = original.indexOf(10); at >= 0 && at < original.length - 1; at = original.indexOf(10, at + 1)) lineStarts.push(at + 1);
-  }, 120_000);
+  }, scaled(120_000));
   afterAll(() => rm(dir, { recursive: true, force: true }));
 
   const both = async () => {

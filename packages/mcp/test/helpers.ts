@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { type CallContext, createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
+import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { type CallToolResult, type ClientCapabilities, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -98,7 +99,7 @@ export function listChanges(client: Client): { count(): number; next(timeoutMs?:
     count: () => n,
     next(timeoutMs = 10_000) {
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no tools/list_changed within ${timeoutMs} ms`)), timeoutMs);
+        const t = setTimeout(() => reject(new Error(`no tools/list_changed within ${scaled(timeoutMs)} ms`)), scaled(timeoutMs));
         waiters.push(() => {
           clearTimeout(t);
           resolve();

@@ -1,5 +1,6 @@
 // The 2026-07-28 era with the SDK v2 client, over stdio (a real child process) and Streamable HTTP.
 import { spawn } from 'node:child_process';
+import { scaled } from '@forge/test-utils';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -111,7 +112,7 @@ describe('2026-07-28 era: list changes on subscriptions/listen', () => {
       expect(made.ok).toBe(true);
       await Promise.race([
         changed,
-        new Promise((_, reject) => setTimeout(() => reject(new Error(`no list change: ${JSON.stringify(seen)}`)), 10_000)),
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`no list change: ${JSON.stringify(seen)}`)), scaled(10_000))),
       ]);
     });
   }

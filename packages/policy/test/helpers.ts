@@ -1,7 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { expect, onTestFinished } from 'vitest';
+import { expect } from 'vitest';
 import {
   createSnapshot,
   type Decision,
@@ -12,12 +9,7 @@ import {
   parseRules,
 } from '../src/index.js';
 
-/** A fresh temporary directory, removed when the current test finishes. */
-export async function tempDir(prefix = 'forge-policy-test-'): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), prefix));
-  onTestFinished(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
+export { tempDir } from '@forge/test-utils';
 
 /** The rules of `text`, failing the test when they do not parse. */
 export function rulesOf(text: string, file = 'policy.rules') {

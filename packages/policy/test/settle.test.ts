@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, renameSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createPolicy, POLICY_SETTLE_MS, type Policy, type PolicyEvent, type PolicySnapshot } from '../src/index.js';
 import { tempDir } from './helpers.js';
@@ -156,7 +157,9 @@ for (let n = 0; Date.now() < end; n++) {
 });
 
 describe('a genuinely malformed edit', () => {
-  it('10 malformed in-place edits: exactly 10 reload_failed entries, each with its own reason, the last good policy in force throughout', async () => {
+  it('10 malformed in-place edits: exactly 10 reload_failed entries, each with its own reason, the last good policy in force throughout', {
+    timeout: scaled(60_000),
+  }, async () => {
     const f = await layout();
     writeInPlace(f.workspaceFile, '{"breakers": {"per_tool_rpm": 10}}\n', () => {});
     const { policy, events } = open(f);
@@ -185,7 +188,7 @@ describe('a genuinely malformed edit', () => {
     expect(got).toHaveLength(10);
     expect(new Set(got.map((e) => (e.type === 'policy.reload_failed' ? e.reason : ''))).size).toBe(10);
     expect(got.every((e) => e.type === 'policy.reload_failed' && e.kept === 'last_good' && e.file === f.workspaceFile)).toBe(true);
-  }, 60_000);
+  });
 
   it('left in place is one entry, not one per call', async () => {
     const f = await layout();

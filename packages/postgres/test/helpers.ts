@@ -1,7 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import { scaled } from '@forge/test-utils';
 import pg from 'pg';
 import { afterAll, beforeAll, onTestFinished } from 'vitest';
 import { migrate } from '../src/migrate.js';
@@ -19,10 +17,10 @@ export function usePostgres(): { server(): PostgresServer; database(max?: number
   let server: PostgresServer | undefined;
   beforeAll(async () => {
     server = await startPostgres();
-  }, 120_000);
+  }, scaled(120_000));
   afterAll(async () => {
     await server?.stop();
-  }, 120_000);
+  }, scaled(120_000));
   const started = (): PostgresServer => {
     if (!server) throw new Error('the PostgreSQL server did not start (see beforeAll)');
     return server;
@@ -65,12 +63,7 @@ export async function migratedDatabase(
   return { url, pool, cleanup: () => pool.end() };
 }
 
-/** A fresh temporary directory (forge- prefix), removed when the current test finishes. */
-export async function tempDir(): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'forge-pgtest-'));
-  onTestFinished(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
+export { tempDir } from '@forge/test-utils';
 
 /** The `code` of what `p` rejects with ('resolved' when it does not). */
 export async function codeOf(p: Promise<unknown>): Promise<string> {

@@ -1,3 +1,4 @@
+import { scaled } from '@forge/test-utils';
 // The JobQueue conformance suite against the PostgreSQL queue (pg-boss engine + forge_queue_jobs),
 // one throwaway server for the file, a fresh database per test.
 
@@ -63,11 +64,11 @@ beforeAll(async () => {
   if (c.status === 'fulfilled') child = c.value;
   if (s.status === 'rejected') throw s.reason;
   if (c.status === 'rejected') throw c.reason;
-}, 120_000);
+}, scaled(120_000));
 afterAll(async () => {
   child?.remove();
   await server?.stop();
-}, 120_000);
+}, scaled(120_000));
 
 /** The engine states that go with each forge state. */
 const ENGINE_STATES: Record<string, string[]> = {
@@ -136,7 +137,7 @@ function startWorker(url: string, name: string, leaseMs: number) {
 }
 
 async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
+  const deadline = Date.now() + scaled(ms);
   for (;;) {
     const v = await check();
     if (v !== undefined) return v;
@@ -146,7 +147,9 @@ async function until<T>(what: string, check: () => T | undefined | Promise<T | u
 }
 
 describe('postgres queue: beyond the suite', () => {
-  it('eight handles opened at once on a fresh database, three times: every one opens (the engine installs once, under a lock)', async () => {
+  it('eight handles opened at once on a fresh database, three times: every one opens (the engine installs once, under a lock)', {
+    timeout: scaled(120_000),
+  }, async () => {
     for (let round = 0; round < 3; round++) {
       const url = await server.database();
       const opened = await Promise.allSettled(Array.from({ length: 8 }, () => openPostgresQueue(url)));
@@ -158,7 +161,7 @@ describe('postgres queue: beyond the suite', () => {
       await a?.publish({ id: `j-${round}`, payload: { round } });
       expect(await b?.claim('w')).toMatchObject({ id: `j-${round}`, payload: { round } });
     }
-  }, 120_000);
+  });
 
   it('where and every error name the database with its password masked', async () => {
     const url = await server.database();

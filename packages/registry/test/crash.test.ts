@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { digestSpec, fileToolStore, type ReadResult, type StoredTool, type ToolStore } from '../src/index.js';
 import { BY, requireBuilt, spec, tempDir } from './helpers.js';
@@ -51,7 +52,9 @@ async function prepare(store: ToolStore, op: Op, name: string): Promise<void> {
 
 describe('file store: kill -9 before each file-system step of a write', () => {
   for (const op of ['create', 'replace', 'remove'] as const) {
-    it(`${op}: after a kill at any step the name holds the old tool or the new one, nothing acknowledged is lost, and it is writable again`, async () => {
+    it(`${op}: after a kill at any step the name holds the old tool or the new one, nothing acknowledged is lost, and it is writable again`, {
+      timeout: scaled(120_000),
+    }, async () => {
       requireBuilt();
       const root = await tempDir('forge-crash-');
       const store = fileToolStore('project', root);
@@ -106,6 +109,6 @@ describe('file store: kill -9 before each file-system step of a write', () => {
         expect(again[i]).toBeGreaterThan(Math.max(0, ...used));
         expect(okTool(await store.read(n)).description).toBe('after');
       }
-    }, 120_000);
+    });
   }
 });

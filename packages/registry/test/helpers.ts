@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { basename, dirname, join } from 'node:path';
+import { readdir, writeFile } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
+import { tempDir } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
 import {
   type CreatedBy,
@@ -14,12 +14,7 @@ import {
   type ToolSpec,
 } from '../src/index.js';
 
-/** A fresh temporary directory, removed when the current test finishes. */
-export async function tempDir(prefix = 'forge-registry-test-'): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), prefix));
-  onTestFinished(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
+export { tempDir };
 
 export const BY: CreatedBy = { persona: 'tester', session: 'sess-1' };
 

@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { generateSigningKeys, reanchorAuditLog, verifyLog } from '@forge/audit-chain';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, vi } from 'vitest';
 import { createForge } from '../src/index.js';
 import { okData, py, setup } from './helpers.js';
@@ -54,7 +55,7 @@ describe('forge checkpoints its own audit log', () => {
     await Promise.all(Array.from({ length: 4200 }, (_, i) => fx.forge.callTool(`missing_${i}`, {})));
     // One checkpoint for 4096 calls (a second one only if the 5 s timer came first on a slow host).
     await vi.waitFor(() => expect(checkpointsOf(log).some((c) => (c.entries as number) >= 4096)).toBe(true), {
-      timeout: 5000,
+      timeout: scaled(5000),
       interval: 20,
     });
     const before = checkpointsOf(log);

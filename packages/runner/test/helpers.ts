@@ -5,14 +5,11 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { verifyLog } from '@forge/audit-chain';
 import { probe } from '@forge/sandbox';
-import { expect, it, onTestFinished, vi } from 'vitest';
+import { requireSandbox as requireSandboxOn, scaled } from '@forge/test-utils';
+import { expect, onTestFinished, vi } from 'vitest';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '../src/index.js';
 
-/**
- * A test that needs root to set itself up (a tmpfs mounted for a full disk): it runs in CI's root
- * pass and is reported as skipped in the ordinary user's pass.
- */
-export const asRoot: typeof it = it.runIf(process.getuid?.() === 0) as typeof it;
+export { asRoot } from '@forge/test-utils';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const EXAMPLES_DIR = resolve(here, '../../../examples');
@@ -48,14 +45,7 @@ export function py(name: string, body: string, extra: Partial<Spec> = {}): Spec 
 }
 
 /** Fails (never skips) when this host cannot sandbox, with the probe's own fix: the runner refuses to run tools bare. */
-export async function requireSandbox(): Promise<void> {
-  const host = await probe();
-  if (!host.ok) {
-    throw new Error(
-      `these tests need a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
-    );
-  }
-}
+export const requireSandbox = (): Promise<void> => requireSandboxOn(probe);
 
 /** Writes `text` to `file` atomically (a new inode, so a reload sees the change even within one mtime tick). */
 export function writeAtomic(file: string, text: string, mode = 0o600): void {
@@ -253,7 +243,7 @@ export function filesContaining(dir: string, needle: string): string[] {
 /** Resolves once `count` run directories exist under `runsDir`: the call has reached the sandbox. */
 export async function runStarted(runsDir: string, count = 1): Promise<void> {
   await vi.waitFor(() => expect(readdirSync(runsDir).filter((n) => !n.endsWith('.jsonl')).length).toBeGreaterThanOrEqual(count), {
-    timeout: 5000,
+    timeout: scaled(5000),
     interval: 10,
   });
 }

@@ -1,7 +1,7 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { tempDirSync } from '@forge/test-utils';
+import { describe, expect, it } from 'vitest';
 import { redactBytes, secretList } from '../src/redact.js';
 import { StreamRedactor, scrubArtifacts } from '../src/scrub.js';
 
@@ -12,12 +12,6 @@ const SECRETS = secretList(
     ['WIDE', 'Kö9xWqÄ7m'],
   ]),
 );
-
-function tempDir(): string {
-  const d = mkdtempSync(join(tmpdir(), 'forge-runner-scrub-'));
-  onTestFinished(() => rmSync(d, { recursive: true, force: true }));
-  return d;
-}
 
 describe('StreamRedactor', () => {
   it('gives the same bytes as redacting the whole buffer, however the stream is cut into chunks', () => {
@@ -46,7 +40,7 @@ describe('StreamRedactor', () => {
 
 describe('scrubArtifacts', () => {
   it('renames a directory whose name holds a secret and rewrites the files inside it', async () => {
-    const d = tempDir();
+    const d = tempDirSync();
     mkdirSync(join(d, 'dir-Hj5%'));
     writeFileSync(join(d, 'dir-Hj5%', 'f'), 'x Hj5% y');
     const r = await scrubArtifacts(d, SECRETS, { maxBytes: 1 << 20, maxEntries: 100 });
@@ -61,7 +55,7 @@ describe('scrubArtifacts', () => {
   });
 
   it('removes what lies past its byte or entry budget instead of keeping it unsearched', async () => {
-    const d = tempDir();
+    const d = tempDirSync();
     writeFileSync(join(d, 'a'), 'Zq7vXw3KpL9mN2bR8sT4yU6c');
     writeFileSync(join(d, 'b'), 'x'.repeat(100));
     writeFileSync(join(d, 'c'), 'small');
@@ -70,7 +64,7 @@ describe('scrubArtifacts', () => {
     expect(bytes.removed).toEqual([{ path: 'b', reason: 'past the 50 bytes searched for secret values' }]);
     expect(readFileSync(join(d, 'a'), 'utf8')).toBe('<redacted:LONG>');
 
-    const e = tempDir();
+    const e = tempDirSync();
     for (const n of ['1', '2', '3']) writeFileSync(join(e, n), 'Hj5%');
     const entries = await scrubArtifacts(e, SECRETS, { maxBytes: 1 << 20, maxEntries: 2 });
     expect(existsSync(join(e, '3'))).toBe(false);
@@ -79,7 +73,7 @@ describe('scrubArtifacts', () => {
   });
 
   it('leaves a directory without secret values untouched and rewrites nothing', async () => {
-    const d = tempDir();
+    const d = tempDirSync();
     writeFileSync(join(d, 'plain'), 'nothing here');
     const r = await scrubArtifacts(d, SECRETS, { maxBytes: 1 << 20, maxEntries: 100 });
     expect(r).toEqual({ files: [], renamed: [], removed: [], scanned_bytes: 12 });

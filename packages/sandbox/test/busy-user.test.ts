@@ -9,6 +9,7 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scaled } from '@forge/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HostInfo, probe, resolveRuntimes, runSandboxed, SandboxError, userTasks } from '../src/index.js';
 import { launchFailure } from '../src/start.js';
@@ -47,7 +48,7 @@ print('up', flush=True); sys.stdin.read()`;
   const threads = Number(/^Threads:\s+(\d+)/m.exec(readFileSync(`/proc/${load.pid}/status`, 'utf8'))?.[1]);
   expect(threads).toBeGreaterThan(THREADS);
   expect(tasksOf(uid)).toBeGreaterThan(THREADS);
-}, 60_000);
+}, scaled(60_000));
 
 afterAll(() => {
   load?.stdin?.end(); // it exits at end of stdin

@@ -1,47 +1,23 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { it, onTestFinished } from 'vitest';
+import { requireSandbox as requireSandboxOn } from '@forge/test-utils';
+import { onTestFinished } from 'vitest';
 import { prebuiltStats, probe } from '../src/index.js';
 
-/** Whether this test process is root (CI runs the suite twice: as root, and as an ordinary user). */
-export const isRoot = process.getuid?.() === 0;
-
-/**
- * A test that needs root to set itself up (it delegates a cgroup, drops to another uid, checks
- * what root's sandboxes run as): it runs in CI's root pass and is reported as skipped in the
- * ordinary user's pass, where `it` covers the same ground for that user.
- */
-export const asRoot: typeof it = it.runIf(isRoot) as typeof it;
-
-/** A fresh temporary directory, removed when the current test finishes. */
-export async function tempDir(prefix = 'forge-sandbox-test-'): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), prefix));
-  onTestFinished(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
+export { asRoot, isRoot, tempDir } from '@forge/test-utils';
 
 /** Waits (up to 2 s) until no sandbox built ahead is still being built. */
 export async function builtSoon(): Promise<void> {
   for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await new Promise((r) => setTimeout(r, 10));
 }
 
-/**
- * Fails (never skips) when this host cannot run sandboxes, with the probe's own fix: these tests
- * exist to prove the sandbox holds, so a host without bwrap must not pass them silently.
- */
-export async function requireSandbox(): Promise<void> {
-  const host = await probe();
-  if (!host.ok) {
-    throw new Error(`this test needs a working bwrap sandbox: ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`);
-  }
-}
+/** Fails (never skips) when this host cannot run sandboxes, with the probe's own fix (see @forge/test-utils). */
+export const requireSandbox = (): Promise<void> => requireSandboxOn(probe);
 
 /**
  * Runs `body` in a separate node process, with this package's source loaded as `module` (through

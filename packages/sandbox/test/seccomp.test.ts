@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, realpathSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Writable } from 'node:stream';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch } from '../src/index.js';
 
@@ -340,7 +341,7 @@ async function runJailed(argv: readonly string[], { seccomp = true } = {}): Prom
   const child = spawn(BWRAP, [...jailArgs(), ...(seccomp ? ['--seccomp', '3'] : []), '--', ...argv], {
     stdio: ['pipe', 'pipe', 'pipe', seccomp ? 'pipe' : 'ignore'],
     env: { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8' },
-    timeout: 30_000,
+    timeout: scaled(30_000),
     killSignal: 'SIGKILL',
   });
   const stdout: Buffer[] = [];

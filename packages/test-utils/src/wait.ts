@@ -12,10 +12,11 @@ export interface WaitOptions {
  * Waits until `check` gives a value other than `undefined`, `false` or `null`, and returns it:
  * the way to wait for an event a test can only observe by looking (a file appearing, a process
  * exiting, a count reaching n) instead of sleeping a fixed time and hoping. On timeout it throws,
- * naming `what` it waited for and the last error `check` threw, if any.
+ * naming `what` it waited for (a function is called then, to describe the state it gave up in)
+ * and the last error `check` threw, if any.
  */
 export async function waitFor<T>(
-  what: string,
+  what: string | (() => string),
   check: () => T | undefined | null | false | Promise<T | undefined | null | false>,
   options: WaitOptions = {},
 ): Promise<T> {
@@ -33,7 +34,7 @@ export async function waitFor<T>(
     }
     if (Date.now() >= deadline) {
       const why = lastError === undefined ? '' : ` (last check threw: ${(lastError as Error).message ?? String(lastError)})`;
-      throw new Error(`timed out after ${limit} ms waiting for ${what}${why}`);
+      throw new Error(`timed out after ${limit} ms waiting for ${typeof what === 'function' ? what() : what}${why}`);
     }
     await new Promise((r) => setTimeout(r, interval));
   }

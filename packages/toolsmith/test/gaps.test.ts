@@ -1,19 +1,13 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { appendFile, mkdtemp, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { appendFile, readFile, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { tempDir } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type GapStore, GapStoreError, openGapStore, sanitizeGapRecord } from '../src/gaps.js';
 import type { GapRecord } from '../src/types.js';
 
 const WRITER = new URL('./fixtures/gap-writer.mjs', import.meta.url).pathname;
-
-async function tempDir(): Promise<string> {
-  const root = await mkdtemp(join(tmpdir(), 'forge-gaps-'));
-  onTestFinished(() => rm(root, { recursive: true, force: true }));
-  return root;
-}
 
 function open(dir: string, o: Partial<Parameters<typeof openGapStore>[0]> = {}): GapStore {
   const store = openGapStore({ dir, ...o });

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { verifyLog } from '@forge/audit-chain';
 import { createForge, type Forge } from '@forge/runner';
 import { probe } from '@forge/sandbox';
+import { requireSandbox as requireSandboxOn } from '@forge/test-utils';
 import { expect, onTestFinished } from 'vitest';
 import { createToolsmith, type Toolsmith } from '../src/index.js';
 
@@ -31,13 +32,7 @@ export interface Fixture {
 }
 
 /** Fails (never skips) when this host cannot sandbox. */
-export async function requireSandbox(): Promise<void> {
-  const host = await probe();
-  if (!host.ok)
-    throw new Error(
-      `these tests need a working bwrap sandbox (apt-get install -y bubblewrap): ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`,
-    );
-}
+export const requireSandbox = (): Promise<void> => requireSandboxOn(probe);
 
 /**
  * A real forge and its toolsmith over a fresh home and project (removed afterwards; the audit

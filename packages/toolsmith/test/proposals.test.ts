@@ -14,6 +14,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { scaled, tempDirSync } from '@forge/test-utils';
 import lockfile from 'proper-lockfile';
 import { build } from 'tsup';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -41,7 +42,7 @@ beforeAll(async () => {
     clean: false,
     silent: true,
   });
-}, 120_000);
+}, scaled(120_000));
 afterAll(() => {
   rmSync(built, { recursive: true, force: true });
   try {
@@ -50,9 +51,7 @@ afterAll(() => {
 });
 
 function tempDir(): string {
-  const d = mkdtempSync(join(tmpdir(), 'forge-proposals-'));
-  onTestFinished(() => rmSync(d, { recursive: true, force: true }));
-  return join(d, '.forge', 'toolsmith');
+  return join(tempDirSync('forge-proposals-'), '.forge', 'toolsmith');
 }
 
 function clock(start = Date.parse('2026-01-01T00:00:00Z')) {

@@ -1,0 +1,35 @@
+import { expect, it } from 'vitest';
+
+/**
+ * Every name @forge/audit-chain exports at runtime, written out: adding or removing an export is an API
+ * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
+ */
+const EXPORTS = [
+  'AUDIT_ERROR_CODES',
+  'AuditError',
+  'GENESIS_HASH',
+  'VERIFY_REASONS',
+  'decodeCheckpoint',
+  'decodeEntry',
+  'encodeCheckpoint',
+  'encodeEntry',
+  'encodePrepared',
+  'generateSigningKeys',
+  'openAuditLog',
+  'parseCheckpoint',
+  'prepareAppend',
+  'reanchorAuditLog',
+  'tailLog',
+  'verifyLog',
+];
+
+it('the built entry exports exactly the listed names', async () => {
+  // By URL, not a literal specifier: the test typechecks before this package's own build.
+  const entry: Record<string, unknown> = await import(new URL('../dist/index.js', import.meta.url).href).catch((err: Error) => {
+    throw new Error(`${err.message}: build first (pnpm turbo run build --filter=@forge/audit-chain)`);
+  });
+  expect(
+    Object.keys(entry).sort(),
+    'the export list of @forge/audit-chain changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
+  ).toEqual(EXPORTS);
+});

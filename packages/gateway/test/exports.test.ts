@@ -1,0 +1,39 @@
+import { expect, it } from 'vitest';
+
+/**
+ * Every name @forge/gateway exports at runtime, written out: adding or removing an export is an API
+ * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
+ */
+const EXPORTS = [
+  'ACCEPTED_PROTOCOL_VERSIONS',
+  'BREAKER',
+  'DEFAULT_MAX_MESSAGE_BYTES',
+  'GATEWAY_FILE_LIMIT',
+  'GATEWAY_SCHEMA',
+  'LIST_LIMITS',
+  'PINNED_FIELDS',
+  'addGatewayServers',
+  'createGateway',
+  'createGatewayConfig',
+  'fileDigest',
+  'importMcpConfig',
+  'isForgeToolName',
+  'mergeGatewayDocuments',
+  'openPinStore',
+  'parseGatewayDocument',
+  'restartDelay',
+  'serverConfig',
+  'serverDefinition',
+  'toolDigest',
+];
+
+it('the built entry exports exactly the listed names', async () => {
+  // By URL, not a literal specifier: the test typechecks before this package's own build.
+  const entry: Record<string, unknown> = await import(new URL('../dist/index.js', import.meta.url).href).catch((err: Error) => {
+    throw new Error(`${err.message}: build first (pnpm turbo run build --filter=@forge/gateway)`);
+  });
+  expect(
+    Object.keys(entry).sort(),
+    'the export list of @forge/gateway changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
+  ).toEqual(EXPORTS);
+});

@@ -1,0 +1,32 @@
+import { expect, it } from 'vitest';
+
+/**
+ * Every name @forge/queue exports at runtime, written out: adding or removing an export is an API
+ * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
+ */
+const EXPORTS = [
+  'FILE_QUEUE_STEPS',
+  'JOB_ID',
+  'MAX_PAYLOAD_BYTES',
+  'PRESENCE_STALE_MS',
+  'QUEUE_ERROR_CODES',
+  'QueueError',
+  'checkId',
+  'checkJson',
+  'checkWorker',
+  'filePresence',
+  'jsonText',
+  'looksAlive',
+  'openFileQueue',
+];
+
+it('the built entry exports exactly the listed names', async () => {
+  // By URL, not a literal specifier: the test typechecks before this package's own build.
+  const entry: Record<string, unknown> = await import(new URL('../dist/index.js', import.meta.url).href).catch((err: Error) => {
+    throw new Error(`${err.message}: build first (pnpm turbo run build --filter=@forge/queue)`);
+  });
+  expect(
+    Object.keys(entry).sort(),
+    'the export list of @forge/queue changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
+  ).toEqual(EXPORTS);
+});

@@ -1,0 +1,60 @@
+import { expect, it } from 'vitest';
+
+/**
+ * Every name @forge/registry exports at runtime, written out: adding or removing an export is an API
+ * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
+ */
+const EXPORTS = [
+  'DEFAULT_RUNTIMES',
+  'MAX_NAME_BYTES',
+  'MAX_PATTERN_REPEAT',
+  'REGISTRY_ERROR_CODES',
+  'RegistryError',
+  'SCOPES',
+  'STAMP_FIELDS',
+  'STATIC_RULES',
+  'TOOL_SCHEMA_AJV_OPTIONS',
+  'TOOL_SPEC_SCHEMA',
+  'TOOL_STATES',
+  'VALIDATION_BUDGET_MS',
+  'WIRE_NAME_PATTERN',
+  'checkStoredRecord',
+  'compileToolSchema',
+  'createRegistry',
+  'describeCharacter',
+  'digestSpec',
+  'escapeCharacter',
+  'fileToolStore',
+  'findUnsafeCharacter',
+  'inertJson',
+  'inertText',
+  'isValidToolName',
+  'linkNew',
+  'markWireConflicts',
+  'replaceWith',
+  'runtimeFamily',
+  'scopeIdProblem',
+  'scopeRoots',
+  'staticCheck',
+  'syncDir',
+  'toolNameProblem',
+  'toolValidators',
+  'validateSpec',
+  'verifyToolDigest',
+  'wireKey',
+  'wireLockKey',
+  'wireName',
+  'wireTaken',
+  'writeTemp',
+];
+
+it('the built entry exports exactly the listed names', async () => {
+  // By URL, not a literal specifier: the test typechecks before this package's own build.
+  const entry: Record<string, unknown> = await import(new URL('../dist/index.js', import.meta.url).href).catch((err: Error) => {
+    throw new Error(`${err.message}: build first (pnpm turbo run build --filter=@forge/registry)`);
+  });
+  expect(
+    Object.keys(entry).sort(),
+    'the export list of @forge/registry changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
+  ).toEqual(EXPORTS);
+});

@@ -1,0 +1,48 @@
+import { expect, it } from 'vitest';
+
+/**
+ * Every name @forge/toolsmith exports at runtime, written out: adding or removing an export is an API
+ * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
+ */
+const EXPORTS = [
+  'GapStoreError',
+  'MAX_PROPOSAL_FILE_BYTES',
+  'applyTransition',
+  'byActivation',
+  'byNewest',
+  'capabilitySlug',
+  'checkGapQuery',
+  'checkTransition',
+  'createToolsmith',
+  'deriveToolName',
+  'filterProposals',
+  'generateProbes',
+  'isProposalId',
+  'lineDiff',
+  'lineageOf',
+  'matchExpect',
+  'newProposal',
+  'newProposalId',
+  'openGapStore',
+  'openGapWriter',
+  'openProposalStore',
+  'proposalProblem',
+  'readBlueprint',
+  'readRequest',
+  'sameData',
+  'sanitizeGapRecord',
+  'summarizeGaps',
+  'unknownProposal',
+  'validateProposal',
+];
+
+it('the built entry exports exactly the listed names', async () => {
+  // By URL, not a literal specifier: the test typechecks before this package's own build.
+  const entry: Record<string, unknown> = await import(new URL('../dist/index.js', import.meta.url).href).catch((err: Error) => {
+    throw new Error(`${err.message}: build first (pnpm turbo run build --filter=@forge/toolsmith)`);
+  });
+  expect(
+    Object.keys(entry).sort(),
+    'the export list of @forge/toolsmith changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
+  ).toEqual(EXPORTS);
+});
