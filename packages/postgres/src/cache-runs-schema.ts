@@ -1,4 +1,4 @@
-import type { Migration } from './migrations.js';
+import type { Migration } from './migration.js';
 
 /** The result cache's table (migration 30). */
 export const CACHE_TABLE = 'forge_cache';

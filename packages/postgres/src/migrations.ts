@@ -1,20 +1,11 @@
 import { CACHE_RUNS_MIGRATIONS } from './cache-runs-schema.js';
+import type { Migration } from './migration.js';
 import { PRESENCE_MIGRATIONS } from './presence.js';
 import { QUEUE_MIGRATIONS } from './queue-schema.js';
 import { REGISTRY_MIGRATIONS } from './registry-schema.js';
 import { TOOLSMITH_MIGRATIONS } from './toolsmith-schema.js';
 
-/** One schema change: applied once, in its own transaction, in `version` order. */
-export interface Migration {
-  /**
-   * Positive and increasing along the list; never reused or renumbered once released. Each store
-   * owns a range (1–9 the audit log, 10–19 the registry, …), so versions may have gaps.
-   */
-  version: number;
-  /** Short name shown by `migrationStatus` and `forge doctor`. */
-  name: string;
-  sql: string;
-}
+export type { Migration } from './migration.js';
 
 /** The audit log's migrations (versions 1–9). */
 export const AUDIT_MIGRATIONS: readonly Migration[] = [

@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import type { Member, PresenceStore } from '@forge/queue';
 import { looksAlive, PRESENCE_STALE_MS } from '@forge/queue';
 import type pg from 'pg';
-import type { Migration } from './migrations.js';
+import type { Migration } from './migration.js';
 
 /** The presence table (migration 50; versions 50–59 are the deployment's: presence, …). */
 export const PRESENCE_MIGRATIONS: readonly Migration[] = [

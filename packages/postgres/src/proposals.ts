@@ -64,76 +64,29 @@ function codedError(code: string, message: string, cause?: unknown): Error {
  */
 export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalStoreOptions = {}): ProposalStore {
   const project = options.project ?? '';
-  const now = options.now ?? (() => new Date());
-  const onProblem = options.onProblem ?? (() => {});
   const lockWaitMs = options.lockWaitMs ?? 30_000;
   if (!Number.isInteger(lockWaitMs) || lockWaitMs < 1)
     throw new RangeError(`postgresProposalStore: lockWaitMs must be a positive integer (got ${lockWaitMs})`);
   const base = options.where !== undefined ? redactUrl(options.where) : poolLocator(pool.options);
-  const where = `${base}#forge_toolsmith_proposals${project ? `/${encodeURIComponent(project)}` : ''}`;
-  const whereOf = (id: string) => `${where}/${id}`;
-
-  const unusable = (what: string, err: unknown): Error => {
-    const code = (err as { code?: unknown } | undefined)?.code;
-    const detail = redactText(err instanceof Error ? err.message || String(code ?? err.name) : String(err));
-    if (code === LOCK_NOT_AVAILABLE)
-      return codedError(
-        'lock_timeout',
-        `${what} in ${where}: another process has held the proposal's row for over ${lockWaitMs} ms; retry`,
-        err,
-      );
-    const todo =
-      code === UNDEFINED_TABLE
-        ? 'the database is not migrated: run the migrations of @forge/postgres (forge does on start)'
-        : 'check that the server runs and this user may read and write there';
-    return codedError('store_unusable', `${what} in ${where} failed: ${detail}; ${todo}`, err);
+  const t: ProposalTable = {
+    pool,
+    project,
+    where: `${base}#forge_toolsmith_proposals${project ? `/${encodeURIComponent(project)}` : ''}`,
+    now: options.now ?? (() => new Date()),
+    onProblem: options.onProblem ?? (() => {}),
+    lockWaitMs,
   };
-
-  const query = async <R extends pg.QueryResultRow>(what: string, text: string, values: unknown[]): Promise<R[]> => {
-    try {
-      return (await pool.query<R>(text, values)).rows;
-    } catch (err) {
-      throw unusable(what, err);
-    }
-  };
-
-  /** The proposal a row holds, or undefined (reported) when it holds none. */
-  const parse = (id: string, text: string): Proposal | undefined => {
-    let value: unknown;
-    try {
-      value = JSON.parse(text);
-    } catch (err) {
-      onProblem(whereOf(id), `not valid JSON (a damaged row?): ${(err as Error).message}`);
-      return undefined;
-    }
-    const problem = proposalProblem(value, id);
-    if (problem) {
-      onProblem(whereOf(id), problem);
-      return undefined;
-    }
-    return value as Proposal;
-  };
-
-  const serialize = (p: Proposal): string => {
-    const text = JSON.stringify(p);
-    const size = Buffer.byteLength(text);
-    if (size > MAX_PROPOSAL_FILE_BYTES) {
-      throw new RangeError(
-        `proposal ${p.id} would be ${size} bytes; a proposal is at most ${MAX_PROPOSAL_FILE_BYTES} (bound the validation record's outputs)`,
-      );
-    }
-    return text;
-  };
-
+  const { now, where } = t;
   const get = async (id: string): Promise<Proposal | undefined> => {
     if (!isProposalId(id)) return undefined;
     const rows = await query<{ proposal: string }>(
+      t,
       'reading proposal',
       'SELECT proposal FROM forge_toolsmith_proposals WHERE project = $1 AND id = $2',
       [project, id],
     );
     const row = rows[0];
-    return row ? parse(id, row.proposal) : undefined;
+    return row ? parse(t, id, row.proposal) : undefined;
   };
 
   const store: ProposalStore = {
@@ -143,6 +96,7 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
       for (let attempt = 0; attempt < 5; attempt++) {
         const p = newProposal(input, newProposalId(), at);
         const rows = await query<{ id: string }>(
+          t,
           'creating proposal',
           `INSERT INTO forge_toolsmith_proposals (project, id, name, state, created_at, proposal) VALUES ($1, $2, $3, $4, $5, $6)
            ON CONFLICT DO NOTHING RETURNING id`,
@@ -158,6 +112,7 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
     async list(filter = {}) {
       const states = filter.state === undefined ? undefined : Array.isArray(filter.state) ? filter.state : [filter.state];
       const rows = await query<{ id: string; proposal: string }>(
+        t,
         'listing proposals',
         `SELECT id, proposal FROM forge_toolsmith_proposals WHERE project = $1
            AND ($2::text[] IS NULL OR state = ANY($2::text[])) AND ($3::text IS NULL OR name = $3)`,
@@ -165,76 +120,20 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
       );
       const all: Proposal[] = [];
       for (const row of rows) {
-        const p = parse(row.id, row.proposal);
+        const p = parse(t, row.id, row.proposal);
         if (p) all.push(p);
       }
       return filterProposals(all, filter);
     },
 
-    async transition(id, from, to, opts) {
-      checkTransition(to, opts.by);
-      const unknown = (why: string) => unknownProposal(id, why);
-      if (!isProposalId(id)) return unknown(' (an id is p- and 16 hex digits)');
-      let client: pg.PoolClient;
-      try {
-        client = await pool.connect();
-      } catch (err) {
-        throw unusable(`moving proposal ${id}`, err);
-      }
-      let broken = false;
-      try {
-        await client.query('BEGIN');
-        await client.query(`SET LOCAL lock_timeout = ${lockWaitMs}`);
-        const r = await client.query<{ proposal: string }>(
-          'SELECT proposal FROM forge_toolsmith_proposals WHERE project = $1 AND id = $2 FOR UPDATE',
-          [project, id],
-        );
-        const row = r.rows[0];
-        if (!row) {
-          await client.query('ROLLBACK');
-          return unknown(` in ${where}`);
-        }
-        const current = parse(id, row.proposal);
-        if (!current) {
-          await client.query('ROLLBACK');
-          return unknown(`: its row in ${where} is unusable (see the problems reported)`);
-        }
-        let step: UpdateResult;
-        let text: string;
-        try {
-          step = applyTransition(current, from, to, opts, () => now().toISOString());
-          text = step.ok ? serialize(step.proposal) : '';
-        } catch (err) {
-          throw new Passthrough(err);
-        }
-        if (!step.ok) {
-          await client.query('ROLLBACK');
-          return step;
-        }
-        await client.query(
-          `UPDATE forge_toolsmith_proposals SET state = $3, name = $4, proposal = $5, row_version = row_version + 1
-           WHERE project = $1 AND id = $2`,
-          [project, id, step.proposal.state, step.proposal.name, text],
-        );
-        await client.query('COMMIT');
-        return step;
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => {
-          broken = true;
-        });
-        if (err instanceof Passthrough) throw err.error;
-        broken = true;
-        throw unusable(`moving proposal ${id}`, err);
-      } finally {
-        client.release(broken);
-      }
-    },
+    transition: (id, from, to, opts) => transition(t, id, from, to, opts),
 
     async claim(id, by) {
       if (!isProposalId(id)) return false;
       if (typeof by !== 'string' || by === '') throw new TypeError('claim: "by" must be a non-empty string (who approves)');
       if ((await get(id)) === undefined) return false;
       const rows = await query<{ id: string }>(
+        t,
         `claiming proposal ${id}`,
         `INSERT INTO forge_toolsmith_claims (project, id, claimed_by, claimed_at)
          SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM forge_toolsmith_proposals WHERE project = $1 AND id = $2)
@@ -246,7 +145,7 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
 
     async release(id) {
       if (!isProposalId(id)) return;
-      await query(`releasing the claim on proposal ${id}`, 'DELETE FROM forge_toolsmith_claims WHERE project = $1 AND id = $2', [
+      await query(t, `releasing the claim on proposal ${id}`, 'DELETE FROM forge_toolsmith_claims WHERE project = $1 AND id = $2', [
         project,
         id,
       ]);
@@ -254,8 +153,142 @@ export function postgresProposalStore(pool: pg.Pool, options: PostgresProposalSt
 
     async lineage(name) {
       const all = await store.list({ name, state: ['active', 'retired'] });
-      return lineageOf(all, name, (p, reason) => onProblem(whereOf(p.id), reason));
+      return lineageOf(all, name, (p, reason) => t.onProblem(whereOf(t, p.id), reason));
     },
   };
   return store;
+}
+
+/** The proposals table of one project, as a store of it sees it. */
+interface ProposalTable {
+  pool: pg.Pool;
+  project: string;
+  /** What messages call the table (the database's password masked). */
+  where: string;
+  now: () => Date;
+  onProblem: (where: string, reason: string) => void;
+  lockWaitMs: number;
+}
+
+function whereOf(t: ProposalTable, id: string): string {
+  return `${t.where}/${id}`;
+}
+
+/** A database failure of `what` as the coded Error callers see: `lock_timeout`, else `store_unusable` with what to do. */
+function unusable(t: ProposalTable, what: string, err: unknown): Error {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  const detail = redactText(err instanceof Error ? err.message || String(code ?? err.name) : String(err));
+  if (code === LOCK_NOT_AVAILABLE)
+    return codedError(
+      'lock_timeout',
+      `${what} in ${t.where}: another process has held the proposal's row for over ${t.lockWaitMs} ms; retry`,
+      err,
+    );
+  const todo =
+    code === UNDEFINED_TABLE
+      ? 'the database is not migrated: run the migrations of @forge/postgres (forge does on start)'
+      : 'check that the server runs and this user may read and write there';
+  return codedError('store_unusable', `${what} in ${t.where} failed: ${detail}; ${todo}`, err);
+}
+
+async function query<R extends pg.QueryResultRow>(t: ProposalTable, what: string, text: string, values: unknown[]): Promise<R[]> {
+  try {
+    return (await t.pool.query<R>(text, values)).rows;
+  } catch (err) {
+    throw unusable(t, what, err);
+  }
+}
+
+/** The proposal a row holds, or undefined (reported) when it holds none. */
+function parse(t: ProposalTable, id: string, text: string): Proposal | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    t.onProblem(whereOf(t, id), `not valid JSON (a damaged row?): ${(err as Error).message}`);
+    return undefined;
+  }
+  const problem = proposalProblem(value, id);
+  if (problem) {
+    t.onProblem(whereOf(t, id), problem);
+    return undefined;
+  }
+  return value as Proposal;
+}
+
+function serialize(p: Proposal): string {
+  const text = JSON.stringify(p);
+  const size = Buffer.byteLength(text);
+  if (size > MAX_PROPOSAL_FILE_BYTES) {
+    throw new RangeError(
+      `proposal ${p.id} would be ${size} bytes; a proposal is at most ${MAX_PROPOSAL_FILE_BYTES} (bound the validation record's outputs)`,
+    );
+  }
+  return text;
+}
+
+/** `ProposalStore.transition`: one transaction holding the row's lock (see {@link postgresProposalStore}). */
+async function transition(
+  t: ProposalTable,
+  id: string,
+  from: Parameters<ProposalStore['transition']>[1],
+  to: Parameters<ProposalStore['transition']>[2],
+  opts: Parameters<ProposalStore['transition']>[3],
+): Promise<UpdateResult> {
+  checkTransition(to, opts.by);
+  const unknown = (why: string) => unknownProposal(id, why);
+  if (!isProposalId(id)) return unknown(' (an id is p- and 16 hex digits)');
+  let client: pg.PoolClient;
+  try {
+    client = await t.pool.connect();
+  } catch (err) {
+    throw unusable(t, `moving proposal ${id}`, err);
+  }
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    await client.query(`SET LOCAL lock_timeout = ${t.lockWaitMs}`);
+    const r = await client.query<{ proposal: string }>(
+      'SELECT proposal FROM forge_toolsmith_proposals WHERE project = $1 AND id = $2 FOR UPDATE',
+      [t.project, id],
+    );
+    const row = r.rows[0];
+    if (!row) {
+      await client.query('ROLLBACK');
+      return unknown(` in ${t.where}`);
+    }
+    const current = parse(t, id, row.proposal);
+    if (!current) {
+      await client.query('ROLLBACK');
+      return unknown(`: its row in ${t.where} is unusable (see the problems reported)`);
+    }
+    let step: UpdateResult;
+    let text: string;
+    try {
+      step = applyTransition(current, from, to, opts, () => t.now().toISOString());
+      text = step.ok ? serialize(step.proposal) : '';
+    } catch (err) {
+      throw new Passthrough(err);
+    }
+    if (!step.ok) {
+      await client.query('ROLLBACK');
+      return step;
+    }
+    await client.query(
+      `UPDATE forge_toolsmith_proposals SET state = $3, name = $4, proposal = $5, row_version = row_version + 1
+       WHERE project = $1 AND id = $2`,
+      [t.project, id, step.proposal.state, step.proposal.name, text],
+    );
+    await client.query('COMMIT');
+    return step;
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {
+      broken = true;
+    });
+    if (err instanceof Passthrough) throw err.error;
+    broken = true;
+    throw unusable(t, `moving proposal ${id}`, err);
+  } finally {
+    client.release(broken);
+  }
 }

@@ -1,4 +1,4 @@
-import type { Migration } from './migrations.js';
+import type { Migration } from './migration.js';
 
 /**
  * The job queue's versioned migrations (versions 20–29 of the package's list): forge's own table

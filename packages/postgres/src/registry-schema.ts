@@ -1,4 +1,4 @@
-import type { Migration } from './migrations.js';
+import type { Migration } from './migration.js';
 
 /**
  * The registry's tables (migration versions 10–19 belong to the registry) and the names the tool

@@ -126,44 +126,10 @@ export function postgresRunStore(pool: pg.Pool, options: PostgresRunStoreOptions
       const text = JSON.stringify(manifest);
       const artifactsDir = o.runDir !== undefined ? join(o.runDir, 'artifacts') : undefined;
       const artifacts = artifactsDir ? await walkArtifacts(artifactsDir, caps) : [];
-      let client: pg.PoolClient;
       try {
-        client = await pool.connect();
+        await insertRun(pool, { runId, text, host, artifactsDir, artifacts });
       } catch (err) {
         return fail(`writing the manifest of run "${runId}"`, err);
-      }
-      try {
-        await client.query('BEGIN');
-        const r = await client.query<{ inserted: boolean }>(
-          `INSERT INTO forge_runs (run_id, kind, record, host, artifacts_dir) VALUES ($1, 'run', $2, $3, $4)
-           ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record, written_at = now()
-           RETURNING (xmax = 0) AS inserted`,
-          [runId, text, host, artifactsDir ?? null],
-        );
-        if (r.rows[0]?.inserted && artifacts.length > 0) {
-          await client.query(
-            `INSERT INTO forge_run_artifacts (run_id, path, ord, kind, bytes, sha256, mime_type, kept, content)
-             SELECT $1, * FROM unnest($2::text[], $3::int[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bytea[])
-             ON CONFLICT (run_id, path) DO NOTHING`,
-            [
-              runId,
-              artifacts.map((a) => a.path),
-              artifacts.map((_, i) => i),
-              artifacts.map((a) => a.kind),
-              artifacts.map((a) => a.bytes),
-              artifacts.map((a) => a.sha256 ?? null),
-              artifacts.map((a) => a.mime_type ?? null),
-              artifacts.map((a) => a.kept ?? null),
-              artifacts.map((a) => a.content ?? null),
-            ],
-          );
-        }
-        await client.query('COMMIT');
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => {});
-        return fail(`writing the manifest of run "${runId}"`, err);
-      } finally {
-        client.release();
       }
     },
     async appendHit(record) {
@@ -232,6 +198,51 @@ export function postgresRunStore(pool: pg.Pool, options: PostgresRunStoreOptions
       };
     },
   };
+}
+
+/**
+ * Writes a run's manifest, and its artifacts' rows the first time the run is written, in one
+ * transaction (rolled back on any failure, which is rethrown as it is).
+ */
+async function insertRun(
+  pool: pg.Pool,
+  run: { runId: string; text: string; host: string; artifactsDir: string | undefined; artifacts: Walked[] },
+): Promise<void> {
+  const { runId, artifacts } = run;
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const r = await client.query<{ inserted: boolean }>(
+      `INSERT INTO forge_runs (run_id, kind, record, host, artifacts_dir) VALUES ($1, 'run', $2, $3, $4)
+       ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record, written_at = now()
+       RETURNING (xmax = 0) AS inserted`,
+      [runId, run.text, run.host, run.artifactsDir ?? null],
+    );
+    if (r.rows[0]?.inserted && artifacts.length > 0) {
+      await client.query(
+        `INSERT INTO forge_run_artifacts (run_id, path, ord, kind, bytes, sha256, mime_type, kept, content)
+         SELECT $1, * FROM unnest($2::text[], $3::int[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bytea[])
+         ON CONFLICT (run_id, path) DO NOTHING`,
+        [
+          runId,
+          artifacts.map((a) => a.path),
+          artifacts.map((_, i) => i),
+          artifacts.map((a) => a.kind),
+          artifacts.map((a) => a.bytes),
+          artifacts.map((a) => a.sha256 ?? null),
+          artifacts.map((a) => a.mime_type ?? null),
+          artifacts.map((a) => a.kept ?? null),
+          artifacts.map((a) => a.content ?? null),
+        ],
+      );
+    }
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
 }
 
 interface ArtifactRow {

@@ -1,4 +1,4 @@
-import type { Migration } from './migrations.js';
+import type { Migration } from './migration.js';
 
 /**
  * The toolsmith's tables (migration versions 40–49 belong to the toolsmith's gap and proposal

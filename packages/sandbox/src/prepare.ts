@@ -193,8 +193,11 @@ export function withEgress(profile: SandboxProfile, preload: string): SandboxPro
   };
 }
 
+/** A host that can sandbox: what {@link assertHostReady} lets through. */
+export type ReadyHost = HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch' | 'identity'>>;
+
 /** Throws `sandbox_unavailable` with every problem and its fix, unless the host can sandbox. */
-export function assertHostReady(host: HostInfo): asserts host is HostInfo & Required<Pick<HostInfo, 'bwrap' | 'arch' | 'identity'>> {
+export function assertHostReady(host: HostInfo): asserts host is ReadyHost {
   if (host.ok && host.bwrap && host.arch && host.identity) return;
   const lines = host.problems.map((p) => `${p.message} — fix: ${p.fix}`);
   throw new SandboxError(

@@ -1,12 +1,14 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { lstat, readlink } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { findRunCgroups, type PidsCgroups, type RunCgroups } from './cgroup.js';
+import { hostRoots, type RootEntry } from './host-roots.js';
 import { SANDBOX_UID } from './profile.js';
 import { hostSeccompArch, type SeccompArch } from './seccomp.js';
 import { launchFailure } from './start.js';
 import { which } from './which.js';
+
+export type { RootEntry } from './host-roots.js';
 
 const run = promisify(execFile);
 
@@ -26,14 +28,6 @@ export interface HostProblem {
   message: string;
   /** What to run or change to fix it. */
   fix: string;
-}
-
-/** How a top-level directory of the host appears in the sandbox. */
-export interface RootEntry {
-  /** `/bin`, `/lib64`, … */
-  path: string;
-  /** A merged-/usr symlink (`usr/bin`), recreated as a symlink; undefined: a real directory, bound read-only. */
-  symlink?: string;
 }
 
 /** What `probe()` found. `ok` is false when any problem was found: then nothing may run. */
@@ -245,19 +239,6 @@ function classifyFailure(stderr: string): HostProblem {
   const code: HostProblem['code'] =
     f.cause === 'proc' ? 'proc_unmountable' : f.cause === 'userns' || f.cause === 'userns_count' ? 'userns_blocked' : 'sandbox_failed';
   return { code, message: code === 'sandbox_failed' ? `a trial sandbox failed: ${f.message}` : f.message, fix: f.fix };
-}
-
-/** /bin, /lib, … as the host has them: merged-/usr symlinks, or real directories. */
-async function hostRoots(): Promise<RootEntry[]> {
-  const out: RootEntry[] = [];
-  for (const name of ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32']) {
-    const path = `/${name}`;
-    const st = await lstat(path).catch(() => undefined);
-    if (!st) continue;
-    if (st.isSymbolicLink()) out.push({ path, symlink: await readlink(path) });
-    else if (st.isDirectory()) out.push({ path });
-  }
-  return out;
 }
 
 function compareVersions(v: string, min: readonly number[]): number {

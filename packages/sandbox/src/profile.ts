@@ -3,7 +3,7 @@ import type { CheckedBind } from './binds.js';
 import type { NetworkGrant, Resolver } from './egress/guard.js';
 import type { NetworkEvent } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
-import type { RootEntry } from './probe.js';
+import type { RootEntry } from './host-roots.js';
 
 /** Resource limits of one run. Every field has a default; see {@link DEFAULT_LIMITS}. */
 export interface Limits {

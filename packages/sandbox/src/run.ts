@@ -1,51 +1,19 @@
-import { readdirSync, readFileSync } from 'node:fs';
-import { type FileHandle, open } from 'node:fs/promises';
+import type { ChildProcess } from 'node:child_process';
 import type { Duplex, Writable } from 'node:stream';
-import type { CheckedBind } from './binds.js';
-import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, runCpuUsec } from './cgroup.js';
-import { COPY_LIMITS, type CopiedOutput, copyOut } from './copyout.js';
-import { EGRESS_PORTS } from './egress/inside.js';
-import { preloadFile } from './egress/preload.js';
-import type { EgressProxy, NetworkUsage } from './egress/proxy.js';
+import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunCgroup, runCpuUsec } from './cgroup.js';
+import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
-import { type BindGrant, grantBinds } from './identity.js';
-import {
-  ARGS_FD,
-  argsFdFor,
-  BIND_FD,
-  EVENTS_FD,
-  finished,
-  HOLDER_FD,
-  killLauncher,
-  type Launched,
-  launch,
-  shellQuote,
-} from './launcher.js';
-import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
-import {
-  assertHostReady,
-  coverInherited,
-  type EndReason,
-  endOf,
-  hostLayout,
-  perRunMounts,
-  planMounts,
-  processLimitBy,
-  resolveNetwork,
-  rlimitSteps,
-  runProcessLimit,
-  sandboxSeccomp,
-  startEgress,
-  Tail,
-  watchCgroupLimits,
-  withEgress,
-} from './prepare.js';
+import { EVENTS_FD, finished, HOLDER_FD, killLauncher } from './launcher.js';
+import { finishPrebuilt } from './prebuilt.js';
+import { assertHostReady, type Egress, type EndReason, endOf, startEgress, Tail, watchCgroupLimits } from './prepare.js';
 import { probe } from './probe.js';
-import { buildBwrapArgs, type Limits, type Mount, resolveLimits, type SandboxProfile, sandboxEnv } from './profile.js';
-import type { Staged } from './staging.js';
-import { launchFailure, StartWatch, startCommand, startSteps, userTasks } from './start.js';
+import type { Limits, Mount, SandboxProfile } from './profile.js';
+import { OutputCopy, type RunOutput } from './run-outputs.js';
+import { type ColdArgs, claimPrebuilt, launchRun, planRun, type StartedRun } from './run-start.js';
+import { StdoutKeeper } from './run-stdout.js';
+import { launchFailure, StartWatch, userTasks } from './start.js';
 
-export type { EndReason };
+export type { EndReason, RunOutput };
 
 export interface RunOptions {
   /** Bytes written to the tool's stdin, which is then closed. */
@@ -121,45 +89,6 @@ export interface RunResult {
   eventsBytes?: number;
 }
 
-/** What became of one per-run output directory. */
-export type RunOutput = ({ path: string; lost?: undefined } & CopiedOutput) | { path: string; lost: string };
-
-const SPILL_BACKLOG = 8 << 20;
-
-/**
- * The holder of a run with output directories that builds its own sandbox: takes the start steps
- * (start.ts: it is the shell that starts the command, so no other is needed), runs the command
- * without the channel, says `done <status>` on it, waits there for the host, exits with the status.
- */
-function holderCommand(start: readonly string[]): string[] {
-  const run = `{ "$@" ${HOLDER_FD}>&-; s=$?; echo "done $s" >&${HOLDER_FD}; IFS= read -r x <&${HOLDER_FD}; exit "$s"; }`;
-  return ['/bin/sh', '-c', `${start.join(' && ')} && ${run}`, 'sandbox'];
-}
-
-/**
- * The options of a sandbox built ahead in `profile`'s shape, given its per-run files'
- * placeholders: each is bound like any other mount, and its bytes are copied in when a run takes
- * it. Made out of runSandboxed's scope, from the profile without its environment: the shape is
- * kept by its pool for as long as the process lives, and must not keep a run's secrets, its
- * events sink or its caller's session alive with it.
- */
-function shapeOptions(
-  profile: SandboxProfile,
-  mounts: readonly Mount[],
-  layout: ReturnType<typeof hostLayout>,
-  limits: ReturnType<typeof resolveLimits>,
-  identity: Parameters<typeof planMounts>[2],
-): (paths: readonly string[], dry?: boolean) => ReturnType<Shape['options']> {
-  const { env: _env, ...bare } = profile;
-  return (paths, dry = false) => {
-    let i = 0;
-    const ms = mounts.map((m) => (m.perRun && m.mode === 'ro' ? { ...m, source: paths[i++] as string, perRun: false } : m));
-    const p = planMounts(ms, [], identity, dry);
-    const a = buildBwrapArgs({ ...bare, command: INNER_COMMAND, mounts: p.mounts }, layout, p.fds, limits, { setenv: false });
-    return { options: a.slice(0, a.length - INNER_COMMAND.length - 1), opens: p.opens, prefix: p.staged.prefix, remove: p.staged.remove };
-  };
-}
-
 /**
  * Runs `profile` in a fresh bubblewrap sandbox: private user, pid, network, ipc and uts
  * namespaces, no capabilities, the seccomp filter, rlimits, a wall-clock kill of the
@@ -170,197 +99,101 @@ function shapeOptions(
 export async function runSandboxed(profile: SandboxProfile, options: RunOptions = {}): Promise<RunResult> {
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
   assertHostReady(host);
-  const limits = resolveLimits(profile.limits);
-  const network = resolveNetwork(profile.network);
-  // The tool's command starts behind the shell that sets its process limit inside its own user
-  // namespace and marks the start on stderr (start.ts); a sandbox built ahead runs those steps itself.
-  const pidsBy = processLimitBy(host);
-  const processes = runProcessLimit(limits, pidsBy);
-  const toolCommand = profile.command;
-  // A run with output directories runs behind a holder: a shell inside that says when the tool is
-  // done and keeps the sandbox (its tmpfs) alive while the host copies them out. It takes the
-  // start steps too; any other run gets a shell of its own for them.
-  const hold = (profile.mounts ?? []).some((m) => m.perRun && m.mode === 'rw');
-  if (!hold) profile = { ...profile, command: startCommand(toolCommand, processes) };
-  // The preload's host file exists only from just before the launch until the sandbox has mounted it.
-  const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
-  if (preload) profile = withEgress(profile, preload.path);
-  const binds = profile.binds ?? [];
-  const identity = host.identity;
-  const given = profile.mounts ?? [];
-  profile = { ...profile, mounts: perRunMounts(given) };
-  const mounts = profile.mounts ?? [];
-  const outputs = mounts.filter((m) => m.perRun && m.mode === 'rw');
-  if (hold) profile = { ...profile, command: [...holderCommand(startSteps('"$1"', processes)), ...profile.command] };
-  const layout = hostLayout(host);
-  const seccomp = sandboxSeccomp(host.arch);
-  // bwrap, behind setpriv when this process is root: the sandbox then runs as an unprivileged
-  // host uid, so no uid of it maps to host root.
-  const bwrapArgv = [...identity.drop, host.bwrap.path];
-  const plan = (ms: readonly Mount[], bs: readonly CheckedBind[], dry = false) => planMounts(ms, bs, identity, dry);
-
-  // bwrap takes the command only from its real command line; its options, with the environment
-  // (which may hold secrets), go through ARGS_FD, out of the host's process list.
-  const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
-  const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
-  // Root without a pids cgroup does not get this far (see probe()).
-  const steps = rlimitSteps(limits, { events: Boolean(options.events) });
-
-  // A sandbox built ahead, when the run fits one: its shape is everything bwrap is told but the
-  // command, the environment and the per-run mounts' sources.
-  const staged =
-    // A per-run file too large to copy in is bound as it is: a sandbox built ahead would keep the
-    // inode it was built with, not this run's.
-    options.prebuild && !network && binds.length === 0 && mounts.every((m, i) => m.perRun === given[i]?.perRun)
-      ? mounts.filter((m) => m.perRun && m.mode === 'ro').map((m) => m.source)
-      : undefined;
-  let claim: PrebuiltClaim | undefined;
-  if (options.prebuild && staged) {
-    const slots = staged.map(() => 'ro' as const);
-    const optionsFor = shapeOptions(profile, mounts, layout, limits, identity);
-    const keyOf = optionsFor(
-      slots.map((_, i) => `/\0slot${i}`),
-      true,
-    );
-    const shape: Shape = {
-      key: [...bwrapArgv, options.prebuild.stageDir, cgroups?.base.bases.join(':') ?? '', ...keyOf.options, ...keyOf.opens].join('\0'),
-      stageDir: options.prebuild.stageDir,
-      slots,
-      bwrap: bwrapArgv,
-      options: optionsFor,
-      ...(cgroups ? { cgroups: cgroups.base } : {}),
-      seccomp,
-      cover: coverInherited,
-    };
-    const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
-    // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
-    // bwrap starts itself does; it adds the run's own.
-    const start = startSteps(shellQuote(toolCommand[0] as string), processes);
-    const line = runLine([`export ${env.join(' ')}`, ...steps, ...start], toolCommand, hold);
-    claim = takePrebuilt(shape, staged, line, cgroupLimits);
-  }
-  preload?.write(); // (a run with network is never served by a sandbox built ahead: no claim to end)
-  // rw binds are handed to the sandbox's uid for the run when it is not this process's (root).
-  let grant: BindGrant;
-  try {
-    grant = grantBinds(binds, identity);
-  } catch (err) {
-    if (claim) finishPrebuilt(claim);
-    preload?.remove();
-    throw err;
-  }
-  // The run's own sandbox, when no sandbox built ahead serves it.
-  let cold: { args: string[]; optionCount: number; opens: string[]; staged: Staged; argsFd: number } | undefined;
-  if (!claim?.built) {
-    try {
-      const p = plan(mounts, binds);
-      const args = buildBwrapArgs({ ...profile, mounts: p.mounts }, layout, p.fds, limits);
-      const argsFd = argsFdFor(BIND_FD + binds.length + p.opens.length);
-      cold = { args, optionCount: args.length - profile.command.length - 1, opens: p.opens, staged: p.staged, argsFd };
-    } catch (err) {
-      if (claim) finishPrebuilt(claim);
-      grant.restore();
-      preload?.remove();
-      throw err;
-    }
-  }
-  const started = performance.now();
-  let launched: Launched | undefined;
-  try {
-    launched =
-      claim?.built ??
-      launch({
-        // The holder's channel is closed for the tool by the holder, or here when there is none.
-        steps: [...steps, ...(cold?.opens ?? []), ...(hold ? [] : [`exec ${HOLDER_FD}<&-`])],
-        argv: [
-          ...(cold?.staged.prefix ?? []),
-          ...bwrapArgv,
-          '--args',
-          String(cold?.argsFd ?? ARGS_FD),
-          ...(cold?.args.slice(cold.optionCount) ?? []),
-        ],
-        argsFd: cold?.argsFd ?? ARGS_FD,
-        bindFds: binds.map((b) => b.fd),
-        ...(cgroups ? { cgroups } : {}),
-        seccomp,
-        cover: coverInherited,
-        ...(network ? { ipc: true } : {}),
-        ...(options.events ? { events: true } : {}),
-        ...(claim ? { refill: false } : {}),
-      });
-  } catch (err) {
-    // The system would not start the launcher (launcherRefused): nothing ran, nothing is left.
-    if (claim) finishPrebuilt(claim);
-    grant.restore();
-    cold?.staged.remove();
-    preload?.remove();
-    throw err;
-  }
-  if (!launched) {
-    if (claim) finishPrebuilt(claim);
-    grant.restore();
-    cold?.staged.remove();
-    preload?.remove();
-    const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
-    throw new SandboxError(
-      'sandbox_unavailable',
-      `cannot create the run's cgroups under ${bases}, so its memory, CPU and process limits cannot be enforced; nothing was run (check that the directories are writable and not full: cgroup.max.descendants)`,
-    );
-  }
-  const { child, cgroup } = launched;
-
+  const plan = planRun(host, profile, Boolean(options.events));
+  const claim = options.prebuild ? claimPrebuilt(plan, options.prebuild.stageDir) : undefined;
+  const run = launchRun(host, plan, claim);
+  const { child, cgroup } = run.launched;
   // The relay sends the two listening sockets; once both are held here, it may let the tool start.
-  const egress = network
-    ? startEgress(child, network, () => preload?.remove()) // the relay runs: bwrap has mounted everything
+  const egress = plan.network
+    ? startEgress(child, plan.network, () => plan.preload?.remove()) // the relay runs: bwrap has mounted everything
     : undefined;
-  const proxy: EgressProxy | undefined = egress?.proxy;
+  feed(child, run.cold, options.stdin ?? '');
+  // The holder says `done <status>` on its channel once the tool has exited; its output
+  // directories are then copied out, and the holder released (which ends the sandbox).
+  const copy = plan.hold ? new OutputCopy(child, plan.outputs, plan.limits.outputDirBytes) : undefined;
+  copy?.listen((child.stdio as unknown as (Duplex | null)[])[claim?.built ? 5 : HOLDER_FD]);
+  const watch = watchRun(child, cgroup, plan.limits, options.signal, () => copy?.copy());
+  const stdout = new StdoutKeeper(child.stdout, plan.limits, options.stdoutFile, () => watch.kill('output_cap'));
+  const events = relayEvents(child, options.events);
+  const stderr = new Tail(plan.limits.stderrTailBytes);
+  const start = new StartWatch();
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
 
+  const { code, signal } = await exitOf(child, run, plan.identity.uid).finally(() => {
+    watch.stop();
+    // The tool is gone: so are its connections, and the sockets in its namespace.
+    egress?.proxy.close();
+    plan.preload?.remove();
+  });
+  stderr.push(start.flush());
+  const stderrTail = stderr.text();
+  const ended = watch.ended();
+  const end = endOf({ code, signal, ended, cgroup, cpuBudgetUsec: watch.cpuBudgetUsec, stderrTail });
+  const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
+  const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
+  release(run);
+  await refuseUnstarted({ egress, start, ended, end, stderrTail, stdout, uid: plan.identity.uid });
+  if (copy?.unmoved) {
+    throw new SandboxError(
+      'output_unmoved',
+      `the run ended, but its output could not be copied out of the sandbox into ${plan.outputs.map((m) => m.source).join(', ')}: ${copy.unmoved.message}`,
+    );
+  }
+  const stdoutFile = await stdout.finish();
+  return {
+    ...end,
+    stdout: stdout.kept(),
+    stdoutBytes: stdout.bytes,
+    stdoutTruncated: stdout.truncated,
+    ...(stdoutFile ? { stdoutFile } : {}),
+    stderrTail,
+    durationMs: Math.round(performance.now() - run.started),
+    processLimitHit,
+    enforced: enforcedBy(cgroup?.host, plan.pidsBy === 'userns' ? 'userns' : 'rlimit'),
+    ...(cpuUsec !== undefined ? { usage: { cpuMs: Math.round(cpuUsec / 1000) } } : {}),
+    limits: plan.limits,
+    ...(egress ? { network: egress.proxy.usage } : {}),
+    ...(copy ? { outputs: copy.results() } : {}),
+    prebuilt: claim?.built !== undefined,
+    hostUid: plan.identity.uid,
+    ...(events ? { eventsBytes: events.bytes } : {}),
+  };
+}
+
+/** Sends bwrap its options (a sandbox of the run's own) and the tool its stdin, which is then closed. */
+function feed(child: ChildProcess, cold: ColdArgs | undefined, stdin: string | Uint8Array): void {
   const write = (stream: Writable | null | undefined, data: string | Uint8Array) => {
     if (!stream) return;
     stream.on('error', () => {}); // the tool may exit without reading: not an error of ours
     stream.end(data);
   };
   if (cold) write((child.stdio as unknown as Writable[])[cold.argsFd], `${cold.args.slice(0, cold.optionCount).join('\0')}\0`);
-  write(child.stdin, options.stdin ?? '');
+  write(child.stdin, stdin);
+}
 
-  // The holder says `done <status>` on its channel once the tool has exited; its output
-  // directories are then copied out, and the holder released (which ends the sandbox).
-  let copied: RunOutput[] | undefined;
-  let unmoved: Error | undefined;
-  const copyOutputs = () => {
-    if (!hold || copied) return;
-    const pid = child.pid ? sandboxPid(child.pid) : undefined;
-    if (!pid) return;
-    copied = outputs.map((m) => {
-      try {
-        const got = copyOut(`/proc/${pid}/root${m.target ?? m.source}`, m.source, { ...COPY_LIMITS, bytes: limits.outputDirBytes });
-        return got ? { path: m.source, ...got } : { path: m.source, lost: 'the sandbox was not set up yet' };
-      } catch (err) {
-        unmoved ??= err as Error;
-        return { path: m.source, lost: (err as Error).message };
-      }
-    });
-  };
-  const channel = hold ? (child.stdio as unknown as (Duplex | null)[])[claim?.built ? 5 : HOLDER_FD] : undefined;
-  if (channel) {
-    let heard = '';
-    channel.on('error', () => {});
-    const onData = (chunk: Buffer) => {
-      // Only the end is kept: the tool may write to this channel too (through /proc), and what it
-      // writes must cost this process nothing.
-      heard = (heard + chunk.toString('latin1')).slice(-64);
-      if (!/(^|\n)done \d+\n/.test(heard)) return;
-      channel.off('data', onData);
-      copyOutputs();
-      channel.end('\n');
-    };
-    channel.on('data', onData);
-  }
+/** The run's ends other than its own exit: the wall clock, the cgroup's limits, the abort signal, a cap. */
+interface RunWatch {
+  /** Kills the whole sandbox for `why` (the first reason given is kept). */
+  kill(why: EndReason): void;
+  /** Why the run was killed, when it was. */
+  ended(): EndReason | undefined;
+  cpuBudgetUsec: number;
+  /** Stops watching (the run is over). */
+  stop(): void;
+}
 
+/** Starts the run's timers and watches; `onKill` runs first on every kill (what the tool wrote so far is kept). */
+function watchRun(
+  child: ChildProcess,
+  cgroup: RunCgroup | undefined,
+  limits: Limits,
+  signal: AbortSignal | undefined,
+  onKill: () => void,
+): RunWatch {
   let ended: EndReason | undefined;
   const kill = (why: EndReason) => {
     ended ??= why;
-    copyOutputs(); // what the tool wrote so far is kept, as a run that ends by itself keeps it
+    onKill(); // as a run that ends by itself keeps its output
     killLauncher(child);
     if (cgroup) killRunCgroup(cgroup);
   };
@@ -368,160 +201,86 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const cpuBudgetUsec = limits.cpuSeconds * 1e6;
   const watch = watchCgroupLimits(cgroup, cpuBudgetUsec, kill);
   const onAbort = () => kill('signal');
-  options.signal?.addEventListener('abort', onAbort);
-  if (options.signal?.aborted) onAbort();
-
-  // Stdout: keep the first outputBytes; spill everything once past it; kill past outputHardBytes.
-  const kept: Buffer[] = [];
-  let keptBytes = 0;
-  let total = 0;
-  let spill: Promise<FileHandle> | undefined;
-  let spillWrites: Promise<void> = Promise.resolve();
-  let pending = 0;
-  const stdout = child.stdout;
-  stdout?.on('data', (chunk: Buffer) => {
-    total += chunk.length;
-    if (options.stdoutFile && total > limits.outputBytes) {
-      // The first time: everything so far (all of it was kept); afterwards: each chunk.
-      const data = spill ? chunk : Buffer.concat([...kept, chunk]);
-      spill ??= open(options.stdoutFile, 'wx', 0o600);
-      const handle = spill;
-      pending += data.length;
-      if (pending > SPILL_BACKLOG) stdout.pause(); // let the disk catch up before reading more
-      spillWrites = spillWrites.then(async () => {
-        await (await handle).write(data);
-        pending -= data.length;
-        if (pending <= SPILL_BACKLOG) stdout.resume();
-      });
-    }
-    if (keptBytes < limits.outputBytes) {
-      const take = chunk.subarray(0, limits.outputBytes - keptBytes);
-      kept.push(take);
-      keptBytes += take.length;
-    }
-    if (total > limits.outputHardBytes) kill('output_cap');
-  });
-  // Events: handed on as read, never kept, never paused (the tool must not block on them).
-  let eventsBytes = 0;
-  const events = options.events;
-  const eventsPipe = child.stdio[EVENTS_FD] as Duplex | null | undefined;
-  if (events && eventsPipe) {
-    eventsPipe.on('error', () => {}); // the tool's end closing early is its business
-    eventsPipe.on('data', (chunk: Buffer) => {
-      eventsBytes += chunk.length;
-      events(chunk);
-    });
-    eventsPipe.end(); // nothing goes the other way: a tool reading it sees end-of-file
-  }
-  const stderr = new Tail(limits.stderrTailBytes);
-  const start = new StartWatch();
-  child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
-
-  const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
-    child.on('error', (err) => {
-      if (claim) finishPrebuilt(claim);
-      grant.restore();
-      cold?.staged.remove();
-      // The launcher itself could not be started (spawn's EAGAIN when this user is at its limit).
-      const why = launchFailure(`the launcher: ${err.message}`, 'did not start', { tasks: () => userTasks(identity.uid) });
-      reject(new SandboxError('sandbox_unavailable', `${why.message}; nothing was run — fix: ${why.fix}`, { cause: err }));
-    });
-    child.on('close', (c, s) => resolve({ code: c, signal: s }));
-  }).finally(() => {
-    clearTimeout(timer);
-    clearInterval(watch);
-    options.signal?.removeEventListener('abort', onAbort);
-    // The tool is gone: so are its connections, and the sockets in its namespace.
-    proxy?.close();
-    preload?.remove();
-  });
-  stderr.push(start.flush());
-  const stderrTail = stderr.text();
-  const { reason, exitCode, signal: sig } = endOf({ code, signal, ended, cgroup, cpuBudgetUsec, stderrTail });
-  const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
-  const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
-  if (claim) finishPrebuilt(claim);
-  if (!claim?.built) finished(launched);
-  grant.restore();
-  cold?.staged.remove();
-  if (egress && !egress.started() && !ended) {
-    await spillWrites.catch(() => {});
-    if (spill) await (await spill).close();
-    throw new SandboxError(
-      'sandbox_unavailable',
-      `the sandbox's network relay did not start, so the tool did not run (exit ${exitCode ?? sig}): ${stderrTail.trim() || 'no message'}`,
-    );
-  }
-  // Nothing of the tool ran (no start mark) and nothing here ended it: what stderr holds is the
-  // launch's own account of why. (A run killed for a limit, or cancelled, before its tool started
-  // keeps that reason: the limit covers the start too.)
-  if (!start.started && !ended) {
-    await spillWrites.catch(() => {});
-    if (spill) await (await spill).close();
-    const why = launchFailure(start.before, `exited ${exitCode ?? sig}`, { tasks: () => userTasks(identity.uid) });
-    throw new SandboxError('sandbox_unavailable', `${why.message}; nothing was run — fix: ${why.fix}`);
-  }
-  if (unmoved) {
-    throw new SandboxError(
-      'output_unmoved',
-      `the run ended, but its output could not be copied out of the sandbox into ${outputs.map((m) => m.source).join(', ')}: ${unmoved.message}`,
-    );
-  }
-  let stdoutFile: string | undefined;
-  if (spill) {
-    await spillWrites;
-    const h = await spill;
-    await h.close();
-    stdoutFile = options.stdoutFile;
-  }
+  signal?.addEventListener('abort', onAbort);
+  if (signal?.aborted) onAbort();
   return {
-    reason,
-    exitCode,
-    signal: sig,
-    stdout: Buffer.concat(kept),
-    stdoutBytes: total,
-    stdoutTruncated: total > keptBytes,
-    ...(stdoutFile ? { stdoutFile } : {}),
-    stderrTail,
-    durationMs: Math.round(performance.now() - started),
-    processLimitHit,
-    enforced: enforcedBy(cgroup?.host, pidsBy === 'userns' ? 'userns' : 'rlimit'),
-    ...(cpuUsec !== undefined ? { usage: { cpuMs: Math.round(cpuUsec / 1000) } } : {}),
-    limits,
-    ...(proxy ? { network: proxy.usage } : {}),
-    ...(hold ? { outputs: copied ?? outputs.map((m) => ({ path: m.source, lost: LOST })) } : {}),
-    prebuilt: claim?.built !== undefined,
-    hostUid: identity.uid,
-    ...(events ? { eventsBytes } : {}),
+    kill,
+    ended: () => ended,
+    cpuBudgetUsec,
+    stop() {
+      clearTimeout(timer);
+      clearInterval(watch);
+      signal?.removeEventListener('abort', onAbort);
+    },
   };
 }
 
-const LOST = 'the sandbox ended before its holder said the tool was done (the tool may have killed it), so nothing was copied out';
-
-/**
- * The process of a sandbox whose root is read through /proc: the command bwrap started (the
- * holder), else bwrap's init in the sandbox. Found from the launcher, which became bwrap.
- */
-function sandboxPid(bwrap: number): number | undefined {
-  const init = childrenOf(bwrap)[0];
-  return init === undefined ? undefined : (childrenOf(init)[0] ?? init);
+/** Events: handed on as read, never kept, never paused (the tool must not block on them). */
+function relayEvents(child: ChildProcess, events: ((chunk: Buffer) => void) | undefined): { bytes: number } | undefined {
+  if (!events) return undefined;
+  const counted = { bytes: 0 };
+  const pipe = child.stdio[EVENTS_FD] as Duplex | null | undefined;
+  if (!pipe) return counted;
+  pipe.on('error', () => {}); // the tool's end closing early is its business
+  pipe.on('data', (chunk: Buffer) => {
+    counted.bytes += chunk.length;
+    events(chunk);
+  });
+  pipe.end(); // nothing goes the other way: a tool reading it sees end-of-file
+  return counted;
 }
 
-function childrenOf(pid: number): number[] {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
-  } catch {
-    // No /proc/<pid>/task/<pid>/children on this kernel: every process's parent, from its stat.
-    const out: number[] = [];
-    for (const p of readdirSync('/proc')) {
-      if (!/^\d+$/.test(p)) continue;
-      try {
-        const st = readFileSync(`/proc/${p}/stat`, 'utf8');
-        if (Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(p));
-      } catch {
-        // gone meanwhile
-      }
-    }
-    return out.sort((a, b) => a - b);
+/**
+ * How the launcher ended. Rejects with `sandbox_unavailable`, having given back what the run
+ * held, when the launcher itself could not be started (spawn's EAGAIN when this user is at its limit).
+ */
+function exitOf(child: ChildProcess, run: StartedRun, uid: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  return new Promise((resolve, reject) => {
+    child.on('error', (err) => {
+      if (run.claim) finishPrebuilt(run.claim);
+      run.grant.restore();
+      run.cold?.staged.remove();
+      const why = launchFailure(`the launcher: ${err.message}`, 'did not start', { tasks: () => userTasks(uid) });
+      reject(new SandboxError('sandbox_unavailable', `${why.message}; nothing was run — fix: ${why.fix}`, { cause: err }));
+    });
+    child.on('close', (c, s) => resolve({ code: c, signal: s }));
+  });
+}
+
+/** Gives back what the ended run held: its sandbox built ahead or launcher, its binds, its staged files. */
+function release(run: StartedRun): void {
+  if (run.claim) finishPrebuilt(run.claim);
+  if (!run.claim?.built) finished(run.launched);
+  run.grant.restore();
+  run.cold?.staged.remove();
+}
+
+/**
+ * Refuses (`sandbox_unavailable`) a run whose tool never started, with the launch's account of
+ * why: its network relay did not start, or nothing of it ran (no start mark) and nothing here
+ * ended it. A run killed for a limit, or cancelled, before its tool started keeps that reason:
+ * the limit covers the start too.
+ */
+async function refuseUnstarted(r: {
+  egress: Egress | undefined;
+  start: StartWatch;
+  ended: EndReason | undefined;
+  end: ReturnType<typeof endOf>;
+  stderrTail: string;
+  stdout: StdoutKeeper;
+  uid: number;
+}): Promise<void> {
+  const exit = r.end.exitCode ?? r.end.signal;
+  if (r.egress && !r.egress.started() && !r.ended) {
+    await r.stdout.abandon();
+    throw new SandboxError(
+      'sandbox_unavailable',
+      `the sandbox's network relay did not start, so the tool did not run (exit ${exit}): ${r.stderrTail.trim() || 'no message'}`,
+    );
+  }
+  if (!r.start.started && !r.ended) {
+    await r.stdout.abandon();
+    const why = launchFailure(r.start.before, `exited ${exit}`, { tasks: () => userTasks(r.uid) });
+    throw new SandboxError('sandbox_unavailable', `${why.message}; nothing was run — fix: ${why.fix}`);
   }
 }

@@ -1,7 +1,8 @@
+import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit } from './cgroup.js';
+import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunCgroup } from './cgroup.js';
 import { EGRESS_PORTS } from './egress/inside.js';
-import { preloadFile } from './egress/preload.js';
+import { type PreloadFile, preloadFile } from './egress/preload.js';
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
@@ -17,6 +18,7 @@ import {
   perRunMounts,
   planMounts,
   processLimitBy,
+  type ReadyHost,
   resolveNetwork,
   rlimitSteps,
   runProcessLimit,
@@ -27,7 +29,8 @@ import {
   withEgress,
 } from './prepare.js';
 import { probe } from './probe.js';
-import { buildBwrapArgs, resolveLimits, type SandboxProfile } from './profile.js';
+import { buildBwrapArgs, type Limits, type Mount, resolveLimits, type SandboxProfile } from './profile.js';
+import type { Staged } from './staging.js';
 import { launchFailure, StartWatch, startCommand, userTasks } from './start.js';
 
 export interface SpawnOptions {
@@ -112,84 +115,21 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
   assertHostReady(host);
   const limits = resolveLimits(profile.limits);
-  const outputs = (profile.mounts ?? []).filter((m) => m.perRun && m.mode === 'rw');
-  if (outputs.length > 0) {
-    throw new SandboxError(
-      'invalid_profile',
-      `spawnSandboxed does not support per-run rw mounts (output directories): ${outputs.map((m) => m.source).join(', ')}; mount a directory with perRun unset, or use runSandboxed, which copies output directories out when the run ends`,
-    );
-  }
+  refuseOutputDirs(profile.mounts ?? []);
   const network = resolveNetwork(profile.network);
   profile = { ...profile, mounts: perRunMounts(profile.mounts ?? []) };
-  const binds = profile.binds ?? [];
-  const identity = host.identity;
-  const layout = hostLayout(host);
-  const seccomp = sandboxSeccomp(host.arch);
-  const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
-  const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
-  const steps = rlimitSteps(limits, { events: false });
   // The process starts behind the shell that sets its process limit in its own user namespace (start.ts).
   const pidsBy = processLimitBy(host);
   profile = { ...profile, command: startCommand(profile.command, runProcessLimit(limits, pidsBy)) };
-
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
   const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
   if (preload) profile = withEgress(profile, preload.path);
-  let grant: BindGrant | undefined;
-  let plan: MountPlan | undefined;
-  let args: string[];
-  try {
-    grant = grantBinds(binds, identity);
-    plan = planMounts(profile.mounts ?? [], binds, identity);
-    args = buildBwrapArgs({ ...profile, mounts: plan.mounts }, layout, plan.fds, limits);
-  } catch (err) {
-    plan?.staged.remove();
-    grant?.restore();
-    preload?.remove();
-    throw err;
-  }
-  // bwrap takes the command only from its real command line; its options, with the environment
-  // (which may hold secrets), go through argsFd, out of the host's process list.
-  const optionCount = args.length - profile.command.length - 1;
-  const argsFd = argsFdFor(BIND_FD + binds.length + plan.opens.length);
-  preload?.write();
-  let launched: Launched | undefined;
-  try {
-    launched = launch({
-      steps: [...steps, ...plan.opens],
-      // bwrap, behind setpriv when this process is root: no uid of the sandbox maps to host root.
-      argv: [...plan.staged.prefix, ...identity.drop, host.bwrap.path, '--args', String(argsFd), ...args.slice(optionCount)],
-      argsFd,
-      bindFds: binds.map((b) => b.fd),
-      ...(cgroups ? { cgroups } : {}),
-      seccomp,
-      cover: coverInherited,
-      ...(network ? { ipc: true } : {}),
-      // A server holds its launcher for as long as it lives: none is started ahead for its sake.
-      refill: false,
-    });
-  } catch (err) {
-    // The system would not start the launcher (launcherRefused): nothing was started.
-    plan.staged.remove();
-    grant.restore();
-    preload?.remove();
-    throw err;
-  }
-  if (!launched) {
-    plan.staged.remove();
-    grant.restore();
-    preload?.remove();
-    const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
-    throw new SandboxError(
-      'sandbox_unavailable',
-      `cannot create the sandbox's cgroups under ${bases}, so its memory, CPU and process limits cannot be enforced; nothing was started (check that the directories are writable and not full: cgroup.max.descendants)`,
-    );
-  }
-  const { child, cgroup } = launched;
+  const spawned = launchSpawn(host, profile, limits, { preload, ipc: network !== undefined });
+  const { child, cgroup } = spawned.launched;
   const started = performance.now();
-  const argsPipe = (child.stdio as unknown as (Writable | null)[])[argsFd];
+  const argsPipe = (child.stdio as unknown as (Writable | null)[])[spawned.argsFd];
   argsPipe?.on('error', () => {});
-  argsPipe?.end(`${args.slice(0, optionCount).join('\0')}\0`);
+  argsPipe?.end(spawned.options);
   const stdin = child.stdin as Writable;
   const stdout = child.stdout as Readable;
   stdin.on('error', () => {}); // the process may exit without reading: the caller sees `exited`
@@ -205,47 +145,32 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
       })
     : undefined;
 
-  let ended: EndReason | undefined;
-  let closed = false;
-  const kill = (why: EndReason) => {
-    // Once bwrap is reaped its pid (the launcher's process group) may be another process's.
-    if (closed) return;
-    ended ??= why;
-    killLauncher(child);
-    if (cgroup) killRunCgroup(cgroup);
-  };
-  const cpuBudgetUsec = limits.cpuSeconds * 1e6;
-  const watch = watchCgroupLimits(cgroup, cpuBudgetUsec, kill);
-  const onAbort = () => kill('signal');
-  options.signal?.addEventListener('abort', onAbort);
-
+  const watch = new SpawnWatch(child, cgroup, limits.cpuSeconds * 1e6, options.signal);
   const stderr = new Tail(limits.stderrTailBytes);
   const start = new StartWatch();
   child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
 
   let failed: Error | undefined;
+  child.on('error', (err) => {
+    failed ??= err;
+  });
   const exited = new Promise<SpawnExit>((resolve) => {
-    child.on('error', (err) => {
-      failed ??= err;
-    });
     child.on('close', (code, signal) => {
-      closed = true;
-      clearInterval(watch);
-      options.signal?.removeEventListener('abort', onAbort);
+      watch.close();
       // The process is gone: so are its connections, and the sockets in its namespace.
       egress?.proxy.close();
       preload?.remove();
       stderr.push(start.flush());
       const stderrTail = stderr.text();
-      const end = endOf({ code, signal, ended, cgroup, cpuBudgetUsec, stderrTail });
+      const end = endOf({ code, signal, ended: watch.ended, cgroup, cpuBudgetUsec: watch.cpuBudgetUsec, stderrTail });
       const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
-      finished(launched);
-      grant.restore();
-      plan.staged.remove();
+      finished(spawned.launched);
+      spawned.grant.restore();
+      spawned.staged.remove();
       relayUp(); // a relay that never started: the start below sees it from `exited`
       const why =
-        !start.started && !ended
-          ? launchFailure(start.before, `exited ${end.exitCode ?? end.signal}`, { tasks: () => userTasks(identity.uid) })
+        !start.started && !watch.ended
+          ? launchFailure(start.before, `exited ${end.exitCode ?? end.signal}`, { tasks: () => userTasks(host.identity.uid) })
           : undefined;
       resolve({
         ...end,
@@ -256,11 +181,11 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
       });
     });
   });
-  if (options.signal?.aborted) onAbort();
+  watch.armAbort();
 
   if (egress) {
     await relayed;
-    if (!egress.started() && !ended) {
+    if (!egress.started() && !watch.ended) {
       const end = await exited;
       throw new SandboxError(
         'sandbox_unavailable',
@@ -282,10 +207,139 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     stdout,
     stderrTail: () => stderr.text(),
     pid: child.pid,
-    hostUid: identity.uid,
+    hostUid: host.identity.uid,
     enforced: enforcedBy(cgroup?.host, pidsBy === 'userns' ? 'userns' : 'rlimit'),
     network: () => egress?.proxy.usage,
-    kill: () => kill('signal'),
+    kill: () => watch.kill('signal'),
     exited,
   };
+}
+
+/** Refuses output directories: nothing copies them out of a process that lives on. */
+function refuseOutputDirs(mounts: readonly Mount[]): void {
+  const outputs = mounts.filter((m) => m.perRun && m.mode === 'rw');
+  if (outputs.length > 0) {
+    throw new SandboxError(
+      'invalid_profile',
+      `spawnSandboxed does not support per-run rw mounts (output directories): ${outputs.map((m) => m.source).join(', ')}; mount a directory with perRun unset, or use runSandboxed, which copies output directories out when the run ends`,
+    );
+  }
+}
+
+/** A launched sandbox of spawnSandboxed, with what it holds on the host until it ends. */
+interface Spawned {
+  launched: Launched;
+  grant: BindGrant;
+  staged: Staged;
+  argsFd: number;
+  /** bwrap's options, NUL-separated, for `argsFd`. */
+  options: string;
+}
+
+/**
+ * Launches `profile` (its command behind its start shell, its egress mounted). Writes the egress
+ * preload first; `ipc`: the launcher gets the channel the egress relay hands its sockets over.
+ * Throws (`sandbox_unavailable`, `bind_denied`, …) having started nothing and given back
+ * everything taken for it.
+ */
+function launchSpawn(
+  host: ReadyHost,
+  profile: SandboxProfile,
+  limits: Limits,
+  { preload, ipc }: { preload: PreloadFile | undefined; ipc: boolean },
+): Spawned {
+  const binds = profile.binds ?? [];
+  const identity = host.identity;
+  let grant: BindGrant | undefined;
+  let plan: MountPlan | undefined;
+  let args: string[];
+  try {
+    grant = grantBinds(binds, identity);
+    plan = planMounts(profile.mounts ?? [], binds, identity);
+    args = buildBwrapArgs({ ...profile, mounts: plan.mounts }, hostLayout(host), plan.fds, limits);
+  } catch (err) {
+    plan?.staged.remove();
+    grant?.restore();
+    preload?.remove();
+    throw err;
+  }
+  // bwrap takes the command only from its real command line; its options, with the environment
+  // (which may hold secrets), go through argsFd, out of the host's process list.
+  const optionCount = args.length - profile.command.length - 1;
+  const argsFd = argsFdFor(BIND_FD + binds.length + plan.opens.length);
+  const cgroupLimits = { processes: limits.processes, memoryBytes: limits.memoryBytes, cpuCores: limits.cpuCores };
+  const cgroups = host.cgroups ? { base: host.cgroups, limits: cgroupLimits } : undefined;
+  preload?.write();
+  let launched: Launched | undefined;
+  try {
+    launched = launch({
+      steps: [...rlimitSteps(limits, { events: false }), ...plan.opens],
+      // bwrap, behind setpriv when this process is root: no uid of the sandbox maps to host root.
+      argv: [...plan.staged.prefix, ...identity.drop, host.bwrap.path, '--args', String(argsFd), ...args.slice(optionCount)],
+      argsFd,
+      bindFds: binds.map((b) => b.fd),
+      ...(cgroups ? { cgroups } : {}),
+      seccomp: sandboxSeccomp(host.arch),
+      cover: coverInherited,
+      ...(ipc ? { ipc: true } : {}),
+      // A server holds its launcher for as long as it lives: none is started ahead for its sake.
+      refill: false,
+    });
+  } catch (err) {
+    // The system would not start the launcher (launcherRefused): nothing was started.
+    plan.staged.remove();
+    grant.restore();
+    preload?.remove();
+    throw err;
+  }
+  if (!launched) {
+    plan.staged.remove();
+    grant.restore();
+    preload?.remove();
+    const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
+    throw new SandboxError(
+      'sandbox_unavailable',
+      `cannot create the sandbox's cgroups under ${bases}, so its memory, CPU and process limits cannot be enforced; nothing was started (check that the directories are writable and not full: cgroup.max.descendants)`,
+    );
+  }
+  return { launched, grant, staged: plan.staged, argsFd, options: `${args.slice(0, optionCount).join('\0')}\0` };
+}
+
+/** A spawned sandbox's ends other than its own exit: kill(), the abort signal, the cgroup's limits. */
+class SpawnWatch {
+  /** Why it was killed, when it was (the first reason given). */
+  ended: EndReason | undefined;
+  #closed = false;
+  readonly #timer: ReturnType<typeof setInterval> | undefined;
+  readonly #onAbort = () => this.kill('signal');
+
+  constructor(
+    readonly child: ChildProcess,
+    readonly cgroup: RunCgroup | undefined,
+    readonly cpuBudgetUsec: number,
+    readonly signal: AbortSignal | undefined,
+  ) {
+    this.#timer = watchCgroupLimits(cgroup, cpuBudgetUsec, (why) => this.kill(why));
+    signal?.addEventListener('abort', this.#onAbort);
+  }
+
+  /** Kills it now if the signal was aborted before the start. */
+  armAbort(): void {
+    if (this.signal?.aborted) this.#onAbort();
+  }
+
+  kill(why: EndReason): void {
+    // Once bwrap is reaped its pid (the launcher's process group) may be another process's.
+    if (this.#closed) return;
+    this.ended ??= why;
+    killLauncher(this.child);
+    if (this.cgroup) killRunCgroup(this.cgroup);
+  }
+
+  /** The sandbox is gone: stops watching. */
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    this.signal?.removeEventListener('abort', this.#onAbort);
+  }
 }

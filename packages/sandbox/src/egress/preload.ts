@@ -3,7 +3,8 @@
  * host. Node's `fetch` and the `http`/`https` modules do not read the proxy variables before
  * Node 24, so the preload routes them through the proxy by CONNECT.
  *
- * `preload` is serialized with `Function.prototype.toString`: it must be self-contained and get
+ * `preload` and its three parts (the routes, fetch, the http(s) agents) are serialized with
+ * `Function.prototype.toString`: each must be self-contained but for the others' names, and get
  * `require` as a parameter (a bundler rewrites a free `require`).
  */
 import { randomBytes } from 'node:crypto';
@@ -30,17 +31,38 @@ import { isAlive } from '../cgroup.js';
  * `ECONNRESET`, `ENOTFOUND`, …).
  */
 function preload(req: NodeJS.Require, proxyPort: number): void {
+  const routes = egressRoutes(req, proxyPort);
+  routeFetch(req, routes);
+  routeHttpAgents(req, routes);
+}
+
+type Socket = import('node:net').Socket;
+type Done = (err: Error | null, socket?: Socket) => void;
+
+/** The preload's ways to a host, shared by its fetch and http(s) parts. */
+interface EgressRoutes {
+  /** The host without IPv6 brackets, lowercased. */
+  bare(host: string): string;
+  /** Whether `host` goes direct: listed in NO_PROXY (a name also covers its subdomains, `*` all). */
+  direct(host: string): boolean;
+  /** Opens a CONNECT tunnel to host:port through the proxy; `done` once, with it or an error. */
+  tunnel(host: string, port: number, callback: Done): void;
+  /** A connected socket to host:port, direct (NO_PROXY) or tunnelled; `done` once. */
+  open(host: string, port: number, callback: Done): void;
+  /** TLS over a connected socket; `done` once, after the handshake or with its error. */
+  secure(s: Socket, options: import('node:tls').ConnectionOptions, callback: Done): void;
+}
+
+/** The routes through the proxy's HTTP port (self-contained: serialized with {@link preload}). */
+function egressRoutes(req: NodeJS.Require, proxyPort: number): EgressRoutes {
   const net = req('node:net') as typeof import('node:net');
   const tls = req('node:tls') as typeof import('node:tls');
-  type Socket = import('node:net').Socket;
-  type Done = (err: Error | null, socket?: Socket) => void;
 
   const bare = (host: string) => host.replace(/^\[|\]$/g, '').toLowerCase();
   const noProxy = (process.env.NO_PROXY ?? process.env.no_proxy ?? '')
     .split(',')
     .map((e) => bare(e.trim()).replace(/^\*?\./, ''))
     .filter(Boolean);
-  /** Whether `host` goes direct: listed in NO_PROXY (a name also covers its subdomains, `*` all). */
   const direct = (host: string) => {
     const h = bare(host);
     return noProxy.some((e) => e === '*' || h === e || h.endsWith(`.${e}`));
@@ -56,7 +78,6 @@ function preload(req: NodeJS.Require, proxyPort: number): void {
   };
   const fail = (message: string, code: string, extra: Record<string, string> = {}) => Object.assign(new Error(message), { code, ...extra });
 
-  /** Opens a CONNECT tunnel to host:port through the proxy; `done` once, with it or an error. */
   function tunnel(host: string, port: number, callback: Done): void {
     const done = once(callback);
     const h = bare(host);
@@ -99,7 +120,6 @@ function preload(req: NodeJS.Require, proxyPort: number): void {
     s.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
   }
 
-  /** A connected socket to host:port, direct (NO_PROXY) or tunnelled; `done` once. */
   function open(host: string, port: number, callback: Done): void {
     if (!direct(host)) return void tunnel(host, port, callback);
     const done = once(callback);
@@ -108,7 +128,6 @@ function preload(req: NodeJS.Require, proxyPort: number): void {
     s.once('connect', () => done(null, s));
   }
 
-  /** TLS over a connected socket; `done` once, after the handshake or with its error. */
   function secure(s: Socket, options: import('node:tls').ConnectionOptions, callback: Done): void {
     const done = once(callback);
     let t: import('node:tls').TLSSocket;
@@ -122,7 +141,13 @@ function preload(req: NodeJS.Require, proxyPort: number): void {
     t.once('secureConnect', () => done(null, t));
   }
 
-  // fetch: swap in a tunnelling agent at the first call, then step aside.
+  return { bare, direct, tunnel, open, secure };
+}
+
+/** fetch: swap in a tunnelling agent at the first call, then step aside (self-contained). */
+function routeFetch(req: NodeJS.Require, routes: EgressRoutes): void {
+  const net = req('node:net') as typeof import('node:net');
+  const { bare, open, secure } = routes;
   const original = globalThis.fetch;
   if (typeof original === 'function') {
     const proxied = function fetch(this: unknown, ...args: Parameters<typeof original>) {
@@ -155,8 +180,13 @@ function preload(req: NodeJS.Require, proxyPort: number): void {
     };
     globalThis.fetch = proxied;
   }
+}
 
-  // http and https modules: agents whose connections are tunnels (or direct, for NO_PROXY hosts).
+/** http and https modules: agents whose connections are tunnels, or direct for NO_PROXY hosts (self-contained). */
+function routeHttpAgents(req: NodeJS.Require, routes: EgressRoutes): void {
+  const net = req('node:net') as typeof import('node:net');
+  const tls = req('node:tls') as typeof import('node:tls');
+  const { direct, tunnel } = routes;
   const http = req('node:http') as typeof import('node:http');
   const https = req('node:https') as typeof import('node:https');
   type Duplex = import('node:stream').Duplex;
@@ -202,7 +232,8 @@ const sources = new Map<number, string>();
 export function preloadSource(proxyPort: number): string {
   let s = sources.get(proxyPort);
   if (s === undefined) {
-    s = `'use strict';\n// forge egress: route Node's fetch and http(s) through the sandbox's proxy.\n(${preload.toString()})(require, ${proxyPort});\n`;
+    const parts = [egressRoutes, routeFetch, routeHttpAgents, preload].map((f) => f.toString()).join('\n');
+    s = `'use strict';\n// forge egress: route Node's fetch and http(s) through the sandbox's proxy.\n(() => {\n${parts}\npreload(require, ${proxyPort});\n})();\n`;
     sources.set(proxyPort, s);
   }
   return s;
