@@ -8,9 +8,11 @@ import { ForgeMcpError } from './errors.js';
 import { SessionEventStore } from './eventStore.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
+import { listViews } from './listing.js';
 import { headerDeclarations, paramHeaderProblem } from './paramHeaders.js';
 import { findView, type ToolView } from './schema.js';
-import { buildServer, listViews } from './server.js';
+import { passAuthInfo } from './sdkInternals.js';
+import { buildServer } from './server.js';
 import { admitSession, resolveSessionLimits } from './sessionLimits.js';
 import { TaskStore } from './tasks.js';
 import type { ToolsmithSurface } from './toolsmithTools.js';
@@ -295,7 +297,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
           forge: { ctx: modernCtx, principal: caller.principal } satisfies ModernCaller,
         },
       };
-      (req as IncomingMessage & { auth?: AuthInfo }).auth = authInfo;
+      passAuthInfo(req, authInfo);
       const mismatch = await paramHeaders(body, caller.principal, modernCtx, req);
       if (mismatch) {
         res.writeHead(400, { 'content-type': 'application/json' }).end(
