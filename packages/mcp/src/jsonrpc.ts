@@ -61,9 +61,10 @@ export function paramsNotObject(value: unknown): ErrorAnswer | undefined {
 
 /**
  * Answers a `tools/call` or `tools/list` request with malformed params itself, with JSON-RPC
- * -32602 and a plain message naming the field, and says so (true). The SDK validates a request
- * against its schema before its own -32602 check, so these came back as -32603 "internal error"
- * with a raw validation dump. Every server built here runs it on each incoming message.
+ * -32602 and a plain message naming the field, and says so (true). The SDK answers them with a
+ * raw validation dump, a malformed tools/list as -32603 "internal error" (its schema check runs
+ * before its own -32602 one; pinned in test/sdk-internals.test.ts). Every server built here runs
+ * it on each incoming message.
  */
 export function refuseMalformedParams(message: unknown, transport: Pick<Transport, 'send'>): boolean {
   const problem = paramsProblem(message as { id?: unknown; method?: unknown; params?: unknown });
