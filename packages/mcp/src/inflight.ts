@@ -1,3 +1,5 @@
+import type { JSONRPCMessage, RequestId } from '@modelcontextprotocol/server';
+
 /** How long drain() waits by default for the answers of killed calls before it gives up on them. */
 const ANSWER_WAIT_MS = 10_000;
 
@@ -75,5 +77,45 @@ export class Inflight {
       process.emitWarning(
         `forge mcp: ${this.#active} call(s) not answered within ${this.#answerWaitMs} ms after their tools were killed; closing the transport anyway (their outcomes are in the audit log)`,
       );
+  }
+}
+
+/**
+ * One server's tool calls whose answer is not yet handed to its transport, by request id: each
+ * holds its place in the {@link Inflight} until its answer is sent (see there for why the
+ * handler's end is not enough).
+ */
+export class UnansweredCalls {
+  readonly #byId = new Map<RequestId, () => void>();
+  readonly #inflight: Inflight;
+
+  constructor(inflight: Inflight) {
+    this.#inflight = inflight;
+  }
+
+  /**
+   * Counts the call `id` until its answer is sent, or until `signal` aborts (the client cancelled
+   * it, or the transport closed: then no answer is due). The returned release lets go of it
+   * earlier (idempotent).
+   */
+  begin(id: RequestId, signal: AbortSignal): () => void {
+    const release = this.#inflight.begin();
+    this.#byId.set(id, release);
+    const forget = () => {
+      if (this.#byId.get(id) === release) this.#byId.delete(id);
+      release();
+    };
+    signal.addEventListener('abort', forget, { once: true });
+    if (signal.aborted) forget();
+    return forget;
+  }
+
+  /** The release to run once `message` was handed to the transport, when it answers a counted call. */
+  answering(message: JSONRPCMessage): (() => void) | undefined {
+    const id = (message as { id?: RequestId }).id;
+    if (id === undefined || !('result' in message || 'error' in message)) return undefined;
+    const release = this.#byId.get(id);
+    if (release) this.#byId.delete(id);
+    return release;
   }
 }

@@ -1,4 +1,10 @@
-import { isJSONRPCErrorResponse, isJSONRPCNotification, isJSONRPCRequest, isJSONRPCResultResponse } from '@modelcontextprotocol/server';
+import {
+  isJSONRPCErrorResponse,
+  isJSONRPCNotification,
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  type Transport,
+} from '@modelcontextprotocol/server';
 
 /**
  * The default largest protocol message, in bytes, on both transports: a stdio line (without its
@@ -51,6 +57,40 @@ export function paramsNotObject(value: unknown): ErrorAnswer | undefined {
     -32602,
     `Invalid params: ${value.method} takes params as an object (by name), or none (got ${shown(value.params)})`,
   );
+}
+
+/**
+ * Answers a `tools/call` or `tools/list` request with malformed params itself, with JSON-RPC
+ * -32602 and a plain message naming the field, and says so (true). The SDK answers them with a
+ * raw validation dump, a malformed tools/list as -32603 "internal error" (its schema check runs
+ * before its own -32602 one; pinned in test/sdk-internals.test.ts). Every server built here runs
+ * it on each incoming message.
+ */
+export function refuseMalformedParams(message: unknown, transport: Pick<Transport, 'send'>): boolean {
+  const problem = paramsProblem(message as { id?: unknown; method?: unknown; params?: unknown });
+  if (problem === undefined) return false;
+  const id = (message as { id: string | number }).id;
+  void transport.send({ jsonrpc: '2.0', id, error: { code: -32602, message: `Invalid params: ${problem}` } }).catch(() => {});
+  return true;
+}
+
+/** Why a `tools/call` or `tools/list` request's params are malformed, or undefined. */
+function paramsProblem(m: { id?: unknown; method?: unknown; params?: unknown }): string | undefined {
+  if (m.id === undefined || (m.method !== 'tools/call' && m.method !== 'tools/list')) return undefined;
+  const p = m.params as Record<string, unknown> | undefined;
+  const isObject = (v: unknown) => v !== null && typeof v === 'object' && !Array.isArray(v);
+  const got = (v: unknown) => (v === undefined ? 'nothing' : JSON.stringify(v).slice(0, 60));
+  if (m.method === 'tools/call') {
+    if (!isObject(p)) return `tools/call takes params {"name": "<tool>", "arguments": {…}} (got ${got(p)})`;
+    if (typeof p?.name !== 'string') return `tools/call needs params.name, a tool name string (got ${got(p?.name)})`;
+    if (p.arguments !== undefined && !isObject(p.arguments))
+      return `tools/call params.arguments must be an object (got ${got(p.arguments)})`;
+    return undefined;
+  }
+  if (p === undefined) return undefined;
+  if (!isObject(p)) return `tools/list params must be an object (got ${got(p)})`;
+  if (p.cursor !== undefined && typeof p.cursor !== 'string') return `tools/list params.cursor must be a string (got ${got(p.cursor)})`;
+  return undefined;
 }
 
 /** A line that is not JSON: -32700, id null (none could be read). */

@@ -11,9 +11,8 @@ import {
 } from '@modelcontextprotocol/server';
 import type { Inflight } from './inflight.js';
 import type { ToolView } from './schema.js';
-import { toResult } from './server.js';
 import { declaresTasks, TASKS_EXTENSION, type TaskStore } from './tasks.js';
-import { withFiles } from './toolResults.js';
+import { toResult, withFiles } from './toolResults.js';
 
 /**
  * Starts the call as a task of `tasks.owner` and answers its `CreateTaskResult`. The call counts

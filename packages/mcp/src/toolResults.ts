@@ -1,9 +1,10 @@
 /**
- * What a tool call gives the client besides its envelope: its events as progress and log
- * notifications while it runs, and the files it names as resource links (images also inline).
+ * What a tool call gives the client: its envelope as a tool result, its events as progress and
+ * log notifications while it runs, and the files it names as resource links (images also inline).
  */
 import type { CallContext, Envelope, FileRef, Forge } from '@forge/runner';
 import type { CallToolResult, LoggingLevel, ProgressToken, ServerContext } from '@modelcontextprotocol/server';
+import type { ToolView } from './schema.js';
 
 /** Largest image returned inline as `image` content (larger ones are links only). */
 export const MAX_INLINE_IMAGE_BYTES = 1024 * 1024;
@@ -66,4 +67,42 @@ export async function withFiles(result: CallToolResult, envelope: Envelope, forg
     });
   if (links.length === 0) return result;
   return { ...result, content: [...result.content, ...links] };
+}
+
+/**
+ * An envelope as a tool result: the envelope as JSON text, `isError: !ok`, and
+ * `structuredContent` — `data` when the tool publishes an `outputSchema` (only when ok: the
+ * client validates it against that schema), else the whole envelope.
+ */
+export function toResult(envelope: Envelope, view?: ToolView): CallToolResult {
+  // An upstream tool's answer (the gateway's) keeps the upstream's own content blocks, redacted by
+  // the runner, as a client calling the server directly would get them; the envelope, with forge's
+  // meta, stays in structuredContent.
+  const upstream = view?.record.runtime === 'mcp' && envelope.ok && !view.structuredData ? upstreamBlocks(envelope.data) : undefined;
+  const result: CallToolResult = {
+    content: upstream ?? [{ type: 'text', text: JSON.stringify(envelope) }],
+    isError: !envelope.ok,
+  };
+  if (!view?.structuredData) result.structuredContent = envelope as unknown as Record<string, unknown>;
+  else if (envelope.ok && envelope.data !== null && typeof envelope.data === 'object' && !Array.isArray(envelope.data))
+    result.structuredContent = envelope.data as Record<string, unknown>;
+  return result;
+}
+
+/** The content blocks of a gateway answer's `data` (`{ content: [...] }`), when every one is a block MCP knows; else undefined. */
+function upstreamBlocks(data: unknown): CallToolResult['content'] | undefined {
+  const content = (data as { content?: unknown } | null)?.content;
+  if (!Array.isArray(content) || content.length === 0) return undefined;
+  const str = (v: unknown) => typeof v === 'string';
+  for (const b of content) {
+    const block = b as Record<string, unknown> | null;
+    if (block === null || typeof block !== 'object') return undefined;
+    const ok =
+      (block.type === 'text' && str(block.text)) ||
+      ((block.type === 'image' || block.type === 'audio') && str(block.data) && str(block.mimeType)) ||
+      (block.type === 'resource_link' && str(block.uri) && str(block.name)) ||
+      (block.type === 'resource' && block.resource !== null && typeof block.resource === 'object');
+    if (!ok) return undefined;
+  }
+  return content as CallToolResult['content'];
 }
