@@ -12,7 +12,12 @@ process.env.FORGE_TEST_TIER = 'fast';
 export default defineConfig({
   test: {
     root: fileURLToPath(new URL('..', import.meta.url)),
-    projects: ['packages/*/vitest.config.ts', 'apps/*/vitest.config.ts'],
+    projects: [
+      'packages/*/vitest.config.ts',
+      'apps/*/vitest.config.ts',
+      // The repository's own checks that need no build: the source tree's shape.
+      { test: { name: 'repo', include: ['scripts/test/shape.test.ts'] } },
+    ],
     maxWorkers: 2,
   },
 });

@@ -139,8 +139,11 @@ export class DemoTour {
     return { env, ms: took, result };
   }
 
-  /** Resolves true at the next notifications/tools/list_changed, false after `timeoutMs`. */
-  nextListChanged(timeoutMs = 5000): Promise<boolean> {
+  /**
+   * Resolves true at the next notifications/tools/list_changed, false after `timeoutMs`. The
+   * limit only bounds a failure: on a busy machine the forge before it may itself take seconds.
+   */
+  nextListChanged(timeoutMs = 30_000): Promise<boolean> {
     return new Promise<boolean>((resolve) => {
       const timer = setTimeout(() => resolve(false), timeoutMs);
       this.changed = () => {

@@ -47,7 +47,7 @@ export const REFUSAL_KINDS = Object.freeze([
   'upstream_protocol',
   // docs/security.md, runner README (readRun, readArtifact): no such run for this caller.
   'not_found',
-  // Not documented yet: apps/forge serve's toolsmith answer while the engine is still opening.
+  // docs/architecture.md: apps/forge serve's toolsmith answer while the engine is still opening.
   'unavailable',
 ] as const);
 
