@@ -55,6 +55,10 @@ export interface RuntimeTable {
 
 const BASE_NAMES = ['python3', 'node', 'bash', 'sh'];
 const NO_ANSWER = ' (it is on PATH but did not answer as an interpreter)';
+/** How long an interpreter has to answer by default; asked again after a timeout, it has three times as long. */
+const ANSWER_MS = 10_000;
+const slowAnswer = (ms: number) =>
+  ` (it is on PATH but did not answer within ${ms / 1000} s, nor ${(3 * ms) / 1000} s when asked again; the host may be overloaded: try again)`;
 let cached: Promise<RuntimeTable> | undefined;
 
 /** Options of {@link resolveRuntimes}. */
@@ -67,6 +71,12 @@ export interface ResolveRuntimesOptions {
    * interpreter that has not changed. Interpreters behind script shims (pyenv) are always asked.
    */
   cacheFile?: string;
+  /**
+   * How long an interpreter has to answer (default 10 s). After a timeout it is asked once more
+   * with three times as long; if that times out too, it is left out of `list` and asked again
+   * on its next `resolve`, never taken for absent.
+   */
+  answerTimeoutMs?: number;
 }
 
 /** Bumped whenever what a runtime entry holds changes (2: node's NODE_OPTIONS). */
@@ -89,7 +99,7 @@ interface CacheEntry {
  * look again.
  */
 export function resolveRuntimes(options: ResolveRuntimesOptions = {}): Promise<RuntimeTable> {
-  if (!cached || options.refresh) cached = findRuntimes(options.cacheFile);
+  if (!cached || options.refresh) cached = findRuntimes(options.cacheFile, options.answerTimeoutMs ?? ANSWER_MS);
   return cached;
 }
 
@@ -156,13 +166,15 @@ export function runtimeNames(): string[] {
   return [...names].filter((n) => which(n) !== undefined).sort();
 }
 
-async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
+async function findRuntimes(cacheFile: string | undefined, answerMs: number): Promise<RuntimeTable> {
   const names = runtimeNames();
   const known = readCache(cacheFile);
   const fresh = new Map<string, CacheEntry>();
   // A few at a time: a host with many interpreter shims (pyenv has one per known version) would
   // otherwise start them all at once.
   const limit = pLimit(4);
+  /** Interpreters whose last asking timed out: asked again on next use. */
+  const slow = new Set<string>();
   /** The remembered answer for `n` when its binary has not changed; undefined when it must be asked. */
   const remembered = (n: string): Runtime | undefined => {
     const onPath = which(n);
@@ -177,10 +189,16 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
       const onPath = which(n);
       if (!onPath) return undefined;
       const id = binaryId(onPath);
-      // A busy host can make an interpreter slow to answer: after a timeout, ask once more.
-      const r = await findOne(n)
-        .catch((err) => ((err as { killed?: boolean }).killed ? findOne(n) : undefined))
-        .catch(() => undefined);
+      // A busy host can make an interpreter slow to answer: after a timeout, ask once more, for
+      // longer; if that times out too, it is asked again when next needed (never taken as absent).
+      const timedOut = (err: unknown) => (err as { killed?: boolean }).killed === true;
+      const r = await findOne(n, answerMs)
+        .catch((err) => (timedOut(err) ? findOne(n, 3 * answerMs) : undefined))
+        .catch((err) => {
+          if (timedOut(err)) slow.add(n);
+          return undefined;
+        });
+      if (r) slow.delete(n);
       // An answer without a version (a timeout) is not remembered: the next process asks again.
       if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
       return r;
@@ -197,7 +215,7 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
   const found = await Promise.all(
     names.map(async (n) => {
       const r = remembered(n) ?? (BASE_NAMES.includes(n) ? await ask(n) : undefined);
-      if (!r && !BASE_NAMES.includes(n)) later.add(n);
+      if (!r && (!BASE_NAMES.includes(n) || slow.has(n))) later.add(n);
       return r;
     }),
   );
@@ -231,13 +249,14 @@ async function findRuntimes(cacheFile?: string): Promise<RuntimeTable> {
           byName.set(name, a);
           relist();
           save();
-        } else failed.add(name);
+        } else if (slow.has(name)) asking.delete(name);
+        else failed.add(name);
         return a;
       });
       asking.set(name, p);
     }
     const a = await p;
-    if (!a) throw unknown(name, NO_ANSWER);
+    if (!a) throw unknown(name, slow.has(name) ? slowAnswer(answerMs) : NO_ANSWER);
     return a;
   };
   return {
@@ -297,12 +316,12 @@ function pLimit(n: number): <T>(fn: () => Promise<T>) => Promise<T> {
     });
 }
 
-async function findOne(name: string): Promise<Runtime | undefined> {
+async function findOne(name: string, timeout: number): Promise<Runtime | undefined> {
   const onPath = which(name);
   if (!onPath) return undefined;
   if (name.startsWith('python')) {
     const code = 'import sys, json; print(json.dumps([sys.executable, sys.base_prefix, sys.version.split()[0]]))';
-    const { stdout } = await run(onPath, ['-I', '-c', code], { timeout: 10_000 });
+    const { stdout } = await run(onPath, ['-I', '-c', code], { timeout });
     const [exe, prefix, version] = JSON.parse(stdout) as [string, string, string];
     const interpreter = await realpath(exe);
     const mounts = interpreter.startsWith('/usr/') ? [] : [await realpath(prefix)];
@@ -321,7 +340,7 @@ async function findOne(name: string): Promise<Runtime | undefined> {
         env: nodeEnv(process.version),
       };
     }
-    const { stdout } = await run(onPath, ['-p', 'JSON.stringify([process.execPath, process.version])'], { timeout: 10_000 });
+    const { stdout } = await run(onPath, ['-p', 'JSON.stringify([process.execPath, process.version])'], { timeout });
     const [exe, version] = JSON.parse(stdout) as [string, string];
     const interpreter = await realpath(exe);
     // Node is one self-contained binary: outside /usr, that file is all it needs.
@@ -333,7 +352,7 @@ async function findOne(name: string): Promise<Runtime | undefined> {
     // The version is only a label here (and part of cache keys): bash without one still runs.
     // --norc: with stdin a socket (Node's pipes are socket pairs) and no SHLVL, bash takes itself
     // for a remote shell and runs the user's ~/.bashrc, which may do anything, or wait forever.
-    const out = await run(interpreter, ['--norc', '--noprofile', '-c', 'echo "$BASH_VERSION"'], { timeout: 10_000 }).catch(() => undefined);
+    const out = await run(interpreter, ['--norc', '--noprofile', '-c', 'echo "$BASH_VERSION"'], { timeout }).catch(() => undefined);
     version = out ? out.stdout.trim().replace(/\(.*$/, '') : '';
   }
   return { name, interpreter, mounts: interpreter.startsWith('/usr/') ? [] : [interpreter], version, env: {} };

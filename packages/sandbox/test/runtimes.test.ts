@@ -127,6 +127,33 @@ describe('the runtime cache file', () => {
   });
 });
 
+describe('a busy host', () => {
+  it('does not take an interpreter that answers too slowly for absent: it asks again on next use', async () => {
+    const dir = await tempDir();
+    const real = (await resolveRuntimes()).get('python3').interpreter;
+    // A python3 that stalls until the host "calms down" (a file appears), then answers.
+    const calm = join(dir, 'calm');
+    mkdirSync(join(dir, 'bin'));
+    writeFileSync(join(dir, 'bin', 'python3'), `#!/bin/sh\nwhile [ ! -e '${calm}' ]; do sleep 0.05; done\nexec '${real}' "$@"\n`, {
+      mode: 0o755,
+    });
+    const path = process.env.PATH;
+    process.env.PATH = `${join(dir, 'bin')}:${path}`;
+    onTestFinished(async () => {
+      process.env.PATH = path;
+      await resolveRuntimes({ refresh: true });
+    });
+    const table = await resolveRuntimes({ refresh: true, answerTimeoutMs: 200 });
+    expect(table.list.map((r) => r.name)).not.toContain('python3');
+    await expect(table.resolve('python3')).rejects.toThrow(
+      /unknown runtime "python3" \(it is on PATH but did not answer within 0.2 s, nor 0.6 s when asked again; the host may be overloaded: try again\)/,
+    );
+    writeFileSync(calm, '');
+    expect((await table.resolve('python3')).interpreter).toBe(real);
+    expect(table.list.map((r) => r.name)).toContain('python3');
+  });
+});
+
 describe('node in the sandbox', () => {
   it('can use WebAssembly (and so fetch) under the address-space limit', async () => {
     const node = (await resolveRuntimes()).get('node');
