@@ -2,8 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { scaled } from '@forge/test-utils';
+import { waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
 
 /** The child writer (see the comment at the top of the file for its arguments and output). */
@@ -109,17 +108,6 @@ export async function startTogether(dir: string, start: (go: string) => Writer[]
   });
   await writeFile(go, '');
   return writers;
-}
-
-/** Polls `check` until it returns a value other than undefined (the timeout only prevents hangs). */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + scaled(timeoutMs);
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
 }
 
 export interface ChainEntry {

@@ -3,21 +3,36 @@ import { appendFileSync, copyFileSync, readFileSync } from 'node:fs';
 import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scaled, waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AuditLog, GENESIS_HASH, openAuditLog, verifyLog } from '../src/index.js';
-import { type ChainEntry, checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, splitLines, waitFor } from './children.js';
+import { type ChainEntry, checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, splitLines } from './children.js';
 import { tempDir } from './helpers.js';
 
 const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 const recoveredFiles = async (dir: string, base: string) => (await readdir(dir)).filter((n) => n.startsWith(`${base}.recovered-`)).sort();
-/** The lock options of a writer that may only get the lock by proving its holder dead. */
-const NO_STALENESS = { staleMs: 60_000, timeoutMs: 3000 };
+/**
+ * The lock options of a writer that may only get the lock by proving its holder dead
+ * (the timeout scaled to the machine; the stale period stays far beyond it).
+ */
+const NO_STALENESS = { staleMs: 60_000, timeoutMs: scaled(3000) };
 
 /** Random bytes without a line feed: what a torn write may leave after the last complete line. */
 function tornBytes(n: number): Buffer {
   const b = randomBytes(n);
   for (let i = 0; i < b.length; i++) if (b[i] === 0x0a) b[i] = 0x0b;
   return b;
+}
+
+/** The lock directory `<lock>.<token>.tmp` that process `pid` staged (owner record written), if any. */
+async function stagedBy(dir: string, lock: string, pid: number): Promise<string | undefined> {
+  for (const name of await readdir(dir)) {
+    if (!name.startsWith(`${lock}.`) || !name.endsWith('.tmp')) continue;
+    try {
+      if (JSON.parse(await readFile(join(dir, name, 'owner'), 'utf8')).pid === pid) return name;
+    } catch {} // gone meanwhile, or its owner record not written yet
+  }
+  return undefined;
 }
 
 async function openForTest(path: string, options?: Parameters<typeof openAuditLog>[1]): Promise<AuditLog> {
@@ -85,6 +100,7 @@ describe('SIGKILL of a writer at a random moment', () => {
         if (w.child.exitCode !== null) throw new Error(`writer c${k} exited: ${w.stderr()}`);
         return (await readAcks(w.acksPath)).acks.length > 0 ? true : undefined;
       });
+      // Lets time pass: the kill is to land at a random moment among the appends, which no event marks.
       await sleep(randomInt(20, 151));
       w.child.kill('SIGKILL');
       const exit = await w.exited;
@@ -217,7 +233,8 @@ describe('torn tail repair (SPEC.md section 6), deterministic', () => {
 describe('a writer killed while it holds the lock', () => {
   /** Starts a writer whose first append hangs in its data sync, holding the lock, and waits for it. */
   async function hangingHolder(path: string, dir: string) {
-    const w = spawnWriter(path, 1, 'holder', { acks: join(dir, 'holder.acks'), hangDatasyncMs: 5000 });
+    // The sync outlasts the waiters' lock timeout: the holder never releases in time by itself.
+    const w = spawnWriter(path, 1, 'holder', { acks: join(dir, 'holder.acks'), hangDatasyncMs: scaled(5000) });
     await waitFor('the holder to be inside its data sync', async () => {
       if (w.child.exitCode !== null) throw new Error(`holder exited: ${w.stderr()}`);
       return (await readAcks(w.acksPath)).events.includes('datasync') ? true : undefined;
@@ -238,7 +255,7 @@ describe('a writer killed while it holds the lock', () => {
     expect(await w.exited).toEqual({ code: null, signal: 'SIGKILL' });
     expect((await stat(`${path}.lock`)).isDirectory()).toBe(true); // the dead holder never released it
 
-    // staleMs 60 s, timeout 3 s, holder's sync 5 s: success proves the holder was judged dead.
+    // staleMs 60 s, timeout 3 s, holder's sync 5 s (the last two scaled): success proves the holder was judged dead.
     const log = await openForTest(path, { lock: NO_STALENESS });
     const r = await log.append('t.after', { ok: true });
     await log.close();
@@ -256,7 +273,12 @@ describe('a writer killed while it holds the lock', () => {
     await seedLog(path, 2);
     const holder = await hangingHolder(path, dir);
     const waiter = spawnWriter(path, 10, 'waiter', { acks: join(dir, 'waiter.acks'), lock: NO_STALENESS });
-    await sleep(300); // let it start waiting (its success does not depend on this)
+    // It waits for the lock once it has staged its own lock directory (owner record naming it)
+    // beside the lock the holder keeps: acquiring begins with that, and the first append takes it.
+    await waitFor('the waiter to wait for the lock (its staged lock directory)', async () => {
+      if (waiter.child.exitCode !== null) throw new Error(`the waiter exited: ${waiter.stderr()}`);
+      return (await stagedBy(dir, 'audit.log.lock', waiter.pid)) !== undefined;
+    });
     expect(JSON.parse(await readFile(join(`${path}.lock`, 'owner'), 'utf8')).pid).toBe(holder.pid);
     holder.child.kill('SIGKILL');
     await holder.exited;

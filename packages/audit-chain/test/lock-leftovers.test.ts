@@ -1,4 +1,3 @@
-import { scaled } from '@forge/test-utils';
 /**
  * What SIGKILLed writers leave beside the lock (staging, removal and break-marker directories)
  * is removed by the next acquire, and only that: a live holder's lock, and a directory another
@@ -13,20 +12,24 @@ import { mkdir, readdir, readFile, utimes, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scaled, waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { openAuditLog, verifyLog } from '../src/index.js';
 import { DirLock } from '../src/lock.js';
-import { expectCleanExit, readAcks, spawnWriter, type Writer, waitFor } from './children.js';
+import { expectCleanExit, readAcks, spawnWriter, type Writer } from './children.js';
 import { tempDir } from './helpers.js';
 
-/** Lock options under which a writer may only get a held lock by proving its holder dead. */
-const NO_STALENESS = { staleMs: 60_000, timeoutMs: 5000 };
+/**
+ * Lock options under which a writer may only get a held lock by proving its holder dead
+ * (the timeout scaled to the machine; the stale period stays far beyond it).
+ */
+const NO_STALENESS = { staleMs: 60_000, timeoutMs: scaled(5000) };
 /**
  * The same for two writers that append in a loop: the lock is not fair, so on a loaded host one
  * of them may wait seconds while the other takes it again and again. Waiting is not what these
  * cycles test; a writer that gave up (lock_timeout) would fail the cycle for the wrong reason.
  */
-const CONTENDED = { staleMs: 60_000, timeoutMs: 25_000 };
+const CONTENDED = { staleMs: 60_000, timeoutMs: scaled(25_000) };
 
 /** The directories beside the lock `<log>.lock` other than the lock itself. */
 async function leftovers(dir: string, log: string): Promise<string[]> {
@@ -39,6 +42,7 @@ async function killAfterAppending(w: Writer, ms: number): Promise<void> {
     if (w.child.exitCode !== null) throw new Error(`writer ${w.id} exited: ${w.stderr()}`);
     return (await readAcks(w.acksPath)).acks.length > 0 ? true : undefined;
   });
+  // Lets time pass: the kill is to land at a random point among the appends, which no event marks.
   await sleep(ms);
   w.child.kill('SIGKILL');
   expect(await w.exited, w.stderr()).toEqual({ code: null, signal: 'SIGKILL' });
@@ -116,10 +120,12 @@ describe('leftovers of SIGKILLed lock holders', () => {
     await Promise.all([stager.exited, holder.exited]);
     const before = await leftovers(dir, path);
     // A directory with no owner record yet is left alone while it is younger than the stale
-    // period (its maker may be writing the record right now): let every one of them age past it.
+    // period (its maker may be writing the record right now): every one of them is made older
+    // than that (the sweep judges a leftover's age by its mtime).
     const staleMs = 1000;
-    await sleep(staleMs + 100);
-    const log = await openAuditLog(path, { lock: { staleMs, timeoutMs: 5000 } });
+    const past = new Date(Date.now() - 2 * staleMs);
+    for (const n of before) await utimes(join(dir, n), past, past);
+    const log = await openAuditLog(path, { lock: { staleMs, timeoutMs: scaled(5000) } });
     try {
       await log.append('t.next', {});
       expect(await leftovers(dir, path)).toEqual([]);
@@ -141,7 +147,12 @@ describe('leftovers of SIGKILLed lock holders', () => {
     const path = join(dir, 'forge.log');
     const lockPath = `${path}.lock`;
     // The holder: a live process inside a batch whose data sync hangs, holding the lock.
-    const holder = spawnWriter(path, 1, 'holder', { acks: join(dir, 'holder.acks'), hangDatasyncMs: 4000, lock: NO_STALENESS });
+    // Its sync outlasts what follows up to the third's timeout; then the holder finishes.
+    const holder = spawnWriter(path, 1, 'holder', {
+      acks: join(dir, 'holder.acks'),
+      hangDatasyncMs: scaled(4000),
+      lock: NO_STALENESS,
+    });
     await waitFor('the holder to hold the lock', async () => {
       if (holder.child.exitCode !== null) throw new Error(`the holder exited: ${holder.stderr()}`);
       return (await readAcks(holder.acksPath)).events.includes('datasync') ? true : undefined;

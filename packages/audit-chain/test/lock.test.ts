@@ -1,6 +1,7 @@
-import { readdir, rm, stat } from 'node:fs/promises';
+import { readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scaled, waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { openAuditLog } from '../src/index.js';
 import { DirLock } from '../src/lock.js';
@@ -8,16 +9,32 @@ import { tempDir } from './helpers.js';
 
 const staged = async (dir: string) => (await readdir(dir)).filter((n) => n.endsWith('.tmp'));
 
+/**
+ * Waits until a prepared lock directory other than `not` is made, its owner record written:
+ * `prepare()` makes it in the background (after a release, in the writer), so nothing awaits it.
+ */
+async function prepared(dir: string, not: string[] = []): Promise<void> {
+  await waitFor('a prepared lock directory with its owner record', async () => {
+    for (const n of await staged(dir)) {
+      if (not.includes(n)) continue;
+      try {
+        if (typeof JSON.parse(await readFile(join(dir, n, 'owner'), 'utf8')).token === 'string') return true;
+      } catch {} // its owner record not written yet
+    }
+    return false;
+  });
+}
+
 describe('the prepared lock directory', () => {
   it('is made after each append, so the next takes the lock with one rename; close() removes it', async () => {
     const dir = await tempDir();
     const log = await openAuditLog(join(dir, 'audit.log'));
     await log.append('t.one', { n: 1 });
-    await sleep(50); // made after the release, in the background
+    await prepared(dir); // made after the release, in the background
     const first = await staged(dir);
     expect(first).toHaveLength(1);
     await log.append('t.two', { n: 2 });
-    await sleep(50);
+    await prepared(dir, first);
     const second = await staged(dir);
     expect(second).toHaveLength(1);
     expect(second).not.toEqual(first); // the first was used (renamed onto the lock), a new one made
@@ -29,17 +46,22 @@ describe('the prepared lock directory', () => {
   it('prepared a while ago, it is freshened when taken: a waiter does not break a live holder for stale', async () => {
     const dir = await tempDir();
     const path = join(dir, 'x.lock');
-    const holder = new DirLock(path, { staleMs: 400, timeoutMs: 2000 });
+    const holder = new DirLock(path, { staleMs: 400, timeoutMs: scaled(2000) });
     holder.prepare();
-    await sleep(300); // older than staleMs / 4
+    await prepared(dir);
+    // Lets time pass: the lock judges a prepared directory's age by the time it noted in memory
+    // when it made it (not an mtime a test could set), and it is to be older than staleMs / 4.
+    await sleep(300);
     await holder.acquire();
     expect(Date.now() - (await stat(path)).mtimeMs).toBeLessThan(150);
     // A waiter that could only break the lock for staleness waits for the release instead.
-    const waiter = new DirLock(path, { staleMs: 400, timeoutMs: 2000 });
+    const waiter = new DirLock(path, { staleMs: 400, timeoutMs: scaled(2000) });
     let got = false;
     const waiting = waiter.acquire().then(() => {
       got = true;
     });
+    // Lets time pass: time enough for the waiter to (wrongly) break the lock had it not been
+    // freshened; a waiter that rightly keeps waiting gives no event to wait for.
     await sleep(250);
     expect(got).toBe(false);
     await holder.release();
@@ -54,7 +76,7 @@ describe('the prepared lock directory', () => {
     const path = join(dir, 'x.lock');
     const lock = new DirLock(path);
     lock.prepare();
-    await sleep(50);
+    await prepared(dir);
     const [name] = await staged(dir);
     expect(name).toBeDefined();
     await rm(join(dir, name as string), { recursive: true });

@@ -2,9 +2,10 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { openAuditLog, verifyLog } from '../src/index.js';
-import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, WRITER, waitFor } from './children.js';
+import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, WRITER } from './children.js';
 import { tempDir } from './helpers.js';
 
 /** The state letter of a process (field 3 of /proc/<pid>/stat): 'T' stopped, 'Z' zombie. */

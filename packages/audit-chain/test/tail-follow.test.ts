@@ -1,9 +1,10 @@
 import { appendFileSync, copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AuditEntry, GENESIS_HASH, openAuditLog, type TailOptions, tailLog } from '../src/index.js';
-import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, splitLines, waitFor } from './children.js';
+import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter, splitLines } from './children.js';
 import { tempDir } from './helpers.js';
 
 /** Follows the log in the background, collecting what tailLog delivers. Stopped when the test ends. */
@@ -28,10 +29,13 @@ function follow(path: string, options: TailOptions = {}) {
     got,
     /** Waits until at least `n` entries were delivered (the timeout only prevents a hang). */
     until: (n: number) =>
-      waitFor(`tailLog to deliver ${n} entries (has ${got.length})`, () => {
-        if (error) throw error;
-        return got.length >= n ? true : undefined;
-      }),
+      waitFor(
+        () => `tailLog to deliver ${n} entries (has ${got.length})`,
+        () => {
+          if (error) throw error;
+          return got.length >= n;
+        },
+      ),
     /** Rethrows what the follower threw, if anything. */
     check: () => {
       if (error) throw error;
@@ -118,12 +122,15 @@ describe('tailLog follow', () => {
     for (const cut of cuts) {
       appendFileSync(path, line.subarray(from, cut));
       from = cut;
-      await sleep(300); // many poll intervals: time enough to (wrongly) deliver it
+      // Lets time pass: many poll intervals, time enough to (wrongly) deliver it; a follower that
+      // rightly delivers nothing gives no event to wait for.
+      await sleep(300);
       f.check();
       expect(f.got).toHaveLength(3);
     }
     appendFileSync(path, line.subarray(from));
     await f.until(4);
+    // Lets time pass: five poll intervals, time enough to (wrongly) deliver the entry again.
     await sleep(100);
     await f.stop();
     expect(f.got).toHaveLength(4);

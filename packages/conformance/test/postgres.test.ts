@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from '@forge/test-utils';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PostgresServer, startPostgres } from '../src/postgres.js';
@@ -139,7 +139,11 @@ describe('startPostgres', () => {
       expect(await query(orphan.url, 'select 1 as one')).toEqual([{ one: 1 }]);
       owner.kill('SIGKILL');
       await gone;
-      for (let i = 0; i < 600 && (alive(orphan.pid) || existsSync(orphan.dir)); i++) await sleep(50);
+      await waitFor(
+        () => `the watchdog to stop the server (${alive(orphan.pid) ? 'still running' : 'stopped'}) and remove ${orphan.dir}`,
+        () => !alive(orphan.pid) && !existsSync(orphan.dir),
+        { timeoutMs: 30_000, intervalMs: 50 },
+      );
       expect(alive(orphan.pid)).toBe(false);
       expect(existsSync(orphan.dir)).toBe(false);
     } finally {

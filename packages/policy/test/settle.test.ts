@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, renameSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { scaled } from '@forge/test-utils';
+import { scaled, waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createPolicy, POLICY_SETTLE_MS, type Policy, type PolicyEvent, type PolicySnapshot } from '../src/index.js';
 import { tempDir } from './helpers.js';
@@ -56,16 +56,19 @@ function writeInPlace(file: string, text: string, between: () => void): void {
   }
 }
 
-/** Calls current() every few ms until `done()` or the bound (settle window plus a margin); returns the number of calls. */
-async function callUntil(policy: Policy, done: () => boolean, boundMs = POLICY_SETTLE_MS + 2000): Promise<number> {
-  const end = performance.now() + boundMs;
+/** Calls current() every few ms until `done()` (within the settle window plus a margin, scaled); returns the number of calls. */
+async function callUntil(policy: Policy, what: string, done: () => boolean, boundMs = POLICY_SETTLE_MS + 2000): Promise<number> {
   let calls = 0;
-  while (!done()) {
-    if (performance.now() > end) throw new Error(`not done within ${boundMs} ms (${calls} calls)`);
-    policy.current();
-    calls++;
-    await sleep(5);
-  }
+  await waitFor(
+    () => `${what} (${calls} calls of current() made)`,
+    () => {
+      if (done()) return true;
+      policy.current();
+      calls++;
+      return false;
+    },
+    { timeoutMs: boundMs, intervalMs: 5 },
+  );
   return calls;
 }
 
@@ -85,6 +88,8 @@ describe('an in-place edit', () => {
       expect(snap(policy).policy.forbidden_tool_names).toEqual(['forge_*', `x${n}_*`]);
     }
     // Nothing is recorded later either, once every version has settled.
+    // Lets time pass: the settle window runs on the file's ctime, which no test can set back, and
+    // a policy that rightly records nothing gives no event to wait for.
     await sleep(POLICY_SETTLE_MS + 100);
     for (let i = 0; i < 10; i++) expect(snap(policy).policy.breakers.per_tool_rpm).toBe(30);
     expect(failures(events)).toEqual([]);
@@ -103,6 +108,8 @@ describe('an in-place edit', () => {
       for (let i = 0; i < 5; i++) expect(keys()).toEqual(first);
     });
     expect(keys()).toHaveLength(2);
+    // Lets time pass: past the settle window, which runs on the file's ctime (no test can set it
+    // back); nothing is to be recorded then either, and nothing recorded gives no event.
     await sleep(POLICY_SETTLE_MS + 100);
     expect(keys()).toHaveLength(2);
     expect(failures(events)).toEqual([]);
@@ -146,6 +153,8 @@ for (let n = 0; Date.now() < end; n++) {
     while (performance.now() < end) {
       const rpm = snap(policy).policy.breakers.per_tool_rpm;
       seen.set(rpm, (seen.get(rpm) ?? 0) + 1);
+      // Lets time pass: a turn of the event loop between samples, over a fixed span of the writer's
+      // rewriting (what is sampled is the point, not an event).
       await sleep(0);
     }
     child.kill('SIGKILL');
@@ -179,7 +188,7 @@ describe('a genuinely malformed edit', () => {
       writeInPlace(f.workspaceFile, `${text}\n`, () => {
         for (let k = 0; k < 3; k++) policy.current();
       });
-      await callUntil(policy, () => failures(events).length === i + 1);
+      await callUntil(policy, `reload_failed number ${i + 1}`, () => failures(events).length === i + 1);
       expect(snap(policy).policy.breakers.per_tool_rpm).toBe(10);
     }
     // Settled and reported: more calls record nothing more.
@@ -202,6 +211,8 @@ describe('a genuinely malformed edit', () => {
     while (performance.now() < end) {
       policy.current();
       calls++;
+      // Lets time pass: calls spread over twice the settle window, so that a bad file is judged
+      // many times after it settled; that it is recorded only once is the point, not an event.
       await sleep(2);
     }
     expect(calls).toBeGreaterThan(100);

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readdir, writeFile } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
-import { tempDir } from '@forge/test-utils';
+import { tempDir, waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
 import {
   type CreatedBy,
@@ -110,11 +110,13 @@ export function runChild(args: unknown): ChildRun {
 /** Waits until `n` children wait at the barrier `go` (see fixtures/child.mjs), then releases them. */
 export async function startTogether(go: string, n: number): Promise<void> {
   const prefix = `${basename(go)}.ready.`;
-  for (let i = 0; ; i++) {
-    const ready = (await readdir(dirname(go))).filter((f) => f.startsWith(prefix)).length;
-    if (ready >= n) break;
-    if (i > 3000) throw new Error(`only ${ready} of ${n} children reached the start barrier in 30 s`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  let ready = 0;
+  await waitFor(
+    () => `${n} children to reach the start barrier (${ready} did)`,
+    async () => {
+      ready = (await readdir(dirname(go))).filter((f) => f.startsWith(prefix)).length;
+      return ready >= n;
+    },
+  );
   await writeFile(go, '');
 }

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { checkStoredRecord, createRegistry, fileToolStore, type ReadResult, type ToolStore } from '../src/index.js';
 import { BUILTINS, BY, fixture, requireBuilt, runChild, spec, tempDir } from './helpers.js';
@@ -68,14 +69,6 @@ function gated(inner: ToolStore) {
   };
 }
 
-async function until(what: string, ok: () => boolean): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within 10 s`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describe('watch refresh and own writes', () => {
   it('a watch re-read that a write of this registry overtakes does not put the older tool back', async () => {
     requireBuilt();
@@ -91,15 +84,20 @@ describe('watch refresh and own writes', () => {
     const before = g.reads;
     // Another process writes v2; the watcher's re-read sees it, then is held.
     await runChild({ roots: f.roots, op: 'overwrite', scope: 'project', spec: spec({ description: 'v2' }) }).result;
-    await until('the watcher re-reads', () => g.inflight > 0 && g.reads > before);
+    await waitFor('the watcher to re-read', () => g.inflight > 0 && g.reads > before, { timeoutMs: 10_000, intervalMs: 10 });
     // Meanwhile this registry writes v3 (its own write does not go through read).
     expect(await reg.create(spec({ description: 'v3' }), { scope: 'project', createdBy: BY, overwrite: true })).toMatchObject({
       ok: true,
       tool: { version: 3 },
     });
+    // The held re-read returns what it read (v2), sees that v3 overtook it, and reads again: a
+    // read begun after the release, and none in flight, is that re-read done.
+    const held = g.reads;
     g.release();
-    await until('the re-read finishes', () => g.inflight === 0);
-    await new Promise((r) => setTimeout(r, 200));
+    await waitFor('the overtaken re-read to read again and finish', () => g.reads > held && g.inflight === 0, {
+      timeoutMs: 10_000,
+      intervalMs: 10,
+    });
     expect(reg.resolve('csv.count')?.tool).toMatchObject({ version: 3, description: 'v3' });
     // The re-read that v3 overtook read again: v2 never came back, so nothing changed to report.
     expect(reported).toEqual([]);

@@ -1,30 +1,22 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { digestSpec, type ScopeChange } from '../src/index.js';
 import { BY, fixture, requireBuilt, runChild, spec } from './helpers.js';
 
-/** Collects change batches; `next()` returns the next unread one, failing if none arrives within 10 s. */
+/** Collects change batches; `next()` returns the next unread one, failing if none arrives within 10 s (scaled). */
 function changes() {
   const batches: ScopeChange[][] = [];
   let read = 0;
-  let wake: (() => void) | undefined;
   return {
     batches,
     onChange(c: ScopeChange[]) {
       batches.push(c);
-      wake?.();
     },
     async next(): Promise<ScopeChange[]> {
-      const deadline = Date.now() + 10_000;
-      while (batches.length <= read) {
-        if (Date.now() > deadline) throw new Error('no change event within 10 s');
-        await new Promise<void>((resolve) => {
-          wake = resolve;
-          setTimeout(resolve, 100);
-        });
-      }
+      await waitFor(`change event ${read + 1}`, () => batches.length > read, { timeoutMs: 10_000 });
       return batches[read++] ?? [];
     },
   };
@@ -89,6 +81,8 @@ describe('watch', () => {
     await f.registry.close();
     await f.registry.close();
     await runChild({ roots: f.roots, op: 'create', scope: 'task', spec: spec() }).result;
+    // Lets time pass: six debounce periods, time enough to (wrongly) report the tool; a closed
+    // watcher that rightly reports nothing gives no event to wait for.
     await new Promise((r) => setTimeout(r, 300));
     expect(c.batches).toEqual([]);
     expect(f.registry.resolve('csv.count')).toBeUndefined();
@@ -99,9 +93,9 @@ describe('watch', () => {
   });
 });
 
-/** inotify watches this process holds (over all its inotify instances), from /proc/self/fdinfo. */
-function inotifyWatches(): number {
-  let n = 0;
+/** The inotify watch lines of this process (over all its inotify instances), from /proc/self/fdinfo. */
+function inotifyWatchLines(): string[] {
+  const lines: string[] = [];
   for (const fd of readdirSync('/proc/self/fd')) {
     let target = '';
     try {
@@ -110,11 +104,25 @@ function inotifyWatches(): number {
       continue; // closed meanwhile (the readdir's own descriptor)
     }
     if (target !== 'anon_inode:inotify') continue;
-    n += readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8')
-      .split('\n')
-      .filter((l) => l.startsWith('inotify wd:')).length;
+    let info = '';
+    try {
+      info = readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8');
+    } catch {
+      continue; // closed meanwhile
+    }
+    lines.push(...info.split('\n').filter((l) => l.startsWith('inotify wd:')));
   }
-  return n;
+  return lines;
+}
+
+/** inotify watches this process holds. */
+function inotifyWatches(): number {
+  return inotifyWatchLines().length;
+}
+
+/** The inodes this process watches with inotify (each line gives it in hex: `ino:1a2b`). */
+function inotifyWatchedInodes(): Set<number> {
+  return new Set(inotifyWatchLines().map((l) => Number.parseInt(/\bino:([0-9a-f]+)/.exec(l)?.[1] ?? '', 16)));
 }
 
 describe('watch and missing directories', () => {
@@ -141,7 +149,9 @@ describe('watch and missing directories', () => {
     const user = f.roots.user as string;
     // The levels appear one by one, the last with a tool already in it.
     mkdirSync(join(user, '..'), { recursive: true });
-    await new Promise((r) => setTimeout(r, 50));
+    // The watcher has moved down to the level just made: an inotify watch is on its inode.
+    const parent = statSync(join(user, '..')).ino;
+    await waitFor('the watcher to watch the directory just made', () => inotifyWatchedInodes().has(parent));
     mkdirSync(user);
     await writeByHand(user);
     expect(await c.next()).toEqual([{ scope: 'user', names: ['late'] }]);
@@ -225,8 +235,7 @@ describe('watch errors', () => {
       { onError: (e) => errors.push(e) },
     );
     await writeByHand(f.roots.user);
-    const deadline = Date.now() + 10_000;
-    while (errors.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await waitFor('onError to receive what onChange threw', () => errors.length > 0, { timeoutMs: 10_000 });
     expect(calls).toBe(1);
     expect(errors).toEqual([new Error('listener bug')]);
     expect(f.registry.resolve('late')?.scope).toBe('user');

@@ -8,6 +8,13 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { createToolsmith } from '../src/index.js';
 import { GOVERNED, setup, wordCount } from './helpers.js';
 
+/**
+ * Resolves once the engine has forgotten its look at the policy: it looks once per turn of the
+ * event loop and forgets the look in a setImmediate queued as it looks, so one queued now runs
+ * after it, and the step after this sees a policy file changed before it.
+ */
+const policyLookForgotten = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 describe('gaps', () => {
   it('unknown-tool calls recur until the gap qualifies; the message says when a proposal is wanted and how', async () => {
     const fx = await setup();
@@ -228,7 +235,7 @@ describe('lifecycle and the kill switch', () => {
     writeFileSync(`${file}.tmp`, '{"toolsmith": {"enabled": tru');
     renameSync(`${file}.tmp`, file);
     // The engine reads the policy once per turn of the event loop: the next step is a later turn.
-    await new Promise((r) => setTimeout(r, 10));
+    await policyLookForgotten();
     expect(await fx.smith.propose(wordCount(), { persona: 'agent' })).toMatchObject({
       ok: false,
       kind: 'policy_denied',
@@ -349,10 +356,10 @@ describe('taking capability away works while paused or off; nobody approves thei
     });
     expect(await fx.smith.approve(live.proposal.id, { by: 'alice' })).toMatchObject({ ok: true });
     fx.policy({ toolsmith: { ...GOVERNED.toolsmith, approvers: ['alice', 'agent'], paused: true } });
-    await new Promise((r) => setTimeout(r, 10));
+    await policyLookForgotten();
     expect(await fx.smith.retire('text.word_count', { by: 'alice' })).toMatchObject({ ok: true, tool: { state: 'retired' } });
     fx.policy({ toolsmith: { approvers: ['alice'] } });
-    await new Promise((r) => setTimeout(r, 10));
+    await policyLookForgotten();
     expect(await fx.smith.reject(other.proposal.id, { by: 'alice', reason: 'not now' })).toMatchObject({
       ok: true,
       proposal: { state: 'rejected' },
