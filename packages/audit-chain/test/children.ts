@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { waitFor } from '@forge/test-utils';
+import { GiveUp, waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
 
 /** The child writer (see the comment at the top of the file for its arguments and output). */
@@ -101,7 +101,7 @@ export async function startTogether(dir: string, start: (go: string) => Writer[]
   const writers = start(go);
   await waitFor('every writer to open the log', async () => {
     for (const w of writers) {
-      if (w.child.exitCode !== null) throw new Error(`writer ${w.id} exited early: ${w.stderr()}`);
+      if (w.child.exitCode !== null) throw new GiveUp(`writer ${w.id} exited early: ${w.stderr()}`);
       if (!(await readAcks(w.acksPath)).events.includes('ready')) return undefined;
     }
     return true;

@@ -5,4 +5,4 @@ export { tempDir, tempDirSync } from './dirs.js';
 export { type HostReport, requireSandbox } from './sandbox.js';
 export { scaled, timeScale } from './time.js';
 export { asRoot, asUser, isRoot } from './users.js';
-export { type WaitOptions, waitFor } from './wait.js';
+export { GiveUp, type WaitOptions, waitFor } from './wait.js';

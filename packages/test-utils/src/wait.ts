@@ -9,11 +9,20 @@ export interface WaitOptions {
 }
 
 /**
+ * Thrown by a {@link waitFor} check when what it waits for can no longer happen (the process it
+ * waits on has exited, say): the wait ends at once with this error instead of at its timeout.
+ */
+export class GiveUp extends Error {
+  override name = 'GiveUp';
+}
+
+/**
  * Waits until `check` gives a value other than `undefined`, `false` or `null`, and returns it:
  * the way to wait for an event a test can only observe by looking (a file appearing, a process
  * exiting, a count reaching n) instead of sleeping a fixed time and hoping. On timeout it throws,
  * naming `what` it waited for (a function is called then, to describe the state it gave up in)
- * and the last error `check` threw, if any.
+ * and the last error `check` threw, if any. A check that throws {@link GiveUp} ends the wait at
+ * once with that error; any other error is taken as "not yet" and the check is tried again.
  */
 export async function waitFor<T>(
   what: string | (() => string),
@@ -30,6 +39,7 @@ export async function waitFor<T>(
       if (v !== undefined && v !== null && v !== false) return v;
       lastError = undefined;
     } catch (err) {
+      if (err instanceof GiveUp) throw err;
       lastError = err;
     }
     if (Date.now() >= deadline) {

@@ -1,0 +1,3 @@
+import { packageTests } from '../../config/vitest.js';
+
+export default packageTests();
