@@ -22,8 +22,20 @@ export function processTempDir(kind: string, reachableBy?: SandboxIdentity): str
   const base = reachableBy ? [tmpdir(), '/tmp', '/dev/shm'].find((d) => reachable(join(d, 'x'), reachableBy)) : tmpdir();
   if (!base) throw new Error(`no temporary directory the sandbox's uid ${reachableBy?.uid} can search (${tmpdir()}, /tmp, /dev/shm)`);
   const dir = mkdtempSync(join(base, `forge-sandbox-${kind}-${process.pid}-`));
-  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  removeAtExit(dir);
   return dir;
+}
+
+const atExit = new Set<string>();
+
+/** One exit handler for all of them: an embedder that opens many engines gets no listener-leak warning. */
+function removeAtExit(dir: string): void {
+  if (atExit.size === 0) {
+    process.once('exit', () => {
+      for (const d of atExit) rmSync(d, { recursive: true, force: true });
+    });
+  }
+  atExit.add(dir);
 }
 
 /**
