@@ -71,7 +71,10 @@ describe('forge checkpoints its own audit log', () => {
     const log = fx.forge.paths.auditLog;
     await fx.forge.callTool('nothing_here', {});
     const n = lines(log).length;
-    await vi.waitFor(() => expect(checkpointsOf(log)).toEqual([expect.objectContaining({ entries: n })]), { timeout: 8000, interval: 100 });
+    await vi.waitFor(() => expect(checkpointsOf(log)).toEqual([expect.objectContaining({ entries: n })]), {
+      timeout: scaled(8000),
+      interval: 100,
+    });
   });
 
   it('a configured key that cannot be used stops the engine from opening (never an unsigned fallback)', async () => {

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openAuditLog } from '@forge/audit-chain';
 import { openFileQueue } from '@forge/queue';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { outputDigest } from '../src/auditData.js';
 import type { Forge } from '../src/index.js';
@@ -111,7 +112,9 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     );
     expect((await queue.stats()).failed).toBe(1);
     await startWorker();
-    await new Promise((r) => setTimeout(r, 300));
+    // Lets time pass: a worker that took the withdrawn call would have started it by now; one
+    // that rightly leaves it gives no event to wait for.
+    await new Promise((r) => setTimeout(r, scaled(300)));
     expect(fx.sandboxRuns('fib.quick')).toEqual([]);
     expect(fx.entries('forge.called').map((e) => e.data.kind)).toEqual(['timeout']);
   });
@@ -123,11 +126,14 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     const operator = await openFileQueue(dir);
     onTestFinished(() => operator.close());
     let id: string | undefined;
-    await vi.waitFor(async () => {
-      const names = readdirSync(join(dir, 'pending')).filter((n) => n.endsWith('.req.json'));
-      expect(names).toHaveLength(1);
-      id = names[0]?.replace(/\.req\.json$/, '');
-    });
+    await vi.waitFor(
+      async () => {
+        const names = readdirSync(join(dir, 'pending')).filter((n) => n.endsWith('.req.json'));
+        expect(names).toHaveLength(1);
+        id = names[0]?.replace(/\.req\.json$/, '');
+      },
+      { timeout: scaled(5000) },
+    );
     expect(await operator.cancel(id as string, 'an operator drained the queue')).toBe('cancelled');
     expect(failed(await call, 'cancelled').message).toBe(
       `the call was withdrawn from the file job queue at ${dir} before a worker took it (an operator drained the queue); the tool did not run`,
@@ -170,7 +176,7 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     await queue.publish({ id: 'hostile-acl', payload: { ...job, digest: stored?.digest ?? '', acl: ['other.*'] } });
     await queue.publish({ id: 'hostile-shape', payload: { v: 1, name: 'fib' } });
     const answers = await Promise.all(
-      ['hostile-digest', 'hostile-acl', 'hostile-shape'].map((id) => queue.wait(id, { timeoutMs: 20_000 })),
+      ['hostile-digest', 'hostile-acl', 'hostile-shape'].map((id) => queue.wait(id, { timeoutMs: scaled(20_000) })),
     );
     const envs = answers.map(
       (a) => (a?.payload as { envelope?: { ok: boolean; error?: { kind: string; message: string } } } | undefined)?.envelope,
@@ -211,7 +217,7 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     await log.append('forge.called', entry('noted-present').data);
     await log.close();
     await startWorker();
-    const results = await Promise.all(['noted-missing', 'noted-present'].map((id) => queue.wait(id, { timeoutMs: 20_000 })));
+    const results = await Promise.all(['noted-missing', 'noted-present'].map((id) => queue.wait(id, { timeoutMs: scaled(20_000) })));
     for (const r of results) expect(r).toMatchObject({ status: 'done', attempt: 2, payload: { envelope: answer, outcome: 'success' } });
     expect(calledOf(fx, 'noted-missing')).toHaveLength(1);
     expect(calledOf(fx, 'noted-present')).toHaveLength(1);

@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { verifyLog } from '@forge/audit-chain';
-import { probe } from '@forge/sandbox';
-import { requireSandbox as requireSandboxOn, scaled } from '@forge/test-utils';
+import { prebuiltStats, probe } from '@forge/sandbox';
+import { requireSandbox as requireSandboxOn, scaled, waitFor } from '@forge/test-utils';
 import { expect, onTestFinished, vi } from 'vitest';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '../src/index.js';
 
@@ -238,6 +238,15 @@ export function filesContaining(dir: string, needle: string): string[] {
   };
   walk(dir);
   return hits;
+}
+
+/** Waits until no sandbox built ahead is still being built in this process (fails, naming the count, when one never finishes). */
+export async function builtSoon(): Promise<void> {
+  await waitFor(
+    () => `the sandboxes built ahead to finish building (${prebuiltStats().building} still building)`,
+    () => prebuiltStats().building === 0,
+    { intervalMs: 10 },
+  );
 }
 
 /** Resolves once `count` run directories exist under `runsDir`: the call has reached the sandbox. */

@@ -5,6 +5,7 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { okData, py, setup } from './helpers.js';
 
@@ -33,7 +34,10 @@ print(json.dumps({"ok": True, "data": got}))`,
     );
     expect(made.ok, JSON.stringify(made)).toBe(true);
     writeFileSync(fx.forge.paths.workspacePolicy, JSON.stringify({ bind_roots: [fx.root] }));
-    await new Promise((r) => setTimeout(r, 300));
+    await waitFor('the workspace policy with bind_roots to be in force', () => {
+      const p = fx.forge.policy();
+      return p.ok && p.snapshot.policy.bind_roots.includes(fx.root);
+    });
     const input = Object.fromEntries([...ro, ...rw].map((k) => [k, join(data, k)]));
     const env = await fx.forge.callTool('many_binds', input);
     expect(okData(env)).toEqual(Object.fromEntries(ro.map((k) => [k, k])));

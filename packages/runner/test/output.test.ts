@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { failed, okData, py, setup } from './helpers.js';
 
@@ -64,7 +65,7 @@ describe('what a run can end with', () => {
 
   it('resource_limit: a CPU-bound tool hits cpu_s', async () => {
     const fx = await setup();
-    expect((await fx.forge.forgeTool(py('spin', 'while True:\n  pass', { meta: { cpu_s: 1, timeout_ms: 20000 } }))).ok).toBe(true);
+    expect((await fx.forge.forgeTool(py('spin', 'while True:\n  pass', { meta: { cpu_s: 1, timeout_ms: scaled(20_000) } }))).ok).toBe(true);
     const env = await fx.forge.callTool('spin', {});
     expect(failed(env, 'resource_limit').limit).toBe('cpu');
     expect(fx.manifest(env.meta.run_id as string)).toMatchObject({ exit: { reason: 'cpu' }, limits: { cpu_s: 1 } });
@@ -150,7 +151,7 @@ describe('what a run can end with', () => {
   it('a tool within its budgets reports no clamping', async () => {
     const fx = await setup();
     expect(
-      (await fx.forge.forgeTool(py('quick', 'print(json.dumps({"ok": True, "data": None}))', { meta: { timeout_ms: 2000 } }))).ok,
+      (await fx.forge.forgeTool(py('quick', 'print(json.dumps({"ok": True, "data": None}))', { meta: { timeout_ms: scaled(2000) } }))).ok,
     ).toBe(true);
     const env = await fx.forge.callTool('quick', {});
     expect(okData(env)).toBeNull();

@@ -1,5 +1,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it, vi } from 'vitest';
 import { example, failed, fakeClock, okData, py, runStarted, setup, writeAtomic } from './helpers.js';
 
@@ -116,7 +117,7 @@ describe('breakers over the pipeline', () => {
     // Long enough that a good call finishes within it on a loaded machine; a hanging one waits it out.
     py('hanger', 'import time\nif args["hang"]:\n  time.sleep(600)\nprint(json.dumps({"ok": True, "data": "fine"}))', {
       input_schema: { type: 'object', properties: { hang: { type: 'boolean' } }, required: ['hang'] },
-      meta: { timeout_ms: 3000 },
+      meta: { timeout_ms: scaled(3000) },
     });
 
   it('per_tool_rpm: the call past the rate is refused with when to retry; time refills the bucket', async () => {
@@ -134,10 +135,12 @@ describe('breakers over the pipeline', () => {
     okData(await fx.forge.callTool('fib', { n: 2 }, { session: 'other' }));
     clock.advance(20_000);
     okData(await fx.forge.callTool('fib', { n: 2 }, { session: 'r' }));
-    await vi.waitFor(() =>
-      expect(fx.entries('breaker.closed').map((e) => e.data)).toEqual([
-        expect.objectContaining({ breaker: 'rate', name: 'fib', session: 'r' }),
-      ]),
+    await vi.waitFor(
+      () =>
+        expect(fx.entries('breaker.closed').map((e) => e.data)).toEqual([
+          expect.objectContaining({ breaker: 'rate', name: 'fib', session: 'r' }),
+        ]),
+      { timeout: scaled(5000) },
     );
   });
 
@@ -152,17 +155,21 @@ describe('breakers over the pipeline', () => {
     const refused = await fx.forge.callTool('hanger', { hang: false });
     expect(failed(refused, 'breaker_open').message).toContain('failed 2 times in a row');
     expect(fx.entries('forge.called').at(-1)?.data).toMatchObject({ kind: 'breaker_open', retry_after_ms: 30_000 });
-    await vi.waitFor(() =>
-      expect(fx.entries('breaker.open').map((e) => e.data)).toEqual([
-        expect.objectContaining({ breaker: 'failure', name: 'hanger', reason: '2 consecutive failures', session: expect.any(String) }),
-      ]),
+    await vi.waitFor(
+      () =>
+        expect(fx.entries('breaker.open').map((e) => e.data)).toEqual([
+          expect.objectContaining({ breaker: 'failure', name: 'hanger', reason: '2 consecutive failures', session: expect.any(String) }),
+        ]),
+      { timeout: scaled(5000) },
     );
     expect(fx.sandboxRuns('hanger')).toHaveLength(2);
     clock.advance(30_000);
     expect(okData(await fx.forge.callTool('hanger', { hang: false }))).toBe('fine');
     // Breaker events are appended as the call settles: wait for the write, not for time.
-    await vi.waitFor(() =>
-      expect(fx.entries('breaker.closed').map((e) => e.data)).toEqual([expect.objectContaining({ breaker: 'failure', name: 'hanger' })]),
+    await vi.waitFor(
+      () =>
+        expect(fx.entries('breaker.closed').map((e) => e.data)).toEqual([expect.objectContaining({ breaker: 'failure', name: 'hanger' })]),
+      { timeout: scaled(5000) },
     );
   });
 
@@ -175,11 +182,13 @@ describe('breakers over the pipeline', () => {
     clock.advance(10_000);
     failed(await fx.forge.callTool('hanger', { hang: true }), 'timeout');
     failed(await fx.forge.callTool('hanger', { hang: false }), 'breaker_open');
-    await vi.waitFor(() =>
-      expect(fx.entries('breaker.open').map((e) => e.data.reason)).toEqual([
-        '1 consecutive failures',
-        'the trial call after the cool-down failed',
-      ]),
+    await vi.waitFor(
+      () =>
+        expect(fx.entries('breaker.open').map((e) => e.data.reason)).toEqual([
+          '1 consecutive failures',
+          'the trial call after the cool-down failed',
+        ]),
+      { timeout: scaled(5000) },
     );
   });
 

@@ -6,15 +6,9 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { prebuiltStats } from '@forge/sandbox';
 import { describe, expect, it } from 'vitest';
-import { example, okData, py, setup, tool } from './helpers.js';
-
-/** Waits (up to 2 s) until no sandbox built ahead is still being built. */
-async function builtSoon(): Promise<void> {
-  for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await sleep(10);
-}
+import { builtSoon, example, okData, py, setup, tool } from './helpers.js';
 
 const prebuilt = (m: Record<string, unknown>) => (m.sandbox as { prebuilt: boolean }).prebuilt;
 

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolSource } from '../src/index.js';
 import { py, setup } from './helpers.js';
@@ -185,7 +186,9 @@ describe('tool sources through the call pipeline', () => {
     expect(timeout.ok || timeout.error.kind).toBe('timeout');
     const ac = new AbortController();
     const pending = fx.forge.callTool('upstream.plain', {}, { signal: ac.signal });
-    setTimeout(() => ac.abort(new Error('the client cancelled')), 50);
+    // Cancelled while the source holds the call.
+    await waitFor('the second call to reach the source', () => t.seen.jobs.length === 2);
+    ac.abort(new Error('the client cancelled'));
     const cancelled = await pending;
     expect(cancelled.ok || cancelled.error).toMatchObject({ kind: 'cancelled', message: expect.stringContaining('the client cancelled') });
     expect(t.seen.jobs.every((j) => j.signal.aborted)).toBe(true);

@@ -36,6 +36,13 @@ const source: ToolSource = {
   close: async () => {},
 };
 
+/**
+ * Resolves after the engine has forgotten this turn's look at the policy: it keeps one per
+ * event-loop turn and drops it in a setImmediate (engine.ts, policyNow), and immediates run in
+ * the order they were queued, so one queued now runs after it.
+ */
+const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
 async function engine(policy?: unknown): Promise<{ e: Engine; home: string; project: string }> {
   const root = await mkdtemp(join(tmpdir(), 'forge-steps-test-'));
   const home = join(root, 'home');
@@ -75,12 +82,12 @@ describe('the call pipeline, step by step', () => {
     };
     expect(passGates(e, call(), target)).toMatchObject({ ok: false, kind: 'name_forbidden' });
     writeFileSync(join(home, 'policy.json'), '{ "forbidden_tool_names": [');
-    await new Promise((r) => setTimeout(r, 20)); // the next event-loop turn looks at the policy again
+    await nextTurn(); // the next event-loop turn looks at the policy again
     expect(passGates(e, call('other'), target)).toMatchObject({ ok: false, kind: 'acl.persona_denied', eventType: 'acl.persona_denied' });
     // A malformed edit keeps the last good policy: still forbidden.
     expect(passGates(e, call(), target)).toMatchObject({ ok: false, kind: 'name_forbidden' });
     writeAtomic(join(home, 'policy.json'), JSON.stringify({ breakers: { per_tool_rpm: 1 } }));
-    await new Promise((r) => setTimeout(r, 20));
+    await nextTurn();
     const first = passGates(e, call(), target);
     expect(first.ok).toBe(true);
     if (first.ok) first.breakers.recordOutcome('srv.echo', 'success', first.settings, first.trial);

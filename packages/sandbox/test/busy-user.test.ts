@@ -8,8 +8,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { scaled } from '@forge/test-utils';
+import { scaled, waitFor } from '@forge/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HostInfo, probe, resolveRuntimes, runSandboxed, SandboxError, userTasks } from '../src/index.js';
 import { launchFailure } from '../src/start.js';
@@ -157,14 +156,14 @@ describe('a sandbox that cannot start is refused sandbox_unavailable, with its c
   });
 });
 
-/** Waits (up to 20 s, for the kernel to reap them) until no host process mentions `needle`; returns what is left. */
+/** Waits (up to 20 s, scaled, for the kernel to reap them) until no host process mentions `needle`, failing with what is left; returns what is left. */
 async function psGone(needle: string): Promise<string[]> {
-  let left = psWith(needle);
-  for (let i = 0; i < 400 && left.length > 0; i++) {
-    await sleep(POLL_MS);
-    left = psWith(needle);
-  }
-  return left;
+  await waitFor(
+    () => `no host process to mention ${needle} (left: ${psWith(needle).join('; ')})`,
+    () => psWith(needle).length === 0,
+    { timeoutMs: 20_000, intervalMs: POLL_MS },
+  );
+  return psWith(needle);
 }
 
 /** Host processes whose command line mentions `needle` (never `ps` itself). */

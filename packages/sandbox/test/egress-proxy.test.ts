@@ -6,6 +6,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { EgressProxy, type EgressProxyOptions, type NetworkEvent } from '../src/egress/proxy.js';
 import { closedPort } from './helpers.js';
@@ -198,7 +199,7 @@ describe('HTTP CONNECT', () => {
     expect(await readUntil(s, (t) => t.includes('\r\n\r\n'))).toBe('HTTP/1.1 200 Connection Established\r\n\r\n');
     s.end('hello through the tunnel');
     expect(await readUntil(s)).toBe('HELLO THROUGH THE TUNNEL');
-    await new Promise<void>((r) => setTimeout(r, 50));
+    await waitFor("the tunnel's network.closed event", () => f.events.at(-1)?.type === 'network.closed');
     expect(f.events.at(-1)).toMatchObject({ type: 'network.closed', protocol: 'connect', bytesUp: 24, bytesDown: 24 });
   });
 
@@ -246,7 +247,7 @@ describe('HTTP CONNECT', () => {
     expect(got.digest('hex')).toBe(sent.digest('hex'));
     s.end();
     await once(s, 'close');
-    await new Promise<void>((r) => setTimeout(r, 50));
+    await waitFor("the tunnel's network.closed event", () => f.events.at(-1)?.type === 'network.closed');
     expect(f.events.at(-1)).toMatchObject({ type: 'network.closed', protocol: 'connect', bytesDown: TOTAL });
   });
 

@@ -16,6 +16,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { createServer, type Server, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
   EGRESS_PORTS,
@@ -616,7 +617,7 @@ describe('the relay and its channel', () => {
     });
     expect(r.reason, describeRun(r)).toBe('timeout');
     expect(r.stdout.toString()).toContain('HTTP/1.1 200 Connection Established');
-    for (let i = 0; i < 50 && ends.length === 0; i++) await new Promise((res) => setTimeout(res, 20));
+    await waitFor('the tunnel to the destination to be cut', () => ends.length > 0);
     expect(ends).toEqual(['closed']);
     expect(openDescriptors()).toBeLessThanOrEqual(before);
   });

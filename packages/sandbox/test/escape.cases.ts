@@ -30,6 +30,7 @@ import { createConnection, createServer, type Server } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { join, relative, sep } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scaled, waitFor } from '@forge/test-utils';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
   type CheckedBind,
@@ -144,15 +145,17 @@ function hostProcesses(needle: string): string[] {
     .filter((l) => l.includes(needle));
 }
 
-/** Polls (up to `ms`) until no host process mentions `needle`; returns what is left. */
+/**
+ * Waits (up to `ms`, scaled) until no host process mentions `needle`, failing with what is left;
+ * returns what is left. The limit stays well below the ~28 s the marked sleeps run on their own.
+ */
 async function hostProcessesAfter(needle: string, ms = 2000): Promise<string[]> {
-  const until = Date.now() + ms;
-  let left = hostProcesses(needle);
-  while (left.length > 0 && Date.now() < until) {
-    await sleep(50);
-    left = hostProcesses(needle);
-  }
-  return left;
+  await waitFor(
+    () => `no host process to mention ${needle} (left: ${hostProcesses(needle).join('; ')})`,
+    () => hostProcesses(needle).length === 0,
+    { timeoutMs: ms, intervalMs: 50 },
+  );
+  return hostProcesses(needle);
 }
 
 function listen(server: Server, where: string | { host: string; port: number }): Promise<void> {
@@ -420,7 +423,9 @@ print(json.dumps(out))`,
       );
       expectNoEscape(r);
       expectControls(r, 'ran');
-      await sleep(200); // a delivered SIGKILL would have taken effect by now
+      // Lets time pass: a delivered SIGKILL would have taken effect by now; one never delivered
+      // leaves no event to wait for.
+      await sleep(scaled(200));
       expect(procState(victim.pid), 'the host process must still be alive').toMatch(/[RS]/);
       expect(victim.exitCode).toBe(null);
       expect(victim.signalCode).toBe(null);
@@ -504,7 +509,7 @@ if libc.getpid() == os.getpid(): print('CONTROL:ctypes')`);
       // Control: both are reachable from the host.
       await connectFromHost(path);
       await connectFromHost(`\0${abstract}`);
-      await sleep(50);
+      await waitFor('the host servers to accept both connections', () => connections >= 2);
       expect(connections).toBe(2);
       connections = 0;
 
@@ -527,7 +532,9 @@ c.sendall(b'ping'); print('CONTROL:' + conn.recv(4).decode())`,
       );
       expectNoEscape(r);
       expectControls(r, 'ping');
-      await sleep(100);
+      // Lets time pass: a connection from the sandbox would have been accepted by now; one that
+      // was refused, as it must be, leaves no event to wait for.
+      await sleep(scaled(100));
       expect(connections, 'the host servers saw a connection from the sandbox').toBe(0);
     });
 
@@ -542,7 +549,7 @@ c.sendall(b'ping'); print('CONTROL:' + conn.recv(4).decode())`,
       if (address === null || typeof address === 'string') throw new Error('no TCP address');
       const port = address.port;
       await connectFromHost({ host: '127.0.0.1', port });
-      await sleep(50);
+      await waitFor('the host server to accept the connection', () => connections >= 1);
       expect(connections).toBe(1); // control: the server is reachable from the host
       connections = 0;
 
@@ -565,7 +572,9 @@ c.sendall(b'ping'); print('CONTROL:' + conn.recv(4).decode())`,
       );
       expectNoEscape(r);
       expectControls(r, 'ping');
-      await sleep(100);
+      // Lets time pass: a connection from the sandbox would have been accepted by now; one that
+      // was refused, as it must be, leaves no event to wait for.
+      await sleep(scaled(100));
       expect(connections, 'the host server saw a connection from the sandbox').toBe(0);
     });
   });
@@ -883,13 +892,15 @@ print('CONTROL:ran')`,
       writeFileSync(join(secretDir, 'canary.txt'), secret);
       const dirFd = openSync(secretDir, 'r');
       onTestFinished(() => closeSync(dirFd));
+      // Where runs use cgroups (as root), launchers are started ahead of need.
+      const usesCgroups = typeof (await probe()).processLimit === 'object';
       const { code, out, err } = await runInChild(
         `// Twice: the second run takes a launcher started ahead of need (where runs use cgroups).
       for (let i = 0; i < 2; i++) {
         const r = await module.runSandboxed({ command: ['/bin/sh', '-c',
           'ls /proc/self/fd/240/ 2>/dev/null; cat /proc/self/fd/240/canary.txt 2>/dev/null && echo ESCAPE:read-through-fd; echo CONTROL:ran'] });
         process.stdout.write(r.stdout);
-        await new Promise((r) => setTimeout(r, 50));
+        if (${usesCgroups}) await module.waitFor('a launcher started ahead to be ready', () => module.launcherStats().ready > 0);
       }`,
         { extraStdio: [...Array<'ignore'>(240 - 3).fill('ignore'), dirFd] }, // dirFd lands on fd 240
       );
@@ -970,15 +981,9 @@ print('CONTROL:ran')`,
           ?.slice(1)
           .map(Number) ?? [];
       const ppidOf = (p: number) => Number(/^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]);
-      let uids: number[][] = [];
-      for (let i = 0; i < 200 && uids.length === 0; i++) {
-        await sleep(20);
-        const found = descendants().find(isSleep);
-        if (found) {
-          uids = [uidOf(found), uidOf(ppidOf(found))];
-          process.kill(found, 'SIGKILL');
-        }
-      }
+      const found = await waitFor(`the tool's sleep ${tag}, seen from the host`, () => descendants().find(isSleep));
+      const uids = [uidOf(found), uidOf(ppidOf(found))];
+      process.kill(found, 'SIGKILL');
       const r = await running;
       expectControls(r, 'started');
       expect(uids.length, 'the tool process was seen from the host').toBeGreaterThan(0);
@@ -1138,7 +1143,9 @@ print('CONTROL:ran')`,
         code: 'sandbox_unavailable',
         message: expect.stringContaining('apt-get install -y bubblewrap'),
       });
-      await sleep(100);
+      // Lets time pass: a run that started anyway would have touched the marker by now; nothing
+      // that was never started leaves an event to wait for.
+      await sleep(scaled(100));
       expect(existsSync(marker)).toBe(false);
       // Control: the same profile with the real bwrap does run.
       const r = await run({ command: ['/bin/sh', '-c', 'touch "$0"', marker], binds: [out] });

@@ -5,15 +5,19 @@ import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { requireSandbox as requireSandboxOn } from '@forge/test-utils';
+import { requireSandbox as requireSandboxOn, waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
 import { prebuiltStats, probe } from '../src/index.js';
 
 export { asRoot, isRoot, tempDir } from '@forge/test-utils';
 
-/** Waits (up to 2 s) until no sandbox built ahead is still being built. */
+/** Waits until no sandbox built ahead is still being built (fails, naming the count, when one never finishes). */
 export async function builtSoon(): Promise<void> {
-  for (let i = 0; i < 200 && prebuiltStats().building > 0; i++) await new Promise((r) => setTimeout(r, 10));
+  await waitFor(
+    () => `the sandboxes built ahead to finish building (${prebuiltStats().building} still building)`,
+    () => prebuiltStats().building === 0,
+    { intervalMs: 10 },
+  );
 }
 
 /** Fails (never skips) when this host cannot run sandboxes, with the probe's own fix (see @forge/test-utils). */
@@ -21,16 +25,18 @@ export const requireSandbox = (): Promise<void> => requireSandboxOn(probe);
 
 /**
  * Runs `body` in a separate node process, with this package's source loaded as `module` (through
- * vite, as the tests load it), the way an embedding process uses the sandbox. `extraStdio` are the
- * child's descriptors past 0–2; `node` another node binary. Resolves once the child closed, with
- * its exit code, output and the process (for its pid). Killed when the test finishes.
+ * vite, as the tests load it), the way an embedding process uses the sandbox; `module` also has
+ * `launcherStats` and test-utils' `waitFor` (see child-module.ts). `extraStdio` are the child's
+ * descriptors past 0–2; `node` another node binary. Resolves once the child closed, with its exit
+ * code, output and the process (for its pid). Killed when the test finishes.
  */
 export function runInChild(
   body: string,
   o: { extraStdio?: (StdioPipe | StdioNull | number)[]; node?: string } = {},
 ): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
+  const entry = fileURLToPath(new URL('./child-module.ts', import.meta.url));
   const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
-  return nodeChild(`const { module } = await runnerImport(${JSON.stringify(src)});\n${body}`, {
+  return nodeChild(`const { module } = await runnerImport(${JSON.stringify(entry)});\n${body}`, {
     argv: [o.node ?? process.execPath],
     cwd: dirname(src),
     extraStdio: o.extraStdio ?? [],
@@ -39,7 +45,8 @@ export function runInChild(
 
 /**
  * Runs `body` in a separate node process (behind `wrap` when given, e.g. a uid drop), where
- * `await load('<file in src>')` loads this package's source through vite. Resolves once it closed.
+ * `await load('<file in src>')` loads this package's source through vite, and `await waitFor(…)`
+ * is test-utils' (loaded at its first use). Resolves once it closed.
  * A wrapped child may run as another uid, which may not be able to search the directories above
  * this checkout (a clone in a 0700 temporary directory): it then runs in a private mount
  * namespace where the checkout's entries are bound under a directory it can reach, and every path
@@ -47,7 +54,10 @@ export function runInChild(
  */
 export function nodeAs(body: string, o: { wrap?: string[] } = {}): Promise<{ code: number | null; out: string; err: string }> {
   const src = fileURLToPath(new URL('../src/', import.meta.url));
-  const load = `const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;`;
+  const wait = fileURLToPath(new URL('../../test-utils/src/wait.ts', import.meta.url));
+  const load = `const load = async (f) => (await runnerImport(${JSON.stringify(src)} + f, { cacheDir: false, logLevel: 'silent' })).module;
+let waitModule;
+const waitFor = async (...a) => (waitModule ??= (await runnerImport(${JSON.stringify(wait)}, { cacheDir: false, logLevel: 'silent' })).module).waitFor(...a);`;
   const reach = o.wrap ? reachableCheckout(src) : undefined;
   return nodeChild(`${load}\n${body}`, {
     argv: [...(reach?.prefix ?? []), ...(o.wrap ?? []), process.execPath],

@@ -6,7 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type CheckedBind, checkBind, closeBinds, type HostInfo, probe, runSandboxed } from '../src/index.js';
 import { controlLine, launcherStats, shellQuote } from '../src/launcher.js';
@@ -26,10 +26,14 @@ function mustBind(req: Parameters<typeof checkBind>[0], roots: string[]): Checke
   return c.bind;
 }
 
-/** Waits until a launcher is ready (they are started right after a run takes one). */
+/**
+ * Waits until a launcher is ready (they are started right after a run takes one), and says how
+ * many are. Only where runs use cgroups: elsewhere none is ever started ahead (launch() schedules
+ * no refill for a run without cgroups), so there is nothing to wait for.
+ */
 async function readySoon(): Promise<number> {
-  for (let i = 0; i < 100 && launcherStats().ready === 0; i++) await sleep(10);
-  return launcherStats().ready;
+  if (!usesCgroups()) return launcherStats().ready;
+  return waitFor('a launcher started ahead to be ready', () => launcherStats().ready > 0 && launcherStats().ready, { intervalMs: 10 });
 }
 
 describe('shell quoting of the control line', () => {
@@ -120,7 +124,8 @@ describe('waiting launchers and the embedding process', () => {
       `for (let i = 0; i < 3; i++) {
         const r = await module.runSandboxed({ command: ['/bin/echo', 'ok' + i] });
         process.stdout.write(r.stdout);
-        await new Promise((r) => setTimeout(r, 50)); // lets a launcher get ready
+        // Where runs use cgroups, a launcher is started ahead after each run: one waits ready.
+        if (${usesCgroups()}) await module.waitFor('a launcher started ahead to be ready', () => module.launcherStats().ready > 0);
       }`,
     );
     expect(code, err).toBe(0);
@@ -129,12 +134,12 @@ describe('waiting launchers and the embedding process', () => {
       execFileSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' })
         .split('\n')
         .filter((l) => l.includes(`/run-${p.pid}-`));
-    let left = mine();
-    for (let i = 0; i < 40 && left.length > 0; i++) {
-      await sleep(50);
-      left = mine();
-    }
-    expect(left).toEqual([]);
+    await waitFor(
+      () => `the child's launchers to exit with it (left: ${mine().join('; ')})`,
+      () => mine().length === 0,
+      { timeoutMs: 2000, intervalMs: 50 },
+    );
+    expect(mine()).toEqual([]);
   });
 });
 

@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
   checkBind,
@@ -207,16 +207,18 @@ describe('a run in a sandbox built ahead', () => {
       stageDir,
     );
     expect(r.stdout.toString(), describeRun(r)).toBe('started\n');
-    let left = '';
-    for (let i = 0; i < 40; i++) {
-      left = spawnSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
+    const left = () =>
+      spawnSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
         .stdout.split('\n')
         .filter((l) => l.startsWith(`sleep ${marker}`))
         .join('\n');
-      if (!left) break;
-      await sleep(50);
-    }
-    expect(left).toBe('');
+    // Well within the detached sleep's own ~29 s: it must be ended, not left to run out.
+    await waitFor(
+      () => `the detached sleep ${marker} to be gone (left: ${left()})`,
+      () => left() === '',
+      { timeoutMs: 2000, intervalMs: 50 },
+    );
+    expect(left()).toBe('');
   });
 
   it('serves runs in flight together, each with its own file, output and result', async () => {
@@ -307,8 +309,8 @@ describe('output that cannot be copied out', () => {
     rmSync(out, { recursive: true });
     await builtSoon();
     const running = runSandboxed(profile(), { prebuild: { stageDir } });
-    // The destination stops being a directory while the tool runs.
-    await sleep(100);
+    // The destination stops being a directory while the tool runs: once it wrote its result and sleeps.
+    await waitFor("the tool's sleep 0.3 (it wrote its result)", () => processesWith('sleep\u00000.3\u0000').length > 0, { intervalMs: 10 });
     rmSync(out, { recursive: true });
     writeFileSync(out, 'not a directory');
     const err = await running.then(
@@ -348,7 +350,11 @@ describe('waiting sandboxes that are lost', () => {
         if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err; // exited meanwhile
       }
     }
-    for (let i = 0; i < 100 && prebuiltStats().ready + prebuiltStats().building > 0; i++) await sleep(10);
+    await waitFor(
+      () => `the killed sandboxes to be passed over (${JSON.stringify(prebuiltStats())})`,
+      () => prebuiltStats().ready + prebuiltStats().building === 0,
+      { intervalMs: 10 },
+    );
     const after = await runSandboxed(profile, { prebuild: { stageDir } });
     expect(after.prebuilt).toBe(false);
     expect(after.stdout.toString(), describeRun(after)).toBe('ran\n');
@@ -403,7 +409,7 @@ describe('waiting sandboxes and the embedding process', () => {
       const { readdirSync, readFileSync } = await import('node:fs');
       const stageDir = ${JSON.stringify(stageDir)};
       for (let i = 0; i < 3; i++) await module.runSandboxed({ command: ['/bin/true'] }, { prebuild: { stageDir } });
-      for (let i = 0; i < 200 && module.prebuiltStats().building > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      await module.waitFor('the sandboxes built ahead to finish building', () => module.prebuiltStats().building === 0, { intervalMs: 10 });
       // This process's descendants: the waiting sandboxes' processes.
       const parents = new Map();
       for (const p of readdirSync('/proc').filter((n) => /^\\d+$/.test(n))) {
@@ -426,8 +432,16 @@ describe('waiting sandboxes and the embedding process', () => {
     expect(seen.pids.length).toBeGreaterThan(0);
     expect(seen.stage).not.toContain(`${dead}-0badc0de`); // swept: its process is gone
     expect(seen.stage).toContain(`${process.ppid}-0badc0de`); // kept: its process lives
-    for (let i = 0; i < 40 && seen.pids.some((p) => existsSync(`/proc/${p}`)); i++) await sleep(50);
-    expect(seen.pids.filter((p) => existsSync(`/proc/${p}`))).toEqual([]);
+    const left = () => seen.pids.filter((p) => existsSync(`/proc/${p}`));
+    await waitFor(
+      () => `the waiting sandboxes to die with their process (left: ${left().join(', ')})`,
+      () => left().length === 0,
+      {
+        timeoutMs: 2000,
+        intervalMs: 50,
+      },
+    );
+    expect(left()).toEqual([]);
     expect(readdirSync(stageDir).sort()).toEqual([`${process.ppid}-0badc0de`]);
   });
 });

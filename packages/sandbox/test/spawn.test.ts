@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type HostInfo, type Mount, type NetworkAccess, probe, resolveRuntimes, runSandboxed, spawnSandboxed } from '../src/index.js';
 import { launcherStats } from '../src/launcher.js';
@@ -127,9 +128,13 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Waits (up to 10 s) until none of `pids` is alive; returns those still alive. */
+/** Waits (up to 10 s, scaled) until none of `pids` is alive, failing with those left; returns those still alive. */
 async function gone(pids: number[]): Promise<number[]> {
-  for (let i = 0; i < 200 && pids.some(alive); i++) await new Promise((r) => setTimeout(r, 50));
+  await waitFor(
+    () => `processes ${pids.join(', ')} to end (alive: ${pids.filter(alive).join(', ')})`,
+    () => !pids.some(alive),
+    { timeoutMs: 10_000, intervalMs: 50 },
+  );
   return pids.filter(alive);
 }
 
@@ -222,7 +227,7 @@ describe('spawnSandboxed', () => {
   // Launchers wait ready only where runs join cgroups (root here): elsewhere nothing is gained by it.
   asRoot('works on a launcher started ahead for runs (a process that ran runSandboxed has some waiting)', async () => {
     expect((await runSandboxed({ command: ['/bin/true'] })).reason).toBe('exit');
-    for (let i = 0; i < 200 && launcherStats().ready === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    await waitFor('a launcher started ahead to be ready', () => launcherStats().ready > 0, { intervalMs: 10 });
     const before = launcherStats();
     expect(before.ready, 'a launcher waits ready after a run with cgroups').toBeGreaterThan(0);
     const { sb, ask, marker } = await server();
@@ -267,7 +272,7 @@ sb.stdout.on('data', (d) => process.stdout.write(d));`;
     parent.stderr.on('data', (d: Buffer) => (err += d.toString()));
     const [first] = (await once(parent.stdout, 'data')) as [Buffer];
     expect(first.toString(), err).toBe('up\n');
-    // "up" is written before the shell execs sleep: wait for the exec (at most 10 s) before looking.
+    // "up" is written before the shell execs sleep: wait for the exec (at most 10 s, scaled) before looking.
     const sleeping = (ps: number[]) =>
       ps.some((p) => {
         try {
@@ -276,11 +281,14 @@ sb.stdout.on('data', (d) => process.stdout.write(d));`;
           return false;
         }
       });
-    let pids = descendants(parent.pid);
-    for (let i = 0; i < 200 && !sleeping(pids); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-      pids = descendants(parent.pid);
-    }
+    const pids = await waitFor(
+      () => `the sandboxed shell to exec /bin/sleep (the parent's processes: ${descendants(parent.pid).join(', ')})`,
+      () => {
+        const ps = descendants(parent.pid);
+        return sleeping(ps) && ps;
+      },
+      { timeoutMs: 10_000, intervalMs: 50 },
+    );
     expect(sleeping(pids), String(pids)).toBe(true);
     parent.kill('SIGKILL');
     await once(parent, 'close');
