@@ -2,6 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { type Dirent, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type Connected, connect, type Envelope, requireCliAndSandbox, runCli, scratch } from './helpers.js';
@@ -23,8 +24,8 @@ const NAMES = ['alpha', 'Alpha', 'beta', 'team.delta', 'team__delta'] as const;
 const IN_FLIGHT = 2;
 /** What a racing operation may be refused with: someone else removed it, took the name, promoted another. */
 const RACE_REFUSALS = new Set(['unknown_tool', 'name_taken', 'promote_conflict']);
-/** A request unanswered this long is a hang. */
-const ANSWER_MS = 90_000;
+/** A request unanswered this long (scaled with the machine) is a hang. */
+const ANSWER_MS = scaled(90_000);
 /**
  * Entry types of this run: the operations', a gap of a call to a removed tool, and each server's
  * start (policy and gateway configuration loaded). Anything else (registry.load_failed,
@@ -294,8 +295,11 @@ describe('four forge serve processes on one project and one home', () => {
             exited,
             new Promise<never>((_, reject) =>
               setTimeout(
-                () => reject(new Error(`forge serve ${i} did not exit within 60 s of its stdin closing: ${clients[i]?.stderr()}`)),
-                60_000,
+                () =>
+                  reject(
+                    new Error(`forge serve ${i} did not exit within ${scaled(60_000)} ms of its stdin closing: ${clients[i]?.stderr()}`),
+                  ),
+                scaled(60_000),
               ).unref(),
             ),
           ]);

@@ -169,7 +169,6 @@ export function rawServer(s: Scratch, args: string[] = []): RawServer {
   let out = '';
   let err = '';
   const messages: Record<string, unknown>[] = [];
-  let wake: (() => void) | undefined;
   let buf = '';
   child.stdout.on('data', (d: Buffer) => {
     out += d.toString();
@@ -181,7 +180,6 @@ export function rawServer(s: Scratch, args: string[] = []): RawServer {
       if (line.trim()) messages.push(JSON.parse(line) as Record<string, unknown>);
       i = buf.indexOf('\n');
     }
-    wake?.();
   });
   child.stderr.on('data', (d: Buffer) => (err += d.toString()));
   const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
@@ -193,18 +191,15 @@ export function rawServer(s: Scratch, args: string[] = []): RawServer {
   return {
     child,
     send: (line) => child.stdin.write(`${line}\n`),
-    async next(id, ms = 30_000) {
-      const deadline = Date.now() + scaled(ms);
-      for (;;) {
-        const i = messages.findIndex((m) => id === undefined || m.id === id);
-        if (i >= 0) return messages.splice(i, 1)[0] as Record<string, unknown>;
-        if (Date.now() > deadline)
-          throw new Error(`no message with id ${String(id)} within ${scaled(ms)} ms; stdout: ${out}; stderr: ${err}`);
-        await new Promise<void>((r) => {
-          wake = r;
-          setTimeout(r, 50);
-        });
-      }
+    next(id, ms = 30_000) {
+      return waitFor(
+        () => `a message with id ${String(id)}; stdout: ${out}; stderr: ${err}`,
+        () => {
+          const i = messages.findIndex((m) => id === undefined || m.id === id);
+          return i >= 0 ? (messages.splice(i, 1)[0] as Record<string, unknown>) : undefined;
+        },
+        { timeoutMs: ms },
+      );
     },
     exit,
     stdout: () => out,

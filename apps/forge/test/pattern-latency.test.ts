@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -71,8 +72,8 @@ describe('a catastrophic schema on one session does not stall another', () => {
       return e;
     };
     try {
-      // Give B a head start so its loop is running when A's calls land.
-      await new Promise((r) => setTimeout(r, 100));
+      // Give B a head start so its loop is running when A's calls land: its first round trip is back.
+      await waitFor("the bystander's first forge_list round trip", () => latencies.pattern.length > 0);
       for (const n of [30, 1000, 100_000]) {
         const e = await call(`redos hostile ${n}`, 'redos', `${'a'.repeat(n)}!`);
         expect(e).toMatchObject({

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable, Stream } from 'node:stream';
-import { scaled } from '@forge/test-utils';
+import { scaled, waitFor } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -36,7 +36,7 @@ function settle(p: Promise<unknown>): Promise<Outcome> {
  * Resolves to true once `stderr` carried `text`, or false after `ms`: the call sent next must
  * come after forge saw the signal, and a build that never says so still gets its calls checked.
  */
-function stderrSays(stderr: Readable | Stream | null, text: string, ms = 1000): Promise<boolean> {
+function stderrSays(stderr: Readable | Stream | null, text: string, ms = scaled(1000)): Promise<boolean> {
   let err = '';
   return new Promise((resolve) => {
     const t = setTimeout(() => resolve(false), ms);
@@ -53,16 +53,18 @@ function stderrSays(stderr: Readable | Stream | null, text: string, ms = 1000): 
 /** Resolves once `n` runs of the project have started (each run makes its directory before the sandbox starts). */
 async function runsStarted(s: Scratch, n: number): Promise<void> {
   const dir = join(s.project, '.forge', 'runs');
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    let count = 0;
+  const count = () => {
     try {
-      count = readdirSync(dir).filter((d) => !d.endsWith('.jsonl')).length;
-    } catch {}
-    if (count >= n) return;
-    if (Date.now() > deadline) throw new Error(`only ${count} of ${n} runs started in ${dir} within 15 s`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+      return readdirSync(dir).filter((d) => !d.endsWith('.jsonl')).length;
+    } catch {
+      return 0;
+    }
+  };
+  await waitFor(
+    () => `${n} runs to start in ${dir} (${count()} did)`,
+    () => count() >= n,
+    { timeoutMs: 15_000 },
+  );
 }
 
 const auditEntries = (s: Scratch): { type: string; data: Record<string, unknown> }[] =>

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
 import { type Scratch, scratch } from './helpers.js';
 
@@ -25,15 +26,17 @@ export function tmpfsHome(prefix: string): TmpfsHome {
   let mounted = false;
   // Registered after the scratch's removal, so it runs before it.
   onTestFinished(async () => {
-    for (let i = 0; mounted; i++) {
-      try {
+    if (!mounted) return;
+    // umount fails (busy) while the server still holds the log open; its last error is in the timeout's message.
+    await waitFor(
+      `the test tmpfs at ${auditDir} to unmount`,
+      () => {
         execFileSync('umount', [auditDir], { stdio: 'pipe' });
         mounted = false;
-      } catch (err) {
-        if (i >= 50) throw new Error(`cannot unmount the test tmpfs at ${auditDir}: ${(err as Error).message}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+        return true;
+      },
+      { timeoutMs: 5_000, intervalMs: 100 },
+    );
   });
   try {
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k,mode=0700', 'tmpfs', auditDir], { stdio: 'pipe' });

@@ -13,11 +13,15 @@ export const GOVERNED = {
   gap_recurrence_threshold: 2,
 } as const;
 
-/** Writes the workspace policy whole and renames it in (a running server judges it at its next step). */
-export function writePolicy(s: Scratch, toolsmith: Record<string, unknown> = GOVERNED): void {
+/**
+ * Writes the workspace policy whole and renames it in (a running server judges it at its next step).
+ * `newline` ends the file with one: the same policy in other bytes, which a running server reads
+ * again at its next look (and audits as `policy.reloaded`), so that the test can see it looked.
+ */
+export function writePolicy(s: Scratch, toolsmith: Record<string, unknown> = GOVERNED, o: { newline?: boolean } = {}): void {
   const file = join(s.project, '.forge', 'policy.json');
   const tmp = `${file}.tmp`;
-  writeFileSync(tmp, JSON.stringify({ toolsmith }), { mode: 0o600 });
+  writeFileSync(tmp, `${JSON.stringify({ toolsmith })}${o.newline ? '\n' : ''}`, { mode: 0o600 });
   renameSync(tmp, file);
 }
 
@@ -90,6 +94,8 @@ export async function forgeJson<T = Record<string, unknown>>(
 /** One audit entry as read from the log file. */
 export interface Entry {
   seq: number;
+  /** When it was appended (ISO 8601, UTC). */
+  ts: string;
   type: string;
   data: Record<string, unknown>;
 }

@@ -1,3 +1,4 @@
+import { waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { requireCliAndSandbox, scratch, until } from './helpers.js';
 import { auditEntries, forge, forgeJson, GOVERNED, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
@@ -85,14 +86,41 @@ describe('the toolsmith and forge serve', () => {
         .split('\n')
         .filter((l) => l.startsWith('forge toolsmith cycle'))[0],
     ).toBe(line);
-    const cycles = () => auditEntries(s).filter((e) => e.type === 'toolsmith.cycle').length;
+    const cycleEntries = () => auditEntries(s).filter((e) => e.type === 'toolsmith.cycle');
+    const cycles = () => cycleEntries().length;
     expect(cycles()).toBeGreaterThanOrEqual(1);
 
-    writePolicy(s, { ...GOVERNED, cycle_interval_seconds: 10, paused: true });
-    // Let a cycle that had already started finish, then wait past two intervals.
-    await new Promise((r) => setTimeout(r, 2_000));
+    // The server looks at the policy every 5 s; each look that finds the file changed is audited
+    // as policy.reloaded. It takes the pause at its next look: from then on no cycle starts, and
+    // one that had started before (a cycle takes milliseconds) ended a look earlier.
+    const paused = { ...GOVERNED, cycle_interval_seconds: 10, paused: true };
+    const looks = () => auditEntries(s).filter((e) => e.type === 'policy.reloaded');
+    let seen = looks().length;
+    writePolicy(s, paused);
+    await waitFor('the server to load the paused policy', () => looks().length > seen, { intervalMs: 250 });
     const before = cycles();
-    await new Promise((r) => setTimeout(r, 21_000));
+    // The interval cannot be set under 10 s (the policy's minimum), so the pause must hold for real
+    // time: until the server looks at the policy two intervals and one look (25 s) after the last
+    // cycle, past when an unpaused server would have cycled again. Each of its looks is made visible
+    // by giving it the same policy in other bytes (a newline toggled), which it reads and audits.
+    const lastCycle = Date.parse(cycleEntries().at(-1)?.ts ?? '');
+    const dueTwice = lastCycle + 2 * 10_000 + 5_000;
+    let newline = false;
+    await waitFor(
+      () =>
+        `the server to look at the paused policy past ${new Date(dueTwice).toISOString()} (its looks: ${JSON.stringify(looks().map((e) => e.ts))})`,
+      () => {
+        const all = looks();
+        if (Date.parse(all.at(-1)?.ts ?? '') >= dueTwice) return true;
+        if (all.length > seen) {
+          seen = all.length;
+          newline = !newline;
+          writePolicy(s, paused, { newline });
+        }
+        return false;
+      },
+      { timeoutMs: 90_000, intervalMs: 250 },
+    );
     expect(cycles()).toBe(before);
     // The skipped ticks are not refusals: nothing was asked of the paused toolsmith.
     expect(auditEntries(s).filter((e) => e.type === 'toolsmith.paused')).toEqual([]);

@@ -7,7 +7,7 @@ import { verifyLog } from '@forge/audit-chain';
 import { createGateway, type Gateway } from '@forge/gateway';
 import { createForge, type Envelope, type Forge, type ForgeOptions } from '@forge/runner';
 import { probe } from '@forge/sandbox';
-import { requireSandbox, tempDirSync } from '@forge/test-utils';
+import { requireSandbox, scaled, tempDirSync } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -17,6 +17,12 @@ export { asRoot, asUser } from '@forge/test-utils';
 
 /** A scratch directory under the system temp dir, removed when the test finishes. */
 export const scratchDir = (prefix = 'forge-attack-'): string => tempDirSync(prefix);
+
+/**
+ * How long a gateway listing waits for an upstream still starting: the product's 3 s, scaled with
+ * the machine, so a hostile server slow to start on a loaded host is listed, not offered pinned.
+ */
+export const listWaitMs = (): number => scaled(3_000);
 
 export interface Target {
   forge: Forge;
@@ -56,7 +62,7 @@ export async function target(
     const workspaceFile = join(project, '.forge', 'gateway.json');
     if (o.servers) writeFileSync(userFile, JSON.stringify({ servers: o.servers }));
     if (o.projectServers) writeFileSync(workspaceFile, JSON.stringify({ servers: o.projectServers }));
-    gateway = createGateway({ userFile, workspaceFile, gatewayDir: join(home, 'gateway') });
+    gateway = createGateway({ userFile, workspaceFile, gatewayDir: join(home, 'gateway'), listWaitMs: listWaitMs() });
   }
   const forge = await createForge({ env: {}, ...o.forge, ...(gateway ? { sources: [gateway] } : {}), home, project });
   onTestFinished(async () => {

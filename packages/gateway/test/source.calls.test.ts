@@ -9,6 +9,7 @@ import {
   fixtureEntry,
   gatewayWith,
   job,
+  listWaitMs,
   MODERN_SERVER,
   PACKAGE_DIR,
   PNPM_STORE,
@@ -175,6 +176,7 @@ describe('calls through the gateway', () => {
       workspaceFile,
       gatewayDir: join(h.dir, 'gateway'),
       bindRoots: [PACKAGE_DIR, PNPM_STORE],
+      listWaitMs: listWaitMs(),
     });
     await confined.attach(h.host);
     onTestFinished(() => confined.close());
@@ -190,7 +192,7 @@ describe('calls through the gateway', () => {
     chmodSync(data, 0o755);
     writeFileSync(workspaceFile, JSON.stringify({ servers: { proj: fixtureEntry({}, {}, [{ path: data, mode: 'ro' }]) } }));
     let roots: string[] = [PACKAGE_DIR, PNPM_STORE];
-    const followed = createGateway({ userFile: h.userFile, workspaceFile, gatewayDir: join(h.dir, 'gateway') });
+    const followed = createGateway({ userFile: h.userFile, workspaceFile, gatewayDir: join(h.dir, 'gateway'), listWaitMs: listWaitMs() });
     await followed.attach({ ...h.host, bindRoots: () => roots });
     onTestFinished(() => followed.close());
     expect(await followed.tools('proj')).toMatchObject({ ok: false, kind: 'bind_denied' });

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -77,6 +77,18 @@ export function tempDirs(): { root: string; home: string; project: string } {
   mkdirSync(join(project, '.forge'), { recursive: true });
   writeFileSync(join(home, 'policy.json'), JSON.stringify({ breakers: { per_tool_rpm: 100000, per_session_forge_count: 100000 } }));
   return { root, home, project };
+}
+
+/**
+ * How many runs the project has started: each run makes its directory under `.forge/runs` before
+ * its sandbox starts, so a count past the one before a call says the call is in flight.
+ */
+export function runsStarted(project: string): number {
+  try {
+    return readdirSync(join(project, '.forge', 'runs')).filter((d) => !d.endsWith('.jsonl')).length;
+  } catch {
+    return 0;
+  }
 }
 
 /** A Forge over temp dirs, closed after the test. */

@@ -1,9 +1,10 @@
 import { request } from 'node:http';
+import { scaled, waitFor } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type ServeHttpOptions, serveHttp } from '../src/index.js';
-import { CAPABILITIES, call, example, forgeOk, listChanges, newForge, py } from './helpers.js';
+import { CAPABILITIES, call, example, forgeOk, listChanges, newForge, py, runsStarted, tempDirs } from './helpers.js';
 
 const INIT = {
   jsonrpc: '2.0',
@@ -13,10 +14,11 @@ const INIT = {
 };
 
 async function serve(options: ServeHttpOptions = {}) {
-  const forge = await newForge();
+  const dirs = tempDirs();
+  const forge = await newForge(dirs);
   const server = await serveHttp(forge, options);
   onTestFinished(() => server.close());
-  return { forge, server };
+  return { forge, server, dirs };
 }
 
 async function httpClient(url: string, token?: string) {
@@ -183,10 +185,18 @@ describe('Streamable HTTP transport', () => {
     expect(server.sessions()).toHaveLength(2);
     // The first client goes away without DELETE: its notification stream closes, nothing else comes.
     await idle.transport.close();
-    // Keep one session busy with requests while the other stays quiet.
-    const until = Date.now() + 1200;
-    while (Date.now() < until) {
+    // Keep one session busy with requests while the other stays quiet, until the quiet one is closed.
+    const busyAsks = async () => {
       await busy.client.listTools();
+      return true;
+    };
+    await waitFor('the idle session to be closed', async () => (await busyAsks()) && !server.sessions().includes(idleId), {
+      intervalMs: 100,
+    });
+    // Lets time pass: the busy session must outlive several more idle periods (sessionIdleMs 300)
+    // while it keeps asking; its staying open is the absence of an event (no close to wait for).
+    for (let i = 0; i < 9; i++) {
+      await busyAsks();
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(server.sessions()).toEqual([busy.transport.sessionId]);
@@ -199,11 +209,12 @@ describe('Streamable HTTP transport', () => {
   });
 
   it('close() lets a call in flight answer, then refuses new connections', async () => {
-    const { server } = await serve({ graceMs: 5000 });
+    const { server, dirs } = await serve({ graceMs: scaled(5000) });
     const { client } = await httpClient(server.url);
     await forgeOk(client, py('slow', 'import time\ntime.sleep(0.5)\nprint(json.dumps({"ok": True, "data": "done"}))'));
+    const runs = runsStarted(dirs.project);
     const pending = call(client, 'slow');
-    await new Promise((r) => setTimeout(r, 150));
+    await waitFor('the call to start its run', () => runsStarted(dirs.project) > runs);
     await server.close();
     expect((await pending).envelope).toMatchObject({ ok: true, data: 'done' });
     await expect(fetch(server.url, { method: 'POST', body: '{}' })).rejects.toThrow();
@@ -300,8 +311,10 @@ describe('per-principal session cap', () => {
     expect(refused.status).toBe(429);
     expect(refused.retryAfter).toBe('1');
     expect(JSON.stringify(refused.body)).toMatch(/closed after 400 ms idle \(sessionIdleMs\); the next one expires in about 1 s/);
-    const deadline = Date.now() + 5000;
-    while (server.sessions().includes(first.session as string) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await waitFor('the idle session to expire', () => !server.sessions().includes(first.session as string), {
+      timeoutMs: 5000,
+      intervalMs: 50,
+    });
     expect(server.sessions()).toEqual([]);
     const after = await initRaw(url, TOKEN_ADMIN);
     expect(after.status).toBe(200);

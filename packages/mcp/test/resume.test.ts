@@ -1,13 +1,15 @@
 // 2025-era HTTP streams are resumable (Last-Event-ID), and 2026-era requests carry caching hints
 // and are held to their standard headers — raw HTTP, as a client sends it.
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { scaled, waitFor } from '@forge/test-utils';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { SessionEventStore } from '../src/eventStore.js';
 import { serveHttp } from '../src/index.js';
 import { newForge, py } from './helpers.js';
 
 const JSON_SSE = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 
 /** Reads SSE events from a response until `want` of them arrived (or the timeout), then cancels it. */
-async function events(res: Response, want: number, ms = 5000): Promise<{ id?: string; data?: string; retry?: string }[]> {
+async function events(res: Response, want: number, ms = scaled(5000)): Promise<{ id?: string; data?: string; retry?: string }[]> {
   const out: { id?: string; data?: string; retry?: string }[] = [];
   const reader = (res.body as ReadableStream<Uint8Array>).getReader();
   const dec = new TextDecoder();
@@ -39,6 +41,11 @@ async function events(res: Response, want: number, ms = 5000): Promise<{ id?: st
 
 describe('2025 era: resumable streams', () => {
   it('a POST stream primes with an id and retry; a GET stream client that reconnects with Last-Event-ID gets what it missed', async () => {
+    // What the sessions' event stores keep for replay: the test waits on it, not on a clock.
+    const storing = vi.spyOn(SessionEventStore.prototype, 'storeEvent');
+    onTestFinished(() => storing.mockRestore());
+    const stored = () =>
+      storing.mock.calls.map(([, message]) => (message as { method?: string }).method).filter((m) => m?.endsWith('/list_changed'));
     const forge = await newForge();
     const server = await serveHttp(forge);
     onTestFinished(() => server.close());
@@ -77,7 +84,11 @@ describe('2025 era: resumable streams', () => {
     expect(JSON.parse(seen?.data ?? '{}').method).toBe('notifications/tools/list_changed');
     expect(seen?.id).toBeTruthy();
     await forge.forgeTool(py('missed', 'print(json.dumps({"ok": True, "data": 1}))'));
-    await new Promise((r) => setTimeout(r, 300));
+    // Both changes' notifications (tools, then resources, each) kept for replay while no stream is open.
+    await waitFor(
+      () => `the missed change to be kept for replay (kept: ${JSON.stringify(stored())})`,
+      () => stored().length >= 4,
+    );
     const again = await fetch(server.url, {
       method: 'GET',
       headers: { ...h, accept: 'text/event-stream', 'last-event-id': seen?.id as string },

@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Forge } from '@forge/runner';
+import { waitFor } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -361,8 +362,7 @@ describe('malformed params', () => {
     await clientSide.start();
     const ask = async (id: number, method: string, params: unknown) => {
       await clientSide.send({ jsonrpc: '2.0', id, method, params } as never);
-      for (let i = 0; i < 100 && !answers.has(id); i++) await new Promise((r) => setTimeout(r, 10));
-      return answers.get(id);
+      return waitFor(`the answer to request ${id} (${method})`, () => answers.get(id));
     };
     await ask(0, 'initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } });
     expect(await ask(1, 'tools/call', { name: 7 })).toMatchObject({
@@ -404,6 +404,8 @@ describe('an engine still opening', () => {
       return r;
     });
     const calling = call(client, 'fib', { n: 10 });
+    // Lets time pass: the listing must stay unanswered while the engine is still opening; that it
+    // is not answered is the absence of an event, so there is nothing to wait for.
     await new Promise((r) => setTimeout(r, 50));
     expect(listed).toBe(false);
 

@@ -4,6 +4,7 @@
 // stdio (a real child process) and Streamable HTTP.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { waitFor } from '@forge/test-utils';
 import { LOG_LEVEL_META_KEY, Client as ModernClient, StreamableHTTPClientTransport as ModernHttp } from '@modelcontextprotocol/client';
 import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
 import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
@@ -239,12 +240,14 @@ describe('2025 era: resource subscriptions', () => {
     });
     await legacy.subscribeResource({ uri: 'forge://tools/watched' });
     await legacy.callTool({ name: 'forge_tool', arguments: { ...py('watched', ok), description: 'changed', overwrite: true } });
-    for (let i = 0; i < 50 && updated.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    await waitFor('a resources/updated notification', () => updated.length > 0, { intervalMs: 100 });
     expect(updated).toContain('forge://tools/watched');
     expect(updated).not.toContain('forge://tools/other');
     // A change to another tool does not report the watched one.
     updated.length = 0;
     await legacy.callTool({ name: 'forge_tool', arguments: { ...py('other', ok), description: 'changed too', overwrite: true } });
+    // Lets time pass: no notification is the expected outcome, so there is no event to wait for;
+    // half a second is long past the one the watched tool's change took to arrive.
     await new Promise((r) => setTimeout(r, 500));
     expect(updated).toEqual([]);
     await legacy.unsubscribeResource({ uri: 'forge://tools/watched' });

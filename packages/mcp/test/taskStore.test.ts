@@ -18,6 +18,8 @@ function gate() {
   return { run, end };
 }
 
+// Lets time pass: one macrotask turn, by which a run that ended has had the task store record it
+// (its promise chain settles in microtasks, all run before a timer fires); there is no event to await.
 const settle = () => new Promise((r) => setTimeout(r, 0));
 
 describe('TaskStore bounds', () => {

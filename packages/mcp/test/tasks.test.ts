@@ -1,5 +1,6 @@
 // The tasks extension (io.modelcontextprotocol/tasks) on the 2026-07-28 era, with the SDK v2
 // client over Streamable HTTP against real sandboxed tools.
+import { waitFor } from '@forge/test-utils';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { serveHttp } from '../src/index.js';
@@ -91,13 +92,16 @@ async function setup() {
 
 type Rpc = (method: string, params: Record<string, unknown>, tasks?: boolean) => ReturnType<typeof rpc>;
 
-async function until(call: Rpc, taskId: string) {
-  for (let i = 0; i < 300; i++) {
-    const t = (await call('tasks/get', { taskId })).result;
-    if (t && t.status !== 'working') return t;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`task ${taskId} did not end`);
+/** The task once it is no longer working (tasks/get, polled). */
+function until(call: Rpc, taskId: string) {
+  return waitFor(
+    `task ${taskId} to end`,
+    async () => {
+      const t = (await call('tasks/get', { taskId })).result;
+      return t && t.status !== 'working' ? t : undefined;
+    },
+    { intervalMs: 100 },
+  );
 }
 
 describe('tasks extension (2026-07-28)', () => {

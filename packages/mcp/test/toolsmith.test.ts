@@ -1,13 +1,14 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Forge } from '@forge/runner';
+import { scaled, waitFor } from '@forge/test-utils';
 import { createToolsmith, type Toolsmith } from '@forge/toolsmith';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { serveHttp, type ToolsmithSurface } from '../src/index.js';
-import { call, connect, forgeOk, newForge, py, tempDirs, wordCountBlueprint } from './helpers.js';
+import { call, connect, forgeOk, newForge, py, runsStarted, tempDirs, wordCountBlueprint } from './helpers.js';
 
 /**
  * The toolsmith on the MCP surface, end to end: the SDK client, a real Forge over temp dirs with
@@ -35,7 +36,7 @@ async function forgeWithToolsmith(toolsmith: Record<string, unknown>) {
   smith = createToolsmith({ forge, onWarning: (m) => console.error(m) });
   const s = smith;
   onTestFinished(() => s.close());
-  return { forge, smith, policyFile };
+  return { forge, smith, policyFile, project: dirs.project };
 }
 
 /** A Forge whose project policy has `toolsmith`, its toolsmith, and an SDK client of persona `bob`. */
@@ -125,7 +126,7 @@ describe('the toolsmith over MCP (governed persona)', () => {
     const { result, envelope } = await call(
       client,
       'forge_propose',
-      blueprint({ name: 'my_counter', network: 'allow', meta: { secrets: ['API_KEY'], timeout_ms: 5000 } }),
+      blueprint({ name: 'my_counter', network: 'allow', meta: { secrets: ['API_KEY'], timeout_ms: scaled(5000) } }),
     );
     expect(result.isError, JSON.stringify(envelope)).toBe(false);
     const data = dataOf(envelope);
@@ -200,9 +201,9 @@ describe('the toolsmith over MCP (off, direct, not attached)', () => {
 
 describe('the toolsmith over Streamable HTTP', () => {
   it("each token's persona gets its own listing (governed bob: forge_propose, direct coder: forge_tool too); once close() began, a forge_request is refused as cancelled", async () => {
-    const { forge, smith } = await forgeWithToolsmith({ ...GOVERNED, mode: { '*': 'governed', coder: 'direct' } });
+    const { forge, smith, project } = await forgeWithToolsmith({ ...GOVERNED, mode: { '*': 'governed', coder: 'direct' } });
     const tokens = { 'token-of-bob-0123456789': { persona: 'bob' }, 'token-of-coder-0123456789': { persona: 'coder' } };
-    const server = await serveHttp(forge, { tokens, toolsmith: smith, graceMs: 5000 });
+    const server = await serveHttp(forge, { tokens, toolsmith: smith, graceMs: scaled(5000) });
     onTestFinished(() => server.close());
     const client = async (token: string) => {
       const transport = new StreamableHTTPClientTransport(new URL(server.url), {
@@ -227,8 +228,9 @@ describe('the toolsmith over Streamable HTTP', () => {
     ]);
     expect(bob.getInstructions()).not.toContain('forge_tool');
     await forgeOk(coder, py('slow', 'import time\ntime.sleep(0.6)\nprint(json.dumps({"ok": True, "data": "done"}))'));
+    const runs = runsStarted(project);
     const pending = call(coder, 'slow');
-    await new Promise((r) => setTimeout(r, 200));
+    await waitFor('the call to start its run', () => runsStarted(project) > runs);
     const closing = server.close();
     const late = await call(bob, 'forge_request', { capability: 'text.upper', description: 'upper-cases a text' });
     expect(late.result.isError).toBe(true);

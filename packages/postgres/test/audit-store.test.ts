@@ -6,6 +6,7 @@
  * database at open.
  */
 import { GENESIS_HASH, generateSigningKeys } from '@forge/audit-chain';
+import { waitFor } from '@forge/test-utils';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { AUDIT_CHANNEL, openPostgresAuditLog, verifyPostgresAuditLog } from '../src/index.js';
@@ -72,14 +73,12 @@ describe('group commit', () => {
       CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON forge_audit_entries DEFERRABLE INITIALLY DEFERRED
         FOR EACH ROW EXECUTE FUNCTION slow_commit();`);
     const slow = log.append('t.slow', 2);
-    let killed = false;
-    while (!killed) {
+    await waitFor('the COMMIT to sleep in its deferred trigger, and its backend to be killed', async () => {
       const r = await pool.query<{ ok: boolean }>(
         "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
       );
-      killed = r.rows.some((x) => x.ok);
-      if (!killed) await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+      return r.rows.some((x) => x.ok);
+    });
     expect(await codeOf(slow)).toBe('write_failed');
     expect((await pool.query('SELECT count(*)::int AS n FROM forge_audit_entries')).rows[0].n).toBe(1);
     expect((await log.append('t.after', 3)).seq).toBe(2);

@@ -1,4 +1,3 @@
-import { scaled } from '@forge/test-utils';
 // The JobQueue conformance suite against the PostgreSQL queue (pg-boss engine + forge_queue_jobs),
 // one throwaway server for the file, a fresh database per test.
 
@@ -6,8 +5,9 @@ import { spawn } from 'node:child_process';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { describeJobQueue } from '@forge/conformance/queue';
 import type { JobQueue, JsonValue } from '@forge/queue';
+import { scaled, waitFor } from '@forge/test-utils';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { openPostgresQueue, POSTGRES_QUEUE_STEPS } from '../src/queue.js';
 import { bundleForNode, type NodeBundle } from './bundle.js';
 
@@ -136,15 +136,9 @@ function startWorker(url: string, name: string, leaseMs: number) {
   return { p, name, lines, exited, stderr: () => err };
 }
 
-async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + scaled(ms);
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+/** Whether a spied look (`result`, `claim`) has answered with nothing at least once: the caller found nothing yet. */
+const foundNothing = (look: { mock: { settledResults: { type: string; value: unknown }[] } }): boolean =>
+  look.mock.settledResults.some((r) => r.type === 'fulfilled' && r.value === undefined);
 
 describe('postgres queue: beyond the suite', () => {
   it('eight handles opened at once on a fresh database, three times: every one opens (the engine installs once, under a lock)', {
@@ -187,8 +181,10 @@ describe('postgres queue: beyond the suite', () => {
     const waiter = await openOn(url, { rescanMs: 600_000 });
     const worker = await openOn(url);
     await worker.publish({ id: 'w1', payload: 1 });
-    const got = waiter.wait('w1', { timeoutMs: 30_000 });
-    await new Promise((r) => setTimeout(r, 300));
+    const looks = vi.spyOn(waiter, 'result');
+    const got = waiter.wait('w1', { timeoutMs: scaled(30_000) });
+    // Once the waiter has looked and found no result, only the finish's notification can wake it in time.
+    await waitFor('the waiter to look for the result and find none', () => foundNothing(looks));
     const job = await worker.claim('w');
     expect(await worker.finish(job as never, { status: 'done', payload: { ok: true } })).toBe('finished');
     expect(await got).toMatchObject({ id: 'w1', status: 'done', payload: { ok: true }, attempt: 1 });
@@ -200,8 +196,10 @@ describe('postgres queue: beyond the suite', () => {
     const pub = await openOn(url);
     const ac = new AbortController();
     onTestFinished(() => ac.abort());
+    const claims = vi.spyOn(w, 'claim');
     const got = w.next('w', { signal: ac.signal });
-    await new Promise((r) => setTimeout(r, 300));
+    // Once next() has tried to claim and found nothing, only the publish's notification can wake it in time.
+    await waitFor('next() to try a claim and find nothing', () => foundNothing(claims));
     await pub.publish({ id: 'n1', payload: 'x' });
     expect(await got).toMatchObject({ id: 'n1', attempt: 1 });
   });
@@ -210,17 +208,17 @@ describe('postgres queue: beyond the suite', () => {
     const url = await server.database();
     const q = await openOn(url, { leaseMs: 400 });
     const workers = [startWorker(url, 'wa', 400), startWorker(url, 'wb', 400)];
-    await until('the workers to start', () => (workers.every((w) => w.lines.some((l) => 'ready' in l)) ? true : undefined));
+    await waitFor('the workers to start', () => workers.every((w) => w.lines.some((l) => 'ready' in l)));
     const ids = Array.from({ length: 30 }, (_, i) => `j${i}`);
     await q.publish({ id: 'hang', payload: { hang: true } });
     for (const id of ids) await q.publish({ id, payload: id });
-    const holder = await until('the hanging job to be noted', () => workers.find((w) => w.lines.some((l) => l.noted === 'hang')));
+    const holder = await waitFor('the hanging job to be noted', () => workers.find((w) => w.lines.some((l) => l.noted === 'hang')));
     holder.p.kill('SIGKILL');
     expect(await holder.exited).toEqual({ code: null, signal: 'SIGKILL' });
     const other = workers.find((w) => w !== holder) as (typeof workers)[number];
-    const r = await q.wait('hang', { timeoutMs: 30_000 });
+    const r = await q.wait('hang', { timeoutMs: scaled(30_000) });
     expect(r).toMatchObject({ status: 'done', attempt: 2, payload: { by: other.name, note: { step: 'half', by: holder.name } } });
-    const results = await Promise.all(ids.map((id) => q.wait(id, { timeoutMs: 30_000 })));
+    const results = await Promise.all(ids.map((id) => q.wait(id, { timeoutMs: scaled(30_000) })));
     expect(results.map((x) => x?.status)).toEqual(ids.map(() => 'done'));
     other.p.kill('SIGTERM');
     expect(await other.exited, other.stderr()).toEqual({ code: 0, signal: null });
@@ -234,13 +232,13 @@ describe('postgres queue: beyond the suite', () => {
   it("a held job cancelled from another process: the holder process's signal aborts with the reason (NOTIFY to the holder) and it finishes the job", async () => {
     const url = await server.database();
     const q = await openOn(url, { leaseMs: 60_000 });
-    const w = startWorker(url, 'wc', 60_000);
-    await until('the worker to start', () => (w.lines.some((l) => 'ready' in l) ? true : undefined));
+    const w = startWorker(url, 'wc', scaled(60_000));
+    await waitFor('the worker to start', () => w.lines.some((l) => 'ready' in l));
     await q.publish({ id: 'held', payload: { hang: true } });
-    await until('the job to be held', () => (w.lines.some((l) => l.noted === 'held') ? true : undefined));
+    await waitFor('the job to be held', () => w.lines.some((l) => l.noted === 'held'));
     expect(await q.cancel('held', 'stop it')).toBe('signalled');
-    // Well before the holder's first renewal (20 s), which would also see the mark.
-    expect(await q.wait('held', { timeoutMs: 10_000 })).toMatchObject({
+    // Well before the holder's first renewal (a third of its lease: 20 s, scaled), which would also see the mark.
+    expect(await q.wait('held', { timeoutMs: scaled(10_000) })).toMatchObject({
       status: 'failed',
       attempt: 1,
       payload: { error: 'cancelled', reason: 'stop it', by: 'wc' },

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import type { PostgresServer } from '@forge/conformance/postgres';
 import { storedTool, toolSpec } from '@forge/conformance/registry';
 import { type CreatedBy, createRegistry, type StoredTool, type ToolStore } from '@forge/registry';
+import { waitFor } from '@forge/test-utils';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { postgresToolStore } from '../src/registry.js';
@@ -31,13 +32,13 @@ async function write(store: ToolStore, t: StoredTool): Promise<number> {
   return store.put(t.name, (_c, next) => ({ write: { ...t, version: next }, value: next }));
 }
 
-/** Waits (at most 15 s) until `seen` holds a batch with `name` (from batch `from` on). */
+/** Waits (at most 15 s, scaled) until `seen` holds a batch with `name` (from batch `from` on). */
 async function until(seen: string[][], name: string, from = 0): Promise<void> {
-  const deadline = Date.now() + 15_000;
-  while (!seen.slice(from).some((b) => b.includes(name))) {
-    if (Date.now() > deadline) throw new Error(`not reported: ${name} (reported ${JSON.stringify(seen)})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(
+    () => `${name} to be reported (reported ${JSON.stringify(seen)})`,
+    () => seen.slice(from).some((b) => b.includes(name)),
+    { timeoutMs: 15_000 },
+  );
 }
 
 /** Runs the conformance child with `args` (the store opened over `url`); its JSON output. */
@@ -328,6 +329,8 @@ describe('postgresToolStore watch', () => {
     await w.close();
     const n = seen.length;
     await write(store, tool('after.close'));
+    // Lets time pass: a closed watcher must report nothing, and nothing is the absence of an event;
+    // 200 ms is well past what a NOTIFY and the 10 ms debounce took above.
     await new Promise((r) => setTimeout(r, 200));
     expect(seen.length).toBe(n);
   });
@@ -368,11 +371,10 @@ describe('postgresToolStore watch', () => {
     await until(seen[31] as string[][], 'silent.one');
     expect(seen.flatMap((b, i) => (i === 7 || i === 31 ? [] : b.flat()))).toEqual([]);
     for (const w of watchers) await w.close();
-    const deadline = Date.now() + 15_000;
-    while ((await listening()) !== 0) {
-      if (Date.now() > deadline) throw new Error('the listening connection was not given back after the last watcher closed');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitFor('the listening connection to be given back after the last watcher closed', async () => (await listening()) === 0, {
+      timeoutMs: 15_000,
+      intervalMs: 50,
+    });
   });
 });
 
@@ -425,8 +427,11 @@ describe('createRegistry over two postgres stores (project + user)', () => {
       [2, true, 'retired'],
     ]);
     // The second registry followed through LISTEN/NOTIFY.
-    const deadline = Date.now() + 15_000;
-    while (other.resolve('csv.count')?.scope !== 'user' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(
+      () => `the second registry to resolve csv.count to the user scope (it resolves ${JSON.stringify(other.resolve('csv.count'))})`,
+      () => other.resolve('csv.count')?.scope === 'user',
+      { timeoutMs: 15_000 },
+    );
     expect(other.resolve('csv.count')).toMatchObject({ scope: 'user', tool: { version: 2, origin: { project: '/work/project' } } });
     expect(changes.length).toBeGreaterThan(0);
   });
