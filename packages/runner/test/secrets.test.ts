@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { chmodSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { example, type FixtureOptions, failed, filesContaining, okData, py, setup, writeAtomic } from './helpers.js';
 
@@ -87,8 +88,10 @@ describe('secrets', () => {
       't = os.environ["API_TOKEN"]\nprint(json.dumps({"ok": False, "error": {"kind": "auth_failed", "message": "bad token " + t, "token": t}}))',
       { meta: { secrets: ['API_TOKEN'] } },
     );
-    const slow = py('slow_leaker', 'import time\nsys.stderr.write(os.environ["API_TOKEN"])\nsys.stderr.flush()\ntime.sleep(10)', {
-      meta: { secrets: ['API_TOKEN'], timeout_ms: 300 },
+    // The token must reach stderr before the timeout: on a loaded host python alone can take
+    // seconds to start, so the limit scales (and the sleep outlasts any scaled limit).
+    const slow = py('slow_leaker', 'import time\nsys.stderr.write(os.environ["API_TOKEN"])\nsys.stderr.flush()\ntime.sleep(600)', {
+      meta: { secrets: ['API_TOKEN'], timeout_ms: scaled(5_000) },
     });
     expect((await fx.forge.forgeTool(spec)).ok).toBe(true);
     expect((await fx.forge.forgeTool(slow)).ok).toBe(true);

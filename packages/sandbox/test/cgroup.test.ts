@@ -1,5 +1,6 @@
 import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { describeRunLimits, type HostInfo, type Mount, probe, resolveRuntimes, runSandboxed } from '../src/index.js';
 import { asRoot, isRoot, nodeAs, requireSandbox, tempDir } from './helpers.js';
@@ -36,7 +37,7 @@ describe.runIf(isRoot)('cgroup v1, for real (root, controllers on v1 hierarchies
 
   it('three processes of 400 MB each under a 1 GiB run limit: the run is killed, reason memory', async () => {
     // bytes * n writes every byte: the pages are really used (a calloc'ed buffer would not be).
-    const hold = "import time; b = b'x' * (400 << 20); print('held', flush=True); time.sleep(30)";
+    const hold = "import time; b = b'x' * (400 << 20); print('held', flush=True); time.sleep(600)";
     const r = await runSandboxed({
       command: [
         '/bin/sh',
@@ -46,7 +47,9 @@ describe.runIf(isRoot)('cgroup v1, for real (root, controllers on v1 hierarchies
         hold,
       ],
       mounts: python.mounts,
-      limits: { memoryBytes: 2 ** 30, timeoutMs: 15_000 },
+      // The wall clock only bounds a run the limit failed to stop: a loaded host can take many
+      // seconds to write 1.2 GB, and a timeout would hide what this checks.
+      limits: { memoryBytes: 2 ** 30, timeoutMs: scaled(45_000) },
     });
     expect(r.reason, r.stderrTail).toBe('memory');
     expect(r.enforced.memory).toBe('cgroup');
