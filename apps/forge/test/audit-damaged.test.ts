@@ -48,7 +48,7 @@ describe('forge over an audit log with a damaged middle entry', () => {
     const where = `entry ${seq} (forge.log line ${seq}) hash_mismatch`;
 
     const verify = await runCli(['audit', 'verify'], o);
-    expect(verify.code).toBe(1);
+    expect(verify.code, verify.stdout + verify.stderr).toBe(1);
     expect(verify.stdout).toContain(where);
 
     const call = await runCli(['tools', 'call', 'fib', '{"n": 6}'], o);

@@ -21,13 +21,13 @@ describe('forge audit verify', () => {
     const n = lines(log).length;
     expect(n).toBeGreaterThan(5);
     const ok = await runCli(['audit', 'verify'], o);
-    expect(ok.code).toBe(0);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toContain(`${n} entries intact`);
     expect(ok.stdout).toContain(`checkpoint at entry ${n}`);
 
     writeFileSync(log, `${lines(log).slice(0, 5).join('\n')}\n`);
     const cut = await runCli(['audit', 'verify'], o);
-    expect(cut.code).toBe(1);
+    expect(cut.code, cut.stdout + cut.stderr).toBe(1);
     expect(cut.stdout).toMatch(/entry 6 \(forge\.log line 6\) truncated/);
     const cutJson = JSON.parse((await runCli(['audit', 'verify', '--json'], o)).stdout);
     expect(cutJson).toMatchObject({ ok: false, entries: 5, first_bad: { seq: 6, reason: 'truncated' } });
@@ -44,7 +44,7 @@ describe('forge audit verify', () => {
     expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], signing)).code).toBe(0);
     const o = { cwd: s.project, env: s.env };
     const ok = await runCli(['audit', 'verify', '--key-pub', pub], o);
-    expect(ok.code).toBe(0);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/checkpoint at entry \d+ \(signed\)/);
     const other = join(s.root, 'other.pub');
     writeFileSync(other, generateSigningKeys().publicKey);
@@ -57,13 +57,13 @@ describe('forge audit verify', () => {
     const o = { cwd: s.project, env: s.env };
     const log = join(s.home, 'audit', 'forge.log');
     const never = await runCli(['audit', 'verify'], o);
-    expect(never.code).toBe(1);
+    expect(never.code, never.stdout + never.stderr).toBe(1);
     expect(never.stdout).toContain(`no audit log at ${log}`);
 
     expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
     rmSync(log);
     const removed = await runCli(['audit', 'verify', '--json'], o);
-    expect(removed.code).toBe(1);
+    expect(removed.code, removed.stdout + removed.stderr).toBe(1);
     expect(JSON.parse(removed.stdout)).toMatchObject({ ok: false, log, entries: 0, first_bad: { reason: 'log_missing' } });
   });
 });

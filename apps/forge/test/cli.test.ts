@@ -10,14 +10,14 @@ describe('forge (commands)', () => {
     const s = scratch();
     const o = { cwd: s.project, env: s.env };
     const v = await runCli(['--version'], o);
-    expect(v.code).toBe(0);
+    expect(v.code, v.stdout + v.stderr).toBe(0);
     expect(v.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
     expect(JSON.parse((await runCli(['--version', '--json'], o)).stdout)).toHaveProperty('version');
     const help = await runCli(['--help'], o);
-    expect(help.code).toBe(0);
+    expect(help.code, help.stdout + help.stderr).toBe(0);
     for (const w of ['serve', 'tools call', 'audit verify', 'policy check', 'doctor', 'demo']) expect(help.stdout).toContain(w);
     const callHelp = await runCli(['tools', 'call', '--help'], o);
-    expect(callHelp.code).toBe(0);
+    expect(callHelp.code, callHelp.stdout + callHelp.stderr).toBe(0);
     expect(callHelp.stdout).toContain('usage: forge tools call <name> [<json>|-]');
 
     const cases: [string[], RegExp][] = [
@@ -49,7 +49,7 @@ describe('forge (commands)', () => {
     expect(made.code, made.stderr).toBe(0);
     expect(made.out).toMatchObject({ ok: true, tool: { name: 'fib', version: 1 }, scope: 'project' });
     const again = await json(['tools', 'forge', join(EXAMPLES, 'fib')]);
-    expect(again.code).toBe(1);
+    expect(again.code, again.stderr).toBe(1);
     expect(again.out).toMatchObject({ ok: false, kind: 'name_taken' });
     const spec = JSON.parse(readFileSync(join(EXAMPLES, 'word_count', 'tool.json'), 'utf8'));
     spec.impl = readFileSync(join(EXAMPLES, 'word_count', 'main.js'), 'utf8');
@@ -57,7 +57,7 @@ describe('forge (commands)', () => {
     expect(fromStdin.out).toMatchObject({ ok: true, tool: { name: 'word_count' } });
 
     const list = await json(['tools', 'list']);
-    expect(list.code).toBe(0);
+    expect(list.code, list.stderr).toBe(0);
     expect((list.out as unknown as { name: string }[]).map((t) => t.name).sort()).toEqual(['fib', 'word_count']);
     const human = await runCli(['tools', 'list'], o);
     expect(human.stdout).toMatch(/fib\s+project\s+v1\s+python3/);
@@ -76,12 +76,12 @@ describe('forge (commands)', () => {
     };
     expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
     const call = await json(['tools', 'call', 'fib', '{"n": 12}']);
-    expect(call.code).toBe(0);
+    expect(call.code, call.stderr).toBe(0);
     expect(call.out).toMatchObject({ ok: true, data: { n: 12, fib: '144' }, meta: { cache: 'miss' } });
     const fromStdinCall = await json(['tools', 'call', 'fib', '-'], '{"n": 12}');
     expect(fromStdinCall.out).toMatchObject({ ok: true, meta: { cache: 'hit' } });
     const refused = await runCli(['tools', 'call', 'fib', '{"n": -1}'], o);
-    expect(refused.code).toBe(1);
+    expect(refused.code, refused.stdout + refused.stderr).toBe(1);
     expect(JSON.parse(refused.stdout)).toMatchObject({ ok: false, error: { kind: 'validation_failed' } }); // the envelope is still printed
     expect(refused.stderr).toContain('validation_failed');
 
@@ -100,12 +100,12 @@ describe('forge (commands)', () => {
     await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o);
     await runCli(['tools', 'call', 'fib', '{"n": 3}'], o);
     const ok = await runCli(['audit', 'verify', '--json'], o);
-    expect(ok.code).toBe(0);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     const v = JSON.parse(ok.stdout);
     expect(v).toMatchObject({ ok: true });
     expect(v.entries).toBeGreaterThanOrEqual(2);
     const tail = await runCli(['audit', 'tail', '--json', '-n', '5'], o);
-    expect(tail.code).toBe(0);
+    expect(tail.code, tail.stdout + tail.stderr).toBe(0);
     const entries = tail.stdout
       .trim()
       .split('\n')
@@ -118,7 +118,7 @@ describe('forge (commands)', () => {
     lines[i] = (lines[i] as string).replace('"fib"', '"fob"');
     writeFileSync(log, lines.join('\n'));
     const bad = await runCli(['audit', 'verify'], o);
-    expect(bad.code).toBe(1);
+    expect(bad.code, bad.stdout + bad.stderr).toBe(1);
     expect(bad.stdout).toMatch(new RegExp(`entry ${i + 1} \\(forge\\.log line ${i + 1}\\) hash_mismatch`));
     const badJson = JSON.parse((await runCli(['audit', 'verify', '--json'], o)).stdout);
     expect(badJson.first_bad).toMatchObject({ seq: i + 1, reason: 'hash_mismatch' });
@@ -129,7 +129,7 @@ describe('forge (commands)', () => {
     const o = { cwd: s.project, env: s.env };
     writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ forbidden_tool_names: ['deploy_*'] }));
     const good = await runCli(['policy', 'check', '--json'], o);
-    expect(good.code).toBe(0);
+    expect(good.code, good.stdout + good.stderr).toBe(0);
     const report = JSON.parse(good.stdout);
     expect(report.effective.forbidden_tool_names).toEqual(['forge_*', 'deploy_*']);
     expect(report.files.map((f: { role: string; status: string }) => `${f.role}:${f.status}`)).toEqual([
@@ -141,12 +141,12 @@ describe('forge (commands)', () => {
     const broken = join(s.project, '.forge', 'policy.json');
     writeFileSync(broken, '{\n  "breakers": {\n    "per_tool_rpm": "30"\n  }\n}\n');
     const bad = await runCli(['policy', 'check'], o);
-    expect(bad.code).toBe(1);
+    expect(bad.code, bad.stdout + bad.stderr).toBe(1);
     expect(bad.stdout).toMatch(new RegExp(`${broken.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:3:\\d+: breakers.per_tool_rpm`));
 
     const rules = s.file('my.rules', 'allow coder_t tool:fib execute\nallow coder_t tool:fib exec\n');
     const badRules = await runCli(['policy', 'check', rules], o);
-    expect(badRules.code).toBe(1);
+    expect(badRules.code, badRules.stdout + badRules.stderr).toBe(1);
     expect(badRules.stdout).toContain(`${rules}:2: unknown permission "exec"`);
     expect((await runCli(['policy', 'check', join(s.root, 'missing.json')], o)).code).toBe(2);
   });
@@ -190,14 +190,14 @@ describe('forge (commands)', () => {
     if (root) {
       // Root with a sandbox uid that would be root: refused, with the fix, and nothing may run.
       const zero = await runCli(['doctor'], { ...o, env: { ...s.env, FORGE_SANDBOX_UID: '0' } });
-      expect(zero.code).toBe(1);
+      expect(zero.code, zero.stdout + zero.stderr).toBe(1);
       expect(zero.stdout).toContain('FORGE_SANDBOX_UID="0" is not a usable uid');
       expect(zero.stdout).toContain('fix: unset FORGE_SANDBOX_UID');
     }
 
     writeFileSync(join(s.home, 'secrets.json'), '{"TOKEN": "x"}', { mode: 0o644 });
     const bad = await runCli(['doctor'], o);
-    expect(bad.code).toBe(1);
+    expect(bad.code, bad.stdout + bad.stderr).toBe(1);
     expect(bad.stdout).toMatch(/✗ vault .*mode 0644/);
     expect(bad.stdout).toContain(`fix: chmod 600 ${join(s.home, 'secrets.json')}`);
   });
@@ -207,7 +207,7 @@ describe('forge (commands)', () => {
     const r = await runCli(['demo', '--json'], { cwd: s.project, env: { ...s.env, TMPDIR: s.root } });
     const report = JSON.parse(r.stdout);
     expect(report.error).toBeUndefined();
-    expect(r.code).toBe(0);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(report.steps.map((x: { ok: boolean }) => x.ok)).toEqual(Array(8).fill(true));
     expect(readdirSync(s.root).filter((n) => n.startsWith('forge-demo-'))).toEqual([]);
   });

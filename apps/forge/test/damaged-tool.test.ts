@@ -26,13 +26,13 @@ describe('forge tools: a damaged tool file', () => {
     const problem = expect.stringMatching(/^not valid JSON: /);
 
     const list = await json(['tools', 'list']);
-    expect(list.code).toBe(0);
+    expect(list.code, list.stderr).toBe(0);
     expect(list.out).toEqual([{ name: 'fib', scope: 'project', damaged: true, where: file, problem }]);
     const human = await runCli(['tools', 'list'], o);
     expect(human.stdout).toMatch(new RegExp(`fib\\s+project\\s+-\\s+DAMAGED\\s+${file.replaceAll('.', '\\.')}: not valid JSON`));
 
     const show = await json(['tools', 'show', 'fib']);
-    expect(show.code).toBe(1);
+    expect(show.code, show.stderr).toBe(1);
     expect(show.out).toEqual({
       ok: false,
       kind: 'tool_damaged',
@@ -40,7 +40,7 @@ describe('forge tools: a damaged tool file', () => {
     });
 
     const call = await runCli(['tools', 'call', 'fib', '{"n": 3}'], { ...o, timeoutMs: 120_000 });
-    expect(call.code).toBe(1);
+    expect(call.code, call.stdout + call.stderr).toBe(1);
     const envelope = JSON.parse(call.stdout) as { ok: boolean; error: { kind: string; message: string } };
     expect(envelope).toMatchObject({ ok: false, error: { kind: 'tool_damaged' } });
     expect(envelope.error.message).toContain(
@@ -50,7 +50,7 @@ describe('forge tools: a damaged tool file', () => {
     expect(call.stderr).toContain('tool_damaged');
 
     const doctor = await json(['doctor']);
-    expect(doctor.code).toBe(1);
+    expect(doctor.code, doctor.stderr).toBe(1);
     const checks = (doctor.out as unknown as { checks: { name: string; ok: boolean; detail: string; fix?: string }[] }).checks;
     expect(checks.filter((c) => c.name === 'tool files')).toEqual([
       {
@@ -63,7 +63,7 @@ describe('forge tools: a damaged tool file', () => {
 
     // The file no longer says who forged it: outside every namespace, only an operator may remove it.
     const refused = await json(['tools', 'remove', 'fib']);
-    expect(refused.code).toBe(1);
+    expect(refused.code, refused.stderr).toBe(1);
     expect(refused.out).toMatchObject({ ok: false, kind: 'acl.persona_denied' });
     expect(existsSync(file)).toBe(true);
     writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ operator_personas: ['ops'] }));
@@ -105,7 +105,7 @@ describe('forge doctor: damaged stored files', () => {
     writeFileSync(pins, '{"version": 1, "generation": 2, "serv');
     const r = await runCli(['doctor', '--json'], { cwd: s.project, env: s.env, timeoutMs: 120_000 });
     expect(r.stdout, r.stderr).not.toBe('');
-    expect(r.code).toBe(1);
+    expect(r.code, r.stdout + r.stderr).toBe(1);
     const checks = checksOf(JSON.parse(r.stdout));
     expect(checks.filter((c) => c.name === 'proposal files')).toEqual([
       {

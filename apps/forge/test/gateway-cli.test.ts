@@ -27,7 +27,7 @@ describe('forge gateway (config, import, pins)', () => {
       }),
     );
     const r = await runCli(['gateway', 'import', client], { cwd: s.project, env: s.env });
-    expect(r.code).toBe(0);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toContain(`added github, web to ${join(s.home, 'gateway.json')}`);
     expect(r.stdout).toContain('github_github_personal_access_token');
     expect(r.stdout).toContain('web_authorization');
@@ -39,16 +39,16 @@ describe('forge gateway (config, import, pins)', () => {
     expect(JSON.parse(written).servers.github.secrets).toEqual({ GITHUB_PERSONAL_ACCESS_TOKEN: 'github_github_personal_access_token' });
 
     const again = await runCli(['gateway', 'import', client, '--json'], { cwd: s.project, env: s.env });
-    expect(again.code).toBe(1);
+    expect(again.code, again.stdout + again.stderr).toBe(1);
     expect(JSON.parse(again.stdout)).toMatchObject({ ok: false, kind: 'server_exists' });
     expect(readFileSync(join(s.home, 'gateway.json'), 'utf8')).toBe(written);
 
     const toProject = await runCli(['gateway', 'import', client, '--scope', 'project'], { cwd: s.project, env: s.env });
-    expect(toProject.code).toBe(1);
+    expect(toProject.code, toProject.stdout + toProject.stderr).toBe(1);
     expect(toProject.stderr).toContain(`server "github" is already declared in ${join(s.home, 'gateway.json')}`);
 
     const list = await runCli(['gateway', 'list', '--json'], { cwd: s.project, env: s.env });
-    expect(list.code).toBe(0);
+    expect(list.code, list.stdout + list.stderr).toBe(0);
     expect(JSON.parse(list.stdout).map((x: { name: string; sandboxed: boolean; state: string }) => [x.name, x.sandboxed, x.state])).toEqual(
       [
         ['github', true, 'stopped'],
@@ -61,15 +61,15 @@ describe('forge gateway (config, import, pins)', () => {
     const s = scratch();
     const file = s.file('.forge/gateway.json', '{\n  "servers": {\n    "gh": { "command": "gh", "env": { "GH_TOKEN": "x" } }\n  }\n}\n');
     const r = await runCli(['gateway', 'list'], { cwd: s.project, env: s.env });
-    expect(r.code).toBe(1);
+    expect(r.code, r.stdout + r.stderr).toBe(1);
     expect(r.stderr).toContain(`validation_failed: no gateway configuration is in force`);
     expect(r.stderr).toContain(`${file}:3:51: servers.gh.env.GH_TOKEN`);
     expect(r.stderr).toContain('move it to the vault and name it under "secrets"');
     const usage = await runCli(['gateway', 'import', 'x.json', '--scope', 'task'], { cwd: s.project, env: s.env });
-    expect(usage.code).toBe(2);
+    expect(usage.code, usage.stdout + usage.stderr).toBe(2);
     expect(usage.stderr).toContain('--scope must be user or project');
     const missing = await runCli(['gateway', 'import', join(s.root, 'nope.json')], { cwd: s.project, env: s.env });
-    expect(missing.code).toBe(2);
+    expect(missing.code, missing.stdout + missing.stderr).toBe(2);
     expect(missing.stderr).toContain('cannot be read (ENOENT)');
   });
 
@@ -94,7 +94,7 @@ describe('forge gateway (config, import, pins)', () => {
       ['rug.add', 'new'],
     ]);
     const approved = await cli('approve', 'rug', 'hello');
-    expect(approved.code).toBe(0);
+    expect(approved.code, approved.stdout + approved.stderr).toBe(0);
     expect(approved.stdout).toMatch(/^✓ pinned rug\.hello sha256:[0-9a-f]{64}\n$/);
     expect(await status()).toEqual([
       ['rug.hello', 'approved'],
@@ -114,7 +114,7 @@ describe('forge gateway (config, import, pins)', () => {
     ]);
 
     const removed = await cli('remove', 'rug', 'hello');
-    expect(removed.code).toBe(0);
+    expect(removed.code, removed.stdout + removed.stderr).toBe(0);
     expect(removed.stdout).toBe('✓ unpinned rug.hello\n');
     expect(removed.stderr).toContain(`the server entry stays in ${join(s.home, 'gateway.json')}`);
     expect(await cli('remove', 'rug', 'hello')).toMatchObject({ code: 1 });
@@ -125,12 +125,12 @@ describe('forge gateway (config, import, pins)', () => {
     data.servers.rug.hello.approved_by = 'someone else';
     writeFileSync(pins, JSON.stringify(data, null, 2));
     const tampered = await cli('tools', 'rug', '--json');
-    expect(tampered.code).toBe(1);
+    expect(tampered.code, tampered.stdout + tampered.stderr).toBe(1);
     expect(JSON.parse(tampered.stdout)).toMatchObject({ ok: false, kind: 'pins_untrusted' });
     expect(JSON.parse(tampered.stdout).message).toContain(`${pins} does not match the audit log`);
 
     const audit = await runCli(['audit', 'verify'], { cwd: s.project, env: s.env });
-    expect(audit.code).toBe(0);
+    expect(audit.code, audit.stdout + audit.stderr).toBe(0);
     const tail = await runCli(['audit', 'tail', '-n', '200', '--json'], { cwd: s.project, env: s.env });
     const types = tail.stdout
       .trim()

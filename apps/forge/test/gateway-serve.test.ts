@@ -187,7 +187,7 @@ describe('forge serve with the gateway', () => {
     expect(check('gateway bare')).toMatchObject({ ok: true, warn: true, detail: expect.stringContaining('NOT SANDBOXED') });
     expect(check('gateway broken')).toMatchObject({ ok: false, fix: expect.stringContaining('forge gateway tools broken') });
     expect(report.ok).toBe(false);
-    expect(r.code).toBe(1);
+    expect(r.code, r.stdout + r.stderr).toBe(1);
     // The unsandboxed start is audited like every start.
     const audit = readFileSync(join(s.home, 'audit', 'forge.log'), 'utf8');
     expect(audit).toContain('gateway.upstream_started');

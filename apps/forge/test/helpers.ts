@@ -82,10 +82,17 @@ export function runCli(
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), scaled(o.timeoutMs ?? 30_000));
+    const limit = scaled(o.timeoutMs ?? 60_000);
+    let killed = false;
+    const timer = setTimeout(() => {
+      killed = true;
+      child.kill('SIGKILL');
+    }, limit);
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);
+      // A kill is said where every assertion on the result shows it (code null alone says nothing).
+      if (killed) stderr += `\n[test] forge ${args.join(' ')} was still running after ${limit} ms and was killed`;
       resolvePromise({ code, stdout, stderr });
     });
     child.stdin.end(o.input ?? '');
@@ -146,7 +153,11 @@ export async function connect(s: Scratch, o: { cwd?: string; env?: Record<string
         });
       }),
     async call(name, args = {}) {
-      const result = (await client.callTool({ name, arguments: args })) as CallToolResult;
+      // The SDK's own 60 s default is not the machine's: the limit scales. A failure (the server
+      // gone, say) carries what the server said on stderr, which is where its reason is.
+      const result = (await client.callTool({ name, arguments: args }, undefined, { timeout: scaled(120_000) }).catch((e: Error) => {
+        throw new Error(`${name}: ${e.message}; server stderr: ${err || '(nothing)'}`, { cause: e });
+      })) as CallToolResult;
       const first = result.content[0];
       return { result, env: JSON.parse(first?.type === 'text' ? first.text : 'null') as Envelope };
     },

@@ -69,7 +69,7 @@ describe('forge serve --http', () => {
   it('refuses to start on a non-loopback address without tokens (exit 2)', async () => {
     const s = scratch();
     const r = await runCli(['serve', '--http', '0.0.0.0:0'], { cwd: s.project, env: s.env });
-    expect(r.code).toBe(2);
+    expect(r.code, r.stdout + r.stderr).toBe(2);
     expect(r.stderr).toMatch(/token/i);
   });
 });
@@ -118,16 +118,16 @@ describe('forge serve --http session caps', () => {
     expect([await init(url, bob), await init(url, bob)].map((r) => r.status)).toEqual([200, 200]);
 
     const bad = await runCli(['serve', '--http', '127.0.0.1:0', '--max-sessions-per-principal', '0'], { cwd: s.project, env: s.env });
-    expect(bad.code).toBe(2);
+    expect(bad.code, bad.stdout + bad.stderr).toBe(2);
     expect(bad.stderr).toContain('--max-sessions-per-principal expects a positive integer (got "0")');
     const above = await runCli(['serve', '--http', '127.0.0.1:0', '--max-sessions', '2', '--max-sessions-per-principal', '3'], {
       cwd: s.project,
       env: s.env,
     });
-    expect(above.code).toBe(2);
+    expect(above.code, above.stdout + above.stderr).toBe(2);
     expect(above.stderr).toContain('--max-sessions-per-principal 3 is above --max-sessions 2');
     const stdio = await runCli(['serve', '--max-sessions', '3'], { cwd: s.project, env: s.env });
-    expect(stdio.code).toBe(2);
+    expect(stdio.code, stdio.stdout + stdio.stderr).toBe(2);
     expect(stdio.stderr).toContain('--max-sessions applies to --http only');
   });
 });

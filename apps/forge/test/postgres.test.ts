@@ -221,7 +221,7 @@ describe('forge doctor over PostgreSQL', () => {
       FORGE_STORE: `postgres://forge:hunter2-secret@localhost/forge?host=${encodeURIComponent(join(h.root, 'no-server'))}`,
     };
     const down = await runCli(['doctor', '--json'], { cwd: h.project, env: bad, timeoutMs: 120_000 });
-    expect(down.code).toBe(1);
+    expect(down.code, down.stdout + down.stderr).toBe(1);
     expect(down.stdout + down.stderr).not.toContain('hunter2-secret');
     const store = (JSON.parse(down.stdout) as { checks: { name: string; ok: boolean; detail: string; fix?: string }[] }).checks.find(
       (c) => c.name === 'store',
@@ -233,7 +233,7 @@ describe('forge doctor over PostgreSQL', () => {
     });
     // A store that is not a database URL is refused by every command, the password still masked.
     const wrong = await runCli(['status'], { cwd: h.project, env: { ...h.env, FORGE_STORE: 'mysql://u:pw-shh@db/x' } });
-    expect(wrong.code).toBe(2);
+    expect(wrong.code, wrong.stdout + wrong.stderr).toBe(2);
     expect(wrong.stderr).toContain('--store (FORGE_STORE) must be a postgres:// connection string, or "files" (got "mysql://u:***@db/x")');
   });
 });
@@ -303,8 +303,9 @@ describe('the connection budget over PostgreSQL', () => {
     const tookOver = Date.now() - killedAt;
     expect(answered, `${JSON.stringify(answered)} ${survivor.stderr()}`).toMatchObject({ ok: true, data: 'woke' });
     expect(survivor.stderr()).toMatch(/test\.sleep ok in \d+ ms \(attempt 2\)/);
-    // Within a lease (15 s) of the kill, plus the run itself (4 s), with room for a busy host.
-    expect(tookOver).toBeLessThan(15_000 + 4_000 + 30_000);
+    // Within a lease (15 s) of the kill, plus the run itself (4 s), with room for a busy host: a
+    // bound on a takeover that must happen, not a speed.
+    expect(tookOver).toBeLessThan(15_000 + 4_000 + scaled(30_000));
     const sleeps = (await entries(pool, 'forge.called')).filter((e) => e.data.name === 'test.sleep');
     expect(sleeps).toHaveLength(1);
     expect(sleeps[0]?.data).toMatchObject({ ok: true, call_id: expect.stringMatching(/^c/) });

@@ -14,7 +14,9 @@ beforeAll(requireCliAndSandbox);
 const CALLS = 8;
 const GRACE_MS = 1000;
 /** A tool that sleeps 5 s: far past the grace period. */
-const SLEEPER = py('sleeper', 'import time\ntime.sleep(5)\nprint(json.dumps({"ok": True, "data": "woke"}))', {
+// Sleeps far past any wait here: a call answered `cancelled` (not "woke", not a timeout) was ended by
+// the grace period, with no clock to read.
+const SLEEPER = py('sleeper', 'import time\ntime.sleep(600)\nprint(json.dumps({"ok": True, "data": "woke"}))', {
   meta: { timeout_ms: 60_000 },
 });
 
@@ -128,16 +130,13 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('forge serve stops on %s past the 
     if (!child?.pid) throw new Error('the SDK stdio transport no longer exposes its child process (_process): update this test');
     const exit = exitOf(child);
     const noted = stderrSays(c.transport.stderr, `forge: ${signal}: shutting down`);
-    const t0 = Date.now();
     child.kill(signal);
     await noted;
     const late = await settle(c.client.callTool({ name: 'sleeper', arguments: {} }));
     const inFlight = await Promise.all(calls);
-    const took = Date.now() - t0;
     expect(await exit).toEqual({ code: 0, signal: null });
+    // The tools were killed once the grace period ended, not left to finish: each answered cancelled.
     await expectAnsweredAndAudited(s, signal, inFlight, late);
-    // The tools were killed once the grace period ended, not left to finish their 5 s.
-    expect(took).toBeLessThan(4500);
     expect(await noted, `forge serve said nothing on stderr about ${signal}`).toBe(true);
   });
 
@@ -171,7 +170,6 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('forge serve stops on %s past the 
     );
     await runsStarted(s, CALLS);
     const noted = stderrSays(child.stderr, `forge: ${signal}: shutting down`);
-    const t0 = Date.now();
     child.kill(signal);
     await noted;
     const late = await settle(client.callTool({ name: 'sleeper', arguments: {} }));
@@ -190,10 +188,8 @@ describe.each(['SIGTERM', 'SIGINT'] as const)('forge serve stops on %s past the 
       (err: Error) => ({ status: 0, message: String(err.cause ?? err) }),
     );
     const inFlight = await Promise.all(calls);
-    const took = Date.now() - t0;
     expect(await exit).toEqual({ code: 0, signal: null });
     await expectAnsweredAndAudited(s, signal, inFlight, late);
-    expect(took).toBeLessThan(4500);
     expect(fresh).toEqual({
       status: 503,
       message: 'the forge server is shutting down: it opens no new sessions; try again once it is back',

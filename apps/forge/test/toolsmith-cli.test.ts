@@ -26,7 +26,7 @@ describe('forge toolsmith', () => {
     const p = await propose(c, reverseBlueprint());
     expect(p).toMatchObject({ ok: true, proposal: { state: 'validated', name: 'text.reverse' } });
     const listed = await forgeJson<Row[]>(s, ['toolsmith', 'list']);
-    expect(listed.code).toBe(0);
+    expect(listed.code, listed.stderr).toBe(0);
     expect(listed.data.map((r) => [r.id, r.state, r.name])).toEqual([[p.proposal.id, 'validated', 'text.reverse']]);
     const human = await forge(s, ['toolsmith', 'list', '--state', 'validated']);
     expect(human.stdout).toMatch(new RegExp(`${p.proposal.id}\\s+validated\\s+text\\.reverse\\s+text\\.reverse\\s+agent`));
@@ -58,12 +58,12 @@ describe('forge toolsmith', () => {
     expect(p.proposal.state).toBe('validated');
 
     const stranger = await forge(s, ['toolsmith', 'approve', p.proposal.id, '--as', 'mallory']);
-    expect(stranger.code).toBe(1);
+    expect(stranger.code, stranger.stdout + stranger.stderr).toBe(1);
     expect(stranger.stderr).toBe(`✗ policy_denied: "mallory" may not approve proposals: not in policy toolsmith.approvers (alice, bob)\n`);
     // The identity also comes from FORGE_OPERATOR; the proposing persona is refused even when listed.
     writePolicy(s, { ...GOVERNED_WITH_AGENT });
     const own = await forge(s, ['toolsmith', 'approve', p.proposal.id, '--json'], { FORGE_OPERATOR: 'agent' });
-    expect(own.code).toBe(1);
+    expect(own.code, own.stdout + own.stderr).toBe(1);
     expect(JSON.parse(own.stdout)).toEqual({
       ok: false,
       kind: 'policy_denied',
@@ -104,7 +104,7 @@ describe('forge toolsmith', () => {
     expect(p.proposal.state).toBe('failed');
 
     const shown = await forge(s, ['toolsmith', 'show', p.proposal.id]);
-    expect(shown.code).toBe(0);
+    expect(shown.code, shown.stdout + shown.stderr).toBe(0);
     expect(shown.stdout).toMatch(/^p-[0-9a-f]{16} {2}failed$/m);
     expect(shown.stdout).toMatch(/^validation {2}failed {2}\d+ checks, \d+ sandbox runs/m);
     expect(shown.stdout).toMatch(/^ {2}✗ {2}example {8}example 1 {2}[\d.]+ m?s {2}run \S+$/m);
@@ -120,11 +120,11 @@ describe('forge toolsmith', () => {
     expect(refused).toMatchObject({ code: 1, data: { ok: false, kind: 'state_conflict' } });
     expect((refused.data as { message: string }).message).toMatch(/is failed, not validated; .* \(it failed: example 1/);
     const human = await forge(s, ['toolsmith', 'approve', p.proposal.id, '--as', 'alice']);
-    expect(human.code).toBe(1);
+    expect(human.code, human.stdout + human.stderr).toBe(1);
     expect(human.stderr).toMatch(/^✗ state_conflict: proposal p-[0-9a-f]{16} is failed, not validated/);
 
     const noReason = await forge(s, ['toolsmith', 'reject', p.proposal.id, '--as', 'alice']);
-    expect(noReason.code).toBe(2);
+    expect(noReason.code, noReason.stdout + noReason.stderr).toBe(2);
     expect(noReason.stderr).toContain('usage: forge toolsmith reject <id> --reason TEXT [--as NAME]');
     const rejected = await forge(s, ['toolsmith', 'reject', p.proposal.id, '--as', 'bob', '--reason', 'wrong example']);
     expect(rejected.code, rejected.stderr).toBe(0);
@@ -212,7 +212,7 @@ describe('forge toolsmith', () => {
     const human = await forge(s, ['toolsmith', 'gaps']);
     expect(human.stdout).toMatch(/^text\.shout +missing_tool +2 +2 +\S+ +default +qualifies$/m);
     const cycle = await forgeJson<{ wanted: { signature: string }[]; awaiting_approval: number }>(s, ['toolsmith', 'cycle']);
-    expect(cycle.code).toBe(0);
+    expect(cycle.code, cycle.stderr).toBe(0);
     expect(cycle.data.wanted.map((w) => w.signature)).toEqual(['text.shout']);
     const line = await forge(s, ['toolsmith', 'cycle']);
     expect(line.stdout).toMatch(

@@ -34,7 +34,7 @@ describe('the toolsmith and forge serve', () => {
     expect(await gapCount(s, 'text.shout')).toBe(1);
     const paused = /^the toolsmith is paused, so nothing can be (approved|cycled|proposed): policy toolsmith\.paused is true/;
     const approve = await forgeJson<{ kind: string; message: string }>(s, ['toolsmith', 'approve', p.proposal.id, '--as', 'alice']);
-    expect(approve.code).toBe(1);
+    expect(approve.code, approve.stderr).toBe(1);
     expect(approve.data.kind).toBe('policy_denied');
     expect(approve.data.message).toMatch(paused);
     const cycle = await forgeJson<{ kind: string; message: string }>(s, ['toolsmith', 'cycle']);
@@ -43,7 +43,7 @@ describe('the toolsmith and forge serve', () => {
     const refused = await propose(c, reverseBlueprint({ capability: 'text.upper' }));
     expect(refused).toMatchObject({ ok: false, kind: 'policy_denied', message: expect.stringMatching(paused) });
     const listed = await forge(s, ['toolsmith', 'list']);
-    expect(listed.code).toBe(0);
+    expect(listed.code, listed.stdout + listed.stderr).toBe(0);
     expect(listed.stderr).toContain('the toolsmith is paused: policy toolsmith.paused is true (the kill switch)');
     const doctor = await forge(s, ['doctor']);
     expect(doctor.stdout).toMatch(/^! toolsmith +PAUSED \(policy toolsmith\.paused\); governed: \*;.*1 proposal\(s\) awaiting approval/m);

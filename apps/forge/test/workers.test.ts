@@ -95,7 +95,7 @@ describe('forge serve --workers N', () => {
     const s = scratch('forge-workers-');
     for (const bad of ['0', 'two', '300']) {
       const r = await runCli(['serve', '--workers', bad], { cwd: s.project, env: s.env });
-      expect(r.code).toBe(2);
+      expect(r.code, r.stdout + r.stderr).toBe(2);
       expect(r.stderr).toContain(`--workers expects a number of worker processes from 1 to 256 (got "${bad}")`);
     }
   });

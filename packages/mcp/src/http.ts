@@ -106,6 +106,10 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
       else res.destroy();
     });
   });
+  // An idle connection is kept open longer than Node's 5 s: a client (undici) reuses one it
+  // believes open up to a second before the server's advertised timeout, and on a loaded host
+  // the two clocks drift further apart than that, so a request could land on a closing socket.
+  http.keepAliveTimeout = 30_000;
   await listen(http, host, options.port ?? 0);
   sessions.startSweeping();
   const address = http.address();
