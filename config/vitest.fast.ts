@@ -15,8 +15,8 @@ export default defineConfig({
     projects: [
       'packages/*/vitest.config.ts',
       'apps/*/vitest.config.ts',
-      // The repository's own checks that need no build: the source tree's shape.
-      { test: { name: 'repo', include: ['scripts/test/shape.test.ts'] } },
+      // The repository's own checks that need no build: the source tree's shape, no bare sleeps in tests.
+      { test: { name: 'repo', include: ['scripts/test/shape.test.ts', 'scripts/test/sleeps.test.ts'] } },
     ],
     maxWorkers: 2,
   },

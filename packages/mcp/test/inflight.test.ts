@@ -5,7 +5,7 @@ describe('Inflight.drain', () => {
   it('aborts the calls still in flight when the grace period ends, with the reason and the grace period', async () => {
     const inflight = new Inflight();
     const release = inflight.begin();
-    // The call being drained: it ends 20 ms after it was aborted (its tool killed), inside the grace period.
+    // Lets time pass: the call being drained ends 20 ms after it was aborted (its tool killed), inside the grace period.
     inflight.controller.signal.addEventListener('abort', () => setTimeout(release, 20));
     await inflight.drain(50, 'forge is shutting down (SIGTERM)');
     expect(inflight.closing).toBe(true);
