@@ -96,8 +96,10 @@ const wire = (name: string) => name.replaceAll('.', '__');
 function expectedEntry(a: Answer): string {
   const d = (a.env.data ?? {}) as Record<string, unknown>;
   if (!a.env.ok) {
-    // A refused call is recorded under the name as asked (it resolved to nothing).
-    const name = a.op === 'call' ? a.asked : a.name;
+    // A refused call is recorded under the name as asked, or, when a wire name was asked, under
+    // the forge name it stood for when the server read it (team__delta → team.delta, removed
+    // before it was found): the same wire name either way, which is what is compared.
+    const name = a.op === 'call' ? wire(a.asked) : a.name;
     return [EVENT[a.op], a.session, name, 'refused', a.env.error?.kind, a.env.meta?.run_id ?? null].join(' ');
   }
   switch (a.op) {
@@ -116,7 +118,10 @@ function expectedEntry(a: Answer): string {
 function loggedEntry(e: AuditEntry): string | undefined {
   const d = e.data;
   if (!Object.values(EVENT).includes(e.type)) return undefined;
-  if (d.ok !== true) return [e.type, d.session, d.name, 'refused', d.kind, d.run_id ?? null].join(' ');
+  if (d.ok !== true) {
+    const name = e.type === EVENT.call ? wire(String(d.name)) : d.name;
+    return [e.type, d.session, name, 'refused', d.kind, d.run_id ?? null].join(' ');
+  }
   switch (e.type) {
     case 'forge.created':
       return [e.type, d.session, d.name, 'ok', d.scope, `v${d.version}`, d.digest].join(' ');

@@ -7,7 +7,7 @@ import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFailed, onTestFinished } from 'vitest';
 import {
   type Connected,
   connect,
@@ -322,8 +322,16 @@ describe('a database restart under a front-end and a worker', () => {
   }, async () => {
     const url = await server.database();
     const w = worker(host(url));
+    // On a failure, a timeout included, where it stood and what both processes said.
+    let step = 'starting the worker';
+    let a: Connected | undefined;
+    onTestFailed(() => {
+      console.error(`restart test failed while ${step}\nfront-end stderr:\n${a?.stderr() ?? ''}\nworker stderr:\n${w.stderr()}`);
+    });
     await until(w.ready, 30_000, w.stderr);
-    const a = await connect(host(url), { args: ['--dispatch'] });
+    step = 'connecting the front-end';
+    a = await connect(host(url), { args: ['--dispatch'] });
+    step = 'forging';
     expect((await a.call('forge_tool', py('echo', 'print(json.dumps({"ok": True, "data": args}))'))).env.ok).toBe(true);
     expect((await a.call('forge_tool', sleeper)).env.ok).toBe(true);
     expect((await a.call('echo', { i: -1 })).env).toMatchObject({ ok: true });
@@ -337,9 +345,15 @@ describe('a database restart under a front-end and a worker', () => {
       () => w.stderr(),
     );
     await probe.end();
+    step = 'restarting PostgreSQL';
     await server.restart();
+    step = 'waiting for the two calls in flight';
     const answers: Envelope[] = (await Promise.all(inFlight)).map((r) => r.env);
-    for (let i = 0; i < 15; i++) answers.push((await a.call('echo', { i })).env);
+    for (let i = 0; i < 15; i++) {
+      step = `calling echo ${i} after the restart`;
+      answers.push((await a.call('echo', { i })).env);
+    }
+    step = 'checking the log';
     // An answer is ok, or says plainly that it could not be recorded; never internal.
     const wrong = answers.filter((e) => !e.ok && e.error?.kind !== 'audit_unavailable');
     expect(wrong, `${a.stderr()} worker: ${w.stderr()}`).toEqual([]);
