@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openAuditLog } from '@forge/audit-chain';
 import { openFileQueue } from '@forge/queue';
-import { scaled } from '@forge/test-utils';
+import { scaled, waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { outputDigest } from '../src/auditData.js';
 import type { Forge } from '../src/index.js';
@@ -24,9 +24,12 @@ async function frontAndWorker(o: { leaseMs?: number; startWithinMs?: number; wor
   });
   const ac = new AbortController();
   const working: Promise<void>[] = [];
+  const claims: { mock: { settledResults: { type: string; value: unknown }[] } }[] = [];
   const startWorker = async (forge?: Forge) => {
     const q = await openFileQueue(dir, { leaseMs: o.leaseMs ?? 15_000 });
     queues.push(q);
+    // What the worker finds when it looks for a job: a test can wait for a look that found none.
+    claims.push(vi.spyOn(q, 'claim'));
     // As `forge worker` opens it: watching the tool stores.
     const w = forge ?? (await fx.reopen({ watch: true }));
     working.push(w.work({ queue: q, signal: ac.signal, worker: `test-${working.length + 1}` }));
@@ -38,7 +41,12 @@ async function frontAndWorker(o: { leaseMs?: number; startWithinMs?: number; wor
     await Promise.all(working);
     for (const q of queues) await q.close();
   });
-  return { fx, front, dir, startWorker, queue: queues[0] as (typeof queues)[0] };
+  /** Whether the last worker started has looked for a job and found none. */
+  const lastFoundNothing = () => claims.at(-1)?.mock.settledResults.some((r) => r.type === 'fulfilled' && r.value === undefined) ?? false;
+  /** The jobs the last worker started has taken. */
+  const lastTook = () =>
+    (claims.at(-1)?.mock.settledResults ?? []).filter((r) => r.type === 'fulfilled' && r.value !== undefined).map((r) => r.value);
+  return { fx, front, dir, startWorker, lastFoundNothing, lastTook, queue: queues[0] as (typeof queues)[0] };
 }
 
 /** `forge.called` entries of one call id. */
@@ -102,7 +110,7 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
   });
 
   it('with no worker, a call is withdrawn after startWithinMs: timeout naming the queue, recorded once, and no worker runs it later', async () => {
-    const { fx, front, queue, startWorker } = await frontAndWorker({ worker: false, startWithinMs: 300 });
+    const { fx, front, queue, startWorker, lastFoundNothing, lastTook } = await frontAndWorker({ worker: false, startWithinMs: 300 });
     expect((await front.forgeTool(await example('fib'))).ok).toBe(true);
     // The budget's own time (the tool's timeout) is waited for too; a small one keeps this short.
     expect((await front.forgeTool({ ...(await example('fib')), name: 'fib.quick', meta: { timeout_ms: 200 } })).ok).toBe(true);
@@ -112,9 +120,9 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     );
     expect((await queue.stats()).failed).toBe(1);
     await startWorker();
-    // Lets time pass: a worker that took the withdrawn call would have started it by now; one
-    // that rightly leaves it gives no event to wait for.
-    await new Promise((r) => setTimeout(r, scaled(300)));
+    // The worker has looked at the queue and found nothing to take: the withdrawn call stays withdrawn.
+    await waitFor('the worker to look for a job and find none', lastFoundNothing);
+    expect(lastTook()).toEqual([]);
     expect(fx.sandboxRuns('fib.quick')).toEqual([]);
     expect(fx.entries('forge.called').map((e) => e.data.kind)).toEqual(['timeout']);
   });
