@@ -10,6 +10,7 @@ export default packageTests({
     'test/export.test.ts',
     'test/gaps-pg.test.ts',
     'test/migrate.test.ts',
+    'test/pool.test.ts',
     'test/presence.test.ts',
     'test/proposals-pg.test.ts',
     'test/queue.test.ts',

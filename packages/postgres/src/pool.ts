@@ -22,8 +22,8 @@ export const DEFAULT_CONNECTION_WAIT_MS = 20_000;
 
 /**
  * Wraps `target`: a `pg.Pool` is used as given; a connection string gets a pool of its own of
- * `max` connections, waiting at most `waitMs` for one, whose idle-client errors are swallowed (pg
- * would otherwise crash the process) and reported on the next query instead.
+ * `max` connections, waiting at most `waitMs` for one, whose clients' connection errors, idle or
+ * checked out, are swallowed (pg would otherwise crash the process) and reported on the next query instead.
  */
 export function poolFor(target: pg.Pool | string, max = 4, waitMs = DEFAULT_CONNECTION_WAIT_MS): PoolHandle {
   if (typeof target !== 'string') return { pool: target, owned: false, label: 'the database', secrets: [] };
@@ -38,6 +38,11 @@ export function poolFor(target: pg.Pool | string, max = 4, waitMs = DEFAULT_CONN
     });
   }
   pool.on('error', () => {});
+  // The same for a client while it is checked out: between two queries of a transaction, or
+  // while a query is being written, a server restart makes pg emit 'error' on the client itself,
+  // which with no listener ends the process (a worker died so on a restart). Its next query
+  // rejects instead, and the code holding it releases it as broken.
+  pool.on('connect', (client) => client.on('error', () => {}));
   return { pool, owned: true, label: redactUrl(target), secrets };
 }
 
