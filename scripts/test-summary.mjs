@@ -19,7 +19,7 @@ function failures(r) {
       n++;
       console.error(`failed: ${file} › ${a.fullName ?? a.title}`);
       const first = (a.failureMessages ?? [])[0];
-      if (first) console.error(`  ${first.split('\n')[0].slice(0, 300)}`);
+      if (first) console.error(excerpt(first));
     }
     if (f.status === 'failed' && failedTests.length === 0) {
       n++;
@@ -28,6 +28,17 @@ function failures(r) {
   }
   // numFailedTests also counts failures the per-file list may not name; never report fewer than it.
   return Math.max(n, r.numFailedTests ?? 0);
+}
+/**
+ * A failure's message without its stack: the first line, and the expected/received lines under it
+ * (an assertion's one-line summary cuts long strings short, which is often where the difference is).
+ */
+function excerpt(message) {
+  const lines = message.split('\n').filter((l) => l.trim() !== '' && !/^\s+at /.test(l));
+  return lines
+    .slice(0, 12)
+    .map((l) => `  ${l.slice(0, 400)}`)
+    .join('\n');
 }
 let passed = 0;
 let failed = 0;
