@@ -100,6 +100,14 @@ export interface ForgeOptions {
    */
   prebuild?: boolean;
   /**
+   * Warm interpreters (default: on where sandboxes are built ahead). A Python tool's call then
+   * starts in a sandbox built ahead whose interpreter is already running, with `pythonPreload`
+   * imported (default: json, sys, os, math, re, csv, statistics): the call pays neither bwrap nor
+   * the interpreter's start. Its limits count from the call; the manifest says `sandbox.mode:
+   * "warm"` and what the warm-up cost. A sandbox serves one call, warm or not.
+   */
+  warm?: boolean | { pythonPreload?: readonly string[] };
+  /**
    * Sandboxes running at once in this process (default: four per core, fewer when the open-files
    * limit leaves room for fewer; at least 2). Calls past it wait for a free one, in order; a
    * caller that cancels while waiting leaves the line.

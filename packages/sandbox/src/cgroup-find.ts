@@ -92,6 +92,7 @@ function prepareV1(mounts: CgroupMount[]): CgroupSearch {
     }
     if (has('memory')) {
       files.memoryMax = [i, 'memory.limit_in_bytes'];
+      files.memoryCurrent = [i, 'memory.usage_in_bytes'];
       if (existsSync(join(m.path, 'memory.memsw.limit_in_bytes'))) files.swapMax = [i, 'memory.memsw.limit_in_bytes'];
       files.oomEvents = [i, 'memory.oom_control'];
     }
@@ -124,6 +125,7 @@ function v2Files(enabled: readonly string[], base: string): CgroupFiles {
   }
   if (enabled.includes('memory')) {
     files.memoryMax = [0, 'memory.max'];
+    files.memoryCurrent = [0, 'memory.current'];
     files.oomEvents = [0, 'memory.events'];
     files.oomGroup = [0, 'memory.oom.group'];
     // memory.swap.max exists only with swap accounting; without it swap is not charged at all.

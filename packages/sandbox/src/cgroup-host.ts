@@ -44,6 +44,8 @@ export interface CgroupFiles {
   pidsCurrent?: Where;
   pidsEvents?: Where;
   memoryMax?: Where;
+  /** Memory the cgroup's processes use now (v1 `memory.usage_in_bytes`, v2 `memory.current`). */
+  memoryCurrent?: Where;
   /** v1 memsw or v2 swap file (written with the memory limit, or 0 for v2 swap). */
   swapMax?: Where;
   oomEvents?: Where;

@@ -196,6 +196,14 @@ export function killRunCgroup(cg: RunCgroup): void {
   }
 }
 
+/** Memory the cgroup's processes use now, in bytes; undefined when unknown. */
+export function memoryInUse(cg: RunCgroup): number | undefined {
+  const w = cg.host.files.memoryCurrent;
+  if (!w) return undefined;
+  const n = Number(read(path(cg.dirs, w))?.trim());
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
+}
+
 /** Whether the run tried to pass its process limit (the cgroup's `max` event count grew). */
 export function pidsLimitHit(cg: RunCgroup): boolean {
   return maxEvents(cg) > cg.maxEventsBefore;

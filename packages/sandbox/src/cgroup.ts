@@ -24,6 +24,7 @@ export {
   createRunCgroup,
   isAlive,
   killRunCgroup,
+  memoryInUse,
   overRunLimit,
   pidsLimitHit,
   type RunCgroup,

@@ -28,7 +28,7 @@ export { EGRESS_PORTS } from './egress/inside.js';
 export type { EgressProtocol, NetworkEvent, NetworkUsage } from './egress/proxy.js';
 export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
 export { EVENTS_FD } from './launcher.js';
-export { discardPrebuilt, makeStageDir, type PrebuiltStats, prebuiltStats } from './prebuilt.js';
+export { discardPrebuilt, makeStageDir, type PrebuiltStats, prebuiltStats, type Warmup } from './prebuilt.js';
 export {
   type HostInfo,
   type HostProblem,
@@ -60,3 +60,4 @@ export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRu
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';
 export { type SpawnExit, type SpawnedSandbox, type SpawnOptions, spawnSandboxed } from './spawn.js';
 export { type LaunchFailure, launchFailure, userTasks } from './start.js';
+export { DEFAULT_PYTHON_PRELOAD, type WarmOptions } from './warm.js';

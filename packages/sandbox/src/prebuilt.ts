@@ -19,9 +19,11 @@ import {
   acquireRunCgroup,
   type CgroupLimits,
   isAlive,
+  memoryInUse,
   type PidsCgroups,
   type RunCgroup,
   releaseRunCgroup,
+  runCpuUsec,
   setRunLimits,
 } from './cgroup.js';
 import {
@@ -102,6 +104,21 @@ export interface Shape {
   cgroups?: PidsCgroups;
   seccomp: Buffer;
   cover: (fd: number) => (number | StdioNull)[];
+  /**
+   * A warm shape (warm.ts): the command the sandbox is built with, which starts the run's own
+   * interpreter, and the loader's bytes, put in the script's slot until a run takes it.
+   */
+  warm?: { inner: readonly string[]; slot: number; loader: string };
+}
+
+/** What the warm-up of the sandbox that served a run cost (see {@link WarmOptions}). */
+export interface Warmup {
+  /** From the sandbox's launch until its loader said it was ready. */
+  ms: number;
+  /** CPU time its processes used meanwhile, where a cgroup measured it. */
+  cpuMs?: number;
+  /** Memory they held when the run took it, where a cgroup measured it (added to the run's memory limit). */
+  memoryBytes?: number;
 }
 
 interface Built extends Launched {
@@ -109,8 +126,13 @@ interface Built extends Launched {
   dir: string;
   paths: string[];
   inodes: number[];
-  /** Its shell has started inside the finished sandbox. */
+  /** Its shell (a warm one: its loader) has started inside the finished sandbox. */
   up: boolean;
+  /** performance.now() at its launch, and when it said it was up. */
+  launchedAt: number;
+  upAt: number;
+  /** Resolves true once it is up, false when it exits first, `ms` pass or `signal` aborts. */
+  upOrGone: (ms: number, signal?: AbortSignal) => Promise<boolean>;
   /** A run has it (and ends it with {@link finishPrebuilt}). */
   taken: boolean;
   cleaned: boolean;
@@ -120,6 +142,8 @@ interface Built extends Launched {
 
 interface Pool {
   shape: Shape;
+  /** Warm-ups in a row that died or hung before their loader was up (see {@link WARM_FAILURES}). */
+  warmFailures: number;
   ready: Built[];
   inFlight: number;
   wanted: number;
@@ -129,7 +153,11 @@ interface Pool {
 
 const pools = new Map<string, Pool>();
 let clock = 0;
-const stats = { served: 0, missed: 0 };
+const stats = { served: 0, missed: 0, warm: 0 };
+/** How long a warm sandbox may take to be up before a run gives up on it (a preload that hangs). */
+const WARM_UP_MS = 10_000;
+/** Warm-ups of a shape that fail in a row before it stops being warmed (its runs then start cold). */
+const WARM_FAILURES = 3;
 
 /** Sandboxes built ahead: being built, built and waiting, and the runs served by one or not so far. */
 export interface PrebuiltStats {
@@ -139,6 +167,8 @@ export interface PrebuiltStats {
   served: number;
   /** Runs that could have, but found none waiting (and built their own). */
   missed: number;
+  /** Of the runs served, those whose interpreter was already running (warm). */
+  warm: number;
 }
 
 /** Where the sandboxes built ahead stand in this process (for diagnostics and benchmarks). */
@@ -146,7 +176,7 @@ export function prebuiltStats(): PrebuiltStats {
   let ready = 0;
   let building = 0;
   for (const p of pools.values()) for (const b of p.ready) b.up ? ready++ : building++;
-  return { building, ready, served: stats.served, missed: stats.missed };
+  return { building, ready, served: stats.served, missed: stats.missed, warm: stats.warm };
 }
 
 const roots = new Map<string, string>(); // stage directory → this process's directory in it
@@ -216,7 +246,7 @@ function build(pool: Pool): boolean {
       const p = join(dir, String(i));
       // Readable by the sandbox's uid, which may not be this process's: the directories above
       // it stay 0700, and the sandbox reaches it by descriptor.
-      if (mode === 'ro') writeFileSync(p, '', { mode: 0o644, flag: 'wx' });
+      if (mode === 'ro') writeFileSync(p, shape.warm?.slot === i ? shape.warm.loader : '', { mode: 0o644, flag: 'wx' });
       paths.push(p);
       inodes.push(statSync(p).ino);
     });
@@ -247,7 +277,8 @@ function build(pool: Pool): boolean {
   // 3: the run's events pipe (made now: the sandbox is built with it), 4: seccomp, 5: control,
   // the descriptor mounts' sources from BIND_FD (opened by `opens`), then bwrap's arguments.
   const argsFd = argsFdFor(BIND_FD + opens.length);
-  const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...INNER_COMMAND])}`;
+  const inner = shape.warm?.inner ?? INNER_COMMAND;
+  const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...inner])}`;
   const child = spawn(shellFor(argsFd - 1), ['-c', script, 'sandbox-launcher'], {
     stdio: withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)], argsFd),
     detached: true, // its own process group, as every launcher
@@ -260,6 +291,7 @@ function build(pool: Pool): boolean {
     rmSync(dir, { recursive: true, force: true });
     return false;
   }
+  const { settle, wait } = upWatch();
   const built: Built = {
     child,
     ...(cgroup ? { cgroup } : {}),
@@ -267,6 +299,9 @@ function build(pool: Pool): boolean {
     paths,
     inodes,
     up: false,
+    launchedAt: performance.now(),
+    upAt: 0,
+    upOrGone: wait,
     taken: false,
     cleaned: false,
     unstage: planned.remove,
@@ -274,6 +309,7 @@ function build(pool: Pool): boolean {
   child.on('error', () => {}); // one that cannot start exits, below
   for (const s of streams(child)) s.on('error', () => {});
   child.once('exit', () => {
+    settle(false);
     if (built.taken) return; // its run cleans up
     const i = pool.ready.indexOf(built);
     if (i >= 0) pool.ready.splice(i, 1);
@@ -282,6 +318,8 @@ function build(pool: Pool): boolean {
   const control = (child.stdio as unknown as Duplex[])[5] as Duplex;
   control.once('data', () => {
     built.up = true;
+    built.upAt = performance.now();
+    settle(true);
   });
   ((child.stdio as unknown as Writable[])[argsFd] as Writable).end(`${options.join('\0')}\0`);
   (child.stdio[4] as Writable).end(shape.seccomp);
@@ -290,7 +328,25 @@ function build(pool: Pool): boolean {
   return true;
 }
 
+/** Whether a sandbox came up: settled by its first word on the channel, or by its exit. */
+function upWatch(): { settle: (up: boolean) => void; wait: Built['upOrGone'] } {
+  let settle: (up: boolean) => void = () => {};
+  const came = new Promise<boolean>((resolve) => {
+    settle = resolve;
+  });
+  const wait = (ms: number, signal?: AbortSignal) =>
+    Promise.race([
+      came,
+      new Promise<boolean>((resolve) => {
+        setTimeout(resolve, ms, false).unref();
+        signal?.addEventListener('abort', () => resolve(false), { once: true });
+      }),
+    ]);
+  return { settle, wait };
+}
+
 function refill(pool: Pool): void {
+  if (pool.shape.warm && pool.warmFailures >= WARM_FAILURES) return;
   while (pool.ready.length < pool.wanted && pools.get(pool.shape.key) === pool) {
     let total = 0;
     for (const p of pools.values()) total += p.ready.length;
@@ -310,6 +366,8 @@ function refill(pool: Pool): void {
 export interface PrebuiltClaim {
   pool: Pool;
   built?: Built;
+  /** What the warm-up cost, when a warm sandbox serves the run. */
+  warmup?: Warmup;
   done?: boolean;
 }
 
@@ -340,30 +398,32 @@ function fill(b: Built, sources: readonly string[]): boolean {
 /**
  * Takes a sandbox built for `shape`, copies the read-only slots' `sources` into it and sends it
  * `line`; or, when none is waiting, returns a claim without one (the run then builds its own).
- * Either way another is built for the next run.
+ * Either way another is built for the next run. A warm shape's sandbox is taken only once its
+ * loader is up; when none is but one is warming up, the run waits for it (it started before a
+ * cold run would), unless it has been warming up for longer than {@link WARM_UP_MS}.
  */
-export function takePrebuilt(shape: Shape, sources: readonly string[], line: string, limits: CgroupLimits): PrebuiltClaim {
-  let pool = pools.get(shape.key);
-  if (!pool) {
-    // Forget shapes that have nothing waiting and nothing running, once there are many.
-    if (pools.size >= MAX_POOLS) for (const [k, p] of pools) if (p.ready.length === 0 && p.inFlight === 0) pools.delete(k);
-    pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0 };
-    pools.set(shape.key, pool);
-  }
+export async function takePrebuilt(
+  shape: Shape,
+  sources: readonly string[],
+  line: string,
+  limits: CgroupLimits,
+  signal?: AbortSignal,
+): Promise<PrebuiltClaim> {
+  const pool = poolFor(shape);
   pool.used = ++clock;
   pool.inFlight++;
   pool.wanted = Math.min(MAX_PER_SHAPE, Math.max(pool.wanted, pool.inFlight));
-  const p = pool;
-  setImmediate(() => refill(p));
-  while (pool.ready.length > 0) {
-    // One already built if there is one; else the furthest along.
-    const up = pool.ready.findIndex((r) => r.up);
-    const b = pool.ready.splice(Math.max(0, up), 1)[0] as Built;
-    if (b.child.exitCode !== null || b.child.signalCode !== null || !b.child.pid || (b.cgroup && !setRunLimits(b.cgroup, limits))) {
-      discard(b);
-      continue;
-    }
-    if (!fill(b, sources)) {
+  setImmediate(() => refill(pool));
+  for (;;) {
+    const b = await next(pool, signal);
+    if (!b) break;
+    const warmup = shape.warm ? warmupOf(b) : undefined;
+    // A warm-up's memory stays with the sandbox: the run's limit is on top of it.
+    const own =
+      warmup?.memoryBytes !== undefined && limits.memoryBytes !== undefined
+        ? { ...limits, memoryBytes: limits.memoryBytes + warmup.memoryBytes }
+        : limits;
+    if (gone(b) || (b.cgroup && !setRunLimits(b.cgroup, own)) || !fill(b, sources)) {
       discard(b);
       continue;
     }
@@ -372,10 +432,65 @@ export function takePrebuilt(shape: Shape, sources: readonly string[], line: str
     // Written, not ended: the channel stays open for the holder (see runLine).
     (b.child.stdio as unknown as Writable[])[5]?.write(`${line}\n`);
     stats.served++;
-    return { pool, built: b };
+    if (warmup) stats.warm++;
+    return { pool, built: b, ...(warmup ? { warmup } : {}) };
   }
   stats.missed++;
   return { pool };
+}
+
+function poolFor(shape: Shape): Pool {
+  const known = pools.get(shape.key);
+  if (known) return known;
+  // Forget shapes that have nothing waiting and nothing running, once there are many.
+  if (pools.size >= MAX_POOLS) for (const [k, p] of pools) if (p.ready.length === 0 && p.inFlight === 0) pools.delete(k);
+  const pool: Pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0, warmFailures: 0 };
+  pools.set(shape.key, pool);
+  return pool;
+}
+
+const gone = (b: Built) => b.child.exitCode !== null || b.child.signalCode !== null || !b.child.pid;
+
+/**
+ * The pool's next sandbox for a run, taken out of it: one already up if there is one; else the
+ * furthest along (a warm one: once it is up). Undefined when there is none.
+ */
+async function next(pool: Pool, signal: AbortSignal | undefined): Promise<Built | undefined> {
+  for (;;) {
+    if (signal?.aborted) return undefined;
+    const up = pool.ready.findIndex((r) => r.up);
+    if (up >= 0 || !pool.shape.warm) return pool.ready.splice(Math.max(0, up), 1)[0];
+    // Warm, none up yet: the one warming up longest, unless it is stuck.
+    const b = pool.ready.shift();
+    if (!b) return undefined;
+    const left = WARM_UP_MS - (performance.now() - b.launchedAt);
+    if (left > 0 && (await b.upOrGone(left, signal))) {
+      pool.warmFailures = 0;
+      return b;
+    }
+    if (signal?.aborted && !gone(b)) {
+      // The run was cancelled while this one warmed up: it stays for the next run.
+      pool.ready.unshift(b);
+      return undefined;
+    }
+    // It died or hung before its loader was up: a shape whose warm-ups keep failing stops warming.
+    pool.warmFailures++;
+    discard(b);
+  }
+}
+
+/**
+ * What a warm sandbox's warm-up cost, read before its run's limits are set (which start its CPU
+ * count again): the run's memory limit is on top of what the warm-up holds.
+ */
+function warmupOf(b: Built): Warmup {
+  const cpu = b.cgroup ? runCpuUsec(b.cgroup) : undefined;
+  const memory = b.cgroup ? memoryInUse(b.cgroup) : undefined;
+  return {
+    ms: Math.round(b.upAt - b.launchedAt),
+    ...(cpu !== undefined ? { cpuMs: Math.round(cpu / 1000) } : {}),
+    ...(memory !== undefined ? { memoryBytes: memory } : {}),
+  };
 }
 
 /** Ends a claim once its run is over: gives back the sandbox's cgroup and placeholders. */

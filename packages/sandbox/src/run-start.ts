@@ -9,7 +9,7 @@ import { EGRESS_PORTS } from './egress/inside.js';
 import { type PreloadFile, preloadFile } from './egress/preload.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
-import { ARGS_FD, argsFdFor, BIND_FD, HOLDER_FD, type Launched, launch, shellQuote } from './launcher.js';
+import { ARGS_FD, argsFdFor, BIND_FD, HOLDER_FD, type Launched, launch, PRELUDE, shellQuote } from './launcher.js';
 import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import {
   coverInherited,
@@ -29,6 +29,7 @@ import type { SandboxIdentity } from './probe.js';
 import { buildBwrapArgs, type HostLayout, type Limits, type Mount, resolveLimits, type SandboxProfile, sandboxEnv } from './profile.js';
 import type { Staged } from './staging.js';
 import { startCommand, startSteps } from './start.js';
+import { checkPreload, DEFAULT_PYTHON_PRELOAD, pythonLoader, WARM_FD, type WarmOptions, warmFit, warmLine } from './warm.js';
 
 /** What a run is, once planned: everything its launch and its watch need. */
 export interface RunPlan {
@@ -127,18 +128,32 @@ function holderCommand(start: readonly string[]): string[] {
  * fit (network, binds, or a per-run file too large to copy in, which is bound as it is: a sandbox
  * built ahead would keep the inode it was built with, not this run's).
  */
-export function claimPrebuilt(plan: RunPlan, stageDir: string): PrebuiltClaim | undefined {
+export async function claimPrebuilt(
+  plan: RunPlan,
+  stageDir: string,
+  warm?: WarmOptions,
+  signal?: AbortSignal,
+): Promise<PrebuiltClaim | undefined> {
   const { profile, mounts, given, cgroups } = plan;
   if (plan.network || plan.binds.length > 0 || !mounts.every((m, i) => m.perRun === given[i]?.perRun)) return undefined;
-  const staged = mounts.filter((m) => m.perRun && m.mode === 'ro').map((m) => m.source);
+  const perRun = mounts.filter((m) => m.perRun && m.mode === 'ro');
+  const staged = perRun.map((m) => m.source);
   const slots = staged.map(() => 'ro' as const);
   const optionsFor = shapeOptions(profile, mounts, plan.layout, plan.limits, plan.identity);
   const keyOf = optionsFor(
     slots.map((_, i) => `/\0slot${i}`),
     true,
   );
+  const warmShape = warm ? warmFor(plan, perRun, warm) : undefined;
   const shape: Shape = {
-    key: [...plan.bwrapArgv, stageDir, cgroups?.base.bases.join(':') ?? '', ...keyOf.options, ...keyOf.opens].join('\0'),
+    key: [
+      ...plan.bwrapArgv,
+      stageDir,
+      cgroups?.base.bases.join(':') ?? '',
+      ...keyOf.options,
+      ...keyOf.opens,
+      ...(warmShape ? ['\0warm', String(warmShape.shape.slot), warmShape.shape.loader, ...warmShape.shape.inner] : []),
+    ].join('\0'),
     stageDir,
     slots,
     bwrap: plan.bwrapArgv,
@@ -146,13 +161,43 @@ export function claimPrebuilt(plan: RunPlan, stageDir: string): PrebuiltClaim | 
     ...(cgroups ? { cgroups: cgroups.base } : {}),
     seccomp: plan.seccomp,
     cover: coverInherited,
+    ...(warmShape ? { warm: warmShape.shape } : {}),
   };
+  if (warmShape) return takePrebuilt(shape, staged, warmLine(warmShape.startKeys, sandboxEnv(profile)), plan.cgroupLimits, signal);
   const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
   // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
   // bwrap starts itself does; it adds the run's own.
   const start = startSteps(shellQuote(plan.toolCommand[0] as string), plan.processes);
   const line = runLine([`export ${env.join(' ')}`, ...plan.steps, ...start], plan.toolCommand, plan.hold);
   return takePrebuilt(shape, staged, line, plan.cgroupLimits);
+}
+
+/**
+ * The warm shape of a run, when its command can start warm (warm.ts): the sandbox is built with
+ * the run's start steps and its own command line (whose script holds the loader until a run
+ * takes it), behind the holder when the run has output directories. Everything that differs by
+ * run is left out of it: the environment (the interpreter starts with `warm.env` only, on top of
+ * the sandbox's base variables; the run's replaces it), and the per-run files' bytes.
+ */
+function warmFor(
+  plan: RunPlan,
+  perRun: readonly Mount[],
+  warm: WarmOptions,
+): { shape: NonNullable<Shape['warm']>; startKeys: string[] } | undefined {
+  const fit = warmFit(plan.toolCommand, perRun);
+  if (typeof fit === 'string') return undefined;
+  const preload = warm.preload ?? DEFAULT_PYTHON_PRELOAD;
+  const bad = checkPreload(preload);
+  if (bad) throw new SandboxError('invalid_profile', `prebuild.warm: ${bad}`);
+  const start = sandboxEnv({ command: plan.toolCommand, ...(warm.env ? { env: warm.env } : {}) });
+  const exports = `export ${Object.entries(start)
+    .map(([k, v]) => `${k}=${shellQuote(v)}`)
+    .join(' ')}`;
+  const steps = [exports, ...plan.steps, ...startSteps('"$1"', plan.processes)];
+  // The holder keeps the channel (the loader closes its own copy once it has read its run).
+  const run = plan.hold ? `{ "$@"; s=$?; echo "done $s" >&${WARM_FD}; IFS= read -r x <&${WARM_FD}; exit "$s"; }` : 'exec "$@"';
+  const inner = ['/bin/sh', '-c', `${PRELUDE}; ${steps.join(' && ')} && ${run}`, 'sandbox', ...plan.toolCommand];
+  return { shape: { inner, slot: fit.slot, loader: pythonLoader(preload) }, startKeys: Object.keys(start) };
 }
 
 /**

@@ -4,7 +4,7 @@ import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunC
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { EVENTS_FD, finished, HOLDER_FD, killLauncher } from './launcher.js';
-import { finishPrebuilt } from './prebuilt.js';
+import { finishPrebuilt, type Warmup } from './prebuilt.js';
 import { assertHostReady, type Egress, type EndReason, endOf, startEgress, Tail, watchCgroupLimits } from './prepare.js';
 import { probe } from './probe.js';
 import type { Limits, Mount, SandboxProfile } from './profile.js';
@@ -12,6 +12,7 @@ import { OutputCopy, type RunOutput } from './run-outputs.js';
 import { type ColdArgs, claimPrebuilt, launchRun, planRun, type StartedRun } from './run-start.js';
 import { StdoutKeeper } from './run-stdout.js';
 import { launchFailure, StartWatch, userTasks } from './start.js';
+import type { WarmOptions } from './warm.js';
 
 export type { EndReason, RunOutput };
 
@@ -32,8 +33,14 @@ export interface RunOptions {
    * which is also what the first run of a shape does. `stageDir` holds the waiting sandboxes'
    * placeholders of per-run files (a directory per process, 0700); a sandbox's mount table shows
    * it, so `makeStageDir()` makes a neutral one.
+   *
+   * `warm`: a Python 3 run whose script is a per-run file is served by a sandbox whose
+   * interpreter is already running, its preload imported (warm.ts): the run pays for neither
+   * bwrap nor the interpreter's start. Limits count from the run: its CPU budget and memory
+   * limit are the run's own, on top of what the warm-up used ({@link RunResult.warmup}). Other
+   * runs are served as without it.
    */
-  prebuild?: { stageDir: string };
+  prebuild?: { stageDir: string; warm?: WarmOptions };
   /**
    * Gives the tool descriptor {@link EVENTS_FD} (3) as the write end of a pipe this process reads,
    * and calls this with each chunk written to it, as it arrives. Chunks are not split at line or
@@ -83,6 +90,8 @@ export interface RunResult {
   outputs?: RunOutput[];
   /** True when the run was served by a sandbox built ahead ({@link RunOptions.prebuild}). */
   prebuilt: boolean;
+  /** When a warm sandbox served the run: what its warm-up cost (not counted against the run's limits). */
+  warmup?: Warmup;
   /** The host uid the tool's processes ran as: this process's, or the sandbox's own when this process is root (never 0). */
   hostUid: number;
   /** Bytes the tool wrote to its events pipe; present when {@link RunOptions.events} was given. */
@@ -100,7 +109,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
   assertHostReady(host);
   const plan = planRun(host, profile, Boolean(options.events));
-  const claim = options.prebuild ? claimPrebuilt(plan, options.prebuild.stageDir) : undefined;
+  const claim = options.prebuild ? await claimPrebuilt(plan, options.prebuild.stageDir, options.prebuild.warm, options.signal) : undefined;
   const run = launchRun(host, plan, claim);
   const { child, cgroup } = run.launched;
   // The relay sends the two listening sockets; once both are held here, it may let the tool start.
@@ -155,6 +164,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(egress ? { network: egress.proxy.usage } : {}),
     ...(copy ? { outputs: copy.results() } : {}),
     prebuilt: claim?.built !== undefined,
+    ...(claim?.warmup ? { warmup: claim.warmup } : {}),
     hostUid: plan.identity.uid,
     ...(events ? { eventsBytes: events.bytes } : {}),
   };

@@ -1,7 +1,9 @@
 /**
  * Escape tests: each one tries something a hostile tool would try, and FAILS if it works. They
- * run twice (escape.test.ts, escape-prebuilt.test.ts): in sandboxes built for their run, and in
- * sandboxes built ahead of time, where every run that can take one must.
+ * run three times (escape.test.ts, escape-prebuilt.test.ts, escape-warm.test.ts): in sandboxes
+ * built for their run, in sandboxes built ahead of time, where every run that can take one
+ * must, and with warm interpreters, where every Python run (its code then a per-run script, as
+ * forge runs tools) must take a sandbox whose interpreter was already running.
  *
  * Conventions: a script prints `ESCAPE:<what>` only when the forbidden thing worked, and the test
  * asserts no such marker is in stdout; where a failure could also come from a broken test (python
@@ -56,7 +58,7 @@ beforeAll(async () => {
 
 const rand = () => randomBytes(6).toString('hex');
 
-let mode: 'fresh' | 'prebuilt' = 'fresh';
+let mode: 'fresh' | 'prebuilt' | 'warm' = 'fresh';
 let stageDir: string | undefined;
 
 /**
@@ -66,6 +68,7 @@ let stageDir: string | undefined;
  */
 async function run(profile: SandboxProfile, options: RunOptions = {}): Promise<RunResult> {
   if (mode === 'fresh') return runSandboxed(profile, options);
+  // Warm mode: a run that is not Python's is served by a sandbox built ahead, as before.
   stageDir ??= mkdtempSync(join(tmpdir(), 'forge-escape-stage-'));
   const o: RunOptions = { ...options, prebuild: { stageDir } };
   const fits = !profile.binds?.length && profile.network === undefined;
@@ -86,10 +89,43 @@ function sh(script: string, profile: Partial<SandboxProfile> = {}, options?: Run
 
 /** `python3 -c code` in the sandbox (with the interpreter's own mounts); `args` land in sys.argv[1:]. */
 function py(code: string, profile: Partial<SandboxProfile> = {}, options?: RunOptions, args: string[] = []): Promise<RunResult> {
+  if (mode === 'warm') return warmPy(code, profile, options, args);
   return run(
     { ...profile, command: [python.interpreter, '-I', '-c', code, ...args], mounts: [...python.mounts, ...(profile.mounts ?? [])] },
     options,
   );
+}
+
+/**
+ * `py` with a warm interpreter: the code becomes the per-run script /forge/tool/main.py; a first
+ * run of the same shape, whose script only passes, has the warm sandbox built, and the run must
+ * take it.
+ */
+async function warmPy(code: string, profile: Partial<SandboxProfile>, options: RunOptions = {}, args: string[] = []): Promise<RunResult> {
+  stageDir ??= mkdtempSync(join(tmpdir(), 'forge-escape-stage-'));
+  const dir = mkdtempSync(join(stageDir, 'code-'));
+  const script = (name: string, text: string): SandboxProfile => {
+    writeFileSync(join(dir, name), text);
+    return {
+      ...profile,
+      command: [python.interpreter, '-I', '/forge/tool/main.py', ...args],
+      mounts: [
+        ...python.mounts,
+        ...(profile.mounts ?? []),
+        { source: join(dir, name), target: '/forge/tool/main.py', mode: 'ro', perRun: true },
+      ],
+    };
+  };
+  const o: RunOptions = { ...options, prebuild: { stageDir, warm: {} } };
+  const fits = !profile.binds?.length && profile.network === undefined;
+  if (fits) {
+    const { stdin: _, events, ...rest } = o;
+    await runSandboxed(script('warm-up.py', 'pass'), { ...rest, ...(events ? { events: () => {} } : {}) }).catch(() => {});
+    await builtSoon();
+  }
+  const r = await runSandboxed(script('main.py', code), o);
+  if (fits) expect(r.warmup, 'this run fits a warm sandbox, so it must have taken one').toBeDefined();
+  return r;
 }
 
 /** Stdout and stderr, for failure messages. */
@@ -179,7 +215,7 @@ function connectFromHost(where: string | { host: string; port: number }): Promis
 }
 
 /** Defines every escape test, run in `how` sandboxes. */
-export function escapeTests(how: 'fresh' | 'prebuilt'): void {
+export function escapeTests(how: 'fresh' | 'prebuilt' | 'warm'): void {
   mode = how;
   afterAll(() => {
     if (stageDir) rmSync(stageDir, { recursive: true, force: true });
@@ -710,9 +746,9 @@ print('ESCAPE:allocated 20 GiB')`);
       // A unique sleep duration is the marker of the process in the host's process list.
       const marker = `29.${String(Math.floor(Math.random() * 1e9)).padStart(9, '1')}`;
       const r = await sh(
+        // Until the detached sleep shows in the sandbox's process list (a busy host may take a while to start it).
         `${script(marker, join(dir, 'out'))}
-       sleep 0.2
-       ps -eo args | grep -q "^sleep ${marker}" && echo CONTROL:running`,
+       for i in $(seq 600); do ps -eo args | grep -q "^sleep ${marker}" && { echo CONTROL:running; break; }; sleep 0.05; done`,
         { binds: [out] },
       );
       expect(r.reason, describeRun(r)).toBe('exit');

@@ -14,6 +14,7 @@ import {
   type RuntimeTable,
   runSandboxed,
   type SandboxProfile,
+  type WarmOptions,
 } from '@forge/sandbox';
 import type { Target } from '../../call/resolve.js';
 import type { Ctx } from '../../engine.js';
@@ -45,6 +46,8 @@ export interface InvokePorts {
   record: (type: string, data: Record<string, unknown>, secrets: SecretList) => Promise<unknown>;
   /** Null when sandboxes are not built ahead; else the directory of their per-run files (made at first use). */
   stageDir: (() => string) | null;
+  /** Null when interpreters are not warmed ahead; else what a warm Python imports first. */
+  warm: { pythonPreload?: readonly string[] } | null;
   bwrapPath: string | undefined;
   resolver: Resolver | undefined;
 }
@@ -107,7 +110,7 @@ export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: 
       stdoutFile: setup.spill,
       signal: ac.signal,
       events: (chunk) => events.push(chunk),
-      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir() } } : {}),
+      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(), ...warmFor(ports, r.runtime) } } : {}),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
     };
     outcome = { ran: true, result: await runSandboxed(sandbox, options) };
@@ -144,6 +147,13 @@ function prepare(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Setup {
     { source: artifacts, target: '/forge/artifacts', mode: 'rw', perRun: true },
   ];
   return { command, mounts, binds: r.binds, label: labelOf(grant), artifacts, spill: join(job.runDir, 'stdout.partial') };
+}
+
+/** The warm options of a run of `runtime` (the sandbox warms what it can: a Python script). */
+function warmFor(ports: InvokePorts, runtime: Runtime): { warm?: WarmOptions } {
+  if (!ports.warm) return {};
+  const preload = ports.warm.pythonPreload;
+  return { warm: { env: runtime.env, ...(preload ? { preload } : {}) } };
 }
 
 /** The sandbox profile of the run: command, environment, mounts, binds, limits, network. */

@@ -1,5 +1,5 @@
 import type { ClampedField } from '@forge/policy';
-import type { RunResult } from '@forge/sandbox';
+import type { RunResult, Warmup } from '@forge/sandbox';
 import { type Envelope, type EnvelopeMeta, failure } from '../../envelope.js';
 import type { Execution } from '../../executor.js';
 import { listArtifacts } from '../../manifest.js';
@@ -31,6 +31,15 @@ export function envelopeOf(verdict: Verdict, run: { meta: EnvelopeMeta; artifact
   return e.ok ? { ok: true, data: e.data, meta: { ...own, ...meta } } : { ok: false, error: e.error, meta: { ...own, ...meta } };
 }
 
+/** What a warm sandbox's warm-up cost, for the manifest (not counted against the run's limits). */
+function warmupFacts(w: Warmup): Record<string, number> {
+  return {
+    ms: w.ms,
+    ...(w.cpuMs !== undefined ? { cpu_ms: w.cpuMs } : {}),
+    ...(w.memoryBytes !== undefined ? { memory_bytes: w.memoryBytes } : {}),
+  };
+}
+
 /** The executor's fields of the run manifest for a run the sandbox started. */
 export function runManifest(run: Started, kept: Kept): Record<string, unknown> {
   const { result } = run;
@@ -38,6 +47,9 @@ export function runManifest(run: Started, kept: Kept): Record<string, unknown> {
     sandbox: {
       label: run.label,
       prebuilt: result.prebuilt,
+      // cold: a sandbox built for the run; built: one built ahead; warm: its interpreter was running too.
+      mode: result.warmup ? 'warm' : result.prebuilt ? 'built' : 'cold',
+      ...(result.warmup ? { warmup: warmupFacts(result.warmup) } : {}),
       // Who the tool ran as on the host, and how each limit held: for the whole run (cgroup)
       // or per process only (rlimit).
       host_uid: result.hostUid,

@@ -1,0 +1,148 @@
+/**
+ * Warm interpreters: a sandbox built ahead whose interpreter is already running. A sandbox built
+ * ahead (prebuilt.ts) waits as a shell for its run's line; a warm one has gone further: its shell
+ * has set the run's limits, marked the start and exec'd the run's own command line, whose script
+ * (a per-run file) still holds forge's loader. The loader imports what the runtime's preload
+ * list names, says `up` on descriptor 5 and waits there. When a run takes the sandbox, the host
+ * copies the tool's code over the loader in that same file and sends the run's environment; the
+ * loader closes the channel, sets the environment and runs the file's new content as the
+ * program's main module, with the `sys.argv`, `__file__` and `sys.path` the interpreter set up for
+ * that file at its start. The process is the one a cold run would have exec'd, with the same
+ * command line, descriptors, limits and identity: the tool sees the difference only in time and
+ * in what was imported before it (see README, "Warm interpreters").
+ *
+ * A warm sandbox serves one run and is then destroyed, as every sandbox built ahead.
+ */
+import { basename } from 'node:path';
+import type { Mount } from './profile.js';
+
+/** A run that may be served by a warm interpreter ({@link RunOptions.prebuild}). */
+export interface WarmOptions {
+  /**
+   * Modules the loader imports before it waits (Python: importable names). Default: the
+   * standard modules forged tools use most ({@link DEFAULT_PYTHON_PRELOAD}). One that cannot be
+   * imported is skipped: the tool's own import then fails as it would cold.
+   */
+  preload?: readonly string[];
+  /**
+   * Variables the interpreter starts with, on top of the sandbox's base ones (`PATH`, `HOME`,
+   * `TMPDIR`, `LANG`): those it reads at its start (the runtime's own). They are on the sandbox's
+   * command line, so never a secret. The run's whole environment replaces them when a run takes
+   * the sandbox.
+   */
+  env?: Readonly<Record<string, string>>;
+}
+
+/** What Python tools import most, loaded ahead by default. */
+export const DEFAULT_PYTHON_PRELOAD: readonly string[] = ['json', 'sys', 'os', 'math', 're', 'csv', 'statistics'];
+
+/** The descriptor a warm loader reads its run from (the sandbox built ahead's control channel). */
+export const WARM_FD = 5;
+
+const PYTHON = /^python3(\.\d+)?$/;
+/** Python options that take no value and change nothing a loader relies on (`-i`, `-c`, `-m` are not among them). */
+const PYTHON_FLAGS = /^-[BEIOPRSsuqv]+$/;
+const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
+
+/** How a run's command can start warm: the loader's language and which per-run file is its script. */
+export interface WarmFit {
+  kind: 'python';
+  /** Index of the script among the command's per-run read-only mounts (the sandbox's slots). */
+  slot: number;
+}
+
+/**
+ * Whether `command` can run warm, given its per-run read-only mounts (in slot order): a Python 3
+ * interpreter, value-less options only, then a script that is one of those mounts. A string
+ * saying why not, otherwise.
+ */
+export function warmFit(command: readonly string[], slots: readonly Mount[]): WarmFit | string {
+  const [interpreter, ...args] = command;
+  if (!interpreter || !PYTHON.test(basename(interpreter))) return `${basename(interpreter ?? '')} has no warm loader (python3 has)`;
+  const at = args.findIndex((a) => !PYTHON_FLAGS.test(a));
+  const script = args[at];
+  if (at < 0 || script === undefined) return 'the command names no script';
+  const slot = slots.findIndex((m) => (m.target ?? m.source) === script);
+  if (slot < 0) return `its script ${script} is not a per-run read-only file`;
+  return { kind: 'python', slot };
+}
+
+/** Checks a preload list: module names only (they are written into the loader's source). */
+export function checkPreload(preload: readonly string[]): string | undefined {
+  const bad = preload.find((m) => !MODULE_NAME.test(m));
+  return bad === undefined ? undefined : `preload name ${JSON.stringify(bad)} is not a module name`;
+}
+
+/**
+ * The Python loader, as the script's bytes at warm-up. Everything it defines is gone from the
+ * main module's namespace before the tool's code runs in it; a traceback out of the tool shows
+ * the tool's frames only, as a cold run's does.
+ */
+export function pythonLoader(preload: readonly string[]): string {
+  const names = preload.map((m) => `'${m}'`).join(', ');
+  return `def _forge_warm():
+    import os, sys
+    for name in (${names}${preload.length === 1 ? ',' : ''}):
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    os.write(${WARM_FD}, b"up\\n")
+    line = b""
+    while not line.endswith(b"\\n"):
+        chunk = os.read(${WARM_FD}, 65536)
+        if not chunk:
+            os._exit(0)
+        line += chunk
+    os.close(${WARM_FD})
+    fields = bytes.fromhex(line.strip().decode("ascii")).split(b"\\0")
+    for field in fields[:-1]:
+        op, _, rest = field.partition(b"=")
+        if op == b"-":
+            os.environ.pop(os.fsdecode(rest), None)
+        else:
+            key, _, value = rest.partition(b"=")
+            os.environ[os.fsdecode(key)] = os.fsdecode(value)
+    main = sys.modules["__main__"].__dict__
+    fail = main.pop("_forge_fail")
+    del main["_forge_warm"], main["_forge_main"]
+    return main, fail
+
+
+def _forge_main(main, fail):
+    import sys
+    path = sys.argv[0]
+    try:
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+    except BaseException as e:
+        # As the interpreter reports a script it cannot compile: no frames of its own.
+        fail(sys, e, None)
+    try:
+        exec(code, main)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        fail(sys, e, e.__traceback__.tb_next)
+
+
+def _forge_fail(sys, e, tb):
+    e.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    sys.excepthook(type(e), e, tb)
+    raise SystemExit(1) from None
+
+
+_forge_main(*_forge_warm())
+`;
+}
+
+/**
+ * The line a warm loader reads: the start environment's names to drop, then the run's variables
+ * (names and values as bytes, which may hold anything but NUL), hex-encoded: one line, once the
+ * sandbox built ahead adds its newline.
+ */
+export function warmLine(drop: readonly string[], env: Readonly<Record<string, string>>): string {
+  const fields = [...drop.map((k) => `-=${k}`), ...Object.entries(env).map(([k, v]) => `+=${k}=${v}`)];
+  return Buffer.from(fields.map((f) => `${f}\0`).join(''), 'utf8').toString('hex');
+}

@@ -1,0 +1,264 @@
+/**
+ * Warm interpreters (`RunOptions.prebuild.warm`): a Python run served by a sandbox whose
+ * interpreter is already running must give what the same run gives in a sandbox built for it
+ * (stdout, stderr, exit, what it sees of itself), keep nothing from one run to the next, and be
+ * held to its own limits, counted from the run.
+ */
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import {
+  discardPrebuilt,
+  type HostInfo,
+  type Mount,
+  prebuiltStats,
+  probe,
+  type RunOptions,
+  type RunResult,
+  resolveRuntimes,
+  runSandboxed,
+  type SandboxProfile,
+} from '../src/index.js';
+import { builtSoon, requireSandbox, tempDir } from './helpers.js';
+
+let host: HostInfo;
+let python: { interpreter: string; mounts: Mount[] };
+beforeAll(async () => {
+  await requireSandbox();
+  host = await probe();
+  const rt = (await resolveRuntimes()).get('python3');
+  python = { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+});
+
+/** A stage directory for this test, whose waiting sandboxes are stopped when it finishes. */
+async function stage(): Promise<{ stageDir: string; root: string }> {
+  const root = await tempDir();
+  const stageDir = join(root, 'stage');
+  onTestFinished(() => discardPrebuilt(stageDir));
+  return { stageDir, root };
+}
+
+function describeRun(r: RunResult): string {
+  return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 3000)}\n--- stderr\n${r.stderrTail}`;
+}
+
+/** A Python tool as forge runs one: its code a per-run file at /forge/tool/main.py, an artifacts directory. */
+function tool(root: string, name: string, code: string, extra: Partial<SandboxProfile> = {}): SandboxProfile {
+  const dir = join(root, name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, 'artifacts'), { recursive: true });
+  writeFileSync(join(dir, 'main.py'), code);
+  return {
+    command: [python.interpreter, '-I', '-B', '/forge/tool/main.py'],
+    ...extra,
+    env: { PYTHONDONTWRITEBYTECODE: '1', ...extra.env },
+    mounts: [
+      ...python.mounts,
+      { source: join(dir, 'main.py'), target: '/forge/tool/main.py', mode: 'ro', perRun: true },
+      { source: join(dir, 'artifacts'), target: '/forge/artifacts', mode: 'rw', perRun: true },
+      ...(extra.mounts ?? []),
+    ],
+  };
+}
+
+const WARM = { env: { PYTHONDONTWRITEBYTECODE: '1' } };
+
+/**
+ * Runs `profile` warm: a first run of its shape has a warm sandbox built (and is itself served
+ * as it may be), the second must take it.
+ */
+async function warmRun(profile: () => SandboxProfile, stageDir: string, options: RunOptions = {}): Promise<RunResult> {
+  // The same shape (an events pipe or not), its events not counted.
+  const { stdin: _, events, ...rest } = options;
+  await runSandboxed(profile(), { ...rest, ...(events ? { events: () => {} } : {}), prebuild: { stageDir, warm: WARM } });
+  await builtSoon();
+  const r = await runSandboxed(profile(), { ...options, prebuild: { stageDir, warm: WARM } });
+  expect(r.warmup, `this run must have been served warm\n${describeRun(r)}`).toBeDefined();
+  return r;
+}
+
+/** What a run gives back, minus what differs between any two runs (its duration). */
+function outcome(r: RunResult) {
+  return { reason: r.reason, exitCode: r.exitCode, signal: r.signal, stdout: r.stdout.toString(), stderr: r.stderrTail };
+}
+
+/** Tools whose every observable must match cold and warm. */
+const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> = {
+  'main module, argv, file and path': {
+    code: [
+      'import sys',
+      'print(__name__, __file__, sys.argv, sys.orig_argv[1:])',
+      'print(sys.path)',
+      'print(sorted(k for k in globals() if not k.startswith("__")))',
+      'print(sorted(k for k in globals() if k.startswith("__")))',
+      'print(__spec__, __cached__, __doc__, type(__loader__).__name__)',
+      'print(open(__file__).read() == open("/forge/tool/main.py").read(), len(open(__file__).read()))',
+      'print(open("/proc/self/cmdline", "rb").read().split(b"\\0")[1:])',
+      'print(sys.flags.isolated, sys.flags.dont_write_bytecode)',
+    ].join('\n'),
+    expect: /^__main__ \/forge\/tool\/main\.py \['\/forge\/tool\/main\.py'\]/,
+  },
+  'stdin, stdout, stderr': {
+    code: 'import sys, json\nargs = json.load(sys.stdin)\nprint(json.dumps({"got": args}))\nprint("to stderr", file=sys.stderr)\nprint(sys.stdin.encoding, sys.stdout.encoding)',
+    stdin: '{"n": 3, "s": "ü"}',
+    expect: /"got": \{"n": 3, "s": "\\u00fc"\}/,
+  },
+  'environment, descriptors, limits, identity': {
+    code: [
+      'import os, resource',
+      'print("env", sorted(os.environ.items()))',
+      'print("cwd", os.getcwd())',
+      'print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + f) != "/dev/null"))',
+      'st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)',
+      'print("ids", [st[k].split() for k in ("Uid", "Gid", "Groups")])',
+      'print("caps", [st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")])',
+      'print("confined", st["NoNewPrivs"].strip(), st["Seccomp"].strip())',
+      'names = [n for n in dir(resource) if n.startswith("RLIMIT_")]',
+      'print("rlimits", sorted((n, resource.getrlimit(getattr(resource, n))) for n in names))',
+      'print("mounts", [(l.split()[4], l.split()[5].split(",")[0]) for l in open("/proc/self/mountinfo")])',
+      'print("pid", os.getpid(), "ppid", os.getppid(), "umask", os.umask(0o22))',
+    ].join('\n'),
+    expect: /\('TOOL_VAR', 'a "quoted"\\nvalue \$HOME'\)/,
+  },
+  'a child process inherits the environment and stdin': {
+    code: 'import subprocess\nsubprocess.run(["/bin/sh", "-c", "echo child $TOOL_VAR; cat"], check=True)',
+    stdin: 'piped through\n',
+    expect: /^child a "quoted" value \$HOME\npiped through\n$/,
+  },
+  'an uncaught exception: its traceback shows the tool only, exit 1': {
+    code: 'def f():\n    raise ValueError("boom")\n\nprint("before", flush=True)\nf()\n',
+    expect: /^before\n$/,
+  },
+  'sys.exit with a code and with a message': {
+    code: 'import sys, atexit\natexit.register(lambda: print("atexit ran"))\nprint("x")\nsys.exit(3)',
+    expect: /^x\natexit ran\n$/,
+  },
+  'sys.exit with a message': {
+    code: 'import sys\nsys.exit("bad input")',
+    expect: /^$/,
+  },
+  'a syntax error in the tool': {
+    code: 'print("never"\n',
+    expect: /^$/,
+  },
+  'artifacts and events': {
+    code: 'import os\nopen("/forge/artifacts/out.txt", "w").write("made")\nos.write(3, b"{\\"progress\\": 1}\\n")\nprint(sorted(os.listdir("/forge/artifacts")))',
+    expect: /\['out\.txt'\]/,
+  },
+  'non-ASCII source with a coding cookie and a BOM-free UTF-8 string': {
+    code: '# -*- coding: utf-8 -*-\nprint("grüße", len("grüße"))',
+    expect: /^grüße 5\n$/,
+  },
+};
+
+describe('a warm run', () => {
+  it.each(Object.entries(CORPUS))('gives what a cold run gives: %s', async (_name, c) => {
+    const { stageDir, root } = await stage();
+    const events: Buffer[] = [];
+    const options: RunOptions = {
+      ...(c.stdin !== undefined ? { stdin: c.stdin } : {}),
+      events: (chunk) => events.push(chunk),
+    };
+    const profile = () => tool(root, 'tool', c.code, { env: { TOOL_VAR: 'a "quoted"\nvalue $HOME' } });
+    const cold = await runSandboxed(profile(), options);
+    const coldEvents = Buffer.concat(events.splice(0)).toString();
+    const coldArtifacts = readdirSync(join(root, 'tool', 'artifacts')).sort();
+    const warm = await warmRun(profile, stageDir, options);
+    expect(outcome(warm), describeRun(warm)).toEqual(outcome(cold));
+    expect(cold.stdout.toString(), describeRun(cold)).toMatch(c.expect);
+    expect(readdirSync(join(root, 'tool', 'artifacts')).sort()).toEqual(coldArtifacts);
+    expect(Buffer.concat(events).toString()).toBe(coldEvents);
+  });
+
+  it('finds nothing a previous warm run left: module state, files, environment', async () => {
+    const { stageDir, root } = await stage();
+    const code = [
+      'import os, sys, json',
+      'print("seen", getattr(json, "forge_mark", None), os.environ.get("LEFT"), os.path.exists("/tmp/left"), "left" in sys.modules)',
+      'json.forge_mark = "set"; os.environ["LEFT"] = "1"; open("/tmp/left", "w").write("x")',
+      'sys.modules["left"] = sys',
+    ].join('\n');
+    const first = await warmRun(() => tool(root, 'tool', code), stageDir);
+    expect(first.stdout.toString(), describeRun(first)).toBe('seen None None False False\n');
+    for (let i = 0; i < 3; i++) {
+      await builtSoon();
+      const r = await runSandboxed(tool(root, 'tool', code), { prebuild: { stageDir, warm: WARM } });
+      expect(r.warmup, describeRun(r)).toBeDefined();
+      expect(r.stdout.toString(), describeRun(r)).toBe('seen None None False False\n');
+    }
+  });
+
+  it("runs the code its run was given, never the loader nor an earlier run's", async () => {
+    const { stageDir, root } = await stage();
+    await runSandboxed(tool(root, 'tool', 'print("first")'), { prebuild: { stageDir, warm: WARM } });
+    for (let i = 0; i < 3; i++) {
+      await builtSoon();
+      const r = await runSandboxed(tool(root, 'tool', `print("run ${i}")\nprint(len(open(__file__).read()))`), {
+        prebuild: { stageDir, warm: WARM },
+      });
+      expect(r.warmup).toBeDefined();
+      expect(r.stdout.toString()).toBe(`run ${i}\n${`print("run ${i}")\nprint(len(open(__file__).read()))`.length}\n`);
+    }
+  });
+
+  it('is held to its own limits, counted from the run: cpu, wall clock, memory, file size', async () => {
+    const { stageDir, root } = await stage();
+    const spin = await warmRun(() => tool(root, 'spin', 'while True: pass', { limits: { cpuSeconds: 1 } }), stageDir);
+    expect(spin.reason, describeRun(spin)).toBe('cpu');
+    const slow = await warmRun(() => tool(root, 'slow', 'import time\ntime.sleep(60)', { limits: { timeoutMs: 500 } }), stageDir);
+    expect(slow.reason, describeRun(slow)).toBe('timeout');
+    // Python ignores SIGXFSZ: past its file size limit the tool sees EFBIG, warm as cold.
+    const big = () =>
+      tool(root, 'big', 'open("/forge/artifacts/big", "wb").write(b"x" * 3_000_000)', { limits: { fileSizeBytes: 1 << 20 } });
+    const bigCold = await runSandboxed(big());
+    const bigWarm = await warmRun(big, stageDir);
+    expect(bigCold.stderrTail, describeRun(bigCold)).toContain('OSError: [Errno 27] File too large');
+    expect(outcome(bigWarm)).toEqual(outcome(bigCold));
+    if (host.cgroups?.memory) {
+      const hog = await warmRun(
+        () =>
+          tool(root, 'hog', 'b = []\nwhile True: b.append(bytearray(1 << 20))', { limits: { memoryBytes: 64 << 20, timeoutMs: 60_000 } }),
+        stageDir,
+      );
+      expect(hog.reason, describeRun(hog)).toBe('memory');
+      expect(hog.warmup?.memoryBytes).toBeGreaterThan(0);
+    }
+  });
+
+  it('says what its warm-up cost; a run that cannot be warm is served as before', async () => {
+    const { stageDir, root } = await stage();
+    const r = await warmRun(() => tool(root, 'tool', 'print(1)'), stageDir);
+    expect(r.warmup?.ms).toBeGreaterThan(0);
+    if (host.cgroups?.cpuBudget) expect(r.warmup?.cpuMs).toBeGreaterThanOrEqual(0);
+    // A shell script: no loader; a sandbox built ahead still serves it.
+    const sh = join(root, 'run.sh');
+    writeFileSync(sh, 'echo shell');
+    const shell: SandboxProfile = {
+      command: ['/bin/sh', '/in/run.sh'],
+      mounts: [{ source: sh, target: '/in/run.sh', mode: 'ro', perRun: true }],
+    };
+    await runSandboxed(shell, { prebuild: { stageDir, warm: WARM } });
+    await builtSoon();
+    const s = await runSandboxed(shell, { prebuild: { stageDir, warm: WARM } });
+    expect(s.stdout.toString()).toBe('shell\n');
+    expect(s.prebuilt).toBe(true);
+    expect(s.warmup).toBeUndefined();
+  });
+
+  it('refuses a preload list that is not module names', async () => {
+    const { stageDir, root } = await stage();
+    await expect(
+      runSandboxed(tool(root, 'tool', 'print(1)'), { prebuild: { stageDir, warm: { preload: ['json', 'os; import evil'] } } }),
+    ).rejects.toMatchObject({ code: 'invalid_profile', message: expect.stringContaining('"os; import evil" is not a module name') });
+  });
+
+  it('leaves the stage as it found it', async () => {
+    const { stageDir, root } = await stage();
+    await warmRun(() => tool(root, 'tool', 'print(1)'), stageDir);
+    await builtSoon();
+    discardPrebuilt(stageDir);
+    expect(readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`))).toEqual([]);
+    expect(prebuiltStats().building).toBe(0);
+    expect(readFileSync(join(root, 'tool', 'main.py'), 'utf8')).toBe('print(1)');
+  });
+});
