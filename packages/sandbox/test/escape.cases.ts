@@ -710,9 +710,9 @@ print('ESCAPE:allocated 20 GiB')`);
       // A unique sleep duration is the marker of the process in the host's process list.
       const marker = `29.${String(Math.floor(Math.random() * 1e9)).padStart(9, '1')}`;
       const r = await sh(
+        // Until the detached sleep shows in the sandbox's process list (a busy host may take a while to start it).
         `${script(marker, join(dir, 'out'))}
-       sleep 0.2
-       ps -eo args | grep -q "^sleep ${marker}" && echo CONTROL:running`,
+       for i in $(seq 600); do ps -eo args | grep -q "^sleep ${marker}" && { echo CONTROL:running; break; }; sleep 0.05; done`,
         { binds: [out] },
       );
       expect(r.reason, describeRun(r)).toBe('exit');
