@@ -29,7 +29,16 @@ import type { SandboxIdentity } from './probe.js';
 import { buildBwrapArgs, type HostLayout, type Limits, type Mount, resolveLimits, type SandboxProfile, sandboxEnv } from './profile.js';
 import type { Staged } from './staging.js';
 import { startCommand, startSteps } from './start.js';
-import { checkPreload, DEFAULT_PYTHON_PRELOAD, pythonLoader, WARM_FD, type WarmOptions, warmFit, warmLine } from './warm.js';
+import {
+  checkPreload,
+  DEFAULT_PYTHON_PRELOAD,
+  pythonLoader,
+  WARM_CPU_SECONDS,
+  WARM_FD,
+  type WarmOptions,
+  warmFit,
+  warmLine,
+} from './warm.js';
 
 /** What a run is, once planned: everything its launch and its watch need. */
 export interface RunPlan {
@@ -163,7 +172,10 @@ export async function claimPrebuilt(
     cover: coverInherited,
     ...(warmShape ? { warm: warmShape.shape } : {}),
   };
-  if (warmShape) return takePrebuilt(shape, staged, warmLine(warmShape.startKeys, sandboxEnv(profile)), plan.cgroupLimits, signal);
+  if (warmShape) {
+    const line = warmLine(warmShape.startKeys, sandboxEnv(profile), plan.limits.cpuSeconds);
+    return takePrebuilt(shape, staged, line, plan.cgroupLimits, signal);
+  }
   const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
   // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
   // bwrap starts itself does; it adds the run's own.
@@ -193,7 +205,9 @@ function warmFor(
   const exports = `export ${Object.entries(start)
     .map(([k, v]) => `${k}=${shellQuote(v)}`)
     .join(' ')}`;
-  const steps = [exports, ...plan.steps, ...startSteps('"$1"', plan.processes)];
+  // Room for the warm-up's CPU time; the loader takes it back when its run comes (warm.ts).
+  const rlimits = rlimitSteps({ ...plan.limits, cpuSeconds: plan.limits.cpuSeconds + WARM_CPU_SECONDS }, { events: plan.events });
+  const steps = [exports, ...rlimits, ...startSteps('"$1"', plan.processes)];
   // The holder keeps the channel (the loader closes its own copy once it has read its run).
   const run = plan.hold ? `{ "$@"; s=$?; echo "done $s" >&${WARM_FD}; IFS= read -r x <&${WARM_FD}; exit "$s"; }` : 'exec "$@"';
   const inner = ['/bin/sh', '-c', `${PRELUDE}; ${steps.join(' && ')} && ${run}`, 'sandbox', ...plan.toolCommand];

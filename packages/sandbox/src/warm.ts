@@ -36,6 +36,14 @@ export interface WarmOptions {
 /** What Python tools import most, loaded ahead by default. */
 export const DEFAULT_PYTHON_PRELOAD: readonly string[] = ['json', 'sys', 'os', 'math', 're', 'csv', 'statistics'];
 
+/**
+ * CPU seconds a warm sandbox's interpreter may use before its run, on top of the run's own: it is
+ * built with RLIMIT_CPU that much higher, and its loader lowers it to the run's seconds plus what
+ * the warm-up used (rounded up), so the run's budget counts from the run. A tool reading its own
+ * RLIMIT_CPU sees that second or so more than a cold run would.
+ */
+export const WARM_CPU_SECONDS = 10;
+
 /** The descriptor a warm loader reads its run from (the sandbox built ahead's control channel). */
 export const WARM_FD = 5;
 
@@ -100,6 +108,12 @@ export function pythonLoader(preload: readonly string[]): string {
         op, _, rest = field.partition(b"=")
         if op == b"-":
             os.environ.pop(os.fsdecode(rest), None)
+        elif op == b"t":
+            # The run's CPU seconds, counted from here: the kernel counts this process's from its start.
+            import resource
+            t = int(rest) - int(-sum(os.times()[:2]) // 1)
+            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            resource.setrlimit(resource.RLIMIT_CPU, (min(soft, t), min(hard, t + 1)))
         else:
             key, _, value = rest.partition(b"=")
             os.environ[os.fsdecode(key)] = os.fsdecode(value)
@@ -138,11 +152,12 @@ _forge_main(*_forge_warm())
 }
 
 /**
- * The line a warm loader reads: the start environment's names to drop, then the run's variables
+ * The line a warm loader reads: the run's CPU seconds (its RLIMIT_CPU, raised by what the warm-up
+ * used: {@link WARM_CPU_SECONDS}), the start environment's names to drop, then the run's variables
  * (names and values as bytes, which may hold anything but NUL), hex-encoded: one line, once the
  * sandbox built ahead adds its newline.
  */
-export function warmLine(drop: readonly string[], env: Readonly<Record<string, string>>): string {
-  const fields = [...drop.map((k) => `-=${k}`), ...Object.entries(env).map(([k, v]) => `+=${k}=${v}`)];
+export function warmLine(drop: readonly string[], env: Readonly<Record<string, string>>, cpuSeconds: number): string {
+  const fields = [`t=${cpuSeconds}`, ...drop.map((k) => `-=${k}`), ...Object.entries(env).map(([k, v]) => `+=${k}=${v}`)];
   return Buffer.from(fields.map((f) => `${f}\0`).join(''), 'utf8').toString('hex');
 }
