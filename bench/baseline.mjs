@@ -7,7 +7,11 @@ import { spawn } from 'node:child_process';
 /** p50 and p95 of a list of samples. */
 export function stats(xs) {
   const s = [...xs].sort((a, b) => a - b);
-  return { p50: s[Math.floor(s.length / 2)], p95: s[Math.floor(s.length * 0.95)] };
+  return {
+    p50: s[Math.floor(s.length / 2)],
+    p95: s[Math.floor(s.length * 0.95)],
+    p99: s[Math.min(s.length - 1, Math.floor(s.length * 0.99))],
+  };
 }
 
 /**

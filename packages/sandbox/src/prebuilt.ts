@@ -334,14 +334,20 @@ function upWatch(): { settle: (up: boolean) => void; wait: Built['upOrGone'] } {
   const came = new Promise<boolean>((resolve) => {
     settle = resolve;
   });
+  // The timer is not unref'd: a run waiting here is work in progress, and the process must not
+  // exit under it (the waiting sandbox itself never holds it).
   const wait = (ms: number, signal?: AbortSignal) =>
-    Promise.race([
-      came,
-      new Promise<boolean>((resolve) => {
-        setTimeout(resolve, ms, false).unref();
-        signal?.addEventListener('abort', () => resolve(false), { once: true });
-      }),
-    ]);
+    new Promise<boolean>((resolve) => {
+      const done = (up: boolean) => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', aborted);
+        resolve(up);
+      };
+      const aborted = () => done(false);
+      const timer = setTimeout(done, ms, false);
+      signal?.addEventListener('abort', aborted, { once: true });
+      void came.then(done);
+    });
   return { settle, wait };
 }
 
