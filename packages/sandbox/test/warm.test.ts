@@ -4,8 +4,10 @@
  * (stdout, stderr, exit, what it sees of itself), keep nothing from one run to the next, and be
  * held to its own limits, counted from the run.
  */
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
   discardPrebuilt,
@@ -255,6 +257,40 @@ describe('a warm run', () => {
     expect(s.stdout.toString()).toBe('shell\n');
     expect(s.prebuilt).toBe(true);
     expect(s.warmup).toBeUndefined();
+  });
+
+  it('a run waiting for a sandbox still warming up keeps its process alive until it is answered', async () => {
+    const { stageDir, root } = await stage();
+    const code = join(root, 'main.py');
+    writeFileSync(code, 'print("answered")');
+    // Two runs back to back: the second finds the sandbox the first had built still warming up,
+    // and nothing else keeps the child process's event loop alive while it waits.
+    // The built package, in a plain node process: nothing of a test runner holds its event loop.
+    const dist = new URL('../dist/index.js', import.meta.url).href;
+    const child = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `
+      const module = await import(${JSON.stringify(dist)});
+      const profile = {
+        command: [${JSON.stringify(python.interpreter)}, '-I', '-B', '/forge/tool/main.py'],
+        mounts: [...${JSON.stringify(python.mounts)}, { source: ${JSON.stringify(code)}, target: '/forge/tool/main.py', mode: 'ro', perRun: true }],
+      };
+      // A preload that takes a while, so the second run comes while the sandbox is warming up.
+      const preload = ['asyncio', 'email.mime.multipart', 'http.client', 'xml.etree.ElementTree', 'unittest', 'decimal', 'argparse', 'logging', 'sqlite3', 'statistics', 'csv', 'json'];
+      const o = { prebuild: { stageDir: ${JSON.stringify(stageDir)}, warm: { preload } } };
+      await module.runSandboxed(profile, o);
+      const r = await module.runSandboxed(profile, o);
+      console.log(r.stdout.toString().trim(), r.warmup ? 'warm' : 'not warm');
+    `,
+      ],
+      { encoding: 'utf8', timeout: scaled(60_000) },
+    );
+    const { status: exit, stdout: out, stderr: err } = child;
+    expect(exit, err).toBe(0);
+    expect(out.trim()).toMatch(/^answered (warm|not warm)$/);
   });
 
   it('refuses a preload list that is not module names', async () => {
