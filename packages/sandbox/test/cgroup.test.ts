@@ -2,17 +2,15 @@ import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync 
 import { join } from 'node:path';
 import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { describeRunLimits, type HostInfo, type Mount, probe, resolveRuntimes, runSandboxed } from '../src/index.js';
-import { asRoot, isRoot, nodeAs, requireSandbox, tempDir } from './helpers.js';
+import { describeRunLimits, type HostInfo, type Mount, probe, runSandboxed } from '../src/index.js';
+import { asRoot, isRoot, nodeAs, pythonRuntime, requireSandbox, tempDir } from './helpers.js';
 
 let host: HostInfo;
 let python: { interpreter: string; mounts: Mount[] };
 beforeAll(async () => {
   await requireSandbox();
   host = await probe();
-  const rt = (await resolveRuntimes()).get('python3');
-  if (!rt) throw new Error('these tests need python3 (apt-get install -y python3)');
-  python = { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+  python = await pythonRuntime();
 });
 
 const mountinfo = () => readFileSync('/proc/self/mountinfo', 'utf8');

@@ -42,18 +42,16 @@ import {
   probe,
   type RunOptions,
   type RunResult,
-  resolveRuntimes,
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { builtSoon, descendants, requireSandbox, runInChild, tempDir } from './helpers.js';
+import { builtSoon, descendants, pythonRuntime, requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 
 beforeAll(async () => {
   await requireSandbox();
-  const rt = (await resolveRuntimes()).get('python3');
-  python = { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+  python = await pythonRuntime();
 });
 
 const rand = () => randomBytes(6).toString('hex');

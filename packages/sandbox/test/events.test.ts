@@ -17,17 +17,15 @@ import {
   makeStageDir,
   type RunOptions,
   type RunResult,
-  resolveRuntimes,
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { builtSoon, requireSandbox, tempDir } from './helpers.js';
+import { builtSoon, pythonRuntime, requireSandbox, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 beforeAll(async () => {
   await requireSandbox();
-  const p = (await resolveRuntimes()).get('python3');
-  python = { interpreter: p.interpreter, mounts: p.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+  python = await pythonRuntime();
 });
 
 function describeRun(r: RunResult): string {

@@ -5,11 +5,48 @@ import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { requireSandbox as requireSandboxOn, waitFor } from '@forge/test-utils';
+import { requireSandbox as requireSandboxOn, tempDir, waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
-import { prebuiltStats, probe } from '../src/index.js';
+import { discardPrebuilt, type Mount, prebuiltStats, probe, resolveRuntimes } from '../src/index.js';
 
 export { asRoot, isRoot, tempDir } from '@forge/test-utils';
+
+/** python3 as a profile runs it: the real interpreter, and its prefix mounted read-only. */
+export async function pythonRuntime(): Promise<{ interpreter: string; mounts: Mount[] }> {
+  const rt = (await resolveRuntimes()).get('python3');
+  return { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+}
+
+/**
+ * Python code that prints what a process sees of itself and its sandbox, minus what differs
+ * between any two runs: environment, working directory, descriptors, ids, capabilities, confinement,
+ * rlimits (all, or all but RLIMIT_CPU: a warm run's counts from its call), mounts, host name and pids.
+ */
+export function introspect(o: { cpuLimit?: boolean } = {}): string {
+  const rlimits = o.cpuLimit === false ? 'n.startswith("RLIMIT_") and n != "RLIMIT_CPU"' : 'n.startswith("RLIMIT_")';
+  return [
+    'import os, resource',
+    'print("env", sorted(os.environ.items()))',
+    'print("cwd", os.getcwd())',
+    'print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + f) != "/dev/null"))',
+    'st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)',
+    'print("ids", [st[k].split() for k in ("Uid", "Gid", "Groups")])',
+    'print("caps", [st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")])',
+    'print("confined", st["NoNewPrivs"].strip(), st["Seccomp"].strip())',
+    `names = [n for n in dir(resource) if ${rlimits}]`,
+    'print("rlimits", sorted((n, resource.getrlimit(getattr(resource, n))) for n in names))',
+    'print("mounts", [(l.split()[4], l.split()[5].split(",")[0]) for l in open("/proc/self/mountinfo")])',
+    'print("hostname", os.uname().nodename, "pid", os.getpid(), "ppid", os.getppid(), "umask", os.umask(0o22))',
+  ].join('\n');
+}
+
+/** A stage directory for `prebuild` in a fresh temporary directory; its waiting sandboxes are stopped when the test finishes. */
+export async function stage(): Promise<{ stageDir: string; root: string }> {
+  const root = await tempDir();
+  const stageDir = join(root, 'stage');
+  onTestFinished(() => discardPrebuilt(stageDir));
+  return { stageDir, root };
+}
 
 /** Waits until no sandbox built ahead is still being built (fails, naming the count, when one never finishes). */
 export async function builtSoon(): Promise<void> {

@@ -22,21 +22,13 @@ import {
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { builtSoon, descendants, requireSandbox, runInChild, tempDir } from './helpers.js';
+import { builtSoon, descendants, introspect, requireSandbox, runInChild, stage } from './helpers.js';
 
 let host: HostInfo;
 beforeAll(async () => {
   await requireSandbox();
   host = await probe();
 });
-
-/** A stage directory for this test, whose waiting sandboxes are stopped when it finishes. */
-async function stage(): Promise<{ stageDir: string; root: string }> {
-  const root = await tempDir();
-  const stageDir = join(root, 'stage');
-  onTestFinished(() => discardPrebuilt(stageDir));
-  return { stageDir, root };
-}
 
 /** Runs `profile` twice with `prebuild`: the first has a sandbox built, the second must take it. */
 async function secondRun(profile: SandboxProfile, stageDir: string, options: RunOptions = {}): Promise<RunResult> {
@@ -51,29 +43,13 @@ function describeRun(r: RunResult): string {
   return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 2000)}\n${r.stderrTail}`;
 }
 
-/** What a process sees of itself and its sandbox, minus what differs between any two runs. */
-const INTROSPECT = [
-  'import os, resource',
-  'print("env", sorted(os.environ.items()))',
-  'print("cwd", os.getcwd())',
-  'print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + f) != "/dev/null"))',
-  'st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)',
-  'print("ids", [st[k].split() for k in ("Uid", "Gid", "Groups")])',
-  'print("caps", [st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")])',
-  'print("confined", st["NoNewPrivs"].strip(), st["Seccomp"].strip())',
-  'names = [n for n in dir(resource) if n.startswith("RLIMIT_")]',
-  'print("rlimits", sorted((n, resource.getrlimit(getattr(resource, n))) for n in names))',
-  'print("mounts", [(l.split()[4], l.split()[5].split(",")[0]) for l in open("/proc/self/mountinfo")])',
-  'print("hostname", os.uname().nodename, "pid", os.getpid(), "ppid", os.getppid())',
-].join('\n');
-
 describe('a run in a sandbox built ahead', () => {
   it('sees what a run in a sandbox built for it sees: environment, descriptors, ids, capabilities, limits, mounts', async () => {
     const { stageDir, root } = await stage();
     const python = (await resolveRuntimes()).get('python3');
     const mounts: Mount[] = python.mounts.map((source) => ({ source, mode: 'ro' }));
     const code = join(root, 'main.py');
-    writeFileSync(code, INTROSPECT);
+    writeFileSync(code, introspect());
     const out = join(root, 'out');
     mkdirSync(out);
     const profile: SandboxProfile = {

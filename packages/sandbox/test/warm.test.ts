@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { scaled } from '@forge/test-utils';
-import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   discardPrebuilt,
   type HostInfo,
@@ -17,28 +17,18 @@ import {
   probe,
   type RunOptions,
   type RunResult,
-  resolveRuntimes,
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { builtSoon, requireSandbox, tempDir } from './helpers.js';
+import { builtSoon, introspect, pythonRuntime, requireSandbox, stage } from './helpers.js';
 
 let host: HostInfo;
 let python: { interpreter: string; mounts: Mount[] };
 beforeAll(async () => {
   await requireSandbox();
   host = await probe();
-  const rt = (await resolveRuntimes()).get('python3');
-  python = { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+  python = await pythonRuntime();
 });
-
-/** A stage directory for this test, whose waiting sandboxes are stopped when it finishes. */
-async function stage(): Promise<{ stageDir: string; root: string }> {
-  const root = await tempDir();
-  const stageDir = join(root, 'stage');
-  onTestFinished(() => discardPrebuilt(stageDir));
-  return { stageDir, root };
-}
 
 function describeRun(r: RunResult): string {
   return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 3000)}\n--- stderr\n${r.stderrTail}`;
@@ -106,21 +96,8 @@ const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> =
     expect: /"got": \{"n": 3, "s": "\\u00fc"\}/,
   },
   'environment, descriptors, limits, identity': {
-    code: [
-      'import os, resource',
-      'print("env", sorted(os.environ.items()))',
-      'print("cwd", os.getcwd())',
-      'print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + f) != "/dev/null"))',
-      'st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)',
-      'print("ids", [st[k].split() for k in ("Uid", "Gid", "Groups")])',
-      'print("caps", [st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")])',
-      'print("confined", st["NoNewPrivs"].strip(), st["Seccomp"].strip())',
-      // RLIMIT_CPU: a warm run's counts from the call (the 'limits' test below).
-      'names = [n for n in dir(resource) if n.startswith("RLIMIT_") and n != "RLIMIT_CPU"]',
-      'print("rlimits", sorted((n, resource.getrlimit(getattr(resource, n))) for n in names))',
-      'print("mounts", [(l.split()[4], l.split()[5].split(",")[0]) for l in open("/proc/self/mountinfo")])',
-      'print("pid", os.getpid(), "ppid", os.getppid(), "umask", os.umask(0o22))',
-    ].join('\n'),
+    // RLIMIT_CPU: a warm run's counts from the call (the 'limits' test below).
+    code: introspect({ cpuLimit: false }),
     expect: /\('TOOL_VAR', 'a "quoted"\\nvalue \$HOME'\)/,
   },
   'a child process inherits the environment and stdin': {
