@@ -1,5 +1,5 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +16,20 @@ export const CLI = resolve(here, '../dist/cli.js');
 export const EXAMPLES = resolve(here, '../../../examples');
 
 export { asRoot } from '@forge/test-utils';
+
+/**
+ * An example tool's whole spec (tool.json with its impl), with a wall-clock limit that scales
+ * (30 s, times FORGE_TEST_SCALE): fib's own 5 s is its example's budget, and on a host whose
+ * cores another process saturates, with a PostgreSQL and four forge processes starting beside it,
+ * a cold run of it has been seen to pass 5 s.
+ */
+export function exampleSpec(name: string): Record<string, unknown> {
+  const dir = join(EXAMPLES, name);
+  const s = JSON.parse(readFileSync(join(dir, 'tool.json'), 'utf8')) as Record<string, unknown>;
+  const main = readdirSync(dir).find((f) => f.startsWith('main.')) as string;
+  const meta = { ...(s.meta as Record<string, unknown> | undefined), timeout_ms: scaled(30_000) };
+  return { ...s, meta, impl: readFileSync(join(dir, main), 'utf8') };
+}
 
 /** Fails (never skips) without the built CLI or a working sandbox, with the fix. */
 export async function requireCliAndSandbox(): Promise<void> {

@@ -5,12 +5,11 @@
  * database does, and the log verifies.
  */
 import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { scaled } from '@forge/test-utils';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+import { exampleSpec, requireCliAndSandbox, runCli, scratch } from './helpers.js';
 
 let server: PostgresServer;
 beforeAll(async () => {
@@ -26,7 +25,7 @@ async function hostWithFib(url: string) {
   const s = scratch('forge-pg-faults-');
   s.env.FORGE_STORE = url;
   const o = { cwd: s.project, env: s.env, timeoutMs: 180_000 };
-  const made = await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o);
+  const made = await runCli(['tools', 'forge', s.file('fib.json', JSON.stringify(exampleSpec('fib')))], o);
   expect(made.code, made.stderr).toBe(0);
   return o;
 }

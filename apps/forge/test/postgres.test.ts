@@ -13,6 +13,7 @@ import {
   connect,
   type Envelope,
   EXAMPLES,
+  exampleSpec,
   py,
   requireCliAndSandbox,
   runCli,
@@ -42,11 +43,7 @@ afterAll(async () => {
 
 const AUDIT_CLI = join(EXAMPLES, '..', 'packages', 'audit-chain', 'dist', 'cli.js');
 
-const spec = (name: string) => {
-  const s = JSON.parse(readFileSync(`${EXAMPLES}/${name}/tool.json`, 'utf8')) as Record<string, unknown>;
-  const ext = readFileSync(`${EXAMPLES}/${name}/tool.json`, 'utf8').includes('"python3"') ? 'py' : 'js';
-  return { ...s, impl: readFileSync(`${EXAMPLES}/${name}/main.${ext}`, 'utf8') };
-};
+const spec = exampleSpec;
 const sleeper = {
   name: 'test.sleep',
   description: 'sleeps, then answers',

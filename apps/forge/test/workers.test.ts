@@ -1,6 +1,5 @@
-import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { connect, EXAMPLES, requireCliAndSandbox, runCli, scratch, until } from './helpers.js';
+import { connect, exampleSpec, requireCliAndSandbox, runCli, scratch, until } from './helpers.js';
 import { auditEntries } from './toolsmith-helpers.js';
 
 /**
@@ -11,10 +10,7 @@ import { auditEntries } from './toolsmith-helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
-const fib = () => {
-  const spec = JSON.parse(readFileSync(`${EXAMPLES}/fib/tool.json`, 'utf8')) as Record<string, unknown>;
-  return { ...spec, impl: readFileSync(`${EXAMPLES}/fib/main.py`, 'utf8') };
-};
+const fib = () => exampleSpec('fib');
 
 /** Worker pids the server's stderr names, in order of their start. */
 const workerPids = (stderr: string): number[] => [...stderr.matchAll(/: worker on file queue .*, pid (\d+)\)/g)].map((m) => Number(m[1]));
