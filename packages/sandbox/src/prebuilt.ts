@@ -144,6 +144,8 @@ interface Pool {
   shape: Shape;
   /** Warm-ups in a row that died or hung before their loader was up (see {@link WARM_FAILURES}). */
   warmFailures: number;
+  /** Until when (performance.now()) this shape is not warmed, after too many failed warm-ups. */
+  warmPausedUntil: number;
   ready: Built[];
   inFlight: number;
   wanted: number;
@@ -156,8 +158,12 @@ let clock = 0;
 const stats = { served: 0, missed: 0, warm: 0 };
 /** How long a warm sandbox may take to be up before a run gives up on it (a preload that hangs). */
 const WARM_UP_MS = 10_000;
-/** Warm-ups of a shape that fail in a row before it stops being warmed (its runs then start cold). */
+/**
+ * Warm-ups of a shape that fail in a row before it stops being warmed for {@link WARM_PAUSE_MS}
+ * (its runs then start cold; a host too busy to warm one up in time may be less busy later).
+ */
 const WARM_FAILURES = 3;
+const WARM_PAUSE_MS = 60_000;
 
 /** Sandboxes built ahead: being built, built and waiting, and the runs served by one or not so far. */
 export interface PrebuiltStats {
@@ -352,7 +358,7 @@ function upWatch(): { settle: (up: boolean) => void; wait: Built['upOrGone'] } {
 }
 
 function refill(pool: Pool): void {
-  if (pool.shape.warm && pool.warmFailures >= WARM_FAILURES) return;
+  if (pool.shape.warm && performance.now() < pool.warmPausedUntil) return;
   while (pool.ready.length < pool.wanted && pools.get(pool.shape.key) === pool) {
     let total = 0;
     for (const p of pools.values()) total += p.ready.length;
@@ -450,7 +456,7 @@ function poolFor(shape: Shape): Pool {
   if (known) return known;
   // Forget shapes that have nothing waiting and nothing running, once there are many.
   if (pools.size >= MAX_POOLS) for (const [k, p] of pools) if (p.ready.length === 0 && p.inFlight === 0) pools.delete(k);
-  const pool: Pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0, warmFailures: 0 };
+  const pool: Pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0, warmFailures: 0, warmPausedUntil: 0 };
   pools.set(shape.key, pool);
   return pool;
 }
@@ -479,8 +485,11 @@ async function next(pool: Pool, signal: AbortSignal | undefined): Promise<Built 
       pool.ready.unshift(b);
       return undefined;
     }
-    // It died or hung before its loader was up: a shape whose warm-ups keep failing stops warming.
-    pool.warmFailures++;
+    // It died or hung before its loader was up: a shape whose warm-ups keep failing pauses warming.
+    if (++pool.warmFailures >= WARM_FAILURES) {
+      pool.warmFailures = 0;
+      pool.warmPausedUntil = performance.now() + WARM_PAUSE_MS;
+    }
     discard(b);
   }
 }

@@ -90,11 +90,24 @@ export function pythonLoader(preload: readonly string[]): string {
   const names = preload.map((m) => `'${m}'`).join(', ');
   return `def _forge_warm():
     import os, sys
-    for name in (${names}${preload.length === 1 ? ',' : ''}):
-        try:
-            __import__(name)
-        except Exception:
-            pass
+    # What a module prints as it is imported is not the tool's output: it goes nowhere.
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    try:
+        for name in (${names}${preload.length === 1 ? ',' : ''}):
+            try:
+                __import__(name)
+            except Exception:
+                pass
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, to in zip(saved, (1, 2)):
+            os.dup2(fd, to)
+            os.close(fd)
+        os.close(null)
     os.write(${WARM_FD}, b"up\\n")
     line = b""
     while not line.endswith(b"\\n"):

@@ -270,6 +270,18 @@ describe('a warm run', () => {
     expect(out.trim()).toMatch(/^answered (warm|not warm)$/);
   });
 
+  it("keeps what a preloaded module prints as it is imported out of the run's output", async () => {
+    const { stageDir, root } = await stage();
+    // `this` prints the Zen of Python when imported.
+    const o = { prebuild: { stageDir, warm: { ...WARM, preload: ['this', 'json'] } } };
+    await runSandboxed(tool(root, 'tool', 'print("first")'), o);
+    await builtSoon();
+    const r = await runSandboxed(tool(root, 'tool', 'import sys\nprint("only this", "this" in sys.modules)'), o);
+    expect(r.warmup, describeRun(r)).toBeDefined();
+    expect(r.stdout.toString()).toBe('only this True\n');
+    expect(r.stderrTail).toBe('');
+  });
+
   it('refuses a preload list that is not module names', async () => {
     const { stageDir, root } = await stage();
     await expect(
