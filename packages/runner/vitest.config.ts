@@ -32,6 +32,7 @@ export default packageTests({
     'test/steps.test.ts',
     'test/tool-hints.test.ts',
     'test/toolsmith-seams.test.ts',
+    'test/warm.test.ts',
     'test/watch.test.ts',
     'test/wire-names.test.ts',
   ],

@@ -10,6 +10,7 @@ export default packageTests({
     'test/egress-proxy.test.ts',
     'test/egress.test.ts',
     'test/escape-prebuilt.test.ts',
+    'test/escape-warm.test.ts',
     'test/escape.test.ts',
     'test/events.test.ts',
     'test/exports.test.ts',
@@ -20,5 +21,6 @@ export default packageTests({
     'test/runtimes.test.ts',
     'test/seccomp.test.ts',
     'test/spawn.test.ts',
+    'test/warm.test.ts',
   ],
 });
