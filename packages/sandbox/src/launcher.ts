@@ -64,6 +64,14 @@ export function joinCgroup(cg: RunCgroup): string {
 /** Defines NL for {@link shellQuote}d lines. */
 export const PRELUDE = "NL='\n'";
 
+/**
+ * The holder's part of a run with output directories, as shell: runs `cmd`, says `done <status>`
+ * on descriptor `fd`, waits there until the host has copied the outputs, exits with the status.
+ */
+export function holdRun(cmd: string, fd: number): string {
+  return `{ ${cmd}; s=$?; echo "done $s" >&${fd}; IFS= read -r x <&${fd}; exit "$s"; }`;
+}
+
 /** What a run's launcher does, as one line of shell: its steps, then `exec` of argv. */
 export function controlLine(steps: readonly string[], argv: readonly string[]): string {
   return [...steps, `exec ${argv.map(shellQuote).join(' ')}`].join(' && ');

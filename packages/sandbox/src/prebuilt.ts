@@ -30,6 +30,7 @@ import {
   argsFdFor,
   BIND_FD,
   controlLine,
+  holdRun,
   joinCgroup,
   type Launched,
   notStarted,
@@ -75,7 +76,7 @@ export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbo
 export function runLine(steps: readonly string[], argv: readonly string[], hold: boolean): string {
   if (!hold) return controlLine([...steps, 'exec 5<&-'], argv);
   const cmd = argv.map(shellQuote).join(' ');
-  return `${[...steps].join(' && ')}${steps.length ? ' && ' : ''}{ ${cmd} 5>&-; s=$?; echo "done $s" >&5; IFS= read -r x <&5; exit "$s"; }`;
+  return `${[...steps].join(' && ')}${steps.length ? ' && ' : ''}${holdRun(`${cmd} 5>&-`, 5)}`;
 }
 
 /** Largest per-run read-only file copied into a sandbox built ahead. */

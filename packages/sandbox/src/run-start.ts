@@ -9,7 +9,7 @@ import { EGRESS_PORTS } from './egress/inside.js';
 import { type PreloadFile, preloadFile } from './egress/preload.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
-import { ARGS_FD, argsFdFor, BIND_FD, HOLDER_FD, type Launched, launch, PRELUDE, shellQuote } from './launcher.js';
+import { ARGS_FD, argsFdFor, BIND_FD, HOLDER_FD, holdRun, type Launched, launch, PRELUDE, shellQuote } from './launcher.js';
 import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import {
   coverInherited,
@@ -127,7 +127,7 @@ export function planRun(host: ReadyHost, profile: SandboxProfile, events: boolea
  * without the channel, says `done <status>` on it, waits there for the host, exits with the status.
  */
 function holderCommand(start: readonly string[]): string[] {
-  const run = `{ "$@" ${HOLDER_FD}>&-; s=$?; echo "done $s" >&${HOLDER_FD}; IFS= read -r x <&${HOLDER_FD}; exit "$s"; }`;
+  const run = holdRun(`"$@" ${HOLDER_FD}>&-`, HOLDER_FD);
   return ['/bin/sh', '-c', `${start.join(' && ')} && ${run}`, 'sandbox'];
 }
 
@@ -161,7 +161,7 @@ export async function claimPrebuilt(
       cgroups?.base.bases.join(':') ?? '',
       ...keyOf.options,
       ...keyOf.opens,
-      ...(warmShape ? ['\0warm', String(warmShape.shape.slot), warmShape.shape.loader, ...warmShape.shape.inner] : []),
+      ...(warmShape ? ['\0warm', String(warmShape.shape.slot), ...warmShape.preload, '\0', ...warmShape.shape.inner] : []),
     ].join('\0'),
     stageDir,
     slots,
@@ -195,7 +195,7 @@ function warmFor(
   plan: RunPlan,
   perRun: readonly Mount[],
   warm: WarmOptions,
-): { shape: NonNullable<Shape['warm']>; startKeys: string[] } | undefined {
+): { shape: NonNullable<Shape['warm']>; startKeys: string[]; preload: readonly string[] } | undefined {
   const fit = warmFit(plan.toolCommand, perRun);
   if (typeof fit === 'string') return undefined;
   const preload = warm.preload ?? DEFAULT_PYTHON_PRELOAD;
@@ -209,9 +209,9 @@ function warmFor(
   const rlimits = rlimitSteps({ ...plan.limits, cpuSeconds: plan.limits.cpuSeconds + WARM_CPU_SECONDS }, { events: plan.events });
   const steps = [exports, ...rlimits, ...startSteps('"$1"', plan.processes)];
   // The holder keeps the channel (the loader closes its own copy once it has read its run).
-  const run = plan.hold ? `{ "$@"; s=$?; echo "done $s" >&${WARM_FD}; IFS= read -r x <&${WARM_FD}; exit "$s"; }` : 'exec "$@"';
+  const run = plan.hold ? holdRun('"$@"', WARM_FD) : 'exec "$@"';
   const inner = ['/bin/sh', '-c', `${PRELUDE}; ${steps.join(' && ')} && ${run}`, 'sandbox', ...plan.toolCommand];
-  return { shape: { inner, slot: fit.slot, loader: pythonLoader(preload) }, startKeys: Object.keys(start) };
+  return { shape: { inner, slot: fit.slot, loader: pythonLoader(preload) }, startKeys: Object.keys(start), preload };
 }
 
 /**

@@ -78,7 +78,9 @@ export function warmFit(command: readonly string[], slots: readonly Mount[]): Wa
 /** Checks a preload list: module names only (they are written into the loader's source). */
 export function checkPreload(preload: readonly string[]): string | undefined {
   const bad = preload.find((m) => !MODULE_NAME.test(m));
-  return bad === undefined ? undefined : `preload name ${JSON.stringify(bad)} is not a module name`;
+  return bad === undefined
+    ? undefined
+    : `preload name ${JSON.stringify(bad)} is not a module name; list importable Python module names (letters, digits, _ and dots, e.g. "json" or "xml.etree.ElementTree")`;
 }
 
 /**

@@ -38,8 +38,8 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
     running: e.running,
     record: e.record,
     stageDir: e.options.prebuild === false ? null : () => (e.state.stageDir ??= makeStageDir()),
-    warm:
-      e.options.prebuild === false || e.options.warm === false ? null : e.options.warm === true || !e.options.warm ? {} : e.options.warm,
+    // Warm where sandboxes are built ahead, unless turned off; an object gives the preload.
+    warm: e.options.prebuild === false || e.options.warm === false ? null : typeof e.options.warm === 'object' ? e.options.warm : {},
     bwrapPath: e.options.bwrapPath,
     resolver: e.options.resolver,
   };
