@@ -251,17 +251,24 @@ function createBreakersPort(now: () => number, audit: Pick<AuditPort, 'record'>)
 
 /** The runtimes and the bound on sandboxes running at once. */
 function createExecutorsPort(options: ForgeOptions, paths: ForgePaths): ExecutorsPort {
-  // The names are known at once (PATH); each interpreter's version and mounts are found in the
-  // background (it means running them), and the first call waits for that.
-  const runtimesReady: Promise<RuntimeTable> = options.runtimes
-    ? Promise.resolve(options.runtimes)
-    : resolveRuntimes({ cacheFile: join(paths.cacheDir, 'runtimes.json') });
-  runtimesReady.catch(() => {}); // reported by the call that needs it
+  // The names are known at once (PATH); each interpreter's version and mounts are found when
+  // first needed (it means running them: a command that only lists tools never does), and in the
+  // background from the start in a process that builds sandboxes ahead (a server).
+  let asked: Promise<RuntimeTable> | undefined;
+  const runtimes = () => {
+    if (!asked) {
+      asked = options.runtimes ? Promise.resolve(options.runtimes) : resolveRuntimes({ cacheFile: join(paths.cacheDir, 'runtimes.json') });
+      asked.catch(() => {}); // reported by the call that needs it
+    }
+    return asked;
+  };
+  if (options.prebuild !== false) void runtimes();
   const maxRuns = options.maxConcurrentRuns ?? defaultRunSlots();
   if (!Number.isInteger(maxRuns) || maxRuns < 1)
     throw new Error(`maxConcurrentRuns must be a positive integer (got ${JSON.stringify(options.maxConcurrentRuns)})`);
   return {
-    runtimesReady,
+    runtimes,
+    runtimesAsked: () => asked,
     runtimeNames: options.runtimes ? options.runtimes.list.map((r) => r.name) : findRuntimeNames(),
     running: new Set(),
     runSlots: new RunSlots(maxRuns),

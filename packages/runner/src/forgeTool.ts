@@ -24,7 +24,7 @@ export type ForgePorts = Pick<
   | 'wireClaims'
   | 'sources'
   | 'notifyChanged'
-  | 'runtimesReady'
+  | 'runtimes'
   | 'breakersOf'
 >;
 
@@ -35,8 +35,7 @@ export type ForgePorts = Pick<
  * log does not take is taken back).
  */
 export function makeForgeTool(e: ForgePorts): (spec: unknown, o?: ForgeToolOptions) => Promise<ForgeResult> {
-  const { context, record, admit, policyNow, base, layers, resolveIn, runtimesReady, breakersOf, registryFor, wireClaims, notifyChanged } =
-    e;
+  const { context, record, admit, policyNow, base, layers, resolveIn, runtimes, breakersOf, registryFor, wireClaims, notifyChanged } = e;
   return async (spec, o = {}) => {
     const ctx = context(o);
     const scope = o.scope ?? 'project';
@@ -101,7 +100,7 @@ export function makeForgeTool(e: ForgePorts): (spec: unknown, o?: ForgeToolOptio
     // On PATH is not enough (a version manager's shim for a version it has not installed): the
     // interpreter must have answered, or the tool could be forged and never run.
     try {
-      await (await runtimesReady).resolve(tool.runtime);
+      await (await runtimes()).resolve(tool.runtime);
     } catch (err) {
       return refused({ ok: false, kind: 'validation_failed', message: `runtime: ${(err as Error).message}` });
     }

@@ -152,7 +152,13 @@ export interface RunsPort {
 
 /** What the executors share: the runtimes, the bound on sandboxes at once, and the runs going. */
 export interface ExecutorsPort {
-  runtimesReady: Promise<RuntimeTable>;
+  /**
+   * The runtime table: looked up on first use (it means running interpreters, which a command
+   * that only lists tools does not need), or at once in a server (see createExecutorsPort).
+   */
+  runtimes(): Promise<RuntimeTable>;
+  /** The lookup, once something asked for it: what close() waits for. */
+  runtimesAsked(): Promise<RuntimeTable> | undefined;
   runtimeNames: string[];
   /** Sandboxes running now (aborted by close() after its grace period). */
   running: Set<AbortController>;

@@ -16,6 +16,7 @@ import { realpath } from 'node:fs/promises';
 import { delimiter, dirname } from 'node:path';
 import { promisify } from 'node:util';
 import { SandboxError } from './errors.js';
+import { pyenvShimId } from './shim.js';
 import { which } from './which.js';
 
 const run = promisify(execFile);
@@ -68,7 +69,8 @@ export interface ResolveRuntimesOptions {
   /**
    * A file (created if missing) that remembers what each interpreter answered, keyed by the
    * binary's path, inode, size and modification time: a later process skips asking an
-   * interpreter that has not changed. Interpreters behind script shims (pyenv) are always asked.
+   * interpreter that has not changed. A pyenv shim's answer is remembered under what picks its
+   * version (shim.ts) and the binary it ran; any other script shim is always asked.
    */
   cacheFile?: string;
   /**
@@ -84,8 +86,10 @@ const CACHE_VERSION = 2;
 
 interface CacheEntry {
   onPath: string;
-  /** `real path:inode:size:mtime` of the binary the answer came from. */
+  /** `real path:inode:size:mtime` of the binary the answer came from, or a pyenv shim's identity (shim.ts). */
   id: string;
+  /** For a shim: the identity of the binary it ran, which must still be the same for the answer to hold. */
+  target?: string;
   runtime: Runtime;
 }
 
@@ -103,7 +107,12 @@ export function resolveRuntimes(options: ResolveRuntimesOptions = {}): Promise<R
   return cached;
 }
 
-/** The identity of an ELF binary, or undefined for a script (a shim must be asked every time). */
+/** What an answer is remembered under: an ELF binary's identity, or a pyenv shim's (shim.ts); undefined for any other script, asked every time. */
+function answerId(path: string): string | undefined {
+  return binaryId(path) ?? pyenvShimId(path);
+}
+
+/** The identity of an ELF binary, or undefined for a script. */
 function binaryId(path: string): string | undefined {
   try {
     const real = realpathSync(path);
@@ -178,9 +187,10 @@ async function findRuntimes(cacheFile: string | undefined, answerMs: number): Pr
   /** The remembered answer for `n` when its binary has not changed; undefined when it must be asked. */
   const remembered = (n: string): Runtime | undefined => {
     const onPath = which(n);
-    const id = onPath && binaryId(onPath);
+    const id = onPath && answerId(onPath);
     const hit = known.get(n);
     if (!onPath || !id || !hit || hit.onPath !== onPath || hit.id !== id) return undefined;
+    if (hit.target !== undefined && binaryId(hit.runtime.interpreter) !== hit.target) return undefined;
     fresh.set(n, hit);
     return hit.runtime;
   };
@@ -188,7 +198,7 @@ async function findRuntimes(cacheFile: string | undefined, answerMs: number): Pr
     limit(async () => {
       const onPath = which(n);
       if (!onPath) return undefined;
-      const id = binaryId(onPath);
+      const id = answerId(onPath);
       // A busy host can make an interpreter slow to answer: after a timeout, ask once more, for
       // longer; if that times out too, it is asked again when next needed (never taken as absent).
       const timedOut = (err: unknown) => (err as { killed?: boolean }).killed === true;
@@ -200,7 +210,9 @@ async function findRuntimes(cacheFile: string | undefined, answerMs: number): Pr
         });
       if (r) slow.delete(n);
       // An answer without a version (a timeout) is not remembered: the next process asks again.
-      if (r && id && (r.version !== '' || n === 'sh')) fresh.set(n, { onPath, id, runtime: r });
+      const target = r && id?.startsWith('pyenv:') ? binaryId(r.interpreter) : undefined;
+      if (r && id && (r.version !== '' || n === 'sh') && (target || !id.startsWith('pyenv:')))
+        fresh.set(n, { onPath, id, ...(target ? { target } : {}), runtime: r });
       return r;
     });
   const save = () => {

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { resolveRuntimes, runSandboxed, runtimeNames } from '../src/index.js';
@@ -113,6 +113,73 @@ describe('the runtime cache file', () => {
     expect((await resolveRuntimes({ refresh: true, cacheFile })).get('bash').version).toBe(real);
     expect(JSON.parse(readFileSync(cacheFile, 'utf8')).entries.bash.runtime.version).toBe(real);
     await resolveRuntimes({ refresh: true });
+  });
+
+  it("remembers a pyenv shim's answer under what picks its version, and asks again when that or the binary changes", async () => {
+    const dir = await tempDir();
+    const real = (await resolveRuntimes()).get('python3').interpreter;
+    // A pyenv root as pyenv lays it out: a shim in its own words, and `pyenv exec`, which here
+    // counts how often it is asked and runs the real interpreter.
+    const root = join(dir, 'pyenv');
+    const asked = join(dir, 'asked');
+    mkdirSync(join(root, 'shims'), { recursive: true });
+    mkdirSync(join(root, 'libexec'));
+    const shim = [
+      '#!/usr/bin/env bash',
+      'set -e',
+      '[ -n "$PYENV_DEBUG" ] && set -x',
+      '',
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: the shim's own shell, not a template
+      'program="${0##*/}"',
+      '',
+      `export PYENV_ROOT="${root}"`,
+      `exec "${root}/libexec/pyenv" exec "$program" "$@"`,
+      '',
+    ].join('\n');
+    writeFileSync(join(root, 'shims', 'python3'), shim, { mode: 0o755 });
+    writeFileSync(join(root, 'libexec', 'pyenv'), `#!/bin/sh\necho x >> '${asked}'\nshift 2\nexec '${real}' "$@"\n`, { mode: 0o755 });
+    writeFileSync(join(root, 'version'), '3.11.7\n');
+    const count = () => (existsSync(asked) ? readFileSync(asked, 'utf8').split('\n').filter(Boolean).length : 0);
+    const path = process.env.PATH;
+    const { PYENV_VERSION: version, PYENV_DIR: from } = process.env;
+    process.env.PATH = `${join(root, 'shims')}:${path}`;
+    delete process.env.PYENV_VERSION;
+    // Where pyenv looks for a .python-version first: here, none.
+    process.env.PYENV_DIR = dir;
+    onTestFinished(async () => {
+      process.env.PATH = path;
+      if (version !== undefined) process.env.PYENV_VERSION = version;
+      if (from !== undefined) process.env.PYENV_DIR = from;
+      else delete process.env.PYENV_DIR;
+      await resolveRuntimes({ refresh: true });
+    });
+    const cacheFile = join(dir, 'runtimes.json');
+    const resolve = async () => (await resolveRuntimes({ refresh: true, cacheFile })).get('python3').interpreter;
+    expect(await resolve()).toBe(real);
+    expect(count()).toBe(1);
+    expect(await resolve()).toBe(real);
+    expect(count(), 'the same shim, the same version file: not asked again').toBe(1);
+    // A .python-version where pyenv looks, then another global version: asked again each time.
+    writeFileSync(join(dir, '.python-version'), '3.11.7\n');
+    await resolve();
+    expect(count()).toBe(2);
+    rmSync(join(dir, '.python-version'));
+    await resolve();
+    expect(count(), 'one answer is remembered per name: back to the global version file, asked again').toBe(3);
+    writeFileSync(join(root, 'version'), '3.12.1\n');
+    expect(await resolve()).toBe(real);
+    expect(count()).toBe(4);
+    // PYENV_VERSION, set in this shell: asked again, then remembered under it.
+    process.env.PYENV_VERSION = '3.11.7';
+    await resolve();
+    await resolve();
+    expect(count()).toBe(5);
+    // The binary it named is not the one remembered any more: asked again.
+    const doc = JSON.parse(readFileSync(cacheFile, 'utf8'));
+    doc.entries.python3.target = 'some-other-binary';
+    writeFileSync(cacheFile, JSON.stringify(doc));
+    await resolve();
+    expect(count()).toBe(6);
   });
 
   it('makes its own directory, but never recreates one above it that is gone (a removed home stays removed)', async () => {

@@ -11,8 +11,8 @@ import { execute } from './pipeline.js';
 import { validateInput } from './validate.js';
 
 /** `<name> <version>` of the runtime `name` resolves to now (rejects when it is not installed). */
-export async function runtimeLabel(e: Pick<ExecutorsPort, 'runtimesReady'>, name: string): Promise<string> {
-  const rt = await (await e.runtimesReady).resolve(name);
+export async function runtimeLabel(e: Pick<ExecutorsPort, 'runtimes'>, name: string): Promise<string> {
+  const rt = await (await e.runtimes()).resolve(name);
   return rt.version ? `${rt.name} ${rt.version}` : rt.name;
 }
 

@@ -50,11 +50,11 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
 }
 
 /** What the call needs before it runs: its runtime, secrets, budget request and cache key. */
-async function planRun(e: Pick<Engine, 'runtimesReady' | 'cache'>, call: Call, target: Forged, snap: PolicySnapshot): Promise<RunPlan> {
+async function planRun(e: Pick<Engine, 'runtimes' | 'cache'>, call: Call, target: Forged, snap: PolicySnapshot): Promise<RunPlan> {
   const stored = target.stored;
   let runtime: Runtime;
   try {
-    runtime = await (await e.runtimesReady).resolve(stored.runtime);
+    runtime = await (await e.runtimes()).resolve(stored.runtime);
   } catch (err) {
     throw new RefusalError('policy_denied', (err as Error).message);
   }
