@@ -13,6 +13,7 @@ export default packageTests({
     'test/escape-warm.test.ts',
     'test/escape.test.ts',
     'test/events.test.ts',
+    'test/holder.test.ts',
     'test/exports.test.ts',
     'test/launcher.test.ts',
     'test/prebuilt.test.ts',

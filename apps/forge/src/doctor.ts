@@ -1,7 +1,7 @@
 import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { EffectivePolicy } from '@forge/policy';
-import { describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks } from '@forge/sandbox';
+import { describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks, warmBudget } from '@forge/sandbox';
 import type { Check } from './doctor-check.js';
 import { checkPolicies } from './policy-check.js';
 import { storeUrl } from './store.js';
@@ -78,7 +78,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     ok: true,
     detail: limits.cgroup ? `each run gets a cgroup under ${limits.cgroup.bases.join(', ')}` : `none: ${limits.cgroupsWhy}`,
   });
-  if (host.ok) checks.push(await trialRunCheck(host.identity?.uid));
+  if (host.ok) checks.push(await trialRunCheck(host.identity?.uid), warmCheck(o.env));
 
   const found = new Map(runtimes.list.map((r) => [r.name, r]));
   for (const name of EXPECTED_RUNTIMES) {
@@ -132,6 +132,32 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
     limits: { memory: limits.memory, cpu: limits.cpu, pids: limits.pids, notes: limits.notes, explain: limits.explain },
     runtimes: runtimes.list.map((r) => ({ name: r.name, version: r.version, interpreter: r.interpreter })),
     paths,
+  };
+}
+
+/**
+ * Warm sandboxes: on or off (FORGE_WARM), how many wait (they follow each runtime's calls), and
+ * the memory they may hold here and now (FORGE_WARM_POOL_MIB, at most a quarter of what is
+ * available). Where that is less than one warm sandbox, warm runs fall back to cold ones: a
+ * warning with the fix. A running server's or worker's own pool is in `forge status`.
+ */
+function warmCheck(env: NodeJS.ProcessEnv): Check {
+  const name = 'warm sandboxes';
+  if (/^(off|0|false)$/i.test(env.FORGE_WARM?.trim() ?? '')) {
+    return { name, ok: true, detail: 'off (FORGE_WARM): every Python call starts its own interpreter' };
+  }
+  const mibSet = Number(env.FORGE_WARM_POOL_MIB?.trim() || 128);
+  const budget = warmBudget(Number.isSafeInteger(mibSet) ? mibSet * (1 << 20) : 128 << 20);
+  const mib = (b: number) => `${Math.round(b / (1 << 20))} MiB`;
+  const available = budget.availableBytes !== undefined ? ` of the ${mib(budget.availableBytes)} available` : '';
+  const detail = `Python calls start in warm sandboxes built ahead, as many per runtime as its calls want (up to 4, 8 in all; 1 after a minute idle, 0 after ten), holding at most ${mib(budget.bytes)} here (FORGE_WARM_POOL_MIB, default 128; at most a quarter${available}); forge status shows each server's and worker's`;
+  if (budget.bytes >= 16 << 20) return { name, ok: true, detail };
+  return {
+    name,
+    ok: true,
+    warn: true,
+    detail: `${detail}: less than one warm sandbox, so calls start cold`,
+    fix: 'free memory on this host, or set FORGE_WARM=off to start every call cold on purpose',
   };
 }
 

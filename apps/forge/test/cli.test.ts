@@ -185,6 +185,7 @@ describe('forge (commands)', () => {
         /^a sandbox started and forked with a call's default limits, beside the \d+ processes and threads uid \d+ runs now/,
       ),
     });
+    expect(check('warm sandboxes')?.detail).toMatch(/^Python calls start in warm sandboxes built ahead.* holding at most \d+ MiB here/);
     const text = await runCli(['doctor'], o);
     for (const line of text.stdout.split('\n')) expect(line.length, line).toBeLessThan(400);
     if (root) {

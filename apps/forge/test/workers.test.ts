@@ -60,6 +60,21 @@ describe('forge serve --workers N', () => {
     expect(report.queue).toMatchObject({ done: 1, pending: 0 });
     const last = auditEntries(s).at(-1) as { seq: number; hash?: string };
     expect(report.audit).toMatchObject({ seq: last.seq, hash: last.hash });
+    // Each member's sandboxes built ahead are among its facts, read again at every beat: the
+    // worker that ran fib keeps a warm Python waiting for the next call.
+    let facts = '';
+    await until(
+      async () => {
+        const now = JSON.parse((await runCli(['status', '--json'], { cwd: s.project, env: s.env })).stdout) as {
+          members: { kind: string; facts?: Record<string, unknown> }[];
+        };
+        facts = JSON.stringify(now.members.map((m) => m.facts));
+        return now.members.some((m) => m.kind === 'worker' && /^python3\S* 1\b.* MiB of \d+ MiB$/.test(String(m.facts?.warm)));
+      },
+      30_000,
+      () => `a worker's facts to show its warm Python (facts: ${facts})`,
+      500,
+    );
 
     const [a, b] = workerPids(c.stderr());
     process.kill(a as number, 'SIGKILL');

@@ -95,8 +95,9 @@ export interface ForgeOptions {
   /**
    * Keep sandboxes built ahead of time for the next calls (default true). A call without `x-bind`
    * or network then starts in one that is already set up, which takes bwrap's own 2–3 ms off its
-   * latency. At most four wait per runtime and eight in all, each a few idle processes; they never
-   * keep the process alive and are stopped by `close()`.
+   * latency. As many wait per runtime as its recent calls want (at most four, eight in all; one
+   * once idle for a minute, none after ten), each a few idle processes; they never keep the
+   * process alive and are stopped by `close()`.
    */
   prebuild?: boolean;
   /**
@@ -104,9 +105,11 @@ export interface ForgeOptions {
    * starts in a sandbox built ahead whose interpreter is already running, with `pythonPreload`
    * imported (default: json, sys, os, math, re, csv, statistics): the call pays neither bwrap nor
    * the interpreter's start. Its limits count from the call; the manifest says `sandbox.mode:
-   * "warm"` and what the warm-up cost. A sandbox serves one call, warm or not.
+   * "warm"` and what the warm-up cost. A sandbox serves one call, warm or not. `poolBytes`: the
+   * memory the waiting warm sandboxes may hold in all (default 128 MiB, never more than a quarter
+   * of the host's available memory); past it calls start cold.
    */
-  warm?: boolean | { pythonPreload?: readonly string[] };
+  warm?: boolean | { pythonPreload?: readonly string[]; poolBytes?: number };
   /**
    * Sandboxes running at once in this process (default: four per core, fewer when the open-files
    * limit leaves room for fewer; at least 2). Calls past it wait for a free one, in order; a

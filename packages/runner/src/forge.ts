@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
 import { tailLog } from '@forge/audit-chain';
 import { bindRoots, networkFor } from '@forge/policy';
-import { discardPrebuilt } from '@forge/sandbox';
+import { discardPrebuilt, sandboxesGone } from '@forge/sandbox';
 import type { Forge, ForgeOptions } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
 import { makeCallTool } from './call/pipeline.js';
@@ -125,7 +125,9 @@ async function close(e: Engine, graceMs: number): Promise<void> {
   }
   await Promise.all([...e.pendingAudit]);
   // The runtime probe writes its cache file under the home: nothing may write there after close().
-  await e.runtimesReady.catch(() => {});
+  await e.runtimesAsked()?.catch(() => {});
+  // Every call has been answered; the sandboxes of the last ones may still be going away.
+  await sandboxesGone();
   if (state.stageDir) {
     discardPrebuilt(state.stageDir);
     rmSync(state.stageDir, { recursive: true, force: true });

@@ -22,6 +22,7 @@ export {
   type RunCgroups,
   type RunLimitsReport,
 } from './cgroup-find.js';
+export { warmBudget } from './demand.js';
 export { type AddressClass, type AddressKind, classifyAddress } from './egress/address.js';
 export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard.js';
 export { EGRESS_PORTS } from './egress/inside.js';
@@ -55,7 +56,7 @@ export {
   SANDBOX_UID,
   type SandboxProfile,
 } from './profile.js';
-export { type EndReason, type RunOptions, type RunOutput, type RunResult, runSandboxed } from './run.js';
+export { type EndReason, type RunOptions, type RunOutput, type RunResult, runSandboxed, sandboxesGone } from './run.js';
 export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRuntimes, runtimeNames } from './runtimes.js';
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';
 export { type SpawnExit, type SpawnedSandbox, type SpawnOptions, spawnSandboxed } from './spawn.js';

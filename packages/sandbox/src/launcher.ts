@@ -65,11 +65,21 @@ export function joinCgroup(cg: RunCgroup): string {
 export const PRELUDE = "NL='\n'";
 
 /**
- * The holder's part of a run with output directories, as shell: runs `cmd`, says `done <status>`
- * on descriptor `fd`, waits there until the host has copied the outputs, exits with the status.
+ * The holder's part of a run with output directories, as shell: runs `cmd`; once it has exited,
+ * kills whatever it left running in the sandbox until the sandbox's init and the holder are its
+ * only processes (counted from its own /proc, twice in a row: a listing of /proc is not a
+ * snapshot, and a process that forks to a pid the listing has passed and exits before it is
+ * reached cannot do so for two in a row); says `done <status> <processes>` on descriptor `fd`;
+ * waits there until the host has copied the outputs; exits with the status. `<processes>` is 2
+ * when the count was made (it is not when the sandbox has no /proc): from then on nothing of the
+ * tool runs, and nothing can start again, since only a process in the sandbox could start one
+ * (see `HolderDone`). All of it is the shell's own builtins: it starts no process. kill(-1)
+ * reaches only the processes of the sandbox's own pid namespace, and never its init.
  */
 export function holdRun(cmd: string, fd: number): string {
-  return `{ ${cmd}; s=$?; echo "done $s" >&${fd}; IFS= read -r x <&${fd}; exit "$s"; }`;
+  const more = '{ set -- /proc/[0-9]*; [ $# -gt 2 ]; }';
+  const left = `${more} || ${more}`;
+  return `{ ${cmd}; s=$?; while ${left}; do kill -9 -1 2>/dev/null; done; echo "done $s $#" >&${fd}; IFS= read -r x <&${fd}; exit "$s"; }`;
 }
 
 /** What a run's launcher does, as one line of shell: its steps, then `exec` of argv. */

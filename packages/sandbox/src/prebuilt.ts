@@ -26,6 +26,7 @@ import {
   runCpuUsec,
   setRunLimits,
 } from './cgroup.js';
+import { DEFAULT_WARM_POOL_BYTES, DEMAND, Demand, WARM_BYTES_GUESS, warmBudget } from './demand.js';
 import {
   argsFdFor,
   BIND_FD,
@@ -81,9 +82,6 @@ export function runLine(steps: readonly string[], argv: readonly string[], hold:
 
 /** Largest per-run read-only file copied into a sandbox built ahead. */
 export const MAX_STAGED_FILE = 1 << 20;
-/** Sandboxes waiting at once, per shape and in all. */
-const MAX_PER_SHAPE = 4;
-const MAX_READY = 8;
 /** Shapes remembered (with how many of each to keep) before idle ones are forgotten. */
 const MAX_POOLS = 32;
 
@@ -91,6 +89,8 @@ const MAX_POOLS = 32;
 export interface Shape {
   /** Equal keys, interchangeable sandboxes. */
   key: string;
+  /** What it runs, for diagnostics: the command's program name. */
+  label: string;
   /** Where the per-run mounts' placeholders are made (see {@link RunOptions.prebuild}). */
   stageDir: string;
   /** The per-run read-only files, in the order of the profile's mounts (each gets a placeholder). */
@@ -109,7 +109,7 @@ export interface Shape {
    * A warm shape (warm.ts): the command the sandbox is built with, which starts the run's own
    * interpreter, and the loader's bytes, put in the script's slot until a run takes it.
    */
-  warm?: { inner: readonly string[]; slot: number; loader: string };
+  warm?: { inner: readonly string[]; slot: number; loader: string; poolBytes?: number };
 }
 
 /** What the warm-up of the sandbox that served a run cost (see {@link WarmOptions}). */
@@ -149,14 +149,29 @@ interface Pool {
   warmPausedUntil: number;
   ready: Built[];
   inFlight: number;
+  /** How many to keep waiting (see demand.ts), and the runs that tell it. */
   wanted: number;
+  demand: Demand;
+  /** What one of its warm sandboxes held when a run took it, where a cgroup measured it. */
+  bytesEach?: number;
+  /** The warm budget its last run gave ({@link WarmOptions.poolBytes}). */
+  poolBytes: number;
+  /** Shrinks the pool once the shape goes idle. */
+  idle?: ReturnType<typeof setTimeout>;
   /** When a run last asked for this shape (a counter), to pick which pool gives way. */
   used: number;
 }
 
 const pools = new Map<string, Pool>();
+/** Pools whose refill waits for this process to have no run going, since when (see refillSoon). */
+const pending = new Map<Pool, number>();
+let quiet: ReturnType<typeof setTimeout> | undefined;
+/** How long this process must have had no run going before a waiting refill starts, and the longest a refill waits. */
+const QUIET_MS = 10;
+const REFILL_WAIT_MS = 250;
+
 let clock = 0;
-const stats = { served: 0, missed: 0, warm: 0 };
+const stats: { served: number; missed: number; warm: number; held?: PrebuiltStats['held'] } = { served: 0, missed: 0, warm: 0 };
 /** How long a warm sandbox may take to be up before a run gives up on it (a preload that hangs). */
 const WARM_UP_MS = 10_000;
 /**
@@ -168,6 +183,7 @@ const WARM_PAUSE_MS = 60_000;
 
 /** Sandboxes built ahead: being built, built and waiting, and the runs served by one or not so far. */
 export interface PrebuiltStats {
+  /** Being built, or about to be (a refill that waits for this process to be quiet). */
   building: number;
   ready: number;
   /** Runs that took a sandbox built ahead. */
@@ -176,14 +192,79 @@ export interface PrebuiltStats {
   missed: number;
   /** Of the runs served, those whose interpreter was already running (warm). */
   warm: number;
+  /** Per shape: what it runs, whether warm, how many wait, are being built, are wanted, run now; ms since its last run. */
+  pools: {
+    label: string;
+    warm: boolean;
+    stageDir: string;
+    ready: number;
+    building: number;
+    wanted: number;
+    running: number;
+    idleMs: number;
+  }[];
+  /**
+   * What the waiting warm sandboxes hold (measured where a cgroup did, else {@link WARM_BYTES_GUESS}
+   * each), and may hold (the budget of the warm shape asked for last).
+   */
+  warmBytes: number;
+  warmBudgetBytes: number;
+  /**
+   * The last time a warm sandbox was not built because memory would not allow it (runs of its
+   * shape then start cold, as they say in `RunResult.prebuilt`): when (ms since the epoch), its
+   * shape, and the figures.
+   */
+  held?: { at: number; label: string; neededBytes: number; budgetBytes: number; availableBytes?: number };
 }
 
 /** Where the sandboxes built ahead stand in this process (for diagnostics and benchmarks). */
 export function prebuiltStats(): PrebuiltStats {
   let ready = 0;
   let building = 0;
-  for (const p of pools.values()) for (const b of p.ready) b.up ? ready++ : building++;
-  return { building, ready, served: stats.served, missed: stats.missed, warm: stats.warm };
+  const now = performance.now();
+  const list: PrebuiltStats['pools'] = [];
+  for (const p of pools.values()) {
+    const up = p.ready.filter((b) => b.up).length;
+    // A refill waiting for this process to be quiet counts as being built (see refillSoon).
+    const due = pending.has(p) ? Math.max(0, p.wanted - p.ready.length) : 0;
+    ready += up;
+    building += p.ready.length - up + due;
+    list.push({
+      label: p.shape.label,
+      warm: p.shape.warm !== undefined,
+      stageDir: p.shape.stageDir,
+      ready: up,
+      building: p.ready.length - up + due,
+      wanted: p.wanted,
+      running: p.inFlight,
+      idleMs: Math.round(now - p.demand.lastTake),
+    });
+  }
+  return {
+    building,
+    ready,
+    served: stats.served,
+    missed: stats.missed,
+    warm: stats.warm,
+    pools: list,
+    warmBytes: warmHeld(),
+    warmBudgetBytes: warmBudget(lastWarm()?.poolBytes ?? DEFAULT_WARM_POOL_BYTES).bytes,
+    ...(stats.held ? { held: { ...stats.held } } : {}),
+  };
+}
+
+/** The warm pool a run asked for last. */
+function lastWarm(): Pool | undefined {
+  let last: Pool | undefined;
+  for (const p of pools.values()) if (p.shape.warm && (!last || p.used > last.used)) last = p;
+  return last;
+}
+
+/** What the waiting (and warming) warm sandboxes hold, by their shapes' measures. */
+function warmHeld(): number {
+  let bytes = 0;
+  for (const p of pools.values()) if (p.shape.warm) bytes += p.ready.length * (p.bytesEach ?? WARM_BYTES_GUESS);
+  return bytes;
 }
 
 const roots = new Map<string, string>(); // stage directory → this process's directory in it
@@ -326,6 +407,7 @@ function build(pool: Pool): boolean {
   control.once('data', () => {
     built.up = true;
     built.upAt = performance.now();
+    pool.demand.built(built.upAt - built.launchedAt);
     settle(true);
   });
   ((child.stdio as unknown as Writable[])[argsFd] as Writable).end(`${options.join('\0')}\0`);
@@ -361,9 +443,10 @@ function upWatch(): { settle: (up: boolean) => void; wait: Built['upOrGone'] } {
 function refill(pool: Pool): void {
   if (pool.shape.warm && performance.now() < pool.warmPausedUntil) return;
   while (pool.ready.length < pool.wanted && pools.get(pool.shape.key) === pool) {
+    if (pool.shape.warm && !warmRoom(pool)) return;
     let total = 0;
     for (const p of pools.values()) total += p.ready.length;
-    if (total >= MAX_READY) {
+    if (total >= DEMAND.maxReady) {
       // Room is made by the shape asked for least recently, never by this one.
       let victim: Pool | undefined;
       for (const p of pools.values()) if (p !== pool && p.ready.length > 0 && (!victim || p.used < victim.used)) victim = p;
@@ -373,6 +456,49 @@ function refill(pool: Pool): void {
     }
     if (!build(pool)) return;
   }
+}
+
+/**
+ * Whether memory allows one more warm sandbox of `pool`'s shape: what the waiting ones (of every
+ * shape) hold and one more must fit its budget (demand.ts). When it does not, none is built (the
+ * shape's runs start cold), and the figures are kept for `prebuiltStats().held`.
+ */
+function warmRoom(pool: Pool): boolean {
+  const each = pool.bytesEach ?? WARM_BYTES_GUESS;
+  const budget = warmBudget(pool.poolBytes);
+  const needed = warmHeld() + each;
+  if (needed <= budget.bytes) return true;
+  stats.held = {
+    at: Date.now(),
+    label: pool.shape.label,
+    neededBytes: needed,
+    budgetBytes: budget.bytes,
+    ...(budget.availableBytes !== undefined ? { availableBytes: budget.availableBytes } : {}),
+  };
+  return false;
+}
+
+/**
+ * Keeps `pool` following its shape's idleness: once no run has asked for it for a while, the
+ * sandboxes it no longer wants are dropped (one stays after a minute, none after ten).
+ */
+function watchIdle(pool: Pool): void {
+  if (pool.idle) clearTimeout(pool.idle);
+  if (pool.wanted === 0) return;
+  const now = performance.now();
+  const at = pool.wanted > 1 ? DEMAND.idleMs : DEMAND.idleLongMs;
+  pool.idle = setTimeout(
+    () => {
+      pool.idle = undefined;
+      const t = performance.now();
+      pool.wanted = pool.demand.idleWanted(t, pool.wanted);
+      // The newest go first: the oldest are the furthest along.
+      while (pool.ready.length > pool.wanted) discard(pool.ready.pop() as Built);
+      watchIdle(pool);
+    },
+    Math.max(0, pool.demand.lastTake + at - now),
+  );
+  pool.idle.unref();
 }
 
 /** A run's claim on a shape: the sandbox it got, if one was waiting. Pass it to {@link finishPrebuilt}. */
@@ -423,14 +549,63 @@ export async function takePrebuilt(
   signal?: AbortSignal,
 ): Promise<PrebuiltClaim> {
   const pool = poolFor(shape);
+  const now = performance.now();
   pool.used = ++clock;
+  pool.poolBytes = shape.warm?.poolBytes ?? DEFAULT_WARM_POOL_BYTES;
   pool.inFlight++;
-  pool.wanted = Math.min(MAX_PER_SHAPE, Math.max(pool.wanted, pool.inFlight));
-  setImmediate(() => refill(pool));
+  pool.demand.take(now);
+  pool.wanted = Math.max(pool.wanted, pool.demand.wanted(now, pool.inFlight));
+  watchIdle(pool);
+  // A refill owed (or none waiting at all): this run shows there is demand now, so at once.
+  if (pending.delete(pool) || pool.ready.length === 0) setImmediate(() => refill(pool));
+  const claim = await takeFrom(pool, shape, sources, line, limits, signal);
+  if (pool.ready.length < pool.wanted) refillSoon(pool);
+  return claim;
+}
+
+/**
+ * Has `pool` build what it lacks once this process has had no run going for {@link QUIET_MS} (at
+ * the latest after {@link REFILL_WAIT_MS}), or when a run asks for the shape meanwhile (then at
+ * once: see takePrebuilt). Building a sandbox forks this process, which holds up its event loop
+ * for as long as the fork copies its page tables (about 10 ms for a server's size): in the middle
+ * of a run, that is added to its answer; between runs (calls seconds apart, as an agent's are), to
+ * nothing.
+ */
+function refillSoon(pool: Pool): void {
+  if (!pending.has(pool)) pending.set(pool, performance.now());
+  armQuiet();
+}
+
+function armQuiet(): void {
+  if (quiet) clearTimeout(quiet);
+  quiet = undefined;
+  if (pending.size === 0) return;
+  const oldest = Math.min(...pending.values());
+  const busy = [...pools.values()].some((p) => p.inFlight > 0);
+  const wait = busy ? Math.max(0, oldest + REFILL_WAIT_MS - performance.now()) : QUIET_MS;
+  quiet = setTimeout(() => {
+    quiet = undefined;
+    const waiting = [...pending.keys()];
+    pending.clear();
+    for (const p of waiting) refill(p);
+  }, wait);
+  quiet.unref();
+}
+
+/** {@link takePrebuilt}'s take: a sandbox of the pool, filled and sent its line, or none. */
+async function takeFrom(
+  pool: Pool,
+  shape: Shape,
+  sources: readonly string[],
+  line: string,
+  limits: CgroupLimits,
+  signal: AbortSignal | undefined,
+): Promise<PrebuiltClaim> {
   for (;;) {
     const b = await next(pool, signal);
     if (!b) break;
     const warmup = shape.warm ? warmupOf(b) : undefined;
+    if (warmup?.memoryBytes !== undefined) pool.bytesEach = warmup.memoryBytes;
     // A warm-up's memory stays with the sandbox: the run's limit is on top of it.
     const own =
       warmup?.memoryBytes !== undefined && limits.memoryBytes !== undefined
@@ -456,8 +631,23 @@ function poolFor(shape: Shape): Pool {
   const known = pools.get(shape.key);
   if (known) return known;
   // Forget shapes that have nothing waiting and nothing running, once there are many.
-  if (pools.size >= MAX_POOLS) for (const [k, p] of pools) if (p.ready.length === 0 && p.inFlight === 0) pools.delete(k);
-  const pool: Pool = { shape, ready: [], inFlight: 0, wanted: 0, used: 0, warmFailures: 0, warmPausedUntil: 0 };
+  if (pools.size >= MAX_POOLS)
+    for (const [k, p] of pools) {
+      if (p.ready.length > 0 || p.inFlight > 0) continue;
+      if (p.idle) clearTimeout(p.idle);
+      pools.delete(k);
+    }
+  const pool: Pool = {
+    shape,
+    ready: [],
+    inFlight: 0,
+    wanted: 0,
+    demand: new Demand(),
+    poolBytes: DEFAULT_WARM_POOL_BYTES,
+    used: 0,
+    warmFailures: 0,
+    warmPausedUntil: 0,
+  };
   pools.set(shape.key, pool);
   return pool;
 }
@@ -515,6 +705,8 @@ export function finishPrebuilt(claim: PrebuiltClaim): void {
   claim.done = true;
   claim.pool.inFlight--;
   if (claim.built) cleanUp(claim.built);
+  // The last run going has ended: a refill waiting for that may start once the process is quiet.
+  if (pending.size > 0) armQuiet();
 }
 
 /**
@@ -535,6 +727,7 @@ export function discardPrebuilt(stageDir: string): void {
   for (const [key, pool] of pools) {
     if (pool.shape.stageDir !== stageDir) continue;
     pools.delete(key);
+    if (pool.idle) clearTimeout(pool.idle);
     inFlight += pool.inFlight;
     for (const b of pool.ready.splice(0)) discard(b);
   }

@@ -10,9 +10,21 @@ export type RunOutput = ({ path: string; lost?: undefined } & CopiedOutput) | { 
 const LOST = 'the sandbox ended before its holder said the tool was done (the tool may have killed it), so nothing was copied out';
 
 /**
+ * What the holder of a run said once its tool had exited (launcher.ts, `holdRun`): the tool's exit
+ * status as its shell saw it (128 + N for signal N), and whether the sandbox's init and the holder
+ * were then its only processes. When they were, the run is over: the host may answer it without
+ * waiting for the sandbox's teardown, since nothing of the tool is left to write, and no process
+ * can appear in the sandbox again (only its own processes could start one).
+ */
+export interface HolderDone {
+  status: number;
+  alone: boolean;
+}
+
+/**
  * The output directories ({@link Mount.perRun} `rw`) of a run behind a holder: copied out of the
- * sandbox, through /proc, once the holder says `done <status>` on its channel (the tool has
- * exited) or when the run is killed; the holder is then released, which ends the sandbox.
+ * sandbox, through /proc, once the holder says `done <status> <processes>` on its channel (the
+ * tool has exited) or when the run is killed; the holder is then released, which ends the sandbox.
  */
 export class OutputCopy {
   readonly #child: ChildProcess;
@@ -28,8 +40,11 @@ export class OutputCopy {
     this.#bytes = bytes;
   }
 
-  /** Copies the directories out when the holder says the tool is done, then releases it. */
-  listen(channel: Duplex | null | undefined): void {
+  /**
+   * Copies the directories out when the holder says the tool is done, releases it, then tells
+   * `onDone` what it said.
+   */
+  listen(channel: Duplex | null | undefined, onDone?: (done: HolderDone) => void): void {
     if (!channel) return;
     let heard = '';
     channel.on('error', () => {});
@@ -37,10 +52,12 @@ export class OutputCopy {
       // Only the end is kept: the tool may write to this channel too (through /proc), and what it
       // writes must cost this process nothing.
       heard = (heard + chunk.toString('latin1')).slice(-64);
-      if (!/(^|\n)done \d+\n/.test(heard)) return;
+      const said = /(?:^|\n)done (\d{1,3}) (\d{1,9})\n/.exec(heard);
+      if (!said) return;
       channel.off('data', onData);
       this.copy();
       channel.end('\n');
+      onDone?.({ status: Number(said[1]), alone: said[2] === '2' });
     };
     channel.on('data', onData);
   }

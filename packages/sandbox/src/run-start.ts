@@ -3,6 +3,7 @@
  * what the launch needs), a sandbox built ahead when one of its shape waits, and the launch, which
  * gives back everything taken for it when it fails.
  */
+import { basename } from 'node:path';
 import type { CheckedBind } from './binds.js';
 import type { CgroupLimits, RunCgroups } from './cgroup.js';
 import { EGRESS_PORTS } from './egress/inside.js';
@@ -163,6 +164,7 @@ export async function claimPrebuilt(
       ...keyOf.opens,
       ...(warmShape ? ['\0warm', String(warmShape.shape.slot), ...warmShape.preload, '\0', ...warmShape.shape.inner] : []),
     ].join('\0'),
+    label: basename(plan.toolCommand[0] ?? ''),
     stageDir,
     slots,
     bwrap: plan.bwrapArgv,
@@ -211,7 +213,13 @@ function warmFor(
   // The holder keeps the channel (the loader closes its own copy once it has read its run).
   const run = plan.hold ? holdRun('"$@"', WARM_FD) : 'exec "$@"';
   const inner = ['/bin/sh', '-c', `${PRELUDE}; ${steps.join(' && ')} && ${run}`, 'sandbox', ...plan.toolCommand];
-  return { shape: { inner, slot: fit.slot, loader: pythonLoader(preload) }, startKeys: Object.keys(start), preload };
+  const shape = {
+    inner,
+    slot: fit.slot,
+    loader: pythonLoader(preload),
+    ...(warm.poolBytes !== undefined ? { poolBytes: warm.poolBytes } : {}),
+  };
+  return { shape, startKeys: Object.keys(start), preload };
 }
 
 /**

@@ -16,6 +16,7 @@ export class StdoutKeeper {
   #spill: Promise<FileHandle> | undefined;
   #writes: Promise<void> = Promise.resolve();
   #pending = 0;
+  #sealed = false;
   readonly #file: string | undefined;
 
   constructor(
@@ -26,6 +27,7 @@ export class StdoutKeeper {
   ) {
     this.#file = file;
     stdout?.on('data', (chunk: Buffer) => {
+      if (this.#sealed) return;
       this.#total += chunk.length;
       if (file && this.#total > limits.outputBytes) this.#spillChunk(stdout, file, chunk);
       if (this.#keptBytes < limits.outputBytes) {
@@ -49,6 +51,11 @@ export class StdoutKeeper {
       this.#pending -= data.length;
       if (this.#pending <= SPILL_BACKLOG) stdout.resume();
     });
+  }
+
+  /** Takes nothing more: the run has been answered (a straggler's bytes after that are not its output). */
+  seal(): void {
+    this.#sealed = true;
   }
 
   /** What was kept: at most `outputBytes`. */

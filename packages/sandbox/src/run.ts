@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import type { Duplex, Writable } from 'node:stream';
+import type { Duplex, Readable, Writable } from 'node:stream';
 import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunCgroup, runCpuUsec } from './cgroup.js';
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
@@ -117,10 +117,11 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ? startEgress(child, plan.network, () => plan.preload?.remove()) // the relay runs: bwrap has mounted everything
     : undefined;
   feed(child, run.cold, options.stdin ?? '');
-  // The holder says `done <status>` on its channel once the tool has exited; its output
-  // directories are then copied out, and the holder released (which ends the sandbox).
+  // The holder says `done <status> <processes>` on its channel once the tool has exited; its
+  // output directories are then copied out, and the holder released (which ends the sandbox).
   const copy = plan.hold ? new OutputCopy(child, plan.outputs, plan.limits.outputDirBytes) : undefined;
-  copy?.listen((child.stdio as unknown as (Duplex | null)[])[claim?.built ? 5 : HOLDER_FD]);
+  const closed = exitOf(child, run, plan.identity.uid);
+  const over = copy ? holderOver(child, copy, claim?.built ? 5 : HOLDER_FD) : undefined;
   const watch = watchRun(child, cgroup, plan.limits, options.signal, () => copy?.copy());
   const stdout = new StdoutKeeper(child.stdout, plan.limits, options.stdoutFile, () => watch.kill('output_cap'));
   const events = relayEvents(child, options.events);
@@ -128,19 +129,33 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const start = new StartWatch();
   child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
 
-  const { code, signal } = await exitOf(child, run, plan.identity.uid).finally(() => {
+  // The run is over when its launcher has closed, or, behind a holder, as soon as the holder says
+  // the tool is done and nothing else of it is left: the sandbox's teardown (its namespaces going
+  // away, most of a short run's tail) then goes on after the answer, and what the run held is given
+  // back once it is through.
+  const { code, signal, early } = await (over ? Promise.race([closed, over]) : closed).finally(() => {
     watch.stop();
     // The tool is gone: so are its connections, and the sockets in its namespace.
     egress?.proxy.close();
     plan.preload?.remove();
   });
+  stdout.seal();
+  events?.seal();
   stderr.push(start.flush());
   const stderrTail = stderr.text();
   const ended = watch.ended();
   const end = endOf({ code, signal, ended, cgroup, cpuBudgetUsec: watch.cpuBudgetUsec, stderrTail });
   const processLimitHit = cgroup ? pidsLimitHit(cgroup) : false;
   const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
-  release(run);
+  if (early) {
+    ends.early++;
+    const gone = closed.then(
+      () => release(run),
+      () => {},
+    );
+    tearing.add(gone);
+    gone.finally(() => tearing.delete(gone));
+  } else release(run);
   await refuseUnstarted({ egress, start, ended, end, stderrTail, stdout, uid: plan.identity.uid });
   if (copy?.unmoved) {
     throw new SandboxError(
@@ -168,6 +183,25 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     hostUid: plan.identity.uid,
     ...(events ? { eventsBytes: events.bytes } : {}),
   };
+}
+
+const ends = { early: 0 };
+/** The teardowns of sandboxes whose runs were answered at their holder's word, until each is through. */
+const tearing = new Set<Promise<void>>();
+
+/** How many runs were answered at their holder's word, before their sandbox's teardown (for tests and diagnostics). */
+export function runEnds(): { early: number; tearing: number } {
+  return { ...ends, tearing: tearing.size };
+}
+
+/**
+ * Resolves once the sandbox of every run answered so far has gone, and what it held (its cgroup,
+ * its binds' ownership, its staged files, its place in a pool) has been given back. A run behind
+ * a holder is answered as soon as its tool is done and nothing of it is left; its sandbox's
+ * namespaces go away after that. An embedding program that is closing awaits this first.
+ */
+export async function sandboxesGone(): Promise<void> {
+  while (tearing.size > 0) await Promise.all([...tearing]);
 }
 
 /** Sends bwrap its options (a sandbox of the run's own) and the tool its stdin, which is then closed. */
@@ -225,14 +259,44 @@ function watchRun(
   };
 }
 
-/** Events: handed on as read, never kept, never paused (the tool must not block on them). */
-function relayEvents(child: ChildProcess, events: ((chunk: Buffer) => void) | undefined): { bytes: number } | undefined {
+/**
+ * The end of a run behind a holder, when it comes before the launcher's: the holder said the tool
+ * is done and it and the sandbox's init are all that is left (run-outputs.ts, {@link HolderDone}),
+ * and everything the tool wrote has been read. The tool wrote its last byte before it exited, and
+ * the holder spoke after that, so when its word is read here, the tool's pipes are readable in the
+ * same poll of the event loop, which reads each of them until it is empty; the check that follows
+ * that poll finds every byte delivered. A pipe this process has paused (a stdout spilling to disk
+ * faster than the disk takes it) leaves the run to end with its launcher, as does a holder not alone.
+ */
+function holderOver(child: ChildProcess, copy: OutputCopy, fd: number): Promise<Exit> {
+  const pipes = [child.stdout, child.stderr, child.stdio[EVENTS_FD] as Readable | null | undefined];
+  return new Promise((resolve) => {
+    copy.listen((child.stdio as unknown as (Duplex | null)[])[fd], (done) => {
+      if (!done.alone) return;
+      setImmediate(() => {
+        if (pipes.every((p) => !p || p.readableEnded || (!p.isPaused() && p.readableLength === 0))) {
+          resolve({ code: done.status, signal: null, early: true });
+        }
+      });
+    });
+  });
+}
+
+/** Events: handed on as read, never kept, never paused (the tool must not block on them); none once sealed (the run has been answered). */
+function relayEvents(child: ChildProcess, events: ((chunk: Buffer) => void) | undefined): { bytes: number; seal(): void } | undefined {
   if (!events) return undefined;
-  const counted = { bytes: 0 };
+  let sealed = false;
+  const counted = {
+    bytes: 0,
+    seal() {
+      sealed = true;
+    },
+  };
   const pipe = child.stdio[EVENTS_FD] as Duplex | null | undefined;
   if (!pipe) return counted;
   pipe.on('error', () => {}); // the tool's end closing early is its business
   pipe.on('data', (chunk: Buffer) => {
+    if (sealed) return;
     counted.bytes += chunk.length;
     events(chunk);
   });
@@ -240,11 +304,18 @@ function relayEvents(child: ChildProcess, events: ((chunk: Buffer) => void) | un
   return counted;
 }
 
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** The run ended at its holder's word, before its launcher closed ({@link holderOver}). */
+  early?: boolean;
+}
+
 /**
  * How the launcher ended. Rejects with `sandbox_unavailable`, having given back what the run
  * held, when the launcher itself could not be started (spawn's EAGAIN when this user is at its limit).
  */
-function exitOf(child: ChildProcess, run: StartedRun, uid: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+function exitOf(child: ChildProcess, run: StartedRun, uid: number): Promise<Exit> {
   return new Promise((resolve, reject) => {
     child.on('error', (err) => {
       if (run.claim) finishPrebuilt(run.claim);

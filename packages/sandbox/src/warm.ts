@@ -31,6 +31,12 @@ export interface WarmOptions {
    * the sandbox.
    */
   env?: Readonly<Record<string, string>>;
+  /**
+   * Memory the waiting warm sandboxes of this process may hold in all before one more of this
+   * run's shape is warmed (default 128 MiB), and never more than a quarter of the host's available
+   * memory. Past it none is: the shape's runs start cold, and `prebuiltStats().held` says why.
+   */
+  poolBytes?: number;
 }
 
 /** What Python tools import most, loaded ahead by default. */
@@ -110,6 +116,10 @@ export function pythonLoader(preload: readonly string[]): string {
             os.dup2(fd, to)
             os.close(fd)
         os.close(null)
+    # What is here now lives as long as the process: the collection at the tool's end (see
+    # _forge_end) looks only at what the tool made.
+    import gc
+    gc.freeze()
     os.write(${WARM_FD}, b"up\\n")
     line = b""
     while not line.endswith(b"\\n"):
@@ -133,12 +143,12 @@ export function pythonLoader(preload: readonly string[]): string {
             key, _, value = rest.partition(b"=")
             os.environ[os.fsdecode(key)] = os.fsdecode(value)
     main = sys.modules["__main__"].__dict__
-    fail = main.pop("_forge_fail")
+    fail, end = main.pop("_forge_fail"), main.pop("_forge_end")
     del main["_forge_warm"], main["_forge_main"]
-    return main, fail
+    return main, fail, end
 
 
-def _forge_main(main, fail):
+def _forge_main(main, fail, end):
     import sys
     path = sys.argv[0]
     try:
@@ -146,20 +156,65 @@ def _forge_main(main, fail):
             code = compile(f.read(), path, "exec", dont_inherit=True)
     except BaseException as e:
         # As the interpreter reports a script it cannot compile: no frames of its own.
-        fail(sys, e, None)
+        end(main, fail(sys, e, None))
     try:
         exec(code, main)
-    except SystemExit:
-        raise
+    except SystemExit as e:
+        end(main, e)
     except BaseException as e:
-        fail(sys, e, e.__traceback__.tb_next)
+        end(main, fail(sys, e, e.__traceback__.tb_next))
+    end(main, 0)
 
 
 def _forge_fail(sys, e, tb):
     e.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
     sys.excepthook(type(e), e, tb)
-    raise SystemExit(1) from None
+    return 1
+
+
+def _forge_end(main, how):
+    # What the interpreter does at exit that a tool can see, in its order (Py_FinalizeEx): wait
+    # for non-daemon threads, run atexit, flush stdout and stderr, clear __main__ (its objects'
+    # finalizers run: an unclosed file is flushed), flush again; then exit without tearing the
+    # interpreter down, which is most of its exit's time. Anything unusual (an exit code that is
+    # not a C int, a flush that fails) is left to the interpreter's own exit.
+    import sys
+    if isinstance(how, SystemExit):
+        code = how.code
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            if not -2**31 <= code < 2**31:
+                raise how
+            status = code
+        else:
+            sys.stderr.write(str(code))
+            sys.stderr.write("\\n")
+            status = 1
+    else:
+        status = how
+    if "threading" in sys.modules:
+        sys.modules["threading"]._shutdown()
+    import atexit, gc, os
+    atexit._run_exitfuncs()
+
+    def flush():
+        for f in (sys.stdout, sys.stderr):
+            if f is not None and not getattr(f, "closed", False):
+                try:
+                    f.flush()
+                except BaseException:
+                    raise SystemExit(status) from None
+
+    flush()
+    for every in (False, True):
+        for name in list(main):
+            if name != "__builtins__" and (every or (name[:1] == "_" and name[:2] != "__")):
+                main[name] = None
+    gc.collect()
+    flush()
+    os._exit(status & 0xFF)
 
 
 _forge_main(*_forge_warm())

@@ -37,8 +37,10 @@ const EXPORTS = [
   'resolveRuntimes',
   'runSandboxed',
   'runtimeNames',
+  'sandboxesGone',
   'spawnSandboxed',
   'userTasks',
+  'warmBudget',
 ];
 
 // Imported while the file is collected, not inside the test: on a busy machine loading the

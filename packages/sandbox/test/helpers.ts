@@ -7,7 +7,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { requireSandbox as requireSandboxOn, tempDir, waitFor } from '@forge/test-utils';
 import { onTestFinished } from 'vitest';
-import { discardPrebuilt, type Mount, prebuiltStats, probe, resolveRuntimes } from '../src/index.js';
+import { discardPrebuilt, type Mount, prebuiltStats, probe, resolveRuntimes, sandboxesGone } from '../src/index.js';
 
 export { asRoot, isRoot, tempDir } from '@forge/test-utils';
 
@@ -44,7 +44,10 @@ export function introspect(o: { cpuLimit?: boolean } = {}): string {
 export async function stage(): Promise<{ stageDir: string; root: string }> {
   const root = await tempDir();
   const stageDir = join(root, 'stage');
-  onTestFinished(() => discardPrebuilt(stageDir));
+  onTestFinished(async () => {
+    await sandboxesGone();
+    discardPrebuilt(stageDir);
+  });
   return { stageDir, root };
 }
 

@@ -21,6 +21,7 @@ import {
   resolveRuntimes,
   runSandboxed,
   type SandboxProfile,
+  sandboxesGone,
 } from '../src/index.js';
 import { builtSoon, descendants, introspect, requireSandbox, runInChild, stage } from './helpers.js';
 
@@ -107,7 +108,8 @@ describe('a run in a sandbox built ahead', () => {
       expect(readFileSync(join(out, 'sub', 'f'), 'utf8')).toBe('deep\n');
     }
     await builtSoon();
-    // Under the stage: this process's directory, holding only the one sandbox now waiting.
+    await sandboxesGone();
+    // Under the stage: this process's directory, holding only the sandboxes now waiting.
     const mine = readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`));
     expect(mine).toHaveLength(1);
     expect(readdirSync(join(stageDir, mine[0] as string))).toHaveLength(prebuiltStats().ready);

@@ -7,8 +7,9 @@
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { scaled } from '@forge/test-utils';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { scaled, waitFor } from '@forge/test-utils';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { DEMAND } from '../src/demand.js';
 import {
   discardPrebuilt,
   type HostInfo,
@@ -19,6 +20,7 @@ import {
   type RunResult,
   runSandboxed,
   type SandboxProfile,
+  sandboxesGone,
 } from '../src/index.js';
 import { builtSoon, introspect, pythonRuntime, requireSandbox, stage } from './helpers.js';
 
@@ -74,6 +76,16 @@ function outcome(r: RunResult) {
   return { reason: r.reason, exitCode: r.exitCode, signal: r.signal, stdout: r.stdout.toString(), stderr: r.stderrTail };
 }
 
+/** The files a run left in its artifacts directory, with their bytes. */
+function artifacts(root: string): Record<string, string> {
+  const dir = join(root, 'tool', 'artifacts');
+  return Object.fromEntries(
+    readdirSync(dir)
+      .sort()
+      .map((n) => [n, readFileSync(join(dir, n), 'utf8')]),
+  );
+}
+
 /** Tools whose every observable must match cold and warm. */
 const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> = {
   'main module, argv, file and path': {
@@ -113,6 +125,37 @@ const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> =
     code: 'import sys, atexit\natexit.register(lambda: print("atexit ran"))\nprint("x")\nsys.exit(3)',
     expect: /^x\natexit ran\n$/,
   },
+  'at exit: a non-daemon thread finishes, atexit runs, an unclosed file is flushed, a finalizer runs': {
+    code: [
+      'import threading, time, atexit, os',
+      'def late():',
+      '    time.sleep(0.2)',
+      '    print("thread done", flush=True)',
+      'threading.Thread(target=late).start()',
+      'atexit.register(lambda: print("atexit ran"))',
+      'out = open("/forge/artifacts/unclosed.txt", "w")',
+      'out.write("written, never closed")',
+      'class Noisy:',
+      '    def __del__(self):',
+      '        print("finalized")',
+      'keep = Noisy()',
+      'print("main done")',
+    ].join('\n'),
+    expect: /^main done\nthread done\natexit ran\nfinalized\n$/,
+  },
+  'sys.exit with a code past a byte': {
+    code: 'import sys\nprint("x", flush=True)\nsys.exit(int(sys.stdin.read()))',
+    stdin: '258',
+    expect: /^x\n$/,
+  },
+  'sys.exit with a negative code': {
+    code: 'import sys, atexit\natexit.register(print, "bye")\nsys.exit(-1)',
+    expect: /^bye\n$/,
+  },
+  'sys.exit with True': {
+    code: 'import sys\nsys.exit(True)',
+    expect: /^$/,
+  },
   'sys.exit with a message': {
     code: 'import sys\nsys.exit("bad input")',
     expect: /^$/,
@@ -142,11 +185,11 @@ describe('a warm run', () => {
     const profile = () => tool(root, 'tool', c.code, { env: { TOOL_VAR: 'a "quoted"\nvalue $HOME' } });
     const cold = await runSandboxed(profile(), options);
     const coldEvents = Buffer.concat(events.splice(0)).toString();
-    const coldArtifacts = readdirSync(join(root, 'tool', 'artifacts')).sort();
+    const coldArtifacts = artifacts(root);
     const warm = await warmRun(profile, stageDir, options);
     expect(outcome(warm), describeRun(warm)).toEqual(outcome(cold));
     expect(cold.stdout.toString(), describeRun(cold)).toMatch(c.expect);
-    expect(readdirSync(join(root, 'tool', 'artifacts')).sort()).toEqual(coldArtifacts);
+    expect(artifacts(root)).toEqual(coldArtifacts);
     expect(Buffer.concat(events).toString()).toBe(coldEvents);
   });
 
@@ -293,9 +336,69 @@ describe('a warm run', () => {
     const { stageDir, root } = await stage();
     await warmRun(() => tool(root, 'tool', 'print(1)'), stageDir);
     await builtSoon();
+    await sandboxesGone();
     discardPrebuilt(stageDir);
     expect(readdirSync(stageDir).filter((n) => n.startsWith(`${process.pid}-`))).toEqual([]);
     expect(prebuiltStats().building).toBe(0);
     expect(readFileSync(join(root, 'tool', 'main.py'), 'utf8')).toBe('print(1)');
+  });
+});
+
+describe('the warm pool', () => {
+  /** This test's pool (its stage directory is its own, so is its shape). */
+  const poolOf = (stageDir: string) => () => {
+    const all = prebuiltStats().pools.filter((p) => p.warm && p.stageDir === stageDir);
+    expect(all.length, `one warm pool for ${stageDir}`).toBeLessThanOrEqual(1);
+    return all[0];
+  };
+
+  it('grows with the rate of runs, keeps one once idle, none once idle for long', async () => {
+    const { stageDir, root } = await stage();
+    const saved = { ...DEMAND };
+    onTestFinished(() => {
+      Object.assign(DEMAND, saved);
+    });
+    DEMAND.idleMs = 300;
+    DEMAND.idleLongMs = 900;
+    const pool = poolOf(stageDir);
+    // Runs back to back: each takes a sandbox while the next ones are still warming up.
+    for (let i = 0; i < 10; i++) {
+      const r = await runSandboxed(tool(root, 'tool', `print(${i})`), { prebuild: { stageDir, warm: WARM } });
+      expect(r.stdout.toString(), describeRun(r)).toBe(`${i}\n`);
+    }
+    expect(pool()?.wanted, JSON.stringify(pool())).toBeGreaterThan(1);
+    await waitFor(
+      () => `the idle pool to keep one (${JSON.stringify(pool())})`,
+      () => pool()?.wanted === 1 && (pool()?.ready ?? 0) + (pool()?.building ?? 0) <= 1,
+    );
+    await waitFor(
+      () => `the pool idle for long to keep none (${JSON.stringify(pool())})`,
+      () => pool()?.wanted === 0 && (pool()?.ready ?? 0) + (pool()?.building ?? 0) === 0,
+    );
+    // The next run starts as a first one would, and has one warmed for the run after it.
+    const next = await runSandboxed(tool(root, 'tool', 'print("again")'), { prebuild: { stageDir, warm: WARM } });
+    expect(next.warmup).toBeUndefined();
+    await builtSoon();
+    expect(pool()?.ready).toBeGreaterThanOrEqual(1);
+  });
+
+  it('warms none past its memory budget: runs start cold, and the stats say why', async () => {
+    const { stageDir, root } = await stage();
+    const tight = { prebuild: { stageDir, warm: { ...WARM, poolBytes: 1 } } };
+    await runSandboxed(tool(root, 'tool', 'print(1)'), tight);
+    await builtSoon();
+    const cold = await runSandboxed(tool(root, 'tool', 'print(2)'), tight);
+    expect(cold.stdout.toString(), describeRun(cold)).toBe('2\n');
+    expect(cold.warmup, 'no warm sandbox fits a budget of one byte').toBeUndefined();
+    expect(prebuiltStats().held).toMatchObject({ label: expect.stringMatching(/^python3/), budgetBytes: 1 });
+    expect(prebuiltStats().held?.neededBytes).toBeGreaterThan(1);
+    // The same tool under the default budget warms again.
+    const roomy = { prebuild: { stageDir, warm: WARM } };
+    await runSandboxed(tool(root, 'tool', 'print(3)'), roomy);
+    await builtSoon();
+    const warm = await runSandboxed(tool(root, 'tool', 'print(4)'), roomy);
+    expect(warm.warmup, describeRun(warm)).toBeDefined();
+    expect(prebuiltStats().warmBytes).toBeGreaterThan(0);
+    expect(prebuiltStats().warmBudgetBytes).toBeGreaterThan(1);
   });
 });

@@ -7,7 +7,7 @@ import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } 
 import type { Command } from '../command.js';
 import { callContext, type Engine, openForge } from '../context.js';
 import type { Output } from '../output.js';
-import { keepPresent } from '../presence.js';
+import { keepPresent, sandboxFacts } from '../presence.js';
 import { untilSignal } from '../signals.js';
 import { openStore } from '../store.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
@@ -207,7 +207,7 @@ async function openServed(w: Where, o: { workers: number; dispatch: boolean; gra
     if (store.kind !== 'files' || queue || existsSync(join(w.project, '.forge')))
       present = keepPresent(
         await store.presence(),
-        { name: `serve-${process.pid}`, kind: 'front-end', facts: { workers, store: store.kind } },
+        { name: `serve-${process.pid}`, kind: 'front-end', facts: () => ({ workers, store: store.kind, ...sandboxFacts() }) },
         (l) => out.note(l),
       );
     engine = await openForge(w, { server: true, store, ...(queue ? { dispatch: queue } : {}) });

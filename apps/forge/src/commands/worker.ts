@@ -3,7 +3,7 @@ import { defaultWorkerName } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { openForge } from '../context.js';
-import { keepPresent } from '../presence.js';
+import { keepPresent, sandboxFacts } from '../presence.js';
 import { untilSignal } from '../signals.js';
 import { openStore } from '../store.js';
 import { VERSION } from '../version.js';
@@ -47,7 +47,7 @@ export const worker: Command = {
       const ac = new AbortController();
       const present = keepPresent(
         await store.presence(),
-        { name: name ?? defaultWorkerName(), kind: 'worker', facts: { concurrency } },
+        { name: name ?? defaultWorkerName(), kind: 'worker', facts: () => ({ concurrency, ...sandboxFacts() }) },
         (l) => out.note(l),
       );
       let working: Promise<void> | undefined;

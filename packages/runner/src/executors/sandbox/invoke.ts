@@ -47,7 +47,7 @@ export interface InvokePorts {
   /** Null when sandboxes are not built ahead; else the directory of their per-run files (made at first use). */
   stageDir: (() => string) | null;
   /** Null when interpreters are not warmed ahead; else what a warm Python imports first. */
-  warm: { pythonPreload?: readonly string[] } | null;
+  warm: { pythonPreload?: readonly string[]; poolBytes?: number } | null;
   bwrapPath: string | undefined;
   resolver: Resolver | undefined;
 }
@@ -152,8 +152,8 @@ function prepare(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Setup {
 /** The warm options of a run of `runtime` (the sandbox warms what it can: a Python script). */
 function warmFor(ports: InvokePorts, runtime: Runtime): { warm?: WarmOptions } {
   if (!ports.warm) return {};
-  const preload = ports.warm.pythonPreload;
-  return { warm: { env: runtime.env, ...(preload ? { preload } : {}) } };
+  const { pythonPreload: preload, poolBytes } = ports.warm;
+  return { warm: { env: runtime.env, ...(preload ? { preload } : {}), ...(poolBytes !== undefined ? { poolBytes } : {}) } };
 }
 
 /** The sandbox profile of the run: command, environment, mounts, binds, limits, network. */
