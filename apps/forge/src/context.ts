@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JobQueue } from '@forge/queue';
-import { inertText } from '@forge/registry';
+import { inertText } from '@forge/registry/inert';
 import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
 import type { GapStore, ProposalStore, Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError } from './args.js';

@@ -1,5 +1,5 @@
 import type { Writable } from 'node:stream';
-import { inertJson, inertText } from '@forge/registry';
+import { inertJson, inertText } from '@forge/registry/inert';
 import { guardStream } from './stdout.js';
 
 /**

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import type { Member, PresenceStore } from '@forge/queue';
-import { prebuiltStats } from '@forge/sandbox';
+import type { PrebuiltStats } from '@forge/sandbox';
 
 /** How often a running front-end or worker says it is alive. */
 const BEAT_MS = 5_000;
@@ -44,12 +44,12 @@ const MIB = 1 << 20;
 const HELD_SHOWN_MS = 10 * 60_000;
 
 /**
- * This process's sandboxes built ahead, as presence facts: `warm`, what waits (ready and warming)
- * and the memory the warm ones hold against their budget; `warm_held`, when memory last kept one
- * from being warmed (its calls then started cold), within the last ten minutes.
+ * This process's sandboxes built ahead (`prebuiltStats()` of @forge/sandbox), as presence facts:
+ * `warm`, what waits (ready and warming) and the memory the warm ones hold against their budget;
+ * `warm_held`, when memory last kept one from being warmed (its calls then started cold), within
+ * the last ten minutes.
  */
-export function sandboxFacts(): Record<string, string> {
-  const st = prebuiltStats();
+export function sandboxFacts(st: PrebuiltStats): Record<string, string> {
   const waiting = st.pools.map((p) => `${p.label}${p.warm ? '' : ' (built)'} ${p.ready}${p.building ? `+${p.building}` : ''}`);
   const mib = (b: number) => `${Math.round(b / MIB)} MiB`;
   const facts: Record<string, string> = {

@@ -61,3 +61,9 @@ it('the built entry exports exactly the listed names', () => {
     'the export list of @forge/registry changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
   ).toEqual(EXPORTS);
 });
+
+it('the ./inert entry exports the text guards alone, the same functions as the main entry', async () => {
+  const inert: Record<string, unknown> = await import(new URL('../dist/inert.js', import.meta.url).href);
+  expect(Object.keys(inert).sort()).toEqual(['describeCharacter', 'escapeCharacter', 'findUnsafeCharacter', 'inertJson', 'inertText']);
+  expect(inert.inertText).toBe(entry.inertText);
+});

@@ -204,10 +204,16 @@ async function openServed(w: Where, o: { workers: number; dispatch: boolean; gra
     queue = workers > 0 || o.dispatch ? await store.queue() : undefined;
     // Serving alone creates no project state: a server of one host's files that hands nothing
     // to workers says it is alive only where the project has a .forge/ already.
+    // Loaded here, not at the CLI's start: a command that serves nothing never loads the sandbox.
+    const { prebuiltStats } = await import('@forge/sandbox');
     if (store.kind !== 'files' || queue || existsSync(join(w.project, '.forge')))
       present = keepPresent(
         await store.presence(),
-        { name: `serve-${process.pid}`, kind: 'front-end', facts: () => ({ workers, store: store.kind, ...sandboxFacts() }) },
+        {
+          name: `serve-${process.pid}`,
+          kind: 'front-end',
+          facts: () => ({ workers, store: store.kind, ...sandboxFacts(prebuiltStats()) }),
+        },
         (l) => out.note(l),
       );
     engine = await openForge(w, { server: true, store, ...(queue ? { dispatch: queue } : {}) });

@@ -1,5 +1,4 @@
 import type { JobQueue } from '@forge/queue';
-import { defaultWorkerName } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { openForge } from '../context.js';
@@ -45,9 +44,11 @@ export const worker: Command = {
         throw err;
       }
       const ac = new AbortController();
+      // Loaded here, not at the CLI's start (every command would pay for the runner and the sandbox).
+      const [{ defaultWorkerName }, { prebuiltStats }] = await Promise.all([import('@forge/runner'), import('@forge/sandbox')]);
       const present = keepPresent(
         await store.presence(),
-        { name: name ?? defaultWorkerName(), kind: 'worker', facts: () => ({ concurrency, ...sandboxFacts() }) },
+        { name: name ?? defaultWorkerName(), kind: 'worker', facts: () => ({ concurrency, ...sandboxFacts(prebuiltStats()) }) },
         (l) => out.note(l),
       );
       let working: Promise<void> | undefined;
