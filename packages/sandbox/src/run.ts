@@ -149,6 +149,10 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
   if (early) {
     ends.early++;
+    // The binds go back now, before the answer: nothing of the tool is left to write to them, the
+    // caller may use them as soon as it has the answer, and they are named by this run's
+    // descriptors (of the checked binds), which the caller closes once it has it.
+    run.grant.restore();
     const gone = closed.then(
       () => release(run),
       () => {},
@@ -196,7 +200,8 @@ export function runEnds(): { early: number; tearing: number } {
 
 /**
  * Resolves once the sandbox of every run answered so far has gone, and what it held (its cgroup,
- * its binds' ownership, its staged files, its place in a pool) has been given back. A run behind
+ * its staged files, its place in a pool) has been given back (its binds were given back before
+ * its answer). A run behind
  * a holder is answered as soon as its tool is done and nothing of it is left; its sandbox's
  * namespaces go away after that. An embedding program that is closing awaits this first.
  */
@@ -328,7 +333,7 @@ function exitOf(child: ChildProcess, run: StartedRun, uid: number): Promise<Exit
   });
 }
 
-/** Gives back what the ended run held: its sandbox built ahead or launcher, its binds, its staged files. */
+/** Gives back what the ended run held: its sandbox built ahead or launcher, its binds (once: restore is idempotent), its staged files. */
 function release(run: StartedRun): void {
   if (run.claim) finishPrebuilt(run.claim);
   if (!run.claim?.built) finished(run.launched);
