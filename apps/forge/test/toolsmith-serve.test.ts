@@ -16,6 +16,14 @@ type GapRow = { signature: string; count: number };
 const gapCount = async (s: ReturnType<typeof scratch>, signature: string): Promise<number> =>
   (await forgeJson<GapRow[]>(s, ['toolsmith', 'gaps'])).data.find((g) => g.signature === signature)?.count ?? 0;
 
+/** Runs `write` (a new policy) and waits until the server has loaded it (a policy.reloaded entry after it). */
+async function loaded(s: ReturnType<typeof scratch>, write: () => void): Promise<void> {
+  const looks = () => auditEntries(s).filter((e) => e.type === 'policy.reloaded').length;
+  const seen = looks();
+  write();
+  await waitFor('the server to load the new policy (policy.reloaded)', () => looks() > seen, { intervalMs: 250 });
+}
+
 describe('the toolsmith and forge serve', () => {
   it('the kill switch set while serve runs stops proposing, approving, cycling and gap recording; lifting it resumes all, without a restart', async () => {
     const s = scratch('forge-toolsmith-serve-');
@@ -27,7 +35,9 @@ describe('the toolsmith and forge serve', () => {
     expect(noted.env.error?.message).toMatch(/the toolsmith noted the request \(1 of 2/);
     expect(await gapCount(s, 'text.shout')).toBe(1);
 
-    writePolicy(s, { ...GOVERNED, paused: true });
+    // The server takes a policy at its next look (audited as policy.reloaded): wait for it, or a
+    // call on a busy machine can come first.
+    await loaded(s, () => writePolicy(s, { ...GOVERNED, paused: true }));
     const quiet = await c.call('text.shout', {});
     expect(quiet.env).toMatchObject({ ok: false, error: { kind: 'unknown_tool' } });
     expect(quiet.env.error?.message).not.toMatch(/toolsmith/);
@@ -50,7 +60,7 @@ describe('the toolsmith and forge serve', () => {
     expect(auditEntries(s).some((e) => e.type === 'toolsmith.paused')).toBe(true);
     expect((await c.client.listTools()).tools.map((t) => t.name)).not.toContain('text__reverse');
 
-    writePolicy(s);
+    await loaded(s, () => writePolicy(s));
     const changed = c.nextListChanged(20_000);
     const approved = await forge(s, ['toolsmith', 'approve', p.proposal.id, '--as', 'alice']);
     expect(approved.code, approved.stderr).toBe(0);

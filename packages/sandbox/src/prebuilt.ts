@@ -1,145 +1,18 @@
-import { type StdioNull, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import {
-  closeSync,
-  fstatSync,
-  ftruncateSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-  writeSync,
-} from 'node:fs';
-import { join } from 'node:path';
-import type { Duplex, Writable } from 'node:stream';
-import {
-  acquireRunCgroup,
-  type CgroupLimits,
-  isAlive,
-  memoryInUse,
-  type PidsCgroups,
-  type RunCgroup,
-  releaseRunCgroup,
-  runCpuUsec,
-  setRunLimits,
-} from './cgroup.js';
+/**
+ * The pools of sandboxes built ahead (one sandbox: prebuilt-sandbox.ts): per shape, how many to
+ * keep, when to build them, and the runs that take them.
+ */
+
+import type { Writable } from 'node:stream';
+import { type CgroupLimits, memoryInUse, runCpuUsec, setRunLimits } from './cgroup.js';
 import { DEFAULT_WARM_POOL_BYTES, DEMAND, Demand, WARM_BYTES_GUESS, warmBudget } from './demand.js';
-import {
-  argsFdFor,
-  BIND_FD,
-  controlLine,
-  holdRun,
-  joinCgroup,
-  type Launched,
-  notStarted,
-  PRELUDE,
-  setHeld,
-  shellQuote,
-  streams,
-  withPipeAt,
-} from './launcher.js';
-import { shellFor } from './shell.js';
-import { processTempDir } from './tmp.js';
+import { setHeld } from './launcher.js';
+import { type Built, buildSandbox, cleanUp, discard, dropStageRoot, fill, gone, type Shape, type Warmup } from './prebuilt-sandbox.js';
 
-/**
- * Sandboxes built ahead of time. bwrap's own work (namespaces, mounts, the seccomp filter) takes
- * 2–3 ms of a run; a sandbox built ahead has done all of it and waits, as an unprivileged
- * `/bin/sh` inside, for one line on descriptor 5: its run's environment, rlimits and command.
- * The run pays for that line and one exec.
- *
- * Everything a run may vary must then reach the sandbox after it was built, so only runs that
- * fit are served this way: no binds (each is checked for its run and mounted by descriptor), no
- * network (the relay needs the run's IPC channel), and per-run mounts ({@link Mount.perRun})
- * that are a small file (its bytes are copied into a placeholder the sandbox already mounts) or
- * an empty directory (the sandbox's own tmpfs, copied out by its holder once the tool is done).
- * Sandboxes are pooled by the shape they were built for; every other run builds its own, as before.
- *
- * A sandbox serves one run only. Waiting ones never keep the process alive and die with it
- * (`--die-with-parent`); their placeholders live under the embedding program's stage directory,
- * one subdirectory per process, removed at exit (and by the next process, after a crash).
- */
+export { INNER_COMMAND, MAX_STAGED_FILE, makeStageDir, runLine, type Shape, type Warmup } from './prebuilt-sandbox.js';
 
-// Descriptor 5 is a socket pair (as every piped descriptor of Node's children): the shell says
-// it is up on it, then reads its run's line from it. The line closes it for the tool; a run with
-// an output directory keeps it as the holder's channel (see {@link runLine}).
-const INNER = `${PRELUDE}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
-/** The command a sandbox built ahead is built with: say it is built, read one line, become the run. */
-export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbox'];
-
-/**
- * The line a sandbox built ahead runs: its steps, then the command. With `hold`, the shell stays
- * as the run's holder: it runs the command (without the channel), says `done <status>` on descriptor
- * 5 when it is done, and waits there until its output directories have been copied out.
- */
-export function runLine(steps: readonly string[], argv: readonly string[], hold: boolean): string {
-  if (!hold) return controlLine([...steps, 'exec 5<&-'], argv);
-  const cmd = argv.map(shellQuote).join(' ');
-  return `${[...steps].join(' && ')}${steps.length ? ' && ' : ''}${holdRun(`${cmd} 5>&-`, 5)}`;
-}
-
-/** Largest per-run read-only file copied into a sandbox built ahead. */
-export const MAX_STAGED_FILE = 1 << 20;
 /** Shapes remembered (with how many of each to keep) before idle ones are forgotten. */
 const MAX_POOLS = 32;
-
-/** What a pool's sandboxes are built for. */
-export interface Shape {
-  /** Equal keys, interchangeable sandboxes. */
-  key: string;
-  /** What it runs, for diagnostics: the command's program name. */
-  label: string;
-  /** Where the per-run mounts' placeholders are made (see {@link RunOptions.prebuild}). */
-  stageDir: string;
-  /** The per-run read-only files, in the order of the profile's mounts (each gets a placeholder). */
-  slots: readonly 'ro'[];
-  /** bwrap, behind what drops root when this process is root (see `SandboxIdentity`). */
-  bwrap: readonly string[];
-  /**
-   * bwrap's options (all before `--`) for a sandbox whose slots are at `paths`, and the shell
-   * steps that open the sources of the mounts made from descriptors (run before root is dropped).
-   */
-  options: (paths: readonly string[]) => { options: string[]; opens: string[]; prefix: string[]; remove: () => void };
-  cgroups?: PidsCgroups;
-  seccomp: Buffer;
-  cover: (fd: number) => (number | StdioNull)[];
-  /**
-   * A warm shape (warm.ts): the command the sandbox is built with, which starts the run's own
-   * interpreter, and the loader's bytes, put in the script's slot until a run takes it.
-   */
-  warm?: { inner: readonly string[]; slot: number; loader: string; poolBytes?: number };
-}
-
-/** What the warm-up of the sandbox that served a run cost (see {@link WarmOptions}). */
-export interface Warmup {
-  /** From the sandbox's launch until its loader said it was ready. */
-  ms: number;
-  /** CPU time its processes used meanwhile, where a cgroup measured it. */
-  cpuMs?: number;
-  /** Memory they held when the run took it, where a cgroup measured it (added to the run's memory limit). */
-  memoryBytes?: number;
-}
-
-interface Built extends Launched {
-  /** This sandbox's placeholders: one entry per slot, under `dir`, and the inode of each. */
-  dir: string;
-  paths: string[];
-  inodes: number[];
-  /** Its shell (a warm one: its loader) has started inside the finished sandbox. */
-  up: boolean;
-  /** performance.now() at its launch, and when it said it was up. */
-  launchedAt: number;
-  upAt: number;
-  /** Resolves true once it is up, false when it exits first, `ms` pass or `signal` aborts. */
-  upOrGone: (ms: number, signal?: AbortSignal) => Promise<boolean>;
-  /** A run has it (and ends it with {@link finishPrebuilt}). */
-  taken: boolean;
-  cleaned: boolean;
-  /** Removes the mount points its sources were staged on (see staging.ts). */
-  unstage: () => void;
-}
 
 interface Pool {
   shape: Shape;
@@ -267,177 +140,18 @@ function warmHeld(): number {
   return bytes;
 }
 
-const roots = new Map<string, string>(); // stage directory → this process's directory in it
-const made = new Set<string>(); // every such directory not yet removed, for the exit
-let cleanupAtExit = false;
-
-/** This process's directory under `stageDir`; made on first use, after removing those of dead processes. */
-function stageRoot(stageDir: string): string {
-  const known = roots.get(stageDir);
-  if (known) return known;
-  mkdirSync(stageDir, { recursive: true, mode: 0o700 });
-  for (const name of readdirSync(stageDir)) {
-    const pid = /^(\d+)-[0-9a-f]+$/.exec(name)?.[1];
-    if (pid && Number(pid) !== process.pid && !isAlive(Number(pid))) rmSync(join(stageDir, name), { recursive: true, force: true });
-  }
-  const root = join(stageDir, `${process.pid}-${randomBytes(4).toString('hex')}`);
-  mkdirSync(root, { mode: 0o700 });
-  roots.set(stageDir, root);
-  made.add(root);
-  if (!cleanupAtExit) {
-    cleanupAtExit = true;
-    process.once('exit', () => {
-      for (const r of made) rmSync(r, { recursive: true, force: true });
-    });
-  }
-  return root;
-}
-
-let serial = 0;
-
-/** Gives back a sandbox's cgroup and placeholders, once (from whichever of its endings comes first). */
-function cleanUp(b: Built): void {
-  if (b.cleaned) return;
-  b.cleaned = true;
-  if (b.cgroup) releaseRunCgroup(b.cgroup);
-  if (b.dir) rmSync(b.dir, { recursive: true, force: true });
-  b.unstage();
-}
-
-/** Drops a sandbox that will serve no run: its processes, cgroup and placeholders. */
-function discard(b: Built): void {
-  try {
-    if (b.child.pid && b.child.exitCode === null && b.child.signalCode === null) process.kill(-b.child.pid, 'SIGKILL');
-  } catch {
-    // already gone
-  }
-  cleanUp(b);
-}
-
-/** Builds one sandbox for `pool`'s shape; false when it cannot (no cgroup left, stage not writable). */
+/** Builds one sandbox for `pool`'s shape into its waiting list; false when it cannot. */
 function build(pool: Pool): boolean {
-  const { shape } = pool;
-  let dir = '';
-  const paths: string[] = [];
-  const inodes: number[] = [];
-  try {
-    try {
-      dir = join(stageRoot(shape.stageDir), String(++serial));
-      mkdirSync(dir, { mode: 0o700 });
-    } catch {
-      // This process's directory was removed from under it: make it again.
-      roots.delete(shape.stageDir);
-      dir = join(stageRoot(shape.stageDir), String(++serial));
-      mkdirSync(dir, { mode: 0o700 });
-    }
-    shape.slots.forEach((mode, i) => {
-      const p = join(dir, String(i));
-      // Readable by the sandbox's uid, which may not be this process's: the directories above
-      // it stay 0700, and the sandbox reaches it by descriptor.
-      if (mode === 'ro') writeFileSync(p, shape.warm?.slot === i ? shape.warm.loader : '', { mode: 0o644, flag: 'wx' });
-      paths.push(p);
-      inodes.push(statSync(p).ino);
-    });
-  } catch {
-    if (dir) rmSync(dir, { recursive: true, force: true });
-    return false;
-  }
-  let cgroup: RunCgroup | undefined;
-  if (shape.cgroups) {
-    // Room for what building takes (bwrap, its namespace's init, the waiting shell); the run's
-    // own limit is set when a run takes it.
-    cgroup = acquireRunCgroup(shape.cgroups, { processes: 8 });
-    if (!cgroup) {
-      rmSync(dir, { recursive: true, force: true });
-      return false;
-    }
-  }
-  let planned: ReturnType<Shape['options']>;
-  try {
-    planned = shape.options(paths);
-  } catch {
-    if (cgroup) releaseRunCgroup(cgroup);
-    rmSync(dir, { recursive: true, force: true });
-    return false;
-  }
-  const { options, opens, prefix } = planned;
-  const steps = [...(cgroup ? [joinCgroup(cgroup)] : []), ...opens];
-  // 3: the run's events pipe (made now: the sandbox is built with it), 4: seccomp, 5: control,
-  // the descriptor mounts' sources from BIND_FD (opened by `opens`), then bwrap's arguments.
-  const argsFd = argsFdFor(BIND_FD + opens.length);
-  const inner = shape.warm?.inner ?? INNER_COMMAND;
-  const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...inner])}`;
-  const child = spawn(shellFor(argsFd - 1), ['-c', script, 'sandbox-launcher'], {
-    stdio: withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)], argsFd),
-    detached: true, // its own process group, as every launcher
-    env: {},
+  const built = buildSandbox(pool.shape, {
+    up: (ms) => pool.demand.built(ms),
+    exited: (b) => {
+      const i = pool.ready.indexOf(b);
+      if (i >= 0) pool.ready.splice(i, 1);
+    },
   });
-  if (notStarted(child)) {
-    // The system would not start it (out of descriptors or processes): runs start cold.
-    planned.remove();
-    if (cgroup) releaseRunCgroup(cgroup);
-    rmSync(dir, { recursive: true, force: true });
-    return false;
-  }
-  const { settle, wait } = upWatch();
-  const built: Built = {
-    child,
-    ...(cgroup ? { cgroup } : {}),
-    dir,
-    paths,
-    inodes,
-    up: false,
-    launchedAt: performance.now(),
-    upAt: 0,
-    upOrGone: wait,
-    taken: false,
-    cleaned: false,
-    unstage: planned.remove,
-  };
-  child.on('error', () => {}); // one that cannot start exits, below
-  for (const s of streams(child)) s.on('error', () => {});
-  child.once('exit', () => {
-    settle(false);
-    if (built.taken) return; // its run cleans up
-    const i = pool.ready.indexOf(built);
-    if (i >= 0) pool.ready.splice(i, 1);
-    cleanUp(built);
-  });
-  const control = (child.stdio as unknown as Duplex[])[5] as Duplex;
-  control.once('data', () => {
-    built.up = true;
-    built.upAt = performance.now();
-    pool.demand.built(built.upAt - built.launchedAt);
-    settle(true);
-  });
-  ((child.stdio as unknown as Writable[])[argsFd] as Writable).end(`${options.join('\0')}\0`);
-  (child.stdio[4] as Writable).end(shape.seccomp);
-  setHeld(child, false);
+  if (!built) return false;
   pool.ready.push(built);
   return true;
-}
-
-/** Whether a sandbox came up: settled by its first word on the channel, or by its exit. */
-function upWatch(): { settle: (up: boolean) => void; wait: Built['upOrGone'] } {
-  let settle: (up: boolean) => void = () => {};
-  const came = new Promise<boolean>((resolve) => {
-    settle = resolve;
-  });
-  // The timer is not unref'd: a run waiting here is work in progress, and the process must not
-  // exit under it (the waiting sandbox itself never holds it).
-  const wait = (ms: number, signal?: AbortSignal) =>
-    new Promise<boolean>((resolve) => {
-      const done = (up: boolean) => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', aborted);
-        resolve(up);
-      };
-      const aborted = () => done(false);
-      const timer = setTimeout(done, ms, false);
-      signal?.addEventListener('abort', aborted, { once: true });
-      void came.then(done);
-    });
-  return { settle, wait };
 }
 
 function refill(pool: Pool): void {
@@ -508,30 +222,6 @@ export interface PrebuiltClaim {
   /** What the warm-up cost, when a warm sandbox serves the run. */
   warmup?: Warmup;
   done?: boolean;
-}
-
-/**
- * Copies the read-only slots' `sources` into `b`'s placeholders, and checks that every placeholder
- * is still the inode the sandbox mounted (the stage directory may have been removed or replaced
- * meanwhile). False when one is not, or a source cannot be read: that sandbox cannot serve the run.
- */
-function fill(b: Built, sources: readonly string[]): boolean {
-  try {
-    return b.paths.every((p, i) => {
-      const bytes = readFileSync(sources[i] as string);
-      const fd = openSync(p, 'r+'); // never creates: a new file would not be the one mounted
-      try {
-        if (fstatSync(fd).ino !== b.inodes[i]) return false;
-        ftruncateSync(fd, 0);
-        writeSync(fd, bytes, 0, bytes.length, 0);
-        return true;
-      } finally {
-        closeSync(fd);
-      }
-    });
-  } catch {
-    return false;
-  }
 }
 
 /**
@@ -652,8 +342,6 @@ function poolFor(shape: Shape): Pool {
   return pool;
 }
 
-const gone = (b: Built) => b.child.exitCode !== null || b.child.signalCode !== null || !b.child.pid;
-
 /**
  * The pool's next sandbox for a run, taken out of it: one already up if there is one; else the
  * furthest along (a warm one: once it is up). Undefined when there is none.
@@ -710,15 +398,6 @@ export function finishPrebuilt(claim: PrebuiltClaim): void {
 }
 
 /**
- * A new stage directory for {@link RunOptions.prebuild} under the system's temporary directory
- * (0700, this process's; removed at exit, and by a later process when this one died without its
- * exit handlers). Its path tells a tool nothing about the host: a sandbox's mount table shows it.
- */
-export function makeStageDir(): string {
-  return processTempDir('prebuilt');
-}
-
-/**
  * Stops every sandbox waiting with placeholders under `stageDir` and removes this process's
  * directory there. For an embedding program that is done with that directory.
  */
@@ -731,13 +410,7 @@ export function discardPrebuilt(stageDir: string): void {
     inFlight += pool.inFlight;
     for (const b of pool.ready.splice(0)) discard(b);
   }
-  const root = roots.get(stageDir);
-  if (!root) return;
-  roots.delete(stageDir);
   // A run still under way keeps its placeholders (and its output) until it ends; the directory
   // then goes at exit.
-  if (inFlight === 0) {
-    made.delete(root);
-    rmSync(root, { recursive: true, force: true });
-  }
+  dropStageRoot(stageDir, inFlight > 0);
 }

@@ -26,18 +26,22 @@ export class StdoutKeeper {
     onHardCap: () => void,
   ) {
     this.#file = file;
-    stdout?.on('data', (chunk: Buffer) => {
+    this.take = (chunk: Buffer) => {
       if (this.#sealed) return;
       this.#total += chunk.length;
-      if (file && this.#total > limits.outputBytes) this.#spillChunk(stdout, file, chunk);
+      if (stdout && file && this.#total > limits.outputBytes) this.#spillChunk(stdout, file, chunk);
       if (this.#keptBytes < limits.outputBytes) {
         const take = chunk.subarray(0, limits.outputBytes - this.#keptBytes);
         this.#kept.push(take);
         this.#keptBytes += take.length;
       }
       if (this.#total > limits.outputHardBytes) onHardCap();
-    });
+    };
+    stdout?.on('data', this.take);
   }
+
+  /** Takes a chunk of stdout: what the stream delivers, and what is read straight from its descriptor at the run's end (run.ts). */
+  readonly take: (chunk: Buffer) => void;
 
   #spillChunk(stdout: Readable, file: string, chunk: Buffer): void {
     // The first time: everything so far (all of it was kept); afterwards: each chunk.

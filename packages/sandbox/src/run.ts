@@ -1,4 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
+import { readSync } from 'node:fs';
 import type { Duplex, Readable, Writable } from 'node:stream';
 import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunCgroup, runCpuUsec } from './cgroup.js';
 import type { NetworkUsage } from './egress/proxy.js';
@@ -121,13 +122,16 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   // output directories are then copied out, and the holder released (which ends the sandbox).
   const copy = plan.hold ? new OutputCopy(child, plan.outputs, plan.limits.outputDirBytes) : undefined;
   const closed = exitOf(child, run, plan.identity.uid);
-  const over = copy ? holderOver(child, copy, claim?.built ? 5 : HOLDER_FD) : undefined;
+  const sinks: Sinks = {};
+  const over = copy ? holderOver(child, copy, claim?.built ? 5 : HOLDER_FD, sinks) : undefined;
   const watch = watchRun(child, cgroup, plan.limits, options.signal, () => copy?.copy());
   const stdout = new StdoutKeeper(child.stdout, plan.limits, options.stdoutFile, () => watch.kill('output_cap'));
   const events = relayEvents(child, options.events);
   const stderr = new Tail(plan.limits.stderrTailBytes);
   const start = new StartWatch();
-  child.stderr?.on('data', (chunk: Buffer) => stderr.push(start.push(chunk)));
+  const onStderr = (chunk: Buffer) => stderr.push(start.push(chunk));
+  child.stderr?.on('data', onStderr);
+  Object.assign(sinks, { stdout: stdout.take, stderr: onStderr, events: events?.take });
 
   // The run is over when its launcher has closed, or, behind a holder, as soon as the holder says
   // the tool is done and nothing else of it is left: the sandbox's teardown (its namespaces going
@@ -264,31 +268,68 @@ function watchRun(
   };
 }
 
+/** Where each of a run's pipes' bytes go: what its stream delivers, and what the end of the run reads straight from it. */
+interface Sinks {
+  stdout?: (chunk: Buffer) => void;
+  stderr?: (chunk: Buffer) => void;
+  events?: ((chunk: Buffer) => void) | undefined;
+}
+
 /**
  * The end of a run behind a holder, when it comes before the launcher's: the holder said the tool
- * is done and it and the sandbox's init are all that is left (run-outputs.ts, {@link HolderDone}),
- * and everything the tool wrote has been read. The tool wrote its last byte before it exited, and
- * the holder spoke after that, so when its word is read here, the tool's pipes are readable in the
- * same poll of the event loop, which reads each of them until it is empty; the check that follows
- * that poll finds every byte delivered. A pipe this process has paused (a stdout spilling to disk
- * faster than the disk takes it) leaves the run to end with its launcher, as does a holder not alone.
+ * is done and it and the sandbox's init are all that is left (run-outputs.ts, {@link HolderDone}).
+ * Everything the tool wrote is then in its pipes, but not necessarily read yet: this process's
+ * event loop reads each pipe when it gets to it, in no order with the holder's channel (a busy
+ * server has hundreds of descriptors ready at once). So what is left in each is read here, at
+ * once, straight from its descriptor until it is empty, and handed to where the stream's bytes go,
+ * after all the stream delivered: nothing that stays alive can write to them any more. A pipe
+ * this process has paused or whose stream holds bytes not yet delivered (a stdout spilling to disk
+ * faster than the disk takes it), or whose descriptor is not known, leaves the run to end with its
+ * launcher, as does a holder not alone.
  */
-function holderOver(child: ChildProcess, copy: OutputCopy, fd: number): Promise<Exit> {
-  const pipes = [child.stdout, child.stderr, child.stdio[EVENTS_FD] as Readable | null | undefined];
+function holderOver(child: ChildProcess, copy: OutputCopy, fd: number, sinks: Sinks): Promise<Exit> {
   return new Promise((resolve) => {
     copy.listen((child.stdio as unknown as (Duplex | null)[])[fd], (done) => {
       if (!done.alone) return;
-      setImmediate(() => {
-        if (pipes.every((p) => !p || p.readableEnded || (!p.isPaused() && p.readableLength === 0))) {
-          resolve({ code: done.status, signal: null, early: true });
-        }
-      });
+      const pipes: [Readable | null | undefined, ((chunk: Buffer) => void) | undefined][] = [
+        [child.stdout, sinks.stdout],
+        [child.stderr, sinks.stderr],
+        [child.stdio[EVENTS_FD] as Readable | null | undefined, sinks.events],
+      ];
+      const open = pipes.filter(([p]) => p && !p.readableEnded && !p.destroyed) as [Readable, ((chunk: Buffer) => void) | undefined][];
+      if (open.some(([p, sink]) => !sink || p.isPaused() || p.readableLength > 0 || descriptorOf(p) === undefined)) return;
+      for (const [p, sink] of open) drain(descriptorOf(p) as number, sink as (chunk: Buffer) => void);
+      resolve({ code: done.status, signal: null, early: true });
     });
   });
 }
 
+/** The descriptor under a pipe's stream (Node's libuv handle), when it says. */
+function descriptorOf(stream: Readable): number | undefined {
+  const fd = (stream as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : undefined;
+}
+
+/** Reads a non-blocking descriptor until it is empty (or at its end), handing each chunk to `sink`. */
+function drain(fd: number, sink: (chunk: Buffer) => void): void {
+  const buf = Buffer.allocUnsafe(64 * 1024);
+  for (;;) {
+    let n: number;
+    try {
+      n = readSync(fd, buf, 0, buf.length, null);
+    } catch {
+      return; // EAGAIN: empty (any other error: nothing more to read either)
+    }
+    if (n === 0) return;
+    sink(Buffer.from(buf.subarray(0, n)));
+  }
+}
+
 /** Events: handed on as read, never kept, never paused (the tool must not block on them); none once sealed (the run has been answered). */
-function relayEvents(child: ChildProcess, events: ((chunk: Buffer) => void) | undefined): { bytes: number; seal(): void } | undefined {
+function relayEvents(
+  child: ChildProcess,
+  events: ((chunk: Buffer) => void) | undefined,
+): { bytes: number; seal(): void; take(chunk: Buffer): void } | undefined {
   if (!events) return undefined;
   let sealed = false;
   const counted = {
@@ -296,15 +337,16 @@ function relayEvents(child: ChildProcess, events: ((chunk: Buffer) => void) | un
     seal() {
       sealed = true;
     },
+    take(chunk: Buffer) {
+      if (sealed) return;
+      counted.bytes += chunk.length;
+      events(chunk);
+    },
   };
   const pipe = child.stdio[EVENTS_FD] as Duplex | null | undefined;
   if (!pipe) return counted;
   pipe.on('error', () => {}); // the tool's end closing early is its business
-  pipe.on('data', (chunk: Buffer) => {
-    if (sealed) return;
-    counted.bytes += chunk.length;
-    events(chunk);
-  });
+  pipe.on('data', counted.take);
   pipe.end(); // nothing goes the other way: a tool reading it sees end-of-file
   return counted;
 }

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type Mount, type RunOptions, type RunResult, runSandboxed, type SandboxProfile } from '../src/index.js';
 import { runEnds } from '../src/run.js';
-import { builtSoon, pythonRuntime, requireSandbox, stage } from './helpers.js';
+import { builtSoon, pythonRuntime, requireSandbox, stage, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
 beforeAll(async () => {
@@ -132,5 +132,27 @@ describe.each(MODES)('a run behind a holder, %s', (mode) => {
     expect(r.exitCode).toBe(0);
     expect(left).toEqual([]);
     expect(early, 'the run was answered before its sandbox went').toBe(true);
+  });
+});
+
+describe('runs behind holders, many at once', () => {
+  it('each is answered with everything its tool wrote, however the event loop orders their pipes', async () => {
+    const root = await tempDir();
+    const N = 40;
+    const profile = (i: number): SandboxProfile => {
+      const out = join(root, `out-${i}`);
+      mkdirSync(out);
+      return {
+        command: ['/bin/sh', '-c', `head -c 20000 /dev/zero | tr '\\0' x; printf ' %s\\n' ${i}; printf 'err %s\\n' ${i} >&2`],
+        mounts: [{ source: out, target: '/out', mode: 'rw', perRun: true }],
+      };
+    };
+    const runs = await Promise.all(Array.from({ length: N }, (_, i) => runSandboxed(profile(i))));
+    runs.forEach((r, i) => {
+      expect(r.reason, describeRun(r)).toBe('exit');
+      expect(r.stdoutBytes, `run ${i}`).toBe(20_000 + ` ${i}\n`.length);
+      expect(r.stdout.subarray(20_000).toString(), `run ${i}`).toBe(` ${i}\n`);
+      expect(r.stderrTail, `run ${i}`).toBe(`err ${i}\n`);
+    });
   });
 });

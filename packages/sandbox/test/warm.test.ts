@@ -364,7 +364,7 @@ describe('the warm pool', () => {
     const runs = await Promise.all(
       [0, 1, 2].map((i) => runSandboxed(tool(root, `tool-${i}`, `print(${i})`), { prebuild: { stageDir, warm: WARM } })),
     );
-    runs.forEach((r, i) => expect(r.stdout.toString(), describeRun(r)).toBe(`${i}\n`));
+    for (const [i, r] of runs.entries()) expect(r.stdout.toString(), describeRun(r)).toBe(`${i}\n`);
     expect(pool()?.wanted, JSON.stringify(pool())).toBeGreaterThanOrEqual(3);
     // Idle times short enough for a test, from the next run on (each run sets the pool's watch).
     DEMAND.idleMs = 300;
