@@ -6,6 +6,7 @@ import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner
 import type { GapStore, ProposalStore, Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError } from './args.js';
 import { openStore, type Store } from './store.js';
+import { warmFromEnv } from './warm-env.js';
 import type { Where } from './where.js';
 
 /** The caller identity the runner takes from the environment (flags already applied). */
@@ -74,7 +75,7 @@ export async function openForge(w: Where, options: { server?: boolean; dispatch?
         env: w.env,
         watch: server,
         prebuild: server,
-        ...warmFrom(w.env),
+        ...warmFromEnv(w.env),
         sources,
         ...store.forgeOptions(META_TOOLS),
         ...(options.dispatch ? { dispatch: { queue: options.dispatch } } : {}),
@@ -120,17 +121,4 @@ export async function withForge<T>(w: Where, fn: (forge: Forge, toolsmith: Tools
   } finally {
     await engine.close();
   }
-}
-
-/** The warm sandboxes' settings from the environment (README, Configuration): `FORGE_WARM=off`, `FORGE_WARM_POOL_MIB`. */
-function warmFrom(env: NodeJS.ProcessEnv): { warm?: false | { poolBytes: number } } {
-  const off = env.FORGE_WARM?.trim().toLowerCase();
-  if (off === 'off' || off === '0' || off === 'false') return { warm: false };
-  const mib = env.FORGE_WARM_POOL_MIB?.trim();
-  if (!mib) return {};
-  const n = Number(mib);
-  if (!/^\d+$/.test(mib) || !Number.isSafeInteger(n * (1 << 20))) {
-    throw new Error(`FORGE_WARM_POOL_MIB=${JSON.stringify(mib)} is not a whole number of MiB; give one such as 64, or unset it for 128`);
-  }
-  return { warm: { poolBytes: n * (1 << 20) } };
 }

@@ -5,6 +5,7 @@ import { describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks, war
 import type { Check } from './doctor-check.js';
 import { checkPolicies } from './policy-check.js';
 import { storeUrl } from './store.js';
+import { DEFAULT_WARM_POOL_MIB, warmFromEnv } from './warm-env.js';
 
 export interface DoctorReport {
   ok: boolean;
@@ -143,11 +144,19 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
  */
 function warmCheck(env: NodeJS.ProcessEnv): Check {
   const name = 'warm sandboxes';
-  if (/^(off|0|false)$/i.test(env.FORGE_WARM?.trim() ?? '')) {
-    return { name, ok: true, detail: 'off (FORGE_WARM): every Python call starts its own interpreter' };
+  let set: ReturnType<typeof warmFromEnv>;
+  try {
+    set = warmFromEnv(env);
+  } catch (err) {
+    return {
+      name,
+      ok: false,
+      detail: (err as Error).message,
+      fix: 'every command that opens forge refuses to run with it: correct it, or unset it for the default',
+    };
   }
-  const mibSet = Number(env.FORGE_WARM_POOL_MIB?.trim() || 128);
-  const budget = warmBudget(Number.isSafeInteger(mibSet) ? mibSet * (1 << 20) : 128 << 20);
+  if (set.warm === false) return { name, ok: true, detail: 'off (FORGE_WARM): every Python call starts its own interpreter' };
+  const budget = warmBudget(set.warm?.poolBytes ?? DEFAULT_WARM_POOL_MIB << 20);
   const mib = (b: number) => `${Math.round(b / (1 << 20))} MiB`;
   const available = budget.availableBytes !== undefined ? ` of the ${mib(budget.availableBytes)} available` : '';
   const detail = `Python calls start in warm sandboxes built ahead, as many per runtime as its calls want (up to 4, 8 in all; 1 after a minute idle, 0 after ten), holding at most ${mib(budget.bytes)} here (FORGE_WARM_POOL_MIB, default 128; at most a quarter${available}); forge status shows each server's and worker's`;

@@ -186,6 +186,16 @@ describe('forge (commands)', () => {
       ),
     });
     expect(check('warm sandboxes')?.detail).toMatch(/^Python calls start in warm sandboxes built ahead.* holding at most \d+ MiB here/);
+    // A warm setting that is not one: doctor names it with the fix, and a command that opens forge refuses it.
+    const badWarm = { ...o, env: { ...s.env, FORGE_WARM_POOL_MIB: 'lots' } };
+    const warmDoctor = JSON.parse((await runCli(['doctor', '--json'], badWarm)).stdout);
+    expect(warmDoctor.checks.find((c: { name: string }) => c.name === 'warm sandboxes')).toMatchObject({
+      ok: false,
+      detail: 'FORGE_WARM_POOL_MIB="lots" is not a whole number of MiB; give one such as 64, or unset it for 128',
+    });
+    const warmList = await runCli(['tools', 'list'], { ...o, env: { ...s.env, FORGE_WARM: 'maybe' } });
+    expect(warmList.code, warmList.stdout).toBe(2);
+    expect(warmList.stderr).toContain('FORGE_WARM="maybe" is neither on nor off; set it to off to start every call cold, or unset it');
     const text = await runCli(['doctor'], o);
     for (const line of text.stdout.split('\n')) expect(line.length, line).toBeLessThan(400);
     if (root) {
