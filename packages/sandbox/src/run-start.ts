@@ -203,6 +203,12 @@ function warmFor(
   const preload = warm.preload ?? DEFAULT_PYTHON_PRELOAD;
   const bad = checkPreload(preload);
   if (bad) throw new SandboxError('invalid_profile', `prebuild.warm: ${bad}`);
+  if (warm.poolBytes !== undefined && !(Number.isSafeInteger(warm.poolBytes) && warm.poolBytes >= 0)) {
+    throw new SandboxError(
+      'invalid_profile',
+      `prebuild.warm.poolBytes must be a whole number of bytes, 0 or more (got ${String(warm.poolBytes)}); leave it out for 128 MiB`,
+    );
+  }
   const start = sandboxEnv({ command: plan.toolCommand, ...(warm.env ? { env: warm.env } : {}) });
   const exports = `export ${Object.entries(start)
     .map(([k, v]) => `${k}=${shellQuote(v)}`)

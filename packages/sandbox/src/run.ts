@@ -205,9 +205,9 @@ export function runEnds(): { early: number; tearing: number } {
 /**
  * Resolves once the sandbox of every run answered so far has gone, and what it held (its cgroup,
  * its staged files, its place in a pool) has been given back (its binds were given back before
- * its answer). A run behind
- * a holder is answered as soon as its tool is done and nothing of it is left; its sandbox's
- * namespaces go away after that. An embedding program that is closing awaits this first.
+ * its answer). A run behind a holder is answered as soon as its tool is done and nothing of it is
+ * left; its sandbox's namespaces go away after that. An embedding program that is closing awaits
+ * this first.
  */
 export async function sandboxesGone(): Promise<void> {
   while (tearing.size > 0) await Promise.all([...tearing]);

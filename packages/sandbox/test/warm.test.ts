@@ -127,9 +127,11 @@ const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> =
   },
   'at exit: a non-daemon thread finishes, atexit runs, an unclosed file is flushed, a finalizer runs': {
     code: [
-      'import threading, time, atexit, os',
+      'import threading, atexit, os',
       'def late():',
-      '    time.sleep(0.2)',
+      // Waits for the main thread to have ended (the interpreter's exit marks it so before it joins
+      // the others), not for a time.
+      '    threading.main_thread().join()',
       '    print("thread done", flush=True)',
       'threading.Thread(target=late).start()',
       'atexit.register(lambda: print("atexit ran"))',
@@ -325,11 +327,17 @@ describe('a warm run', () => {
     expect(r.stderrTail).toBe('');
   });
 
-  it('refuses a preload list that is not module names', async () => {
+  it('refuses a preload list that is not module names, and a pool budget that is not a number of bytes', async () => {
     const { stageDir, root } = await stage();
     await expect(
       runSandboxed(tool(root, 'tool', 'print(1)'), { prebuild: { stageDir, warm: { preload: ['json', 'os; import evil'] } } }),
     ).rejects.toMatchObject({ code: 'invalid_profile', message: expect.stringContaining('"os; import evil" is not a module name') });
+    await expect(
+      runSandboxed(tool(root, 'tool', 'print(1)'), { prebuild: { stageDir, warm: { poolBytes: Number.NaN } } }),
+    ).rejects.toMatchObject({
+      code: 'invalid_profile',
+      message: expect.stringContaining('prebuild.warm.poolBytes must be a whole number of bytes'),
+    });
   });
 
   it('leaves the stage as it found it', async () => {
