@@ -170,6 +170,9 @@ function refill(pool: Pool): void {
     }
     if (!build(pool)) return;
   }
+  // Filled: a refill owed from before (refillSoon) is paid. Left owed, it would later replace a
+  // sandbox lost meanwhile, which a pool does only when a run next asks for its shape.
+  pending.delete(pool);
 }
 
 /**
