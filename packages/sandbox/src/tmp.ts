@@ -40,16 +40,19 @@ function removeAtExit(dir: string): void {
 
 /**
  * Removes this user's `forge-sandbox-<kind>-<pid>-*` directories (every kind when `kind` is
- * undefined) whose process no longer exists. Returns how many it removed.
+ * undefined) whose process no longer exists, and those of the processes `doneWith` names (a test
+ * runner's workers once every test has run: they are torn down later, without their exit
+ * handlers). Never this process's own. Returns how many it removed.
  */
-export function sweepTempDirs(kind?: string): number {
+export function sweepTempDirs(kind?: string, doneWith: (pid: number) => boolean = () => false): number {
   let removed = 0;
   const uid = process.getuid?.();
-  for (const base of new Set([tmpdir(), '/tmp', '/dev/shm'])) removed += sweepIn(base, kind, uid);
+  const gone = (pid: number) => doneWith(pid) || !isAlive(pid);
+  for (const base of new Set([tmpdir(), '/tmp', '/dev/shm'])) removed += sweepIn(base, kind, uid, gone);
   return removed;
 }
 
-function sweepIn(base: string, kind: string | undefined, uid: number | undefined): number {
+function sweepIn(base: string, kind: string | undefined, uid: number | undefined, gone: (pid: number) => boolean): number {
   let removed = 0;
   let names: string[];
   try {
@@ -61,7 +64,7 @@ function sweepIn(base: string, kind: string | undefined, uid: number | undefined
     const m = NAME.exec(name);
     if (!m || (kind !== undefined && m[1] !== kind)) continue;
     const pid = Number(m[2]);
-    if (pid === process.pid || isAlive(pid)) continue;
+    if (pid === process.pid || !gone(pid)) continue;
     const path = join(base, name);
     const st = lstatSync(path, { throwIfNoEntry: false });
     if (!st?.isDirectory() || st.uid !== uid) continue; // another user's, or not ours to judge
