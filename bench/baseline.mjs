@@ -48,10 +48,20 @@ export async function paired(fn, base, runs, { before } = {}) {
  * `probe()`'s result, `python` the `python3` runtime. Resolves when it printed an envelope.
  */
 export function rawPython(host, python, script, input) {
+  return rawRun(host, python, [python.interpreter, '-I', '-B', script], script, input);
+}
+
+/** The same for a node script, with the `node` runtime (and the environment it needs, NODE_OPTIONS). */
+export function rawNode(host, node, script, input) {
+  return rawRun(host, node, [node.interpreter, script], script, input);
+}
+
+function rawRun(host, runtime, command, script, input) {
   const a = ['--unshare-all', '--die-with-parent', '--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--ro-bind', '/usr', '/usr'];
+  for (const [k, v] of Object.entries(runtime.env ?? {})) a.push('--setenv', k, v);
   for (const r of host.roots) a.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  for (const m of python.mounts) a.push('--ro-bind', m, m);
-  a.push('--ro-bind', script, script, '--proc', '/proc', '--dev', '/dev', '--', python.interpreter, '-I', '-B', script);
+  for (const m of runtime.mounts) a.push('--ro-bind', m, m);
+  a.push('--ro-bind', script, script, '--proc', '/proc', '--dev', '/dev', '--', ...command);
   return new Promise((resolve, reject) => {
     const c = spawn(host.bwrap.path, a, { stdio: ['pipe', 'pipe', 'inherit'] });
     let out = '';

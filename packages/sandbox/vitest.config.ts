@@ -23,5 +23,6 @@ export default packageTests({
     'test/seccomp.test.ts',
     'test/spawn.test.ts',
     'test/warm.test.ts',
+    'test/warm-node.test.ts',
   ],
 });

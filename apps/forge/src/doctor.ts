@@ -155,11 +155,11 @@ function warmCheck(env: NodeJS.ProcessEnv): Check {
       fix: 'every command that opens forge refuses to run with it: correct it, or unset it for the default',
     };
   }
-  if (set.warm === false) return { name, ok: true, detail: 'off (FORGE_WARM): every Python call starts its own interpreter' };
+  if (set.warm === false) return { name, ok: true, detail: 'off (FORGE_WARM): every Python and Node call starts its own interpreter' };
   const budget = warmBudget(set.warm?.poolBytes ?? DEFAULT_WARM_POOL_MIB << 20);
   const mib = (b: number) => `${Math.round(b / (1 << 20))} MiB`;
   const available = budget.availableBytes !== undefined ? ` of the ${mib(budget.availableBytes)} available` : '';
-  const detail = `Python calls start in warm sandboxes built ahead, as many per runtime as its calls want (up to 4, 8 in all; 1 after a minute idle, 0 after ten), holding at most ${mib(budget.bytes)} here (FORGE_WARM_POOL_MIB, default 128; at most a quarter${available}); forge status shows each server's and worker's`;
+  const detail = `Python and Node calls start in warm sandboxes built ahead, as many per runtime as its calls want (up to 4, 8 in all; 1 after a minute idle, 0 after ten), holding at most ${mib(budget.bytes)} here (FORGE_WARM_POOL_MIB, default 128; at most a quarter${available}); forge status shows each server's and worker's`;
   if (budget.bytes >= 16 << 20) return { name, ok: true, detail };
   return {
     name,

@@ -185,7 +185,9 @@ describe('forge (commands)', () => {
         /^a sandbox started and forked with a call's default limits, beside the \d+ processes and threads uid \d+ runs now/,
       ),
     });
-    expect(check('warm sandboxes')?.detail).toMatch(/^Python calls start in warm sandboxes built ahead.* holding at most \d+ MiB here/);
+    expect(check('warm sandboxes')?.detail).toMatch(
+      /^Python and Node calls start in warm sandboxes built ahead.* holding at most \d+ MiB here/,
+    );
     // A warm setting that is not one: doctor names it with the fix, and a command that opens forge refuses it.
     const badWarm = { ...o, env: { ...s.env, FORGE_WARM_POOL_MIB: 'lots' } };
     const warmDoctor = JSON.parse((await runCli(['doctor', '--json'], badWarm)).stdout);

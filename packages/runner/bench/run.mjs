@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { prebuiltStats, probe, resolveRuntimes } from '@forge/sandbox';
-import { paired, rawPython, stats } from '../../../bench/baseline.mjs';
+import { paired, rawNode, rawPython, stats } from '../../../bench/baseline.mjs';
 import { loadExample } from '../../../examples/index.mjs';
 import { createForge } from '../dist/index.js';
 
@@ -19,7 +19,9 @@ if (!host.ok) {
   console.error(`cannot benchmark: ${host.problems.map((p) => `${p.message} (fix: ${p.fix})`).join('; ')}`);
   process.exit(2);
 }
-const python = (await resolveRuntimes()).get('python3');
+const runtimes = await resolveRuntimes();
+const python = runtimes.get('python3');
+const node = runtimes.get('node');
 
 const root = mkdtempSync(join(tmpdir(), 'forge-runner-bench-'));
 process.on('exit', () => rmSync(root, { recursive: true, force: true }));
@@ -92,6 +94,46 @@ if (warmups.length > 0) {
     `    warm-up per sandbox (median of ${warmups.length}): ${ms(wm('ms'))} wall, ${wm('cpu_ms')} ms CPU, ${(wm('memory_bytes') / 2 ** 20).toFixed(1)} MiB held; the pool at its cap (4 per shape, 8 in all) ≈ ${((8 * wm('memory_bytes')) / 2 ** 20).toFixed(0)} MiB`,
   );
 }
+
+// The same tool in JavaScript, warm, against raw bwrap + the same node.
+const fibJs = {
+  ...coldFib,
+  name: 'fib_js',
+  runtime: 'node',
+  impl: [
+    "const { n } = JSON.parse(require('node:fs').readFileSync(0, 'utf8'));",
+    'let a = 0n;',
+    'let b = 1n;',
+    'for (let i = 0; i < n; i++) [a, b] = [b, a + b];',
+    'console.log(JSON.stringify({ ok: true, data: { n, fib: String(a) } }));',
+    '',
+  ].join('\n'),
+};
+if (!(await forge.forgeTool(fibJs, { overwrite: true })).ok) throw new Error('fib_js');
+const jsScript = join(root, 'fib.js');
+writeFileSync(jsScript, fibJs.impl);
+const callJs = async (n) => {
+  const e = await forge.callTool('fib_js', { n });
+  if (!e.ok) throw new Error(`fib_js: ${e.error.kind}: ${e.error.message}`);
+};
+for (let i = 0; i < 5; i++) {
+  await rawNode(host, node, jsScript, { n: 20 });
+  await callJs(20);
+}
+const warmBefore = prebuiltStats().warm;
+const j = await paired(
+  (i) => callJs(20 + (i % 50)),
+  (i) => rawNode(host, node, jsScript, { n: 20 + (i % 50) }),
+  RUNS,
+  { before: settle },
+);
+const jr = { p50: j.ours.p50 / j.base.p50, p99: j.ours.p99 / j.base.p99 };
+const jOk = jr.p50 <= 0.15 && jr.p99 <= 0.5;
+console.log(
+  `${mark(jOk)} callTool fib in node, no cache (warm)   p50 ${ms(j.ours.p50)}  p99 ${ms(j.ours.p99)}   raw bwrap + node p50 ${ms(j.base.p50)}  p99 ${ms(j.base.p99)}`,
+);
+console.log(`${mark(jOk)}   ratio p50 ${jr.p50.toFixed(3)}× (target ≤ 0.15×), p99 ${jr.p99.toFixed(3)}× (target ≤ 0.5×)`);
+console.log(`    ${prebuiltStats().warm - warmBefore} of ${RUNS} calls ran warm`);
 
 // The same call in sandboxes built ahead without a running interpreter (warm: false).
 mkdirSync(join(root, 'project-built', '.forge'), { recursive: true });

@@ -101,15 +101,17 @@ export interface ForgeOptions {
    */
   prebuild?: boolean;
   /**
-   * Warm interpreters (default: on where sandboxes are built ahead). A Python tool's call then
-   * starts in a sandbox built ahead whose interpreter is already running, with `pythonPreload`
-   * imported (default: json, sys, os, math, re, csv, statistics): the call pays neither bwrap nor
-   * the interpreter's start. Its limits count from the call; the manifest says `sandbox.mode:
-   * "warm"` and what the warm-up cost. A sandbox serves one call, warm or not. `poolBytes`: the
-   * memory the waiting warm sandboxes may hold in all (default 128 MiB, never more than a quarter
-   * of the host's available memory); past it calls start cold.
+   * Warm interpreters (default: on where sandboxes are built ahead). A Python or Node tool's call
+   * then starts in a sandbox built ahead whose interpreter is already running, with
+   * `pythonPreload` imported (default: json, sys, os, math, re, csv, statistics) or `nodePreload`
+   * required (default: none): the call pays neither bwrap nor the interpreter's start. Its limits
+   * count from the call (a Node tool's RLIMIT_CPU is one second above its budget, for the warm-up;
+   * its cgroup still counts the budget from the call); the manifest says `sandbox.mode: "warm"`
+   * and what the warm-up cost. A sandbox serves one call, warm or not. `poolBytes`: the memory the
+   * waiting warm sandboxes may hold in all (default 128 MiB, never more than a quarter of the
+   * host's available memory); past it calls start cold.
    */
-  warm?: boolean | { pythonPreload?: readonly string[]; poolBytes?: number };
+  warm?: boolean | { pythonPreload?: readonly string[]; nodePreload?: readonly string[]; poolBytes?: number };
   /**
    * Sandboxes running at once in this process (default: four per core, fewer when the open-files
    * limit leaves room for fewer; at least 2). Calls past it wait for a free one, in order; a

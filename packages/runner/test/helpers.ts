@@ -44,6 +44,11 @@ export function py(name: string, body: string, extra: Partial<Spec> = {}): Spec 
   return tool(name, 'python3', `import json, os, sys\nargs = json.load(sys.stdin)\n${body}\n`, extra);
 }
 
+/** A node tool (CommonJS) whose impl is `body` after `const fs = require('node:fs')` and `const args = JSON.parse(<stdin>)`. */
+export function js(name: string, body: string, extra: Partial<Spec> = {}): Spec {
+  return tool(name, 'node', `const fs = require('node:fs');\nconst args = JSON.parse(fs.readFileSync(0, 'utf8'));\n${body}\n`, extra);
+}
+
 /** Fails (never skips) when this host cannot sandbox, with the probe's own fix: the runner refuses to run tools bare. */
 export const requireSandbox = (): Promise<void> => requireSandboxOn(probe);
 

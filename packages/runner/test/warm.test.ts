@@ -1,12 +1,12 @@
 /**
- * Warm interpreters through the runner: a Python tool's call served by a sandbox whose
+ * Warm interpreters through the runner: a Python or Node tool's call served by a sandbox whose
  * interpreter was already running gives the envelope a cold call gives (data, errors, refusals,
  * redaction, files, events), is recorded as warm with what its warm-up cost, and keeps nothing
  * for the next call.
  */
 import type { Envelope, ToolEvent } from '@forge/runner';
 import { describe, expect, it } from 'vitest';
-import { builtSoon, type Fixture, py, setup } from './helpers.js';
+import { builtSoon, type Fixture, js, py, setup, tool } from './helpers.js';
 
 const TOKEN = 'tok_warm_5d1e0c9b7a3f';
 const OPTIONS = { workspacePolicy: { persona_secret_allow: { default: ['API_TOKEN'] } }, vault: { API_TOKEN: TOKEN } };
@@ -35,6 +35,25 @@ const CORPUS = [
     'events',
     'for i in range(3):\n    os.write(3, (json.dumps({"progress": i, "total": 3}) + "\\n").encode())\nprint(json.dumps({"ok": True, "data": "done"}))',
   ),
+  js(
+    'js_adds',
+    'console.log(JSON.stringify({ ok: true, data: { sum: args.a + args.b, main: require.main === module, file: __filename, argv: process.argv } }));',
+  ),
+  js('js_raises', "throw new Error('tool failed on purpose');"),
+  js(
+    'js_leaks',
+    "const t = process.env.API_TOKEN;\nprocess.stderr.write('token ' + t + '\\n');\nconsole.log(JSON.stringify({ ok: true, data: { token: t, env: Object.keys(process.env).sort() } }));",
+    { meta: { secrets: ['API_TOKEN'] } },
+  ),
+  js(
+    'js_events',
+    "for (let i = 0; i < 3; i++) fs.writeSync(3, JSON.stringify({ progress: i, total: 3 }) + '\\n');\nconsole.log(JSON.stringify({ ok: true, data: 'done' }));",
+  ),
+  tool(
+    'js_module',
+    'node',
+    "import { readFileSync } from 'node:fs';\nconst args = JSON.parse(readFileSync(0, 'utf8'));\nawait Promise.resolve();\nconsole.log(JSON.stringify({ ok: true, data: { url: import.meta.url, args } }));\n",
+  ),
 ];
 
 /** An envelope without what differs between any two calls: run ids and directories, durations, the fixture's root. */
@@ -48,7 +67,7 @@ function comparable(fx: Fixture, env: Envelope): unknown {
 }
 
 async function call(fx: Fixture, name: string, events: ToolEvent[]): Promise<Envelope> {
-  return fx.forge.callTool(name, name === 'adds' ? { a: 2, b: 3 } : {}, { onEvent: (e) => events.push(e) });
+  return fx.forge.callTool(name, name.endsWith('adds') ? { a: 2, b: 3 } : {}, { onEvent: (e) => events.push(e) });
 }
 
 const mode = (fx: Fixture, env: Envelope) => (fx.manifest(env.meta.run_id as string).sandbox as { mode: string }).mode;

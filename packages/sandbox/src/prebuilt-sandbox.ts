@@ -71,6 +71,9 @@ export function runLine(steps: readonly string[], argv: readonly string[], hold:
 
 /** Largest per-run read-only file copied into a sandbox built ahead. */
 export const MAX_STAGED_FILE = 1 << 20;
+
+/** Processes (and threads) a sandbox built ahead may have while it is built and waits: bwrap, its namespace's init, the shell. */
+const BUILD_PROCESSES = 8;
 /** What a pool's sandboxes are built for. */
 export interface Shape {
   /** Equal keys, interchangeable sandboxes. */
@@ -95,7 +98,7 @@ export interface Shape {
    * A warm shape (warm.ts): the command the sandbox is built with, which starts the run's own
    * interpreter, and the loader's bytes, put in the script's slot until a run takes it.
    */
-  warm?: { inner: readonly string[]; slot: number; loader: string; poolBytes?: number };
+  warm?: { inner: readonly string[]; slot: number; loader: string; poolBytes?: number; processes?: number };
 }
 
 /** What the warm-up of the sandbox that served a run cost (see {@link WarmOptions}). */
@@ -220,9 +223,10 @@ export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b:
   }
   let cgroup: RunCgroup | undefined;
   if (shape.cgroups) {
-    // Room for what building takes (bwrap, its namespace's init, the waiting shell); the run's
-    // own limit is set when a run takes it.
-    cgroup = acquireRunCgroup(shape.cgroups, { processes: 8 });
+    // Room for what building takes (bwrap, its namespace's init, the waiting shell) and, warm, for
+    // the interpreter's threads under the run's own limit (Node starts several); the run's limit
+    // is set when a run takes it.
+    cgroup = acquireRunCgroup(shape.cgroups, { processes: BUILD_PROCESSES + (shape.warm?.processes ?? 0) });
     if (!cgroup) {
       rmSync(dir, { recursive: true, force: true });
       return undefined;

@@ -32,7 +32,8 @@ import type { Staged } from './staging.js';
 import { startCommand, startSteps } from './start.js';
 import {
   checkPreload,
-  DEFAULT_PYTHON_PRELOAD,
+  defaultPreload,
+  NODE_WARM_CPU_SECONDS,
   pythonLoader,
   WARM_CPU_SECONDS,
   WARM_FD,
@@ -40,6 +41,7 @@ import {
   warmFit,
   warmLine,
 } from './warm.js';
+import { nodeLoader, nodeStartOptions } from './warm-node.js';
 
 /** What a run is, once planned: everything its launch and its watch need. */
 export interface RunPlan {
@@ -162,7 +164,9 @@ export async function claimPrebuilt(
       cgroups?.base.bases.join(':') ?? '',
       ...keyOf.options,
       ...keyOf.opens,
-      ...(warmShape ? ['\0warm', String(warmShape.shape.slot), ...warmShape.preload, '\0', ...warmShape.shape.inner] : []),
+      ...(warmShape
+        ? ['\0warm', String(warmShape.shape.slot), String(warmShape.shape.processes), ...warmShape.preload, '\0', ...warmShape.shape.inner]
+        : []),
     ].join('\0'),
     label: basename(plan.toolCommand[0] ?? ''),
     stageDir,
@@ -200,8 +204,8 @@ function warmFor(
 ): { shape: NonNullable<Shape['warm']>; startKeys: string[]; preload: readonly string[] } | undefined {
   const fit = warmFit(plan.toolCommand, perRun);
   if (typeof fit === 'string') return undefined;
-  const preload = warm.preload ?? DEFAULT_PYTHON_PRELOAD;
-  const bad = checkPreload(preload);
+  const preload = warm.preload ?? defaultPreload(fit.kind);
+  const bad = checkPreload(fit.kind, preload);
   if (bad) throw new SandboxError('invalid_profile', `prebuild.warm: ${bad}`);
   if (warm.poolBytes !== undefined && !(Number.isSafeInteger(warm.poolBytes) && warm.poolBytes >= 0)) {
     throw new SandboxError(
@@ -209,12 +213,20 @@ function warmFor(
       `prebuild.warm.poolBytes must be a whole number of bytes, 0 or more (got ${String(warm.poolBytes)}); leave it out for 128 MiB`,
     );
   }
-  const start = sandboxEnv({ command: plan.toolCommand, ...(warm.env ? { env: warm.env } : {}) });
+  let env = warm.env;
+  if (fit.kind === 'node') {
+    // The loader is required ahead of the main module (warm-node.ts).
+    const options = nodeStartOptions(env?.NODE_OPTIONS, fit.script);
+    if (options === undefined) return undefined;
+    env = { ...env, NODE_OPTIONS: options };
+  }
+  const start = sandboxEnv({ command: plan.toolCommand, ...(env ? { env } : {}) });
   const exports = `export ${Object.entries(start)
     .map(([k, v]) => `${k}=${shellQuote(v)}`)
     .join(' ')}`;
-  // Room for the warm-up's CPU time; the loader takes it back when its run comes (warm.ts).
-  const rlimits = rlimitSteps({ ...plan.limits, cpuSeconds: plan.limits.cpuSeconds + WARM_CPU_SECONDS }, { events: plan.events });
+  // Room for the warm-up's CPU time; Python's loader takes it back when its run comes (warm.ts).
+  const room = fit.kind === 'python' ? WARM_CPU_SECONDS : NODE_WARM_CPU_SECONDS;
+  const rlimits = rlimitSteps({ ...plan.limits, cpuSeconds: plan.limits.cpuSeconds + room }, { events: plan.events });
   const steps = [exports, ...rlimits, ...startSteps('"$1"', plan.processes)];
   // The holder keeps the channel (the loader closes its own copy once it has read its run).
   const run = plan.hold ? holdRun('"$@"', WARM_FD) : 'exec "$@"';
@@ -222,7 +234,8 @@ function warmFor(
   const shape = {
     inner,
     slot: fit.slot,
-    loader: pythonLoader(preload),
+    loader: fit.kind === 'python' ? pythonLoader(preload) : nodeLoader(preload, WARM_FD),
+    ...(plan.cgroupLimits.processes !== undefined ? { processes: plan.cgroupLimits.processes } : {}),
     ...(warm.poolBytes !== undefined ? { poolBytes: warm.poolBytes } : {}),
   };
   return { shape, startKeys: Object.keys(start), preload };

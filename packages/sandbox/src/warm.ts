@@ -7,21 +7,25 @@
  * copies the tool's code over the loader in that same file and sends the run's environment; the
  * loader closes the channel, sets the environment and runs the file's new content as the
  * program's main module, with the `sys.argv`, `__file__` and `sys.path` the interpreter set up for
- * that file at its start. The process is the one a cold run would have exec'd, with the same
- * command line, descriptors, limits and identity: the tool sees the difference only in time and
- * in what was imported before it (see README, "Warm interpreters").
+ * that file at its start (Node: the loader was required ahead of the main module, and Node then
+ * loads that from the file as it would cold: warm-node.ts). The process is the one a cold run
+ * would have exec'd, with the same command line, descriptors, limits and identity: the tool sees
+ * the difference only in time and in what was imported before it (see README, "Warm
+ * interpreters").
  *
  * A warm sandbox serves one run and is then destroyed, as every sandbox built ahead.
  */
 import { basename } from 'node:path';
 import type { Mount } from './profile.js';
+import { checkNodeModule } from './warm-node.js';
 
 /** A run that may be served by a warm interpreter ({@link RunOptions.prebuild}). */
 export interface WarmOptions {
   /**
-   * Modules the loader imports before it waits (Python: importable names). Default: the
-   * standard modules forged tools use most ({@link DEFAULT_PYTHON_PRELOAD}). One that cannot be
-   * imported is skipped: the tool's own import then fails as it would cold.
+   * Modules the loader imports before it waits (Python: importable names; Node: names require()
+   * takes). Default: for Python, the standard modules forged tools use most
+   * ({@link DEFAULT_PYTHON_PRELOAD}); for Node, none (its core is loaded already). One that cannot
+   * be imported is skipped: the tool's own import then fails as it would cold.
    */
   preload?: readonly string[];
   /**
@@ -43,46 +47,79 @@ export interface WarmOptions {
 export const DEFAULT_PYTHON_PRELOAD: readonly string[] = ['json', 'sys', 'os', 'math', 're', 'csv', 'statistics'];
 
 /**
- * CPU seconds a warm sandbox's interpreter may use before its run, on top of the run's own: it is
- * built with RLIMIT_CPU that much higher, and its loader lowers it to the run's seconds plus what
- * the warm-up used (rounded up), so the run's budget counts from the run. A tool reading its own
- * RLIMIT_CPU sees that second or so more than a cold run would.
+ * CPU seconds a warm sandbox's Python interpreter may use before its run, on top of the run's
+ * own: it is built with RLIMIT_CPU that much higher, and its loader lowers it to the run's seconds
+ * plus what the warm-up used (rounded up), so the run's budget counts from the run. A tool reading
+ * its own RLIMIT_CPU sees that second or so more than a cold run would.
  */
 export const WARM_CPU_SECONDS = 10;
+
+/**
+ * The same room for a warm Node interpreter, which cannot lower its own limits: it starts with
+ * RLIMIT_CPU one second above the run's, for its warm-up (about 40 ms of CPU). The run's budget
+ * over all its processes is still counted from the run by its cgroup, where there is one.
+ */
+export const NODE_WARM_CPU_SECONDS = 1;
 
 /** The descriptor a warm loader reads its run from (the sandbox built ahead's control channel). */
 export const WARM_FD = 5;
 
 const PYTHON = /^python3(\.\d+)?$/;
+const NODE = /^node(js)?$/;
 /** Python options that take no value and change nothing a loader relies on (`-i`, `-c`, `-m` are not among them). */
 const PYTHON_FLAGS = /^-[BEIOPRSsuqv]+$/;
 const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
 
 /** How a run's command can start warm: the loader's language and which per-run file is its script. */
 export interface WarmFit {
-  kind: 'python';
+  kind: 'python' | 'node';
   /** Index of the script among the command's per-run read-only mounts (the sandbox's slots). */
   slot: number;
+  /** The script's path in the sandbox. */
+  script: string;
 }
 
 /**
  * Whether `command` can run warm, given its per-run read-only mounts (in slot order): a Python 3
- * interpreter, value-less options only, then a script that is one of those mounts. A string
- * saying why not, otherwise.
+ * interpreter, value-less options only, then a script; or `node` and a script, with no options.
+ * The script must be one of those mounts. A string saying why not, otherwise.
  */
 export function warmFit(command: readonly string[], slots: readonly Mount[]): WarmFit | string {
   const [interpreter, ...args] = command;
-  if (!interpreter || !PYTHON.test(basename(interpreter))) return `${basename(interpreter ?? '')} has no warm loader (python3 has)`;
-  const at = args.findIndex((a) => !PYTHON_FLAGS.test(a));
-  const script = args[at];
-  if (at < 0 || script === undefined) return 'the command names no script';
+  const name = basename(interpreter ?? '');
+  let kind: WarmFit['kind'];
+  let script: string | undefined;
+  if (PYTHON.test(name)) {
+    kind = 'python';
+    script = args.find((a) => !PYTHON_FLAGS.test(a));
+  } else if (NODE.test(name)) {
+    // An option would have to be kept apart from the loader's: none is warmed.
+    if (args[0]?.startsWith('-')) return 'node starts warm only as `node <script> [args]`, without options';
+    kind = 'node';
+    script = args[0];
+  } else {
+    return `${name} has no warm loader (python3 and node have)`;
+  }
+  if (script === undefined) return 'the command names no script';
   const slot = slots.findIndex((m) => (m.target ?? m.source) === script);
   if (slot < 0) return `its script ${script} is not a per-run read-only file`;
-  return { kind: 'python', slot };
+  return { kind, slot, script };
+}
+
+/** What a runtime's loader preloads when the options name nothing. */
+export function defaultPreload(kind: WarmFit['kind']): readonly string[] {
+  return kind === 'python' ? DEFAULT_PYTHON_PRELOAD : [];
 }
 
 /** Checks a preload list: module names only (they are written into the loader's source). */
-export function checkPreload(preload: readonly string[]): string | undefined {
+export function checkPreload(kind: WarmFit['kind'], preload: readonly string[]): string | undefined {
+  if (kind === 'node') {
+    for (const name of preload) {
+      const bad = checkNodeModule(name);
+      if (bad) return bad;
+    }
+    return undefined;
+  }
   const bad = preload.find((m) => !MODULE_NAME.test(m));
   return bad === undefined
     ? undefined

@@ -45,13 +45,15 @@ import {
   runSandboxed,
   type SandboxProfile,
 } from '../src/index.js';
-import { builtSoon, descendants, pythonRuntime, requireSandbox, runInChild, tempDir } from './helpers.js';
+import { builtSoon, descendants, nodeRuntime, pythonRuntime, requireSandbox, runInChild, tempDir } from './helpers.js';
 
 let python: { interpreter: string; mounts: Mount[] };
+let node: { interpreter: string; mounts: Mount[]; env: Record<string, string> };
 
 beforeAll(async () => {
   await requireSandbox();
   python = await pythonRuntime();
+  node = await nodeRuntime();
 });
 
 const rand = () => randomBytes(6).toString('hex');
@@ -87,7 +89,7 @@ function sh(script: string, profile: Partial<SandboxProfile> = {}, options?: Run
 
 /** `python3 -c code` in the sandbox (with the interpreter's own mounts); `args` land in sys.argv[1:]. */
 function py(code: string, profile: Partial<SandboxProfile> = {}, options?: RunOptions, args: string[] = []): Promise<RunResult> {
-  if (mode === 'warm') return warmPy(code, profile, options, args);
+  if (mode === 'warm') return warmScript('python', code, profile, options, args);
   return run(
     { ...profile, command: [python.interpreter, '-I', '-c', code, ...args], mounts: [...python.mounts, ...(profile.mounts ?? [])] },
     options,
@@ -95,33 +97,53 @@ function py(code: string, profile: Partial<SandboxProfile> = {}, options?: RunOp
 }
 
 /**
- * `py` with a warm interpreter: the code becomes the per-run script /forge/tool/main.py; a first
- * run of the same shape, whose script only passes, has the warm sandbox built, and the run must
- * take it.
+ * `node -e code` in the sandbox, with node's mounts and environment; `args` land in
+ * process.argv after the script (read them from the end: a warm run's argv also names its script).
  */
-async function warmPy(code: string, profile: Partial<SandboxProfile>, options: RunOptions = {}, args: string[] = []): Promise<RunResult> {
+function js(code: string, profile: Partial<SandboxProfile> = {}, options?: RunOptions, args: string[] = []): Promise<RunResult> {
+  const withNode = { ...profile, env: { ...node.env, ...profile.env } };
+  if (mode === 'warm') return warmScript('node', code, withNode, options, args);
+  return run(
+    { ...withNode, command: [node.interpreter, '-e', code, ...args], mounts: [...node.mounts, ...(profile.mounts ?? [])] },
+    options,
+  );
+}
+
+/**
+ * `py` or `js` with a warm interpreter: the code becomes the per-run script /forge/tool/main.py
+ * (main.js); a first run of the same shape, whose script does nothing, has the warm sandbox
+ * built, and the run must take it.
+ */
+async function warmScript(
+  lang: 'python' | 'node',
+  code: string,
+  profile: Partial<SandboxProfile>,
+  options: RunOptions = {},
+  args: string[] = [],
+): Promise<RunResult> {
   stageDir ??= mkdtempSync(join(tmpdir(), 'forge-escape-stage-'));
   const dir = mkdtempSync(join(stageDir, 'code-'));
+  const [rt, target, command, idle] =
+    lang === 'python'
+      ? [python, '/forge/tool/main.py', [python.interpreter, '-I', '/forge/tool/main.py'], 'pass']
+      : [node, '/forge/tool/main.js', [node.interpreter, '/forge/tool/main.js'], ''];
   const script = (name: string, text: string): SandboxProfile => {
     writeFileSync(join(dir, name), text);
     return {
       ...profile,
-      command: [python.interpreter, '-I', '/forge/tool/main.py', ...args],
-      mounts: [
-        ...python.mounts,
-        ...(profile.mounts ?? []),
-        { source: join(dir, name), target: '/forge/tool/main.py', mode: 'ro', perRun: true },
-      ],
+      command: [...command, ...args],
+      mounts: [...rt.mounts, ...(profile.mounts ?? []), { source: join(dir, name), target, mode: 'ro', perRun: true }],
     };
   };
-  const o: RunOptions = { ...options, prebuild: { stageDir, warm: {} } };
+  // The interpreter starts with its runtime's variables (node's NODE_OPTIONS), as the runner's do.
+  const o: RunOptions = { ...options, prebuild: { stageDir, warm: lang === 'node' ? { env: node.env } : {} } };
   const fits = !profile.binds?.length && profile.network === undefined;
   if (fits) {
     const { stdin: _, events, ...rest } = o;
-    await runSandboxed(script('warm-up.py', 'pass'), { ...rest, ...(events ? { events: () => {} } : {}) }).catch(() => {});
+    await runSandboxed(script('warm-up', idle), { ...rest, ...(events ? { events: () => {} } : {}) }).catch(() => {});
     await builtSoon();
   }
-  const r = await runSandboxed(script('main.py', code), o);
+  const r = await runSandboxed(script('main', code), o);
   if (fits) expect(r.warmup, 'this run fits a warm sandbox, so it must have taken one').toBeDefined();
   return r;
 }
@@ -1163,6 +1185,102 @@ print('CONTROL:ran')`,
         expect(r.stdout.toString(), describeRun(r)).toMatch(/ rw,nosuid,nodev,noexec[, ]/);
       },
     );
+  });
+
+  describe('a node tool meets the same walls', () => {
+    it('cannot read or write host files, see host processes, change kernel settings or become root', async () => {
+      const sleeper = hostSleep();
+      const r = await js(
+        `const fs = require('node:fs');
+const hostPid = process.argv.at(-1);
+const attempt = (what, fn) => {
+  try {
+    fn();
+    console.log('ESCAPE:' + what);
+  } catch (e) {
+    console.log(what, 'refused', e.code);
+  }
+};
+attempt('read /etc/shadow', () => fs.readFileSync('/etc/shadow'));
+attempt('list /root', () => fs.readdirSync('/root'));
+attempt('write /usr', () => fs.writeFileSync('/usr/forge-escape-' + process.pid, 'x'));
+attempt('append /etc/passwd', () => fs.appendFileSync('/etc/passwd', 'x'));
+attempt('write core_pattern', () => fs.writeFileSync('/proc/sys/kernel/core_pattern', '|/tmp/x'));
+attempt('setuid 0', () => process.setuid(0));
+attempt('see the host sleep', () => {
+  if (!fs.readFileSync('/proc/' + hostPid + '/cmdline', 'latin1').startsWith('sleep')) throw Object.assign(new Error(), { code: 'OTHER' });
+});
+if (/^sandbox:x:/m.test(fs.readFileSync('/etc/passwd', 'utf8'))) console.log('CONTROL:ran');`,
+        {},
+        {},
+        [String(sleeper.pid)],
+      );
+      expectNoEscape(r);
+      expectControls(r, 'ran');
+      expect(procState(sleeper.pid)).not.toBe(undefined);
+    });
+
+    it("cannot connect to a TCP port listening on the host's 127.0.0.1", async () => {
+      let connections = 0;
+      const server = createServer((s) => {
+        connections++;
+        s.destroy();
+      });
+      await listen(server, { host: '127.0.0.1', port: 0 });
+      const address = server.address();
+      if (address === null || typeof address === 'string') throw new Error('no TCP address');
+      await connectFromHost({ host: '127.0.0.1', port: address.port });
+      await waitFor('the host server to accept the connection', () => connections >= 1);
+      connections = 0;
+      const r = await js(
+        `const net = require('node:net');
+const port = Number(process.argv.at(-1));
+const attempt = (host) =>
+  new Promise((done) => {
+    const s = net.connect(port, host);
+    s.on('connect', () => { console.log('ESCAPE:connected to ' + host); s.destroy(); done(); });
+    s.on('error', (e) => { console.log(host, 'refused', e.code); done(); });
+  });
+(async () => {
+  await attempt('127.0.0.1');
+  await attempt('localhost');
+  // Control: the sandbox has its own loopback, where that same port is free.
+  const srv = net.createServer((c) => c.end('ping'));
+  await new Promise((ok) => srv.listen(port, '127.0.0.1', ok));
+  const c = net.connect(port, '127.0.0.1');
+  c.on('data', (d) => { console.log('CONTROL:' + d); c.destroy(); srv.close(); });
+})();`,
+        {},
+        {},
+        [String(address.port)],
+      );
+      expectNoEscape(r);
+      expectControls(r, 'ping');
+      // Lets time pass: as above, a connection from the sandbox would have been accepted by now.
+      await sleep(scaled(100));
+      expect(connections, 'the host server saw a connection from the sandbox').toBe(0);
+    });
+
+    it('a CPU spin with cpuSeconds 1 ends with reason cpu', async () => {
+      const r = await js('for (;;) {}', { limits: { cpuSeconds: 1, timeoutMs: 30_000 } });
+      expect(r.reason, describeRun(r)).toBe('cpu');
+    });
+
+    it('a detached child process does not outlive the call', async () => {
+      const marker = `29.${String(Math.floor(Math.random() * 1e9)).padStart(9, '1')}`;
+      const r = await js(
+        `const { spawn, execFileSync } = require('node:child_process');
+spawn('/bin/sh', ['-c', 'sleep ${marker}'], { detached: true, stdio: 'ignore' }).unref();
+// Until the detached sleep shows in the sandbox's process list.
+for (let i = 0; i < 600; i++) {
+  if (execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' }).includes('sleep ${marker}')) { console.log('CONTROL:running'); break; }
+  execFileSync('sleep', ['0.05']);
+}`,
+      );
+      expect(r.reason, describeRun(r)).toBe('exit');
+      expectControls(r, 'running');
+      expect(await hostProcessesAfter(`sleep ${marker}`)).toEqual([]);
+    });
   });
 
   describe('the sandbox fails closed', () => {

@@ -17,6 +17,12 @@ export async function pythonRuntime(): Promise<{ interpreter: string; mounts: Mo
   return { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
 }
 
+/** The host's `node` as forge runs it: its interpreter, its mounts and the environment it needs (NODE_OPTIONS). */
+export async function nodeRuntime(): Promise<{ interpreter: string; mounts: Mount[]; env: Record<string, string> }> {
+  const rt = (await resolveRuntimes()).get('node');
+  return { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })), env: { ...rt.env } };
+}
+
 /**
  * Python code that prints what a process sees of itself and its sandbox, minus what differs
  * between any two runs: environment, working directory, descriptors, ids, capabilities, confinement,

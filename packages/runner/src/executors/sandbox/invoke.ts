@@ -47,7 +47,7 @@ export interface InvokePorts {
   /** Null when sandboxes are not built ahead; else the directory of their per-run files (made at first use). */
   stageDir: (() => string) | null;
   /** Null when interpreters are not warmed ahead; else what a warm Python imports first. */
-  warm: { pythonPreload?: readonly string[]; poolBytes?: number } | null;
+  warm: { pythonPreload?: readonly string[]; nodePreload?: readonly string[]; poolBytes?: number } | null;
   bwrapPath: string | undefined;
   resolver: Resolver | undefined;
 }
@@ -149,10 +149,15 @@ function prepare(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Setup {
   return { command, mounts, binds: r.binds, label: labelOf(grant), artifacts, spill: join(job.runDir, 'stdout.partial') };
 }
 
-/** The warm options of a run of `runtime` (the sandbox warms what it can: a Python script). */
+/** The warm options of a run of `runtime` (the sandbox warms what it can: a Python or Node script). */
 function warmFor(ports: InvokePorts, runtime: Runtime): { warm?: WarmOptions } {
   if (!ports.warm) return {};
-  const { pythonPreload: preload, poolBytes } = ports.warm;
+  const { poolBytes } = ports.warm;
+  const preload = runtime.name.startsWith('python')
+    ? ports.warm.pythonPreload
+    : runtime.name === 'node'
+      ? ports.warm.nodePreload
+      : undefined;
   return { warm: { env: runtime.env, ...(preload ? { preload } : {}), ...(poolBytes !== undefined ? { poolBytes } : {}) } };
 }
 
