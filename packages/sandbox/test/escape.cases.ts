@@ -38,12 +38,14 @@ import {
   type CheckedBind,
   checkBind,
   closeBinds,
+  discardPrebuilt,
   type Mount,
   probe,
   type RunOptions,
   type RunResult,
   runSandboxed,
   type SandboxProfile,
+  sandboxesGone,
 } from '../src/index.js';
 import { builtSoon, descendants, nodeRuntime, pythonRuntime, requireSandbox, runInChild, tempDir } from './helpers.js';
 
@@ -237,8 +239,12 @@ function connectFromHost(where: string | { host: string; port: number }): Promis
 /** Defines every escape test, run in `how` sandboxes. */
 export function escapeTests(how: 'fresh' | 'prebuilt' | 'warm'): void {
   mode = how;
-  afterAll(() => {
-    if (stageDir) rmSync(stageDir, { recursive: true, force: true });
+  afterAll(async () => {
+    if (!stageDir) return;
+    // The pools of the stage stop first: a refill after the directory was removed would make it again.
+    await sandboxesGone();
+    discardPrebuilt(stageDir);
+    rmSync(stageDir, { recursive: true, force: true });
   });
 
   describe('host files that are not bound are invisible', () => {
