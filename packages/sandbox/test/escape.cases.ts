@@ -236,6 +236,26 @@ function connectFromHost(where: string | { host: string; port: number }): Promis
   });
 }
 
+/**
+ * A TCP server on the host's 127.0.0.1, checked reachable from the host (the control), its count
+ * of connections then set back to 0. Closed when the test finishes.
+ */
+async function hostTcpServer(): Promise<{ port: number; connections: () => number }> {
+  let connections = 0;
+  const server = createServer((s) => {
+    connections++;
+    s.destroy();
+  });
+  await listen(server, { host: '127.0.0.1', port: 0 });
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no TCP address');
+  await connectFromHost({ host: '127.0.0.1', port: address.port });
+  await waitFor('the host server to accept the connection', () => connections >= 1);
+  expect(connections).toBe(1);
+  connections = 0;
+  return { port: address.port, connections: () => connections };
+}
+
 /** Defines every escape test, run in `how` sandboxes. */
 export function escapeTests(how: 'fresh' | 'prebuilt' | 'warm'): void {
   mode = how;
@@ -601,19 +621,7 @@ c.sendall(b'ping'); print('CONTROL:' + conn.recv(4).decode())`,
     });
 
     it("cannot connect to a TCP port listening on the host's 127.0.0.1", async () => {
-      let connections = 0;
-      const server = createServer((s) => {
-        connections++;
-        s.destroy();
-      });
-      await listen(server, { host: '127.0.0.1', port: 0 });
-      const address = server.address();
-      if (address === null || typeof address === 'string') throw new Error('no TCP address');
-      const port = address.port;
-      await connectFromHost({ host: '127.0.0.1', port });
-      await waitFor('the host server to accept the connection', () => connections >= 1);
-      expect(connections).toBe(1); // control: the server is reachable from the host
-      connections = 0;
+      const { port, connections } = await hostTcpServer();
 
       const r = await py(
         `import socket, sys
@@ -637,7 +645,7 @@ c.sendall(b'ping'); print('CONTROL:' + conn.recv(4).decode())`,
       // Lets time pass: a connection from the sandbox would have been accepted by now; one that
       // was refused, as it must be, leaves no event to wait for.
       await sleep(scaled(100));
-      expect(connections, 'the host server saw a connection from the sandbox').toBe(0);
+      expect(connections(), 'the host server saw a connection from the sandbox').toBe(0);
     });
   });
 
@@ -1227,17 +1235,7 @@ if (/^sandbox:x:/m.test(fs.readFileSync('/etc/passwd', 'utf8'))) console.log('CO
     });
 
     it("cannot connect to a TCP port listening on the host's 127.0.0.1", async () => {
-      let connections = 0;
-      const server = createServer((s) => {
-        connections++;
-        s.destroy();
-      });
-      await listen(server, { host: '127.0.0.1', port: 0 });
-      const address = server.address();
-      if (address === null || typeof address === 'string') throw new Error('no TCP address');
-      await connectFromHost({ host: '127.0.0.1', port: address.port });
-      await waitFor('the host server to accept the connection', () => connections >= 1);
-      connections = 0;
+      const { port, connections } = await hostTcpServer();
       const r = await js(
         `const net = require('node:net');
 const port = Number(process.argv.at(-1));
@@ -1258,13 +1256,13 @@ const attempt = (host) =>
 })();`,
         {},
         {},
-        [String(address.port)],
+        [String(port)],
       );
       expectNoEscape(r);
       expectControls(r, 'ping');
       // Lets time pass: as above, a connection from the sandbox would have been accepted by now.
       await sleep(scaled(100));
-      expect(connections, 'the host server saw a connection from the sandbox').toBe(0);
+      expect(connections(), 'the host server saw a connection from the sandbox').toBe(0);
     });
 
     it('a CPU spin with cpuSeconds 1 ends with reason cpu', async () => {

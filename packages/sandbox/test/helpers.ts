@@ -6,8 +6,19 @@ import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { requireSandbox as requireSandboxOn, tempDir, waitFor } from '@forge/test-utils';
-import { onTestFinished } from 'vitest';
-import { discardPrebuilt, type Mount, prebuiltStats, probe, resolveRuntimes, sandboxesGone } from '../src/index.js';
+import { expect, onTestFinished } from 'vitest';
+import {
+  discardPrebuilt,
+  type Mount,
+  prebuiltStats,
+  probe,
+  type RunOptions,
+  type RunResult,
+  resolveRuntimes,
+  runSandboxed,
+  type SandboxProfile,
+  sandboxesGone,
+} from '../src/index.js';
 
 export { asRoot, isRoot, tempDir } from '@forge/test-utils';
 
@@ -15,6 +26,48 @@ export { asRoot, isRoot, tempDir } from '@forge/test-utils';
 export async function pythonRuntime(): Promise<{ interpreter: string; mounts: Mount[] }> {
   const rt = (await resolveRuntimes()).get('python3');
   return { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+}
+
+/** A run's end, stdout and stderr, for failure messages. */
+export function describeRun(r: RunResult): string {
+  return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 3000)}\n--- stderr\n${r.stderrTail}`;
+}
+
+/** What a run gives back, minus what differs between any two runs (its duration). */
+export function outcome(r: RunResult) {
+  return { reason: r.reason, exitCode: r.exitCode, signal: r.signal, stdout: r.stdout.toString(), stderr: r.stderrTail };
+}
+
+/** The files in `dir`, with their bytes. */
+function filesIn(dir: string): Record<string, string> {
+  return Object.fromEntries(
+    readdirSync(dir)
+      .sort()
+      .map((n) => [n, readFileSync(join(dir, n), 'utf8')]),
+  );
+}
+
+/**
+ * Runs a tool cold and then warm (`warmRun`, which must have it served warm) with the same input
+ * and an events sink, and expects the same outcome, the same files in `artifacts` and the same
+ * events. Returns the cold run, for what the case expects of it.
+ */
+export async function expectWarmAsCold(
+  profile: () => SandboxProfile,
+  warmRun: (profile: () => SandboxProfile, options: RunOptions) => Promise<RunResult>,
+  artifacts: string,
+  stdin: string | undefined,
+): Promise<RunResult> {
+  const events: Buffer[] = [];
+  const options: RunOptions = { ...(stdin !== undefined ? { stdin } : {}), events: (chunk) => events.push(chunk) };
+  const cold = await runSandboxed(profile(), options);
+  const coldEvents = Buffer.concat(events.splice(0)).toString();
+  const coldFiles = filesIn(artifacts);
+  const warm = await warmRun(profile, options);
+  expect(outcome(warm), describeRun(warm)).toEqual(outcome(cold));
+  expect(filesIn(artifacts)).toEqual(coldFiles);
+  expect(Buffer.concat(events).toString()).toBe(coldEvents);
+  return cold;
 }
 
 /** The host's `node` as forge runs it: its interpreter, its mounts and the environment it needs (NODE_OPTIONS). */

@@ -4,11 +4,11 @@
  * in a sandbox built for it, as a CommonJS file and as an ES module, keep nothing from one run to
  * the next, and be held to its limits.
  */
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type HostInfo, type Mount, probe, type RunOptions, type RunResult, runSandboxed, type SandboxProfile } from '../src/index.js';
-import { builtSoon, nodeRuntime, requireSandbox, stage } from './helpers.js';
+import { builtSoon, describeRun, expectWarmAsCold, nodeRuntime, requireSandbox, stage } from './helpers.js';
 
 let host: HostInfo;
 let node: { interpreter: string; mounts: Mount[]; env: Record<string, string> };
@@ -17,10 +17,6 @@ beforeAll(async () => {
   host = await probe();
   node = await nodeRuntime();
 });
-
-function describeRun(r: RunResult): string {
-  return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 3000)}\n--- stderr\n${r.stderrTail}`;
-}
 
 /** A Node tool as forge runs one: its code a per-run file at /forge/tool/main.js, an artifacts directory. */
 function tool(root: string, name: string, code: string, extra: Partial<SandboxProfile> = {}): SandboxProfile {
@@ -52,19 +48,6 @@ async function warmRun(profile: () => SandboxProfile, stageDir: string, options:
   const r = await runSandboxed(profile(), { ...options, prebuild: { stageDir, warm } });
   expect(r.warmup, `this run must have been served warm\n${describeRun(r)}`).toBeDefined();
   return r;
-}
-
-function outcome(r: RunResult) {
-  return { reason: r.reason, exitCode: r.exitCode, signal: r.signal, stdout: r.stdout.toString(), stderr: r.stderrTail };
-}
-
-function artifacts(root: string): Record<string, string> {
-  const dir = join(root, 'tool', 'artifacts');
-  return Object.fromEntries(
-    readdirSync(dir)
-      .sort()
-      .map((n) => [n, readFileSync(join(dir, n), 'utf8')]),
-  );
 }
 
 /** What a Node process sees of itself: environment, descriptors, ids, confinement, limits but the CPU one (see the limits test). */
@@ -151,17 +134,9 @@ const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> =
 describe('a warm Node run', () => {
   it.each(Object.entries(CORPUS))('gives what a cold run gives: %s', async (_name, c) => {
     const { stageDir, root } = await stage();
-    const events: Buffer[] = [];
-    const options: RunOptions = { ...(c.stdin !== undefined ? { stdin: c.stdin } : {}), events: (chunk) => events.push(chunk) };
     const profile = () => tool(root, 'tool', c.code, { env: { TOOL_VAR: 'a "quoted"\nvalue $HOME' } });
-    const cold = await runSandboxed(profile(), options);
-    const coldEvents = Buffer.concat(events.splice(0)).toString();
-    const coldArtifacts = artifacts(root);
-    const warm = await warmRun(profile, stageDir, options);
-    expect(outcome(warm), describeRun(warm)).toEqual(outcome(cold));
+    const cold = await expectWarmAsCold(profile, (p, o) => warmRun(p, stageDir, o), join(root, 'tool', 'artifacts'), c.stdin);
     expect(cold.stdout.toString(), describeRun(cold)).toMatch(c.expect);
-    expect(artifacts(root)).toEqual(coldArtifacts);
-    expect(Buffer.concat(events).toString()).toBe(coldEvents);
   });
 
   it('finds nothing a previous warm run left: globals, module cache, files, environment', async () => {

@@ -22,7 +22,7 @@ import {
   type SandboxProfile,
   sandboxesGone,
 } from '../src/index.js';
-import { builtSoon, introspect, pythonRuntime, requireSandbox, stage } from './helpers.js';
+import { builtSoon, describeRun, expectWarmAsCold, introspect, outcome, pythonRuntime, requireSandbox, stage } from './helpers.js';
 
 let host: HostInfo;
 let python: { interpreter: string; mounts: Mount[] };
@@ -31,10 +31,6 @@ beforeAll(async () => {
   host = await probe();
   python = await pythonRuntime();
 });
-
-function describeRun(r: RunResult): string {
-  return `reason=${r.reason} exit=${r.exitCode} signal=${r.signal}\n${r.stdout.toString().slice(0, 3000)}\n--- stderr\n${r.stderrTail}`;
-}
 
 /** A Python tool as forge runs one: its code a per-run file at /forge/tool/main.py, an artifacts directory. */
 function tool(root: string, name: string, code: string, extra: Partial<SandboxProfile> = {}): SandboxProfile {
@@ -69,21 +65,6 @@ async function warmRun(profile: () => SandboxProfile, stageDir: string, options:
   const r = await runSandboxed(profile(), { ...options, prebuild: { stageDir, warm: WARM } });
   expect(r.warmup, `this run must have been served warm\n${describeRun(r)}`).toBeDefined();
   return r;
-}
-
-/** What a run gives back, minus what differs between any two runs (its duration). */
-function outcome(r: RunResult) {
-  return { reason: r.reason, exitCode: r.exitCode, signal: r.signal, stdout: r.stdout.toString(), stderr: r.stderrTail };
-}
-
-/** The files a run left in its artifacts directory, with their bytes. */
-function artifacts(root: string): Record<string, string> {
-  const dir = join(root, 'tool', 'artifacts');
-  return Object.fromEntries(
-    readdirSync(dir)
-      .sort()
-      .map((n) => [n, readFileSync(join(dir, n), 'utf8')]),
-  );
 }
 
 /** Tools whose every observable must match cold and warm. */
@@ -179,20 +160,9 @@ const CORPUS: Record<string, { code: string; stdin?: string; expect: RegExp }> =
 describe('a warm run', () => {
   it.each(Object.entries(CORPUS))('gives what a cold run gives: %s', async (_name, c) => {
     const { stageDir, root } = await stage();
-    const events: Buffer[] = [];
-    const options: RunOptions = {
-      ...(c.stdin !== undefined ? { stdin: c.stdin } : {}),
-      events: (chunk) => events.push(chunk),
-    };
     const profile = () => tool(root, 'tool', c.code, { env: { TOOL_VAR: 'a "quoted"\nvalue $HOME' } });
-    const cold = await runSandboxed(profile(), options);
-    const coldEvents = Buffer.concat(events.splice(0)).toString();
-    const coldArtifacts = artifacts(root);
-    const warm = await warmRun(profile, stageDir, options);
-    expect(outcome(warm), describeRun(warm)).toEqual(outcome(cold));
+    const cold = await expectWarmAsCold(profile, (p, o) => warmRun(p, stageDir, o), join(root, 'tool', 'artifacts'), c.stdin);
     expect(cold.stdout.toString(), describeRun(cold)).toMatch(c.expect);
-    expect(artifacts(root)).toEqual(coldArtifacts);
-    expect(Buffer.concat(events).toString()).toBe(coldEvents);
   });
 
   it('finds nothing a previous warm run left: module state, files, environment', async () => {
