@@ -35,6 +35,7 @@ import {
   defaultPreload,
   NODE_WARM_CPU_SECONDS,
   pythonLoader,
+  startVariables,
   WARM_CPU_SECONDS,
   WARM_FD,
   type WarmOptions,
@@ -204,6 +205,8 @@ function warmFor(
 ): { shape: NonNullable<Shape['warm']>; startKeys: string[]; preload: readonly string[] } | undefined {
   const fit = warmFit(plan.toolCommand, perRun);
   if (typeof fit === 'string') return undefined;
+  if (startVariables(fit, plan.toolCommand, plan.profile.env ?? {}) !== startVariables(fit, plan.toolCommand, warm.env ?? {}))
+    return undefined;
   const preload = warm.preload ?? defaultPreload(fit.kind);
   const bad = checkPreload(fit.kind, preload);
   if (bad) throw new SandboxError('invalid_profile', `prebuild.warm: ${bad}`);

@@ -32,7 +32,7 @@ export interface WarmOptions {
    * Variables the interpreter starts with, on top of the sandbox's base ones (`PATH`, `HOME`,
    * `TMPDIR`, `LANG`): those it reads at its start (the runtime's own). They are on the sandbox's
    * command line, so never a secret. The run's whole environment replaces them when a run takes
-   * the sandbox.
+   * the sandbox; a run whose own such variables differ ({@link startVariables}) is not served warm.
    */
   env?: Readonly<Record<string, string>>;
   /**
@@ -104,6 +104,23 @@ export function warmFit(command: readonly string[], slots: readonly Mount[]): Wa
   const slot = slots.findIndex((m) => (m.target ?? m.source) === script);
   if (slot < 0) return `its script ${script} is not a per-run read-only file`;
   return { kind, slot, script };
+}
+
+/**
+ * The variables of `env` that the interpreter of `command` reads as it starts, before any of the
+ * tool's code (Python: `PYTHON*`, none under -I or -E; Node: `NODE_*`), as one string. A warm
+ * interpreter read its own from `warm.env`, so a run whose differ is not served warm: it would not
+ * start the way a cold run starts.
+ */
+export function startVariables(fit: WarmFit, command: readonly string[], env: Readonly<Record<string, string>>): string {
+  const options = command.slice(1, command.indexOf(fit.script));
+  if (fit.kind === 'python' && options.some((o) => PYTHON_FLAGS.test(o) && /[IE]/.test(o))) return '';
+  const prefix = fit.kind === 'python' ? 'PYTHON' : 'NODE_';
+  return JSON.stringify(
+    Object.entries(env)
+      .filter(([k]) => k.startsWith(prefix))
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+  );
 }
 
 /** What a runtime's loader preloads when the options name nothing. */

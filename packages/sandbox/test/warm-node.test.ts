@@ -211,17 +211,25 @@ describe('a warm Node run', () => {
     ).rejects.toMatchObject({ code: 'invalid_profile', message: expect.stringContaining('is not a Node module name') });
   });
 
-  it('a node command with options is served by a sandbox built ahead, cold', async () => {
+  it.each([
+    ['with node options', [] as string[], {}, "[ '--no-warnings' ] undefined\n"],
+    [
+      'whose NODE_ variables are not those the interpreter would start with',
+      undefined,
+      { NODE_PATH: '/opt/elsewhere' },
+      '[] /opt/elsewhere\n',
+    ],
+  ])('a run %s is served by a sandbox built ahead, cold', async (_name, options, env, expected) => {
     const { stageDir, root } = await stage();
     const profile = () => {
-      const p = tool(root, 'tool', 'console.log(process.execArgv)');
-      return { ...p, command: [node.interpreter, '--no-warnings', '/forge/tool/main.js'] };
+      const p = tool(root, 'tool', 'console.log(process.execArgv, process.env.NODE_PATH)', { env });
+      return options ? { ...p, command: [node.interpreter, '--no-warnings', '/forge/tool/main.js'] } : p;
     };
     await runSandboxed(profile(), { prebuild: { stageDir, warm: warmOptions() } });
     await builtSoon();
     const r = await runSandboxed(profile(), { prebuild: { stageDir, warm: warmOptions() } });
     expect(r.prebuilt, describeRun(r)).toBe(true);
     expect(r.warmup).toBeUndefined();
-    expect(r.stdout.toString()).toBe("[ '--no-warnings' ]\n");
+    expect(r.stdout.toString()).toBe(expected);
   });
 });
