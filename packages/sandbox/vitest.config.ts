@@ -18,6 +18,7 @@ export default packageTests({
     'test/launcher.test.ts',
     'test/prebuilt.test.ts',
     'test/probe.test.ts',
+    'test/probe-cache.test.ts',
     'test/root-mode.test.ts',
     'test/runtimes.test.ts',
     'test/seccomp.test.ts',

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { findRunCgroups, type PidsCgroups, type RunCgroups } from './cgroup.js';
 import { hostRoots, type RootEntry } from './host-roots.js';
+import { keepTrial, readTrial, trialKey } from './probe-cache.js';
 import { SANDBOX_UID } from './profile.js';
 import { hostSeccompArch, type SeccompArch } from './seccomp.js';
 import { launchFailure } from './start.js';
@@ -83,6 +84,11 @@ export interface ProbeOptions {
   bwrapPath?: string;
   /** Probe again instead of returning the result cached for this process. */
   refresh?: boolean;
+  /**
+   * A file to keep what the trial sandbox found in, for the next process (probe-cache.ts): used
+   * while nothing it depends on has changed, so a one-shot command starts no trial sandbox.
+   */
+  cacheFile?: string;
 }
 
 /** What the trial sandbox prints when RLIMIT_NPROC counts per user namespace. */
@@ -100,13 +106,13 @@ export function probe(options: ProbeOptions = {}): Promise<HostInfo> {
   const key = options.bwrapPath ?? '';
   let p = cache.get(key);
   if (!p || options.refresh) {
-    p = probeNow(options.bwrapPath);
+    p = probeNow(options.bwrapPath, options.cacheFile);
     cache.set(key, p);
   }
   return p;
 }
 
-async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
+async function probeNow(bwrapPath: string | undefined, cacheFile: string | undefined): Promise<HostInfo> {
   const problems: HostProblem[] = [];
   const info: HostInfo = { ok: false, problems, roots: await hostRoots() };
 
@@ -147,17 +153,32 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
     problems.push({ code: 'bwrap_missing', message: what, fix: 'apt-get install -y bubblewrap' });
     return info;
   }
-  let version: string;
-  try {
-    const { stdout } = await run(bwrap, ['--version']);
-    version = /(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? '0.0.0';
-  } catch (err) {
-    problems.push({
-      code: 'bwrap_missing',
-      message: `${bwrap} does not run: ${(err as Error).message}`,
-      fix: 'apt-get install --reinstall -y bubblewrap',
-    });
-    return info;
+  // A trial run with the namespaces and mounts every sandbox uses, as the uid every sandbox runs
+  // as: it must not be host root, whatever the user namespace says inside.
+  const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL'];
+  args.push('--uid', String(SANDBOX_UID), '--gid', String(SANDBOX_UID), '--ro-bind', '/usr', '/usr');
+  for (const r of info.roots) args.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
+  // Then whether RLIMIT_NPROC counts per namespace: with it at 4 inside, a subshell (bwrap's init,
+  // the shell, the subshell, its child) may fork only when the user's other tasks (this process's
+  // threads alone are more than 4) do not count.
+  const trial = `test -d /proc/self && echo "$(id -u) $(id -g)" && { (ulimit -p 4 && /bin/true && echo ${PER_RUN}) 2>/dev/null; true; }`;
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/bin/sh', '-c', trial);
+  const key = cacheFile && identity ? trialKey({ bwrap, drop: identity.drop, identity, roots: info.roots, trial: args }) : undefined;
+  const kept = cacheFile && key ? readTrial(cacheFile, key) : undefined;
+
+  let version = kept?.version;
+  if (version === undefined) {
+    try {
+      const { stdout } = await run(bwrap, ['--version']);
+      version = /(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? '0.0.0';
+    } catch (err) {
+      problems.push({
+        code: 'bwrap_missing',
+        message: `${bwrap} does not run: ${(err as Error).message}`,
+        fix: 'apt-get install --reinstall -y bubblewrap',
+      });
+      return info;
+    }
   }
   info.bwrap = { path: bwrap, version };
   if (compareVersions(version, MIN_BWRAP) < 0) {
@@ -170,32 +191,27 @@ async function probeNow(bwrapPath: string | undefined): Promise<HostInfo> {
   }
 
   if (!identity) return info;
-
-  // A trial run with the namespaces and mounts every sandbox uses, as the uid every sandbox runs
-  // as: it must not be host root, whatever the user namespace says inside.
-  const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL'];
-  args.push('--uid', String(SANDBOX_UID), '--gid', String(SANDBOX_UID), '--ro-bind', '/usr', '/usr');
-  for (const r of info.roots) args.push(...(r.symlink ? ['--symlink', r.symlink, r.path] : ['--ro-bind', r.path, r.path]));
-  // Then whether RLIMIT_NPROC counts per namespace: with it at 4 inside, a subshell (bwrap's init,
-  // the shell, the subshell, its child) may fork only when the user's other tasks (this process's
-  // threads alone are more than 4) do not count.
-  const trial = `test -d /proc/self && echo "$(id -u) $(id -g)" && { (ulimit -p 4 && /bin/true && echo ${PER_RUN}) 2>/dev/null; true; }`;
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--', '/bin/sh', '-c', trial);
-  const [cmd, ...rest] = [...identity.drop, bwrap, ...args] as [string, ...string[]];
-  try {
-    const { stdout } = await run(cmd, rest, { timeout: 10_000 });
-    const [ids = '', perRun] = stdout.trim().split('\n');
-    if (ids !== `${SANDBOX_UID} ${SANDBOX_UID}`) {
-      problems.push({
-        code: 'sandbox_failed',
-        message: `a trial sandbox ran as "${ids}" inside instead of ${SANDBOX_UID}`,
-        fix: 'check that bwrap is the distribution package (not setuid): apt-get install --reinstall -y bubblewrap',
-      });
+  let perRun: boolean;
+  if (kept) perRun = kept.perRun;
+  else {
+    const [cmd, ...rest] = [...identity.drop, bwrap, ...args] as [string, ...string[]];
+    try {
+      const { stdout } = await run(cmd, rest, { timeout: 10_000 });
+      const [ids = '', said] = stdout.trim().split('\n');
+      perRun = said === PER_RUN;
+      if (ids !== `${SANDBOX_UID} ${SANDBOX_UID}`) {
+        problems.push({
+          code: 'sandbox_failed',
+          message: `a trial sandbox ran as "${ids}" inside instead of ${SANDBOX_UID}`,
+          fix: 'check that bwrap is the distribution package (not setuid): apt-get install --reinstall -y bubblewrap',
+        });
+      } else if (cacheFile && key && problems.length === 0) keepTrial(cacheFile, key, { version, perRun });
+    } catch (err) {
+      problems.push(classifyFailure(String((err as { stderr?: string }).stderr ?? (err as Error).message)));
+      perRun = false;
     }
-    if (!root && !info.processLimit) info.processLimit = perRun === PER_RUN ? 'userns' : 'rlimit';
-  } catch (err) {
-    problems.push(classifyFailure(String((err as { stderr?: string }).stderr ?? (err as Error).message)));
   }
+  if (!root && !info.processLimit) info.processLimit = perRun ? 'userns' : 'rlimit';
   info.ok = problems.length === 0;
   return info;
 }

@@ -1,4 +1,5 @@
 import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { bindAllow, bindRoots, networkFor, type PolicySnapshot } from '@forge/policy';
 import { type CheckedBind, checkBind, closeBinds, defaultDenyList, makeStageDir } from '@forge/sandbox';
 import { readAnnotations } from '../annotations.js';
@@ -41,6 +42,7 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
     // Warm where sandboxes are built ahead, unless turned off; an object gives the preload.
     warm: e.options.prebuild === false || e.options.warm === false ? null : typeof e.options.warm === 'object' ? e.options.warm : {},
     bwrapPath: e.options.bwrapPath,
+    probeCache: join(e.paths.cacheDir, 'sandbox-probe.json'),
     resolver: e.options.resolver,
   };
   return {

@@ -8,6 +8,7 @@ import {
   EVENTS_FD,
   type Mount,
   type NetworkEvent,
+  probe,
   type Resolver,
   type RunOptions,
   type RunResult,
@@ -49,6 +50,8 @@ export interface InvokePorts {
   /** Null when interpreters are not warmed ahead; else what a warm Python imports first. */
   warm: { pythonPreload?: readonly string[]; nodePreload?: readonly string[]; poolBytes?: number } | null;
   bwrapPath: string | undefined;
+  /** Where what the host probe's trial sandbox found is kept for the next process (see @forge/sandbox probe). */
+  probeCache: string;
   resolver: Resolver | undefined;
 }
 
@@ -104,6 +107,9 @@ export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: 
   // A free slot first (runSlots.ts): past the bound, runs wait here in order.
   const releaseSlot = await ports.runSlots.take(ac.signal);
   try {
+    // The host probe, once per process, as the run would: kept across processes, so a one-shot
+    // command starts no trial sandbox while nothing it depends on has changed.
+    await probe({ ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}), cacheFile: ports.probeCache });
     const sandbox = profile(ports, job, r, setup);
     const options: RunOptions = {
       stdin: JSON.stringify(r.input ?? {}),
