@@ -104,7 +104,7 @@ export interface ForgeOptions {
    * Warm interpreters (default: on where sandboxes are built ahead). A Python or Node tool's call
    * then starts in a sandbox built ahead whose interpreter is already running, with
    * `pythonPreload` imported (default: json, sys, os, math, re, csv, statistics) or `nodePreload`
-   * required (default: none): the call pays neither bwrap nor the interpreter's start. Its limits
+   * required (default: node:net): the call pays neither bwrap nor the interpreter's start. Its limits
    * count from the call (a Node tool's RLIMIT_CPU is one second above its budget, for the warm-up;
    * its cgroup still counts the budget from the call); the manifest says `sandbox.mode: "warm"`
    * and what the warm-up cost. A sandbox serves one call, warm or not. `poolBytes`: the memory the

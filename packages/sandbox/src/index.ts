@@ -61,4 +61,4 @@ export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRu
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';
 export { type SpawnExit, type SpawnedSandbox, type SpawnOptions, spawnSandboxed } from './spawn.js';
 export { type LaunchFailure, launchFailure, userTasks } from './start.js';
-export { DEFAULT_PYTHON_PRELOAD, type WarmOptions } from './warm.js';
+export { DEFAULT_NODE_PRELOAD, DEFAULT_PYTHON_PRELOAD, type WarmOptions } from './warm.js';

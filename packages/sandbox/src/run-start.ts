@@ -205,8 +205,6 @@ function warmFor(
 ): { shape: NonNullable<Shape['warm']>; startKeys: string[]; preload: readonly string[] } | undefined {
   const fit = warmFit(plan.toolCommand, perRun);
   if (typeof fit === 'string') return undefined;
-  if (startVariables(fit, plan.toolCommand, plan.profile.env ?? {}) !== startVariables(fit, plan.toolCommand, warm.env ?? {}))
-    return undefined;
   const preload = warm.preload ?? defaultPreload(fit.kind);
   const bad = checkPreload(fit.kind, preload);
   if (bad) throw new SandboxError('invalid_profile', `prebuild.warm: ${bad}`);
@@ -216,6 +214,9 @@ function warmFor(
       `prebuild.warm.poolBytes must be a whole number of bytes, 0 or more (got ${String(warm.poolBytes)}); leave it out for 128 MiB`,
     );
   }
+  // A run that would not start as the warm interpreter started is served cold.
+  const [runStart, warmStart] = [plan.profile.env ?? {}, warm.env ?? {}].map((e) => startVariables(fit, plan.toolCommand, e));
+  if (runStart !== warmStart) return undefined;
   let env = warm.env;
   if (fit.kind === 'node') {
     // The loader is required ahead of the main module (warm-node.ts).

@@ -37,22 +37,13 @@ export function nodeLoader(preload: readonly string[], fd: number): string {
 (function forgeWarm() {
   const fs = require('node:fs');
   const preload = ${JSON.stringify(preload)};
-  if (preload.length > 0) {
-    // What a module prints as it is loaded is not the tool's output: it goes nowhere.
-    const streams = [process.stdout, process.stderr];
-    const writes = streams.map((s) => s.write);
-    for (const s of streams) s.write = () => true;
+  // Not muted as Python's are: Node cannot point its descriptors elsewhere, and making its
+  // stdout stream early would set O_NONBLOCK on the run's pipe, which a cold tool that never uses
+  // process.stdout does not see. A preloaded module must print nothing.
+  for (const name of preload) {
     try {
-      for (const name of preload) {
-        try {
-          require(name);
-        } catch {}
-      }
-    } finally {
-      streams.forEach((s, i) => {
-        s.write = writes[i];
-      });
-    }
+      require(name);
+    } catch {}
   }
   fs.writeSync(${fd}, 'up\\n');
   const chunks = [];

@@ -7,6 +7,7 @@ import { expect, it } from 'vitest';
 const EXPORTS = [
   'CODE_PATH_NAMES',
   'DEFAULT_LIMITS',
+  'DEFAULT_NODE_PRELOAD',
   'DEFAULT_PYTHON_PRELOAD',
   'EGRESS_PORTS',
   'ETC_DIRS',
