@@ -1,11 +1,11 @@
 import { accessSync, closeSync, constants, existsSync, lstatSync, openSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { EffectivePolicy } from '@forge/policy';
-import { describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks, warmBudget } from '@forge/sandbox';
+import { DEFAULT_WARM_POOL_BYTES, describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks, warmBudget } from '@forge/sandbox';
 import type { Check } from './doctor-check.js';
 import { checkPolicies } from './policy-check.js';
 import { storeUrl } from './store.js';
-import { DEFAULT_WARM_POOL_MIB, warmFromEnv } from './warm-env.js';
+import { warmFromEnv } from './warm-env.js';
 
 export interface DoctorReport {
   ok: boolean;
@@ -156,10 +156,10 @@ function warmCheck(env: NodeJS.ProcessEnv): Check {
     };
   }
   if (set.warm === false) return { name, ok: true, detail: 'off (FORGE_WARM): every Python and Node call starts its own interpreter' };
-  const budget = warmBudget(set.warm?.poolBytes ?? DEFAULT_WARM_POOL_MIB << 20);
+  const budget = warmBudget(set.warm?.poolBytes ?? DEFAULT_WARM_POOL_BYTES);
   const mib = (b: number) => `${Math.round(b / (1 << 20))} MiB`;
   const available = budget.availableBytes !== undefined ? ` of the ${mib(budget.availableBytes)} available` : '';
-  const detail = `Python and Node calls start in warm sandboxes built ahead, as many per runtime as its calls want (up to 4, 8 in all; 1 after a minute idle, 0 after ten), holding at most ${mib(budget.bytes)} here (FORGE_WARM_POOL_MIB, default 128; at most a quarter${available}); forge status shows each server's and worker's`;
+  const detail = `Python and Node calls start in warm sandboxes built ahead, as many per runtime as its calls want (up to 4, 8 in all; 1 after a minute idle, 0 after ten), holding at most ${mib(budget.bytes)} here (FORGE_WARM_POOL_MIB, default ${mib(DEFAULT_WARM_POOL_BYTES)}; at most a quarter${available}); forge status shows each server's and worker's`;
   if (budget.bytes >= 16 << 20) return { name, ok: true, detail };
   return {
     name,

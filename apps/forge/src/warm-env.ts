@@ -1,8 +1,5 @@
 import { EnvironmentError } from './args.js';
 
-/** The warm pool's budget when FORGE_WARM_POOL_MIB does not set one. */
-export const DEFAULT_WARM_POOL_MIB = 128;
-
 /**
  * The warm sandboxes' settings from the environment (README, Configuration): `FORGE_WARM` (`on`
  * or `off`; also 1/0, true/false) and `FORGE_WARM_POOL_MIB` (a whole number of MiB). Throws
@@ -21,7 +18,7 @@ export function warmFromEnv(env: NodeJS.ProcessEnv): { warm?: false | { poolByte
   const n = Number(mib);
   if (!/^\d+$/.test(mib) || !Number.isSafeInteger(n * (1 << 20))) {
     throw new EnvironmentError(
-      `FORGE_WARM_POOL_MIB=${JSON.stringify(mib)} is not a whole number of MiB; give one such as 64, or unset it for ${DEFAULT_WARM_POOL_MIB}`,
+      `FORGE_WARM_POOL_MIB=${JSON.stringify(mib)} is not a whole number of MiB; give one such as 64, or unset it for the default`,
     );
   }
   return { warm: { poolBytes: n * (1 << 20) } };

@@ -193,7 +193,7 @@ describe('forge (commands)', () => {
     const warmDoctor = JSON.parse((await runCli(['doctor', '--json'], badWarm)).stdout);
     expect(warmDoctor.checks.find((c: { name: string }) => c.name === 'warm sandboxes')).toMatchObject({
       ok: false,
-      detail: 'FORGE_WARM_POOL_MIB="lots" is not a whole number of MiB; give one such as 64, or unset it for 128',
+      detail: 'FORGE_WARM_POOL_MIB="lots" is not a whole number of MiB; give one such as 64, or unset it for the default',
     });
     const warmList = await runCli(['tools', 'list'], { ...o, env: { ...s.env, FORGE_WARM: 'maybe' } });
     expect(warmList.code, warmList.stdout).toBe(2);

@@ -22,7 +22,7 @@ export {
   type RunCgroups,
   type RunLimitsReport,
 } from './cgroup-find.js';
-export { warmBudget } from './demand.js';
+export { DEFAULT_WARM_POOL_BYTES, warmBudget } from './demand.js';
 export { type AddressClass, type AddressKind, classifyAddress } from './egress/address.js';
 export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard.js';
 export { EGRESS_PORTS } from './egress/inside.js';

@@ -6,6 +6,7 @@
 import { basename } from 'node:path';
 import type { CheckedBind } from './binds.js';
 import type { CgroupLimits, RunCgroups } from './cgroup.js';
+import { DEFAULT_WARM_POOL_BYTES } from './demand.js';
 import { EGRESS_PORTS } from './egress/inside.js';
 import { type PreloadFile, preloadFile } from './egress/preload.js';
 import { SandboxError } from './errors.js';
@@ -211,7 +212,7 @@ function warmFor(
   if (warm.poolBytes !== undefined && !(Number.isSafeInteger(warm.poolBytes) && warm.poolBytes >= 0)) {
     throw new SandboxError(
       'invalid_profile',
-      `prebuild.warm.poolBytes must be a whole number of bytes, 0 or more (got ${String(warm.poolBytes)}); leave it out for 128 MiB`,
+      `prebuild.warm.poolBytes must be a whole number of bytes, 0 or more (got ${String(warm.poolBytes)}); leave it out for ${DEFAULT_WARM_POOL_BYTES >> 20} MiB`,
     );
   }
   // A run that would not start as the warm interpreter started is served cold.

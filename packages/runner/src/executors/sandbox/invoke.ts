@@ -142,7 +142,7 @@ function prepare(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Setup {
   const { runtime, grant } = r;
   const artifacts = join(job.runDir, 'artifacts');
   mkdirSync(artifacts, { recursive: true, mode: 0o700 });
-  const family = runtime.name.startsWith('python') ? 'python' : runtime.name;
+  const family = familyOf(runtime);
   const ext = EXTENSIONS[family] ?? 'txt';
   const code = codeFile(ports.code, job.target.stored, ext);
   const target = `/forge/tool/main.${ext}`;
@@ -155,15 +155,17 @@ function prepare(ports: InvokePorts, job: RunJob<Forged>, r: RunInput): Setup {
   return { command, mounts, binds: r.binds, label: labelOf(grant), artifacts, spill: join(job.runDir, 'stdout.partial') };
 }
 
+/** The language of `runtime`: `python` for every python3 alias, else its name. */
+function familyOf(runtime: Runtime): string {
+  return runtime.name.startsWith('python') ? 'python' : runtime.name;
+}
+
 /** The warm options of a run of `runtime` (the sandbox warms what it can: a Python or Node script). */
 function warmFor(ports: InvokePorts, runtime: Runtime): { warm?: WarmOptions } {
   if (!ports.warm) return {};
   const { poolBytes } = ports.warm;
-  const preload = runtime.name.startsWith('python')
-    ? ports.warm.pythonPreload
-    : runtime.name === 'node'
-      ? ports.warm.nodePreload
-      : undefined;
+  const family = familyOf(runtime);
+  const preload = family === 'python' ? ports.warm.pythonPreload : family === 'node' ? ports.warm.nodePreload : undefined;
   return { warm: { env: runtime.env, ...(preload ? { preload } : {}), ...(poolBytes !== undefined ? { poolBytes } : {}) } };
 }
 
