@@ -13,8 +13,8 @@ export interface RegistryContext {
   readonly claims: NameClaims;
   /** Built-in tool names: never forged, never loaded. */
   readonly builtins: ReadonlySet<string>;
-  /** Runtime names a spec may use. */
-  readonly runtimes: readonly string[];
+  /** Runtime names a spec may use (asked at each validation). */
+  readonly runtimes: () => readonly string[];
   /** The clock for `created_at`. */
   readonly now: () => Date;
   /** Receives `registry.load_failed` events. */

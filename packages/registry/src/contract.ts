@@ -29,8 +29,11 @@ export interface RegistryOptions {
   projectDir?: string;
   /** Built-in tool names (`forge_tool`, `forge_call`, …): never forged, never loaded from disk. */
   builtins?: Iterable<string>;
-  /** Runtime names a spec may use (default `python3`, `node`, `bash`, `sh`). */
-  runtimes?: readonly string[];
+  /**
+   * Runtime names a spec may use (default `python3`, `node`, `bash`, `sh`), or a function asked
+   * at each validation (for names found only when the first tool is forged).
+   */
+  runtimes?: readonly string[] | (() => readonly string[]);
   /** Receives `registry.load_failed` events (plain data for an audit log). */
   onEvent?: (event: RegistryEvent) => void;
   /** The clock for `created_at` (default `() => new Date()`). */

@@ -40,12 +40,13 @@ export function createRegistry(options: RegistryOptions): Registry {
   const roots = Object.freeze({ ...options.roots });
   const stores = new ScopeStores(roots, options.stores ?? {}, builtins);
   const memory = new ToolMemory(stores.scopes);
+  const runtimes = options.runtimes ?? DEFAULT_RUNTIMES;
   const context: RegistryContext = {
     stores,
     memory,
     claims: new NameClaims(builtins, memory),
     builtins,
-    runtimes: options.runtimes ?? DEFAULT_RUNTIMES,
+    runtimes: typeof runtimes === 'function' ? runtimes : () => runtimes,
     now: options.now ?? (() => new Date()),
     onEvent: options.onEvent ?? (() => {}),
     projectDir: options.projectDir ?? projectOf(roots),

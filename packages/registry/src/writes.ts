@@ -31,7 +31,7 @@ export function validateTool(
   ctx: Pick<RegistryContext, 'runtimes' | 'builtins'>,
   spec: unknown,
 ): SpecOk | ValidationFailure | Failure<'name_forbidden'> {
-  const r = validateSpec(spec, { runtimes: ctx.runtimes });
+  const r = validateSpec(spec, { runtimes: ctx.runtimes() });
   if (r.ok && ctx.builtins.has(r.spec.name)) return nameForbidden(r.spec.name);
   return r;
 }

@@ -245,6 +245,25 @@ describe('validateSpec', () => {
     expect(registry.validate(spec({ name: 'forge_tool' }))).toMatchObject({ ok: false, kind: 'name_forbidden' });
     expect(registry.validate(spec({ name: 'forge_tool2' })).ok).toBe(true);
   });
+
+  it('asks runtimes given as a function at each validation, not at creation', () => {
+    let names: readonly string[] | undefined;
+    let asked = 0;
+    const registry = createRegistry({
+      roots: { user: '/nonexistent/forge/tools' },
+      runtimes: () => {
+        asked++;
+        if (!names) throw new Error('asked too early');
+        return names;
+      },
+    });
+    expect(asked).toBe(0);
+    names = ['python3'];
+    expect(registry.validate(spec({ runtime: 'python3.11' }))).toMatchObject({ ok: false, kind: 'validation_failed' });
+    names = ['python3', 'python3.11'];
+    expect(registry.validate(spec({ runtime: 'python3.11' })).ok).toBe(true);
+    expect(asked).toBe(2);
+  });
 });
 
 describe('digestSpec', () => {
