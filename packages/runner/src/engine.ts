@@ -3,10 +3,10 @@ import { mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Breakers, createPolicy, type Policy, type PolicyState, parseToolAcl } from '@forge/policy';
-import { runtimeNames as findRuntimeNames, type RuntimeTable, resolveRuntimes } from '@forge/sandbox';
+import type { RuntimeTable } from '@forge/sandbox';
 import type { ForgeEvent, ForgeOptions, ToolsChanged } from './api.js';
 import { auditSafe } from './auditData.js';
-import { AUDIT_UNAVAILABLE, AuditGate } from './auditGate.js';
+import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
 import { type EngineAudit, openEngineAudit } from './auditOpen.js';
 import { fileCacheStore, ResultCache } from './cache.js';
 import { type CallerDefaults, contextOf, contextProblem } from './caller.js';
@@ -30,6 +30,7 @@ import type {
 import { stopReason } from './refusal.js';
 import { defaultRunSlots, RunSlots } from './runSlots.js';
 import { fileRunStore } from './runStore.js';
+import { sandboxModule } from './sandboxModule.js';
 import { createToolLookup } from './toolLookup.js';
 
 export type { Ctx } from './caller.js';
@@ -87,7 +88,7 @@ export async function createEngine(options: ForgeOptions): Promise<Engine> {
     options,
     paths,
     now,
-    runtimeNames: executors.runtimeNames,
+    runtimeNames: () => executors.runtimeNames(),
     onEvent: (e) => void audit.record(e.type, { ...e }),
     onChange: listeners.notifyChanged,
     onRelease: breakers.forget,
@@ -171,6 +172,22 @@ async function openAuditPort(
     onError: (err) => process.emitWarning(`forge: audit checkpoint failed: ${err.message}`),
     track: (p) => void track(p),
   });
+  const write = (type: string, data: Record<string, unknown>) => {
+    const p = auditGate.append(type, data);
+    checkpoints.appended();
+    return track(p);
+  };
+  // What the engine learns while it opens (the policy it loaded, tool files it could not) is
+  // written just before the first entry the engine writes after that, so a command that only
+  // reads (tools list, status) appends nothing and waits on no disk flush, and every entry of an
+  // action still follows the policy it was decided under.
+  let opening = true;
+  let held: { type: string; data: Record<string, unknown>; settle: (f: AuditFailure | undefined) => void }[] = [];
+  const writeHeld = () => {
+    const hs = held;
+    held = [];
+    for (const h of hs) void write(h.type, h.data).then(h.settle);
+  };
   return {
     audit,
     ownsAudit: !options.audit,
@@ -182,9 +199,18 @@ async function openAuditPort(
       const data = auditSafe(raw, secrets) as Record<string, unknown>;
       for (const l of listeners.auditListeners) l({ type, data });
       if (state.auditClosed) return Promise.resolve(undefined);
-      const p = auditGate.append(type, data);
-      checkpoints.appended();
-      return track(p);
+      if (opening) return new Promise((settle) => held.push({ type, data, settle }));
+      writeHeld();
+      return write(type, data);
+    },
+    opened() {
+      opening = false;
+    },
+    dropHeld() {
+      opening = false;
+      const hs = held;
+      held = [];
+      for (const h of hs) h.settle(undefined);
     },
     unaudited: (f, kind, message) => `${f.message} (refused first: ${kind}: ${message})`,
     track,
@@ -251,17 +277,20 @@ function createBreakersPort(now: () => number, audit: Pick<AuditPort, 'record'>)
 
 /** The runtimes and the bound on sandboxes running at once. */
 function createExecutorsPort(options: ForgeOptions, paths: ForgePaths): ExecutorsPort {
-  // The names are known at once (PATH); each interpreter's version and mounts are found when
-  // first needed (it means running them: a command that only lists tools never does), and in the
-  // background from the start in a process that builds sandboxes ahead (a server).
+  // The names (PATH) are found when a spec is first validated; each interpreter's version and
+  // mounts when first needed (it means running them: a command that only lists tools never does),
+  // and in the background from the start in a process that builds sandboxes ahead (a server).
   let asked: Promise<RuntimeTable> | undefined;
   const runtimes = () => {
     if (!asked) {
-      asked = options.runtimes ? Promise.resolve(options.runtimes) : resolveRuntimes({ cacheFile: join(paths.cacheDir, 'runtimes.json') });
+      asked = options.runtimes
+        ? Promise.resolve(options.runtimes)
+        : sandboxModule().then((s) => s.resolveRuntimes({ cacheFile: join(paths.cacheDir, 'runtimes.json') }));
       asked.catch(() => {}); // reported by the call that needs it
     }
     return asked;
   };
+  let names: readonly string[] | undefined = options.runtimes?.list.map((r) => r.name);
   if (options.prebuild !== false) void runtimes();
   const maxRuns = options.maxConcurrentRuns ?? defaultRunSlots();
   if (!Number.isInteger(maxRuns) || maxRuns < 1)
@@ -269,7 +298,14 @@ function createExecutorsPort(options: ForgeOptions, paths: ForgePaths): Executor
   return {
     runtimes,
     runtimesAsked: () => asked,
-    runtimeNames: options.runtimes ? options.runtimes.list.map((r) => r.name) : findRuntimeNames(),
+    async lookUpRuntimeNames() {
+      names ??= (await sandboxModule()).runtimeNames();
+      return names;
+    },
+    runtimeNames() {
+      if (!names) throw new Error('the runtime names were asked before they were looked up (lookUpRuntimeNames)');
+      return names;
+    },
     running: new Set(),
     runSlots: new RunSlots(maxRuns),
   };

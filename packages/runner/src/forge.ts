@@ -1,7 +1,6 @@
 import { rmSync } from 'node:fs';
 import { tailLog } from '@forge/audit-chain';
 import { bindRoots, networkFor } from '@forge/policy';
-import { discardPrebuilt, sandboxesGone } from '@forge/sandbox';
 import type { Forge, ForgeOptions } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
 import { makeCallTool } from './call/pipeline.js';
@@ -13,6 +12,7 @@ import { makeForgeTool } from './forgeTool.js';
 import { listDamaged, listSourced, listTools } from './listing.js';
 import { makeManage } from './manage.js';
 import { auditTailFor, readArtifactFor, readRunFor } from './reads.js';
+import { sandboxAsked, sandboxModule } from './sandboxModule.js';
 
 /**
  * Creates the engine: the registry over forge's scopes, the hot-reloaded policy, the audit log,
@@ -27,6 +27,7 @@ import { auditTailFor, readArtifactFor, readRunFor } from './reads.js';
 export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   const e = await createEngine(options);
   await attachSources(e);
+  e.opened();
   const guarded = guard(e.state);
   const { promoteTool, removeTool, setToolState } = makeManage(e);
   return {
@@ -123,14 +124,19 @@ async function close(e: Engine, graceMs: number): Promise<void> {
       .close()
       .catch((err: unknown) => process.emitWarning(`forge: closing the ${source.kind} failed: ${(err as Error).message}`));
   }
+  e.dropHeld();
   await Promise.all([...e.pendingAudit]);
   // The runtime probe writes its cache file under the home: nothing may write there after close().
   await e.runtimesAsked()?.catch(() => {});
-  // Every call has been answered; the sandboxes of the last ones may still be going away.
-  await sandboxesGone();
-  if (state.stageDir) {
-    discardPrebuilt(state.stageDir);
-    rmSync(state.stageDir, { recursive: true, force: true });
+  // Every call has been answered; the sandboxes of the last ones may still be going away (none
+  // exist where the sandbox module was never loaded).
+  if (sandboxAsked()) {
+    const sandbox = await sandboxModule();
+    await sandbox.sandboxesGone();
+    if (state.stageDir) {
+      sandbox.discardPrebuilt(state.stageDir);
+      rmSync(state.stageDir, { recursive: true, force: true });
+    }
   }
   await e.base.close();
   for (const r of e.scoped.values()) await (await r).close();

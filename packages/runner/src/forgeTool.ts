@@ -25,6 +25,7 @@ export type ForgePorts = Pick<
   | 'sources'
   | 'notifyChanged'
   | 'runtimes'
+  | 'lookUpRuntimeNames'
   | 'breakersOf'
 >;
 
@@ -35,7 +36,21 @@ export type ForgePorts = Pick<
  * log does not take is taken back).
  */
 export function makeForgeTool(e: ForgePorts): (spec: unknown, o?: ForgeToolOptions) => Promise<ForgeResult> {
-  const { context, record, admit, policyNow, base, layers, resolveIn, runtimes, breakersOf, registryFor, wireClaims, notifyChanged } = e;
+  const {
+    context,
+    record,
+    admit,
+    policyNow,
+    base,
+    layers,
+    resolveIn,
+    runtimes,
+    lookUpRuntimeNames,
+    breakersOf,
+    registryFor,
+    wireClaims,
+    notifyChanged,
+  } = e;
   return async (spec, o = {}) => {
     const ctx = context(o);
     const scope = o.scope ?? 'project';
@@ -67,6 +82,7 @@ export function makeForgeTool(e: ForgePorts): (spec: unknown, o?: ForgeToolOptio
         message: `persona "${ctx.persona}" forges in governed mode (policy toolsmith.mode), so forge_tool is refused; propose the tool with forge_propose {capability, description, input_schema, impl, runtime, examples}: it is validated in the sandbox and goes live once an approver approves it${off}`,
       });
     }
+    await lookUpRuntimeNames(); // the registry checks the spec's runtime against them
     const checked = base.validate(spec);
     if (!checked.ok) return refused(checked as Refusal);
     const tool = checked.spec;

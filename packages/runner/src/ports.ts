@@ -53,6 +53,13 @@ export interface AuditPort {
    * to: redacted before any string is shortened.
    */
   record(type: string, raw: Record<string, unknown>, secrets?: SecretList): Promise<AuditFailure | undefined>;
+  /**
+   * The engine has opened: from now on an entry is written at once, after the entries recorded
+   * while it opened (held until then, so an engine that writes nothing else appends nothing).
+   */
+  opened(): void;
+  /** Closing: the entries still held are not written (nothing followed them); their records resolve. */
+  dropHeld(): void;
   /** `message` for a refusal the log could not take: it still refuses, as `audit_unavailable`. */
   unaudited(f: AuditFailure, kind: RefusalKind, message: string): string;
   /** Keeps `p` until it settles, so close() can wait for it. */
@@ -159,7 +166,13 @@ export interface ExecutorsPort {
   runtimes(): Promise<RuntimeTable>;
   /** The lookup, once something asked for it: what close() waits for. */
   runtimesAsked(): Promise<RuntimeTable> | undefined;
-  runtimeNames: string[];
+  /**
+   * The runtime names on PATH (`python3`, `python3.N`, `node`, …), found on first use: a forge
+   * or a trial awaits it before its spec is validated (the registry asks `runtimeNames()` then).
+   */
+  lookUpRuntimeNames(): Promise<readonly string[]>;
+  /** The names {@link lookUpRuntimeNames} found; throws when asked before they were looked up. */
+  runtimeNames(): readonly string[];
   /** Sandboxes running now (aborted by close() after its grace period). */
   running: Set<AbortController>;
   /** The bound on sandboxes running at once (runSlots.ts). */

@@ -26,7 +26,8 @@ export interface ToolLookupSetup {
   options: ForgeOptions;
   paths: ForgePaths;
   now: () => number;
-  runtimeNames: string[];
+  /** The runtime names a spec may use (asked at each validation). */
+  runtimeNames: () => readonly string[];
   /** Registry events (`registry.load_failed`), for the audit log. */
   onEvent: (e: { type: string }) => void;
   /** Another process changed tools in a watched scope. */

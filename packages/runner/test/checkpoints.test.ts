@@ -18,7 +18,9 @@ describe('forge checkpoints its own audit log', () => {
     const keys = generateSigningKeys();
     const keyFile = join(fx.root, 'audit.key');
     writeFileSync(keyFile, keys.privateKey, { mode: 0o600 });
-    // The fixture's engine wrote an unsigned log: signing starts with an explicit, recorded anchor.
+    // The fixture's engine wrote an unsigned log (a refused call, after the policy it loaded):
+    // signing starts with an explicit, recorded anchor.
+    expect(await fx.forge.callTool('missing', {})).toMatchObject({ ok: false, error: { kind: 'unknown_tool' } });
     await fx.forge.close();
     await expect(fx.reopen({ env: { FORGE_AUDIT_KEY: keyFile } })).rejects.toMatchObject({ code: 'log_unanchored' });
     const anchored = await reanchorAuditLog(fx.forge.paths.auditLog, {

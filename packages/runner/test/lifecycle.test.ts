@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -150,5 +150,31 @@ describe('what a process that only looks leaves behind', () => {
     expect(await forge.listTools()).toEqual([]);
     await forge.close();
     expect(readdirSync(project)).toEqual([]);
+  });
+
+  it('an engine that only looks appends nothing; what it learned opening is written just before its first entry', async () => {
+    const project = mkdtempSync(join(tmpdir(), 'forge-bare-project-'));
+    const home = mkdtempSync(join(tmpdir(), 'forge-bare-home-'));
+    onTestFinished(() => {
+      rmSync(project, { recursive: true, force: true });
+      rmSync(home, { recursive: true, force: true });
+    });
+    const types = (file: string) =>
+      existsSync(file)
+        ? readFileSync(file, 'utf8')
+            .split('\n')
+            .filter(Boolean)
+            .map((l) => JSON.parse(l).type)
+        : [];
+    const looker = await createForge({ home, project, env: {} });
+    expect(await looker.listTools()).toEqual([]);
+    await looker.close();
+    expect(types(looker.paths.auditLog)).toEqual([]);
+
+    const caller = await createForge({ home, project, env: {} });
+    expect((await caller.forgeTool(await example('fib'))).ok).toBe(true);
+    await caller.close();
+    // The policy this engine loaded, then its forge: one entry each, in that order.
+    expect(types(caller.paths.auditLog)).toEqual(['policy.reloaded', 'forge.created']);
   });
 });

@@ -50,6 +50,7 @@ async function engine(policy?: unknown): Promise<{ e: Engine; home: string; proj
   if (policy !== undefined) writeAtomic(join(home, 'policy.json'), JSON.stringify(policy));
   writeAtomic(join(project, '.forge', 'keep'), '');
   const e = await createEngine({ env: {}, home, project, sources: [source], prebuild: false });
+  e.opened(); // as createForge does once its sources are attached: entries are written from now on
   onTestFinished(async () => {
     await e.base.close();
     await e.audit.close();

@@ -30,6 +30,7 @@ export const TRIAL_EVENT = 'toolsmith.trial_run';
 export function makeTrialCall(e: Engine): (spec: unknown, input: unknown, o?: TrialOptions) => Promise<TrialResult | Refusal> {
   const sandbox = sandboxExecutor(e);
   return async (spec, input, o = {}) => {
+    await e.lookUpRuntimeNames(); // the registry checks the spec's runtime against them
     const checked = e.base.validate(spec);
     if (!checked.ok) return checked as Refusal;
     const ctx = e.context(o);

@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { bindAllow, bindRoots, networkFor, type PolicySnapshot } from '@forge/policy';
-import { type CheckedBind, checkBind, closeBinds, defaultDenyList, makeStageDir } from '@forge/sandbox';
+import type { CheckedBind } from '@forge/sandbox';
 import { readAnnotations } from '../annotations.js';
 import { callAuthority } from '../authority.js';
 import { cacheKey } from '../cache.js';
@@ -9,6 +9,7 @@ import type { Call } from '../call/call.js';
 import type { Engine } from '../engine.js';
 import type { Execution, Executor, RunJob, RunPlan } from '../executor.js';
 import { RefusalError } from '../refusal.js';
+import { sandboxModule } from '../sandboxModule.js';
 import { readAnswer } from './sandbox/answer.js';
 import { classify, type RanFacts } from './sandbox/classify.js';
 import { type Forged, type InvokePorts, invokeSandbox, type RunInput, type Runtime, type Started } from './sandbox/invoke.js';
@@ -38,7 +39,7 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
     runSlots: e.runSlots,
     running: e.running,
     record: e.record,
-    stageDir: e.options.prebuild === false ? null : () => (e.state.stageDir ??= makeStageDir()),
+    stageDir: e.options.prebuild === false ? null : (sandbox) => (e.state.stageDir ??= sandbox.makeStageDir()),
     // Warm where sandboxes are built ahead, unless turned off; an object gives the preload.
     warm: e.options.prebuild === false || e.options.warm === false ? null : typeof e.options.warm === 'object' ? e.options.warm : {},
     bwrapPath: e.options.bwrapPath,
@@ -97,6 +98,7 @@ async function runChecked(
 ): Promise<Execution> {
   const { call, snap } = job;
   const ctx = call.ctx;
+  const { checkBind, closeBinds, defaultDenyList } = await sandboxModule();
   const { runtime, bindRequests } = job.plan.state as { runtime: Runtime; bindRequests: ReturnType<typeof readAnnotations>['binds'] };
   // The network grant: closed unless policy opens it (and allow-rules agree); when open, the
   // run gets forge's egress proxy, never the host network.

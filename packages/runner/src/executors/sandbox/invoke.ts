@@ -3,19 +3,16 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { networkFor } from '@forge/policy';
 import type { StoredTool } from '@forge/registry';
-import {
-  type CheckedBind,
-  EVENTS_FD,
-  type Mount,
-  type NetworkEvent,
-  probe,
-  type Resolver,
-  type RunOptions,
-  type RunResult,
-  type RuntimeTable,
-  runSandboxed,
-  type SandboxProfile,
-  type WarmOptions,
+import type {
+  CheckedBind,
+  Mount,
+  NetworkEvent,
+  Resolver,
+  RunOptions,
+  RunResult,
+  RuntimeTable,
+  SandboxProfile,
+  WarmOptions,
 } from '@forge/sandbox';
 import type { Target } from '../../call/resolve.js';
 import type { Ctx } from '../../engine.js';
@@ -23,6 +20,7 @@ import { EventReader, type EventSummary } from '../../events.js';
 import type { RunJob } from '../../executor.js';
 import { redactTextFolded, redactWithFragments, type SecretList } from '../../redact.js';
 import { stopReason } from '../../refusal.js';
+import { type SandboxModule, sandboxModule } from '../../sandboxModule.js';
 import type { SandboxFailure } from './classify.js';
 
 /**
@@ -46,7 +44,7 @@ export interface InvokePorts {
   running: Set<AbortController>;
   record: (type: string, data: Record<string, unknown>, secrets: SecretList) => Promise<unknown>;
   /** Null when sandboxes are not built ahead; else the directory of their per-run files (made at first use). */
-  stageDir: (() => string) | null;
+  stageDir: ((sandbox: SandboxModule) => string) | null;
   /** Null when interpreters are not warmed ahead; else what a warm Python imports first. */
   warm: { pythonPreload?: readonly string[]; nodePreload?: readonly string[]; poolBytes?: number } | null;
   bwrapPath: string | undefined;
@@ -109,17 +107,18 @@ export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: 
   try {
     // The host probe, once per process, as the run would: kept across processes, so a one-shot
     // command starts no trial sandbox while nothing it depends on has changed.
-    await probe({ ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}), cacheFile: ports.probeCache });
-    const sandbox = profile(ports, job, r, setup);
+    const lib = await sandboxModule();
+    await lib.probe({ ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}), cacheFile: ports.probeCache });
+    const sandbox = profile(ports, job, r, setup, lib.EVENTS_FD);
     const options: RunOptions = {
       stdin: JSON.stringify(r.input ?? {}),
       stdoutFile: setup.spill,
       signal: ac.signal,
       events: (chunk) => events.push(chunk),
-      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(), ...warmFor(ports, r.runtime) } } : {}),
+      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, r.runtime) } } : {}),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
     };
-    outcome = { ran: true, result: await runSandboxed(sandbox, options) };
+    outcome = { ran: true, result: await lib.runSandboxed(sandbox, options) };
   } catch (err) {
     const code = (err as { code?: string }).code;
     // The sandbox's message may quote the end of stderr, cut before forge could redact it.
@@ -170,7 +169,7 @@ function warmFor(ports: InvokePorts, runtime: Runtime): { warm?: WarmOptions } {
 }
 
 /** The sandbox profile of the run: command, environment, mounts, binds, limits, network. */
-function profile(ports: InvokePorts, job: RunJob<Forged>, r: RunInput, setup: Setup): SandboxProfile {
+function profile(ports: InvokePorts, job: RunJob<Forged>, r: RunInput, setup: Setup, eventsFd: number): SandboxProfile {
   const { budget, runId } = job;
   const { grant } = r;
   return {
@@ -179,7 +178,7 @@ function profile(ports: InvokePorts, job: RunJob<Forged>, r: RunInput, setup: Se
       ...r.runtime.env,
       FORGE_ARTIFACTS: '/forge/artifacts',
       FORGE_RUN_ID: runId,
-      FORGE_EVENTS_FD: String(EVENTS_FD),
+      FORGE_EVENTS_FD: String(eventsFd),
       ...r.secretEnv,
     },
     mounts: setup.mounts,
