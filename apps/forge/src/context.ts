@@ -26,6 +26,9 @@ export interface Engine {
   close(options?: { graceMs?: number }): Promise<void>;
 }
 
+/** An engine opened for a command that calls no tool: its toolsmith only when one was made. */
+type LookingEngine = Omit<Engine, 'toolsmith'> & { toolsmith?: Toolsmith };
+
 /**
  * Creates an engine with its toolsmith attached: an unknown tool name becomes a gap (and the
  * toolsmith's hint goes into the `unknown_tool` message). Opening writes nothing: the toolsmith
@@ -35,6 +38,19 @@ export async function createEngine(
   o: Omit<ForgeOptions, 'onUnknownTool'>,
   stores: { gapStore?: GapStore; proposalStore?: ProposalStore } = {},
 ): Promise<Engine> {
+  return (await makeEngine(o, stores, true)) as Engine;
+}
+
+async function makeEngine(
+  o: Omit<ForgeOptions, 'onUnknownTool'>,
+  stores: { gapStore?: GapStore; proposalStore?: ProposalStore },
+  withToolsmith: boolean,
+): Promise<LookingEngine> {
+  if (!withToolsmith) {
+    const { createForge } = await import('@forge/runner');
+    const forge = await createForge(o);
+    return { forge, close: (options) => forge.close(options) };
+  }
   const [{ createForge }, { createToolsmith }] = await Promise.all([import('@forge/runner'), import('@forge/toolsmith')]);
   // The engine is made before the toolsmith that answers its unknown tools: nothing is called in between.
   let smith: Toolsmith | undefined;
@@ -55,6 +71,13 @@ export async function createEngine(
   };
 }
 
+/** How {@link openForge} opens the engine. */
+export interface OpenOptions {
+  server?: boolean;
+  dispatch?: JobQueue;
+  store?: Store;
+}
+
 /**
  * Opens the engine for one command; a home or audit log that cannot be opened is an environment
  * error. A server watches the tool stores and keeps sandboxes built ahead for its next calls; a
@@ -62,13 +85,22 @@ export async function createEngine(
  * the one this invocation names, opened here and closed with the engine); with `dispatch`, the
  * forged tools' calls go to workers through that queue.
  */
-export async function openForge(w: Where, options: { server?: boolean; dispatch?: JobQueue; store?: Store } = {}): Promise<Engine> {
+export async function openForge(w: Where, options: OpenOptions = {}): Promise<Engine> {
+  return (await openEngine(w, options, true)) as Engine;
+}
+
+/**
+ * {@link openForge} with the toolsmith made only when `calls` (the command may call a tool, whose
+ * unknown name becomes a gap) or when a gateway is configured (listing its tools starts
+ * upstreams, and one that cannot start is a gap); otherwise the toolsmith is not even loaded.
+ */
+async function openEngine(w: Where, options: OpenOptions, calls: boolean): Promise<LookingEngine> {
   const server = options.server ?? false;
   const store = options.store ?? (await openStore(w));
   try {
     const sources = await gatewaySources(w, server);
     const { META_TOOLS } = await import('@forge/runner');
-    const engine = await createEngine(
+    const engine = await makeEngine(
       {
         home: w.home,
         project: w.project,
@@ -80,7 +112,8 @@ export async function openForge(w: Where, options: { server?: boolean; dispatch?
         ...store.forgeOptions(META_TOOLS),
         ...(options.dispatch ? { dispatch: { queue: options.dispatch } } : {}),
       },
-      store.toolsmithStores?.(),
+      store.toolsmithStores?.() ?? {},
+      calls || sources.length > 0,
     );
     if (options.store) return engine;
     return {
@@ -113,11 +146,25 @@ async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> 
   return [createGateway({ userFile, workspaceFile, gatewayDir: join(w.home, 'gateway') })];
 }
 
-/** Runs `fn` with an engine (and its toolsmith) and closes both afterwards, whatever happens. */
-export async function withForge<T>(w: Where, fn: (forge: Forge, toolsmith: Toolsmith) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` with an engine and closes it afterwards, whatever happens. With `calls: false` (the
+ * command calls no tool: list, show, forge, promote, remove) the toolsmith is made only when a
+ * gateway is configured.
+ */
+export async function withForge<T>(w: Where, fn: (forge: Forge) => Promise<T>, options: { calls?: boolean } = {}): Promise<T> {
+  const engine = await openEngine(w, {}, options.calls ?? true);
+  try {
+    return await fn(engine.forge);
+  } finally {
+    await engine.close();
+  }
+}
+
+/** Runs `fn` with an engine's toolsmith (and the engine) and closes both afterwards, whatever happens. */
+export async function withToolsmith<T>(w: Where, fn: (toolsmith: Toolsmith, forge: Forge) => Promise<T>): Promise<T> {
   const engine = await openForge(w);
   try {
-    return await fn(engine.forge, engine.toolsmith);
+    return await fn(engine.toolsmith, engine.forge);
   } finally {
     await engine.close();
   }

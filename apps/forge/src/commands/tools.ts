@@ -29,11 +29,15 @@ export const toolsList: Command = {
     const w = await where();
     const ctx = callContext(w.env);
     // The gateway's approved upstream tools belong to no scope: listed when no scope is asked for.
-    const { tools, damaged, sourced } = await withForge(w, async (f) => ({
-      tools: await f.listTools({ ...ctx, ...(scope ? { scope } : {}) }),
-      damaged: await f.listDamaged({ ...ctx, ...(scope ? { scope } : {}) }),
-      sourced: scope ? [] : await f.listSourced(ctx),
-    }));
+    const { tools, damaged, sourced } = await withForge(
+      w,
+      async (f) => ({
+        tools: await f.listTools({ ...ctx, ...(scope ? { scope } : {}) }),
+        damaged: await f.listDamaged({ ...ctx, ...(scope ? { scope } : {}) }),
+        sourced: scope ? [] : await f.listSourced(ctx),
+      }),
+      { calls: false },
+    );
     if (out.json)
       out.data([
         ...tools.map((t) => ({ ...summary(t.tool), scope: t.scope, ...(t.shadowedBy ? { shadowed_by: t.shadowedBy } : {}) })),
@@ -65,10 +69,14 @@ export const toolsShow: Command = {
   async run({ positionals }, { out, where }) {
     const name = positionals[0] as string;
     const w = await where();
-    const { tools, damaged } = await withForge(w, async (f) => ({
-      tools: await f.listTools(callContext(w.env)),
-      damaged: await f.listDamaged(callContext(w.env)),
-    }));
+    const { tools, damaged } = await withForge(
+      w,
+      async (f) => ({
+        tools: await f.listTools(callContext(w.env)),
+        damaged: await f.listDamaged(callContext(w.env)),
+      }),
+      { calls: false },
+    );
     const hit = tools.find((t) => t.tool.name === name);
     const broken = damaged.find((d) => d.name === name);
     if (!hit) {
@@ -100,8 +108,10 @@ export const toolsForge: Command = {
     const scope = scopeOf(values.scope, this.usage);
     const spec = await readSpec(positionals[0] as string, stdin);
     const w = await where();
-    const r = await withForge(w, (f) =>
-      f.forgeTool(spec, { ...callContext(w.env), ...(scope ? { scope } : {}), ...(values.overwrite ? { overwrite: true } : {}) }),
+    const r = await withForge(
+      w,
+      (f) => f.forgeTool(spec, { ...callContext(w.env), ...(scope ? { scope } : {}), ...(values.overwrite ? { overwrite: true } : {}) }),
+      { calls: false },
     );
     if (out.json)
       out.data(r.ok ? { ok: true, tool: summary(r.tool), scope: r.tool.scope, ...(r.previous ? { previous: r.previous } : {}) } : r);
@@ -145,8 +155,10 @@ export const toolsPromote: Command = {
   positionals: [1, 1],
   async run({ values, positionals }, { out, where }) {
     const w = await where();
-    const r = await withForge(w, (f) =>
-      f.promoteTool(positionals[0] as string, { ...callContext(w.env), ...(values.force ? { force: true } : {}) }),
+    const r = await withForge(
+      w,
+      (f) => f.promoteTool(positionals[0] as string, { ...callContext(w.env), ...(values.force ? { force: true } : {}) }),
+      { calls: false },
     );
     if (out.json) out.data(r.ok ? { ok: true, tool: summary(r.tool), outcome: r.outcome } : r);
     else if (r.ok)
@@ -167,7 +179,9 @@ export const toolsRemove: Command = {
   async run({ values, positionals }, { out, where }) {
     const scope = scopeOf(values.scope, this.usage);
     const w = await where();
-    const r = await withForge(w, (f) => f.removeTool(positionals[0] as string, { ...callContext(w.env), ...(scope ? { scope } : {}) }));
+    const r = await withForge(w, (f) => f.removeTool(positionals[0] as string, { ...callContext(w.env), ...(scope ? { scope } : {}) }), {
+      calls: false,
+    });
     if (out.json) {
       if (!r.ok) out.data(r);
       else if (r.damaged)

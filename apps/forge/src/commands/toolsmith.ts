@@ -2,7 +2,7 @@ import { userInfo } from 'node:os';
 import type { ProposalState, Toolsmith } from '@forge/toolsmith';
 import { UsageError } from '../args.js';
 import type { Command, Io } from '../command.js';
-import { withForge } from '../context.js';
+import { withToolsmith } from '../context.js';
 import { refusalLine } from '../format.js';
 import { cycleLines, gapRows, proposalRows, reviewLines } from '../toolsmith-format.js';
 import type { Where } from '../where.js';
@@ -41,7 +41,7 @@ function noteStatus(out: Io['out'], t: Toolsmith): void {
 }
 
 /** Runs one toolsmith step in an engine opened for this command. */
-const withSmith = <T>(w: Where, fn: (t: Toolsmith) => Promise<T>): Promise<T> => withForge(w, (_f, t) => fn(t));
+const withSmith = <T>(w: Where, fn: (t: Toolsmith) => Promise<T>): Promise<T> => withToolsmith(w, (t) => fn(t));
 
 export const toolsmithList: Command = {
   words: 'toolsmith list',
