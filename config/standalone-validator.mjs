@@ -11,14 +11,25 @@ export function standaloneValidator(schemaFile, label, from) {
   // Ajv comes from the package that generates (its devDependency), not from this directory.
   const require = createRequire(from);
   const { Ajv2020 } = require('ajv/dist/2020.js');
-  const standalone = require('ajv/dist/standalone').default;
   const schema = JSON.parse(readFileSync(schemaFile, 'utf8'));
   const ajv = new Ajv2020({ allErrors: false, strict: true, verbose: true, code: { source: true, esm: true } });
-  let code = standalone(ajv, ajv.compile(schema));
-  // The one runtime helper the schemas need (string length in code points, for maxLength), kept
-  // local so the module imports nothing.
-  const helper = 'require("ajv/dist/runtime/ucs2length").default';
-  code = code.replaceAll(helper, 'ucs2length');
+  return standaloneModule(ajv, ajv.compile(schema), label, from);
+}
+
+/**
+ * The text of the module exporting `validate`, compiled by `ajv` (made with `code: { source: true,
+ * esm: true }`); `label` names its schema in the header. The Ajv runtime helpers the code needs are
+ * inlined, so the module imports nothing.
+ */
+export function standaloneModule(ajv, validate, label, from) {
+  const require = createRequire(from);
+  const standalone = require('ajv/dist/standalone').default;
+  let code = standalone(ajv, validate);
+  // String length in code points (maxLength, minLength) and equality of values (const, enum,
+  // uniqueItems): kept local.
+  const needsEqual = code.includes('require("ajv/dist/runtime/equal")');
+  code = code.replaceAll('require("ajv/dist/runtime/ucs2length").default', 'ucs2length');
+  code = code.replaceAll('require("ajv/dist/runtime/equal").default', 'equal');
   if (/require\(/.test(code))
     throw new Error('the generated validator needs another Ajv runtime helper: inline it in config/standalone-validator.mjs');
   const ajvVersion = require('ajv/package.json').version;
@@ -30,6 +41,20 @@ export function standaloneValidator(schemaFile, label, from) {
     '  for (const _ of s) n++;',
     '  return n;',
     '}',
+    ...(needsEqual
+      ? [
+          'function equal(a, b) {',
+          '  if (a === b) return true;',
+          "  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;",
+          // Values of different kinds (an array and an object, objects of different prototypes) differ, as in Ajv.
+          '  if (Object.getPrototypeOf(a) !== Object.getPrototypeOf(b)) return false;',
+          '  if (Array.isArray(a)) return a.length === b.length && a.every((x, i) => equal(x, b[i]));',
+          '  const keys = Object.keys(a);',
+          '  if (keys.length !== Object.keys(b).length) return false;',
+          '  return keys.every((k) => Object.hasOwn(b, k) && equal(a[k], b[k]));',
+          '}',
+        ]
+      : []),
     code.replace(/^"use strict";/, ''),
     '',
   ].join('\n');

@@ -3,6 +3,8 @@ import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
 import stableStringify from 'fast-json-stable-stringify';
 import { newAjv } from './ajv-lazy.js';
 import { linearPatternProblem, linearRegExpEngine, PatternRefusal } from './linear-pattern.js';
+import validateMeta202012 from './meta-2020-12.generated.js';
+import validateMetaDraft07 from './meta-draft-07.generated.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
 
 /** The JSON Schema dialects a tool schema may use. */
@@ -43,11 +45,21 @@ export const TOOL_SCHEMA_AJV_OPTIONS: Readonly<Options> = Object.freeze({
 
 const ajvs = new Map<SchemaDialect, Ajv>();
 
+/**
+ * Each dialect's meta-schema, compiled ahead of time with the options below (scripts/
+ * generate-validator.mjs): a tool's schema is checked against it without compiling the meta-schema
+ * in this process, and ajv itself then skips that check.
+ */
+const META: Record<SchemaDialect, ValidateFunction> = {
+  '2020-12': validateMeta202012 as unknown as ValidateFunction,
+  'draft-07': validateMetaDraft07 as unknown as ValidateFunction,
+};
+
 /** The shared ajv instance of a dialect, created on first use (never at import). */
 function ajvFor(dialect: SchemaDialect): Ajv {
   let ajv = ajvs.get(dialect);
   if (!ajv) {
-    ajv = newAjv(dialect, { ...TOOL_SCHEMA_AJV_OPTIONS });
+    ajv = newAjv(dialect, { ...TOOL_SCHEMA_AJV_OPTIONS, validateSchema: false });
     ajv.addKeyword({ keyword: 'x-bind', metaSchema: { enum: ['ro', 'rw'] } });
     ajv.addKeyword({ keyword: 'x-redact', metaSchema: { type: 'boolean' } });
     ajvs.set(dialect, ajv);
@@ -286,7 +298,8 @@ function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema'
   const ajv = ajvFor(d.dialect);
   // Compile a copy whose $schema is the id ajv knows (the spellings accepted above differ).
   const copy = s.$schema === undefined ? s : { ...s, $schema: d.canonical };
-  if (!ajv.validateSchema(copy)) problems.push(...ajvProblems(ajv.errors, path));
+  const meta = META[d.dialect];
+  if (!meta(copy)) problems.push(...ajvProblems(meta.errors, path));
   if (problems.length > 0) return validationFailure(problems);
   let fn: ValidateFunction;
   try {
