@@ -19,9 +19,11 @@ export function standaloneValidator(schemaFile, label, from) {
 /**
  * The text of the module exporting `validate`, compiled by `ajv` (made with `code: { source: true,
  * esm: true }`); `label` names its schema in the header. The Ajv runtime helpers the code needs are
- * inlined, so the module imports nothing.
+ * inlined, so the module imports nothing. With `factory`, the module's default export is instead a
+ * function that makes the validator: importing the module then evaluates nothing of it (for a
+ * validator only some processes use).
  */
-export function standaloneModule(ajv, validate, label, from) {
+export function standaloneModule(ajv, validate, label, from, { factory = false } = {}) {
   const require = createRequire(from);
   const standalone = require('ajv/dist/standalone').default;
   let code = standalone(ajv, validate);
@@ -55,9 +57,16 @@ export function standaloneModule(ajv, validate, label, from) {
           '}',
         ]
       : []),
-    code.replace(/^"use strict";/, ''),
+    factory ? asFactory(code) : code.replace(/^"use strict";/, ''),
     '',
   ].join('\n');
+}
+
+/** Standalone code whose exports are a function returning its validator. */
+function asFactory(code) {
+  const head = /^"use strict";export const validate = (\w+);export default \1;/.exec(code);
+  if (!head) throw new Error('Ajv standalone code no longer starts as expected: update config/standalone-validator.mjs');
+  return `export default function makeValidator() {\n${code.slice(head[0].length)}\nreturn ${head[1]};\n}`;
 }
 
 /** The script's command line: writes `generated`, or with `--check` exits 1 when it is stale. */

@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import { Worker } from 'node:worker_threads';
 import type { SealedSegment } from './segments.js';
 import { type ChunkResult, verifyChunk } from './verify-chunk.js';
 
@@ -28,6 +27,8 @@ export async function startHelper(snap: { sealed: SealedSegment[]; activeSize: n
   if (total < PARALLEL_MIN_BYTES) return undefined;
   const file = new URL('./verify-worker.js', import.meta.url);
   if (!existsSync(file)) return undefined;
+  // Loaded here: a process that verifies no large log never loads worker_threads.
+  const { Worker } = await import('node:worker_threads');
   const worker = new Worker(file, {
     workerData: marks,
     resourceLimits: { maxYoungGenerationSizeMb: 4, maxOldGenerationSizeMb: 256 },

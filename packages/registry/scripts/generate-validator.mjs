@@ -34,7 +34,8 @@ export function generateValidator(d) {
   const Ajv = d.ajv();
   const ajv = new Ajv({ allErrors: true, strict: false, logger: false, code: { source: true, esm: true } });
   require('ajv-formats').default(ajv);
-  return standaloneModule(ajv, ajv.getSchema(d.id), d.id, import.meta.url);
+  // A factory: only a process that compiles a tool schema evaluates it (listing never does).
+  return standaloneModule(ajv, ajv.getSchema(d.id), d.id, import.meta.url, { factory: true });
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

@@ -1,10 +1,11 @@
-import { type Context, createContext, Script } from 'node:vm';
+import { createRequire } from 'node:module';
+import type { Context, Script } from 'node:vm';
 import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
 import stableStringify from 'fast-json-stable-stringify';
 import { newAjv } from './ajv-lazy.js';
 import { linearPatternProblem, linearRegExpEngine, PatternRefusal } from './linear-pattern.js';
-import validateMeta202012 from './meta-2020-12.generated.js';
-import validateMetaDraft07 from './meta-draft-07.generated.js';
+import makeMeta202012 from './meta-2020-12.generated.js';
+import makeMetaDraft07 from './meta-draft-07.generated.js';
 import type { JsonSchema, SpecProblem, ValidationFailure } from './types.js';
 
 /** The JSON Schema dialects a tool schema may use. */
@@ -47,13 +48,19 @@ const ajvs = new Map<SchemaDialect, Ajv>();
 
 /**
  * Each dialect's meta-schema, compiled ahead of time with the options below (scripts/
- * generate-validator.mjs): a tool's schema is checked against it without compiling the meta-schema
- * in this process, and ajv itself then skips that check.
+ * generate-validator.mjs) and made at its first use: a tool's schema is checked against it without
+ * compiling the meta-schema in this process, and ajv itself then skips that check.
  */
-const META: Record<SchemaDialect, ValidateFunction> = {
-  '2020-12': validateMeta202012 as unknown as ValidateFunction,
-  'draft-07': validateMetaDraft07 as unknown as ValidateFunction,
-};
+const META_MAKERS: Record<SchemaDialect, () => unknown> = { '2020-12': makeMeta202012, 'draft-07': makeMetaDraft07 };
+const metas = new Map<SchemaDialect, ValidateFunction>();
+function metaFor(dialect: SchemaDialect): ValidateFunction {
+  let v = metas.get(dialect);
+  if (!v) {
+    v = META_MAKERS[dialect]() as ValidateFunction;
+    metas.set(dialect, v);
+  }
+  return v;
+}
 
 /** The shared ajv instance of a dialect, created on first use (never at import). */
 function ajvFor(dialect: SchemaDialect): Ajv {
@@ -298,7 +305,7 @@ function compileUncached(schema: unknown, path: 'input_schema' | 'output_schema'
   const ajv = ajvFor(d.dialect);
   // Compile a copy whose $schema is the id ajv knows (the spellings accepted above differ).
   const copy = s.$schema === undefined ? s : { ...s, $schema: d.canonical };
-  const meta = META[d.dialect];
+  const meta = metaFor(d.dialect);
   if (!meta(copy)) problems.push(...ajvProblems(meta.errors, path));
   if (problems.length > 0) return validationFailure(problems);
   let fn: ValidateFunction;
@@ -410,7 +417,12 @@ function weightAtMost(data: unknown, limit: number): boolean {
 function withinBudget(fn: ValidateFunction, data: unknown, label: string): { ok: true } | false | ValidationFailure {
   // The validator stays a function of this realm; only the call runs as a script, because only
   // a script can be given a timeout. The context is made once and holds nothing between calls.
-  sandbox ??= { context: createContext({}), script: new Script('__validate(__data)') };
+  if (!sandbox) {
+    // node:vm is required here, at the first costly validation: a process that validates nothing
+    // (listing) never loads it.
+    const vm = createRequire(import.meta.url)('node:vm') as typeof import('node:vm');
+    sandbox = { context: vm.createContext({}), script: new vm.Script('__validate(__data)') };
+  }
   const g = sandbox.context as { __validate?: ValidateFunction; __data?: unknown };
   g.__validate = fn;
   g.__data = data;

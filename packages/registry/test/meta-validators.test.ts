@@ -5,8 +5,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: a plain script, no declarations
 import { DIALECTS, generateValidator } from '../scripts/generate-validator.mjs';
-import validateMeta202012 from '../src/meta-2020-12.generated.js';
-import validateMetaDraft07 from '../src/meta-draft-07.generated.js';
+import makeMeta202012 from '../src/meta-2020-12.generated.js';
+import makeMetaDraft07 from '../src/meta-draft-07.generated.js';
 
 const require = createRequire(import.meta.url);
 
@@ -19,8 +19,8 @@ function liveAjv(dialect: '2020-12' | 'draft-07'): Ajv {
 }
 
 const PAIRS = [
-  { dialect: '2020-12' as const, generated: validateMeta202012 as unknown as ValidateFunction, live: liveAjv('2020-12') },
-  { dialect: 'draft-07' as const, generated: validateMetaDraft07 as unknown as ValidateFunction, live: liveAjv('draft-07') },
+  { dialect: '2020-12' as const, generated: makeMeta202012() as unknown as ValidateFunction, live: liveAjv('2020-12') },
+  { dialect: 'draft-07' as const, generated: makeMetaDraft07() as unknown as ValidateFunction, live: liveAjv('draft-07') },
 ];
 
 /** Schema-shaped values: JSON Schema keywords with values of the right and of the wrong type, nested. */

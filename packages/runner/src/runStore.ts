@@ -1,6 +1,5 @@
 import { closeSync, createReadStream } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { type OpenProblem, openBeneath, openDirBeneath, readHead } from './artifactFiles.js';
 import { type ArtifactInfo, HitLog, listArtifacts, writeJsonAtomic } from './manifest.js';
 import { runDirName, runIdProblem } from './runIds.js';
@@ -148,6 +147,8 @@ export function fileRunStore(runsDir: string): RunStore {
 
 /** The hit record of `runId` in `hits.jsonl` (read by descriptor, line by line), or undefined. */
 async function findHit(runsDir: string, runId: string): Promise<Record<string, unknown> | undefined> {
+  // Loaded here: a process that reads no run record never loads readline.
+  const { createInterface } = await import('node:readline');
   const f = openBeneath(runsDir, [], 'hits.jsonl');
   if ('problem' in f) return undefined;
   const needle = `"run_id":${JSON.stringify(runId)}`;

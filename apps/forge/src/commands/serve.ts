@@ -13,7 +13,6 @@ import { openStore } from '../store.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
 import type { Where } from '../where.js';
-import { startWorkers } from '../workers.js';
 
 /** What a refused or killed call is told: "forge is shutting down (SIGTERM)". */
 const shutdownReason = (signal: string): string => `forge is shutting down (${signal})`;
@@ -222,7 +221,11 @@ async function openServed(w: Where, o: { workers: number; dispatch: boolean; gra
     await store.close().catch(() => {});
     throw err;
   }
-  const pool = workers > 0 ? startWorkers(workers, w, { cliPath: o.cliPath, graceMs, note: (l) => out.note(l) }) : undefined;
+  // Loaded here (child_process with it): a command that serves nothing never loads it.
+  const pool =
+    workers > 0
+      ? (await import('../workers.js')).startWorkers(workers, w, { cliPath: o.cliPath, graceMs, note: (l) => out.note(l) })
+      : undefined;
   if (queue)
     out.note(
       `forge serve: forged tools' calls go to ${workers > 0 ? `${workers} worker(s) of this server and any other worker` : 'the workers'} on the job queue ${queue.where}`,
