@@ -1,4 +1,7 @@
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
+import { compileToolSchema } from '../src/index.js';
 
 /**
  * Every name @forge/registry exports at runtime, written out: adding or removing an export is an API
@@ -66,4 +69,17 @@ it('the ./inert entry exports the text guards alone, the same functions as the m
   const inert: Record<string, unknown> = await import(new URL('../dist/inert.js', import.meta.url).href);
   expect(Object.keys(inert).sort()).toEqual(['describeCharacter', 'escapeCharacter', 'findUnsafeCharacter', 'inertJson', 'inertText']);
   expect(inert.inertText).toBe(entry.inertText);
+});
+
+it('the built package compiles tool schemas with its one-file ajv (dist/ajv.cjs), and judges as ajv from source does', () => {
+  const schema = { type: 'object', properties: { at: { type: 'string', format: 'date-time' } }, required: ['at'] };
+  const compile = entry.compileToolSchema as typeof compileToolSchema;
+  const built = compile(schema);
+  const fromSource = compileToolSchema(structuredClone(schema));
+  if (!built.ok || !fromSource.ok) throw new Error(`the schema did not compile: ${JSON.stringify([built, fromSource])}`);
+  const file = fileURLToPath(new URL('../dist/ajv.cjs', import.meta.url));
+  const require = createRequire(import.meta.url);
+  expect(require.cache[file], `${file} was not the ajv the built package loaded`).toBeDefined();
+  expect(Object.keys(require(file)).sort()).toEqual(['Ajv', 'Ajv2020', 'addFormats']);
+  for (const data of [{ at: '2026-12-03T12:00:00Z' }, { at: 'noon' }, {}]) expect(built.validate(data)).toEqual(fromSource.validate(data));
 });
