@@ -138,14 +138,20 @@ describe('events and the audit trail', () => {
   });
 });
 
+/** An empty project and home of this test's own (removed when it ends). */
+function bareDirs(): { project: string; home: string } {
+  const project = mkdtempSync(join(tmpdir(), 'forge-bare-project-'));
+  const home = mkdtempSync(join(tmpdir(), 'forge-bare-home-'));
+  onTestFinished(() => {
+    rmSync(project, { recursive: true, force: true });
+    rmSync(home, { recursive: true, force: true });
+  });
+  return { project, home };
+}
+
 describe('what a process that only looks leaves behind', () => {
   it('listing from a directory creates nothing there (no .forge/, no runs/)', async () => {
-    const project = mkdtempSync(join(tmpdir(), 'forge-bare-project-'));
-    const home = mkdtempSync(join(tmpdir(), 'forge-bare-home-'));
-    onTestFinished(() => {
-      rmSync(project, { recursive: true, force: true });
-      rmSync(home, { recursive: true, force: true });
-    });
+    const { project, home } = bareDirs();
     const forge = await createForge({ home, project, env: {} });
     expect(await forge.listTools()).toEqual([]);
     await forge.close();
@@ -153,12 +159,7 @@ describe('what a process that only looks leaves behind', () => {
   });
 
   it('an engine that only looks appends nothing; what it learned opening is written just before its first entry', async () => {
-    const project = mkdtempSync(join(tmpdir(), 'forge-bare-project-'));
-    const home = mkdtempSync(join(tmpdir(), 'forge-bare-home-'));
-    onTestFinished(() => {
-      rmSync(project, { recursive: true, force: true });
-      rmSync(home, { recursive: true, force: true });
-    });
+    const { project, home } = bareDirs();
     const types = (file: string) =>
       existsSync(file)
         ? readFileSync(file, 'utf8')
