@@ -184,9 +184,18 @@ async function openAuditPort(
   let opening = true;
   let held: { type: string; data: Record<string, unknown>; settle: (f: AuditFailure | undefined) => void }[] = [];
   const writeHeld = () => {
+    // While the log takes no appends they stay held (not counted as lost again and again): they
+    // go out before the first entry written once it takes appends again.
+    if (held.length === 0 || auditGate.unavailable) return;
     const hs = held;
     held = [];
-    for (const h of hs) void write(h.type, h.data).then(h.settle);
+    for (const h of hs)
+      void write(h.type, h.data).then((f) => {
+        // Not written (the append failed, and the gate closed): held again, so that the policy an
+        // action was decided under still comes before that action's entry in the log.
+        if (f) held.push(h);
+        else h.settle(undefined);
+      });
   };
   return {
     audit,

@@ -175,6 +175,27 @@ describe('audit log on a full filesystem (fails closed)', () => {
       lost_by_type: { 'forge.created': 1 },
     });
   });
+
+  asRoot('full before the engine wrote anything: the policy it opened with still comes before the first action the log takes', async () => {
+    const fx = await fullDiskForge();
+    const { forge } = fx;
+    fx.fill();
+    let i = 0;
+    const forgeOne = () => forge.forgeTool(py(`fs.early${i++}`, 'print(json.dumps({"ok": True, "data": 0}))'));
+    const { answered } = await untilRefused(forgeOne);
+    fx.free();
+    expect(await forgeOne()).toMatchObject({ ok: true });
+    const types = fx.entries().map((e) => e.type);
+    const policy = types.indexOf('policy.reloaded');
+    // Whatever the last page took before the filesystem was full, the policy entry is written
+    // first; the refused forge and a failed try of the policy entry are what the recovery lists.
+    expect(policy, types.join(', ')).toBeGreaterThanOrEqual(0);
+    expect(types.slice(0, policy).filter((t) => t.startsWith('forge.') && t !== 'forge.audit_recovered')).toEqual([]);
+    expect(types.filter((t) => t === 'policy.reloaded')).toHaveLength(1);
+    expect(types.filter((t) => t === 'forge.created')).toHaveLength(answered.length + 1);
+    await forge.close();
+    expect((await verifyLog(join(fx.auditDir, 'forge.log'))).ok).toBe(true);
+  });
 });
 
 describe('audit log failing with EIO or EDQUOT (injected at the write, a real log otherwise)', () => {
