@@ -6,7 +6,7 @@
 // warm sandbox ready, as it would between an agent's turns. Target: p50 ≤ 10 ms. Prints figures
 // and ratios; never asserts. Run `pnpm build` first.
 //
-//   node apps/forge/bench/warm-stdio.mjs     (BENCH_RUNS=100 for more samples)
+//   node apps/forge/bench/warm-stdio.mjs     (BENCH_RUNS=100 for more samples; BENCH_PACE_MS, default 300)
 
 import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,6 +24,8 @@ import { loadExample } from '../../../examples/index.mjs';
 const run = promisify(execFile);
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '../dist/cli.js');
 const RUNS = Number(process.env.BENCH_RUNS ?? 60);
+/** The pause before each pair of calls (untimed), long enough for the server to have warmed the next sandbox. */
+const PACE_MS = Number(process.env.BENCH_PACE_MS ?? 300);
 
 const host = await probe();
 if (!host.ok) {
@@ -67,7 +69,7 @@ const r = await paired(
   (i) => rawPython(host, python, script, { n: 20 + (i % 50) }),
   RUNS,
   // Lets time pass: an agent's calls come seconds apart; the server refills its warm sandbox meanwhile.
-  { before: () => sleep(300) },
+  { before: () => sleep(PACE_MS) },
 );
 await client.close();
 
