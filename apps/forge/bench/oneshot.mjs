@@ -8,37 +8,24 @@
 //   node apps/forge/bench/oneshot.mjs     (BENCH_RUNS=30 for more samples)
 
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { stats } from '../../../bench/baseline.mjs';
-import { loadExample } from '../../../examples/index.mjs';
+import { fibScratch } from './scratch.mjs';
 
 const run = promisify(execFile);
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '../dist/cli.js');
 const RUNS = Number(process.env.BENCH_RUNS ?? 15);
 
-const root = mkdtempSync(join(tmpdir(), 'forge-oneshot-bench-'));
-process.on('exit', () => rmSync(root, { recursive: true, force: true }));
-const home = join(root, 'home');
-const project = join(root, 'project');
-mkdirSync(home, { recursive: true, mode: 0o700 });
-mkdirSync(join(project, '.forge'), { recursive: true });
-writeFileSync(join(home, 'policy.json'), JSON.stringify({ breakers: { per_tool_rpm: 1e9, per_session_forge_count: 1e9 } }));
-const env = { ...process.env, FORGE_HOME: home, NO_COLOR: '1' };
+const { project, env } = await fibScratch(CLI, 'forge-oneshot-bench-');
 
 const wall = async (args) => {
   const t = performance.now();
   await run(process.execPath, args, { cwd: project, env });
   return performance.now() - t;
 };
-// fib, not deterministic: every call runs (no cache).
-const fib = loadExample('fib');
-const spec = join(root, 'fib.json');
-writeFileSync(spec, JSON.stringify({ ...fib, name: 'fib_run', meta: { ...fib.meta, deterministic: false } }));
-await run(process.execPath, [CLI, 'tools', 'forge', spec], { cwd: project, env });
 // The first of each pays for what later ones find cached (the runtime lookup): not counted.
 await wall([CLI, 'tools', 'list']);
 await wall([CLI, 'tools', 'call', 'fib_run', '{"n":20}']);

@@ -8,20 +8,17 @@
 //
 //   node apps/forge/bench/warm-stdio.mjs     (BENCH_RUNS=100 for more samples; BENCH_PACE_MS, default 300)
 
-import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { probe, resolveRuntimes } from '@forge/sandbox';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { paired, rawPython } from '../../../bench/baseline.mjs';
-import { loadExample } from '../../../examples/index.mjs';
+import { fibScratch } from './scratch.mjs';
 
-const run = promisify(execFile);
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '../dist/cli.js');
 const RUNS = Number(process.env.BENCH_RUNS ?? 60);
 /** The pause before each pair of calls (untimed), long enough for the server to have warmed the next sandbox. */
@@ -34,26 +31,9 @@ if (!host.ok) {
 }
 const python = (await resolveRuntimes()).get('python3');
 
-const root = mkdtempSync(join(tmpdir(), 'forge-warm-stdio-bench-'));
-process.on('exit', () => rmSync(root, { recursive: true, force: true }));
-const home = join(root, 'home');
-const project = join(root, 'project');
-mkdirSync(home, { recursive: true, mode: 0o700 });
-mkdirSync(join(project, '.forge'), { recursive: true });
-writeFileSync(join(home, 'policy.json'), JSON.stringify({ breakers: { per_tool_rpm: 1e9, per_session_forge_count: 1e9 } }));
-const env = {
-  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FORGE_'))),
-  FORGE_HOME: home,
-  NO_COLOR: '1',
-};
-
-// fib, not deterministic: every call runs (no cache).
-const fib = loadExample('fib');
-const spec = join(root, 'fib.json');
-writeFileSync(spec, JSON.stringify({ ...fib, name: 'fib_run', meta: { ...fib.meta, deterministic: false } }));
-await run(process.execPath, [CLI, 'tools', 'forge', spec], { cwd: project, env });
+const { root, project, env, impl } = await fibScratch(CLI, 'forge-warm-stdio-bench-');
 const script = join(root, 'fib.py');
-writeFileSync(script, fib.impl);
+writeFileSync(script, impl);
 
 const client = new Client({ name: 'bench', version: '1' });
 await client.connect(new StdioClientTransport({ command: process.execPath, args: [CLI, 'serve'], cwd: project, env, stderr: 'ignore' }));
