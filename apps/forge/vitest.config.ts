@@ -29,6 +29,7 @@ export default packageTests({
     'test/stdio.test.ts',
     'test/stdout-closed.test.ts',
     'test/toolsmith-cli.test.ts',
+    'test/tool-dir.test.ts',
     'test/toolsmith-serve.test.ts',
     'test/workers.test.ts',
   ],

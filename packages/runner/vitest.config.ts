@@ -8,6 +8,7 @@ export default packageTests({
     'test/audited-runs.test.ts',
     'test/cache.test.ts',
     'test/cancel.test.ts',
+    'test/cards.test.ts',
     'test/checkpoints.test.ts',
     'test/damaged.test.ts',
     'test/dispatch.test.ts',

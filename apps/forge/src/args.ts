@@ -67,6 +67,11 @@ export interface CommandSpec {
   options?: Options;
   /** [min, max] positionals. */
   positionals?: [number, number];
+  /**
+   * Options are read only before the first positional (or `--`): it and everything after it are
+   * positionals as written (`forge run NAME --n 5` hands `--n 5` to the tool).
+   */
+  passThrough?: boolean;
 }
 
 /**
@@ -74,6 +79,15 @@ export interface CommandSpec {
  * a wrong number of positionals are {@link UsageError}s naming what was wrong.
  */
 export function parseCommand(spec: CommandSpec, argv: readonly string[]): Parsed {
+  if (spec.passThrough) {
+    const at = firstPositional(argv, { ...GLOBAL_OPTIONS, ...spec.options });
+    const head = parseCommand({ ...spec, passThrough: false, positionals: [0, 0] }, argv.slice(0, at));
+    const tail = argv.slice(argv[at] === '--' ? at + 1 : at);
+    if (head.values.help && tail.length === 0) return head;
+    const [min] = spec.positionals ?? [0, 0];
+    if (tail.length < min) throw new UsageError(`missing ${missingName(spec.usage, tail.length)}`, spec.usage);
+    return { values: { ...head.values, help: undefined }, positionals: tail };
+  }
   let parsed: ReturnType<typeof parseArgs>;
   try {
     parsed = parseArgs({
@@ -92,6 +106,18 @@ export function parseCommand(spec: CommandSpec, argv: readonly string[]): Parsed
   if (n < min) throw new UsageError(`missing ${missingName(spec.usage, n)}`, spec.usage);
   if (n > max) throw new UsageError(`unexpected argument "${parsed.positionals[max]}"`, spec.usage);
   return { values, positionals: parsed.positionals };
+}
+
+/** Where the positionals start in `argv`: the first argument that is neither an option nor an option's value, or `--`. */
+function firstPositional(argv: readonly string[], options: Options): number {
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] as string;
+    if (a === '--' || !a.startsWith('-') || a === '-') return i;
+    const name = a.startsWith('--') ? a.slice(2).split('=')[0] : Object.entries(options).find(([, o]) => o.short === a.slice(1))?.[0];
+    const o = name === undefined ? undefined : options[name];
+    if (o?.type === 'string' && !a.includes('=')) i++;
+  }
+  return argv.length;
 }
 
 /** The name of the first missing positional, from the usage line (`<name>`), else "an argument". */

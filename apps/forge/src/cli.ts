@@ -5,8 +5,10 @@ import type { Command, Io } from './command.js';
 import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/audit.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
+import { toolsExport } from './commands/export.js';
 import { GATEWAY_COMMANDS } from './commands/gateway.js';
 import { policyCheck } from './commands/policy.js';
+import { run } from './commands/run.js';
 import { serve } from './commands/serve.js';
 import { status } from './commands/status.js';
 import { toolsCall, toolsForge, toolsList, toolsPromote, toolsRemove, toolsShow } from './commands/tools.js';
@@ -27,6 +29,8 @@ export const COMMANDS: readonly Command[] = [
   toolsCall,
   toolsPromote,
   toolsRemove,
+  toolsExport,
+  run,
   auditVerify,
   auditTail,
   auditExport,

@@ -74,6 +74,10 @@ async function makeEngine(
 /** How {@link openForge} opens the engine. */
 export interface OpenOptions {
   server?: boolean;
+  /** Watch the tool stores, so tools forged or removed by other processes are seen (default: `server`). */
+  watch?: boolean;
+  /** The command may call a tool (default true); see {@link withForge}. */
+  calls?: boolean;
   dispatch?: JobQueue;
   store?: Store;
 }
@@ -86,7 +90,7 @@ export interface OpenOptions {
  * forged tools' calls go to workers through that queue.
  */
 export async function openForge(w: Where, options: OpenOptions = {}): Promise<Engine> {
-  return (await openEngine(w, options, true)) as Engine;
+  return (await openEngine(w, options, options.calls ?? true)) as Engine;
 }
 
 /**
@@ -105,7 +109,7 @@ async function openEngine(w: Where, options: OpenOptions, calls: boolean): Promi
         home: w.home,
         project: w.project,
         env: w.env,
-        watch: server,
+        watch: options.watch ?? server,
         prebuild: server,
         ...warmFromEnv(w.env),
         sources,

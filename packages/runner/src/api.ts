@@ -12,6 +12,7 @@ import type { Refusal } from './refusal.js';
 import type { RunStore } from './runStore.js';
 import type { ArtifactContent, RunRecord } from './runs.js';
 import type { SourcedTool, ToolSource } from './sources.js';
+import type { ToolCard } from './toolCard.js';
 import type { SandboxFacts } from './toolHints.js';
 
 /** The refusal type, for modules that name it here (refusal.ts is its one home). */
@@ -252,6 +253,13 @@ export interface Forge {
    * forged tool or a meta-tool already has is left out (the forged tool wins a call by that name).
    */
   listSourced(options?: CallContext): Promise<readonly SourcedTool[]>;
+  /**
+   * Every tool `ctx` can see (forged, then the sources'), each as a card: schemas, origin, state,
+   * what a run may touch (runtime, `x-bind` places, network grant, secret names, limits) and how
+   * policy judges a call of it now, gate by gate, judged by the call pipeline's own gates. Empty
+   * when the policy cannot be read. `forge tools export` writes them as files.
+   */
+  describeTools(options?: CallContext): Promise<readonly ToolCard[]>;
   /** Copies a project tool to the user scope. */
   promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
   /**

@@ -7,6 +7,7 @@ import { makeCallTool } from './call/pipeline.js';
 import { makeTrialCall, runtimeLabel } from './call/trial.js';
 import { work } from './call/work.js';
 import { callerOf } from './caller.js';
+import { describeTools } from './cards.js';
 import { createEngine, type Engine, type EngineState } from './engine.js';
 import { makeForgeTool } from './forgeTool.js';
 import { listDamaged, listSourced, listTools } from './listing.js';
@@ -37,6 +38,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     listTools: (o) => listTools(e, o),
     listDamaged: (o) => listDamaged(e, o),
     listSourced: (o) => listSourced(e, o),
+    describeTools: (o) => describeTools(e, o),
     promoteTool: guarded(promoteTool),
     removeTool: guarded(removeTool),
     trialCall: guarded(makeTrialCall(e)),

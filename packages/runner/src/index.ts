@@ -49,4 +49,5 @@ export { openFilesLimit } from './runSlots.js';
 export { type ArtifactBytes, assertRunId, type FoundRun, fileRunStore, type RunStore, type StoredArtifact } from './runStore.js';
 export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, type RunRecord } from './runs.js';
 export type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolOrigin, ToolSource } from './sources.js';
+export type { ToolCap, ToolCard, ToolPolicyView } from './toolCard.js';
 export { type AnnotatedSpec, bindModes, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';

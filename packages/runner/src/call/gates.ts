@@ -23,7 +23,10 @@ export type Denied = Refusal & { eventType?: string; extra?: Record<string, unkn
  * tool:<name> execute`). A call to a damaged record passes these before it is refused, so a
  * persona learns nothing of a tool it may not call.
  */
-export function passNameGates(e: PolicyPort, call: Pick<Call, 'ctx' | 'name'>): { ok: true; snap: PolicySnapshot } | Denied {
+export function passNameGates(
+  e: Pick<PolicyPort, 'policyNow'>,
+  call: Pick<Call, 'ctx' | 'name'>,
+): { ok: true; snap: PolicySnapshot } | Denied {
   const { ctx, name } = call;
   const acl = checkPersonaAcl(ctx.acl, ctx.persona, name, META_TOOLS);
   if (!acl.ok) return { ok: false, kind: acl.kind, message: acl.message, eventType: 'acl.persona_denied' };

@@ -1,0 +1,190 @@
+import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { scaled, waitFor } from '@forge/test-utils';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { CLI, exampleSpec, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+
+beforeAll(requireCliAndSandbox);
+
+const SCRIPT = resolve(import.meta.dirname, 'fixtures/tool-dir.sh');
+
+async function forge(s: Scratch, spec: Record<string, unknown>): Promise<void> {
+  const r = await runCli(['tools', 'forge', '-'], { cwd: s.project, env: s.env, input: JSON.stringify(spec) });
+  expect(r.code, r.stderr).toBe(0);
+}
+
+async function exportTo(s: Scratch, dir: string, extra: string[] = []) {
+  return runCli(['tools', 'export', dir, ...extra], { cwd: s.project, env: s.env });
+}
+
+describe('forge tools export: a tool directory', () => {
+  it('a shell uses it alone: lists, reads every control file, runs with JSON argv, stdin and flags, and gets a clean refusal', async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    await forge(s, exampleSpec('word_count'));
+    const dir = join(s.root, 'tools');
+    const r = await exportTo(s, dir);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/2 written, 0 unchanged, 0 removed/);
+    // Without FORGE_HOME: the executables carry where forge is.
+    const env = { ...s.env };
+    delete env.FORGE_HOME;
+    const sh = spawnSync('bash', [SCRIPT, dir], { cwd: s.root, env, encoding: 'utf8', timeout: scaled(240_000) });
+    expect(sh.status, `${sh.stdout}\n${sh.stderr}`).toBe(0);
+    expect(sh.stdout).toMatch(/^fib fib\.d word_count word_count\.d $/m);
+    expect(sh.stdout.trim().split('\n').at(-1)).toBe('ok');
+    // The same export again changes nothing.
+    const again = await exportTo(s, dir);
+    expect(again.stdout).toMatch(/0 written, 2 unchanged, 0 removed/);
+  });
+
+  it('agent-written text is inert in the control files; a tool a policy forbids is shown refused, and running it is refused', async () => {
+    const s = scratch();
+    const spec = exampleSpec('fib');
+    await forge(s, { ...spec, name: 'shout', description: 'loud \x1b]0;owned\x07 \u202eevil' });
+    await forge(s, spec);
+    writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ forbidden_tool_names: ['shout'] }));
+    const dir = join(s.root, 'tools');
+    expect((await exportTo(s, dir)).code).toBe(0);
+    const description = readFileSync(join(dir, 'shout.d', 'description'), 'utf8');
+    expect(description).toBe('loud \\x1b]0;owned\\x07 \\u202eevil\n');
+    const policy = JSON.parse(readFileSync(join(dir, 'shout.d', 'policy'), 'utf8'));
+    expect(policy).toMatchObject({ persona: 'default', allowed: false });
+    expect(policy.gates[0]).toMatchObject({ gate: 'name', ok: false, kind: 'name_forbidden' });
+    expect(JSON.parse(readFileSync(join(dir, 'fib.d', 'policy'), 'utf8')).allowed).toBe(true);
+    const run = spawnSync(join(dir, 'shout'), ['{"n":3}'], { env: s.env, encoding: 'utf8', timeout: scaled(120_000) });
+    expect(run.status).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toMatch(/name_forbidden/);
+  });
+
+  it("refuses a directory others could write, one inside forge's state, and leaves files it did not make", async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    const open = join(s.root, 'open');
+    mkdirSync(open);
+    chmodSync(open, 0o777);
+    const r1 = await exportTo(s, join(open, 'tools'));
+    expect(r1.code).toBe(2);
+    expect(r1.stderr).toMatch(/open \(above .*tools\) is writable by everyone \(mode 777\).*chmod go-w/);
+    const r2 = await exportTo(s, join(s.home, 'tools'));
+    expect(r2.code).toBe(2);
+    expect(r2.stderr).toMatch(/inside forge's own state/);
+    expect(existsSync(join(s.home, 'tools'))).toBe(false);
+    const r3 = await exportTo(s, join(s.project, '.forge'));
+    expect(r3.code).toBe(2);
+
+    // A file named like a tool that no export made is left alone; the tool is left out (exit 1).
+    const dir = join(s.root, 'tools');
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'fib'), 'mine\n');
+    const r4 = await exportTo(s, dir);
+    expect(r4.code).toBe(1);
+    expect(r4.stderr).toMatch(/fib left out: .*fib exists and was not made by an export/);
+    expect(readFileSync(join(dir, 'fib'), 'utf8')).toBe('mine\n');
+  });
+
+  it('removes what it made for a tool that is gone, keeping what the operator put beside it; a link in place of a control directory is replaced, not followed', async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    await forge(s, exampleSpec('word_count'));
+    const dir = join(s.root, 'tools');
+    expect((await exportTo(s, dir)).code).toBe(0);
+    writeFileSync(join(dir, 'fib.d', 'notes'), 'keep me\n');
+    // The control directory swapped for a link to elsewhere: the export writes in place of the link.
+    const elsewhere = join(s.root, 'elsewhere');
+    mkdirSync(elsewhere);
+    spawnSync('rm', ['-rf', join(dir, 'word_count.d')]);
+    symlinkSync(elsewhere, join(dir, 'word_count.d'));
+    const rm = await runCli(['tools', 'remove', 'fib'], { cwd: s.project, env: s.env });
+    expect(rm.code, rm.stderr).toBe(0);
+    const r = await exportTo(s, dir);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/1 written, 0 unchanged, 1 removed/);
+    expect(existsSync(join(dir, 'fib'))).toBe(false);
+    expect(readFileSync(join(dir, 'fib.d', 'notes'), 'utf8')).toBe('keep me\n');
+    expect(existsSync(join(dir, 'fib.d', 'schema'))).toBe(false);
+    expect(lstatSync(join(dir, 'word_count.d')).isDirectory()).toBe(true);
+    expect(spawnSync('ls', ['-A', elsewhere], { encoding: 'utf8' }).stdout).toBe('');
+    expect(JSON.parse(readFileSync(join(dir, '.forge-tools.json'), 'utf8')).tools).toEqual(['word_count']);
+  });
+
+  it('--watch follows forges and removals made by other processes, holds the directory, and lets go on SIGTERM', async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    const dir = join(s.root, 'tools');
+    const child = spawn(process.execPath, [CLI, 'tools', 'export', dir, '--watch'], { cwd: s.project, env: s.env });
+    onTestFinished(() => void child.kill('SIGKILL'));
+    const err = collect(child);
+    await waitFor(
+      () => `the watch to start (stderr: ${err()})`,
+      () => err().includes('watching'),
+      { timeoutMs: 60_000 },
+    );
+    expect(existsSync(join(dir, 'fib'))).toBe(true);
+    // A second exporter is refused while the watch holds the directory.
+    const second = await exportTo(s, dir);
+    expect(second.code).toBe(2);
+    expect(second.stderr).toMatch(new RegExp(`being exported by process ${child.pid}`));
+
+    await forge(s, exampleSpec('word_count'));
+    await waitFor('word_count to be exported', () => existsSync(join(dir, 'word_count.d', 'cap')));
+    const rm = await runCli(['tools', 'remove', 'fib'], { cwd: s.project, env: s.env });
+    expect(rm.code, rm.stderr).toBe(0);
+    await waitFor('fib to be removed', () => !existsSync(join(dir, 'fib')));
+    expect(existsSync(join(dir, 'fib.d'))).toBe(false);
+
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(false);
+  });
+
+  it('a lock left by a process that is gone is taken over', async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    const dir = join(s.root, 'tools');
+    mkdirSync(dir);
+    // A pid that cannot be running (beyond pid_max) with any start time.
+    writeFileSync(join(dir, '.forge-tools.lock'), '4194305 12345\n');
+    const r = await exportTo(s, dir);
+    expect(r.code, r.stderr).toBe(0);
+    expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(false);
+  });
+});
+
+describe('forge run', () => {
+  it('calls by name here, or through FORGE_TOOL_PATH: the first executable of that name, left to right', async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    const o = { cwd: s.project, env: s.env };
+    const direct = await runCli(['run', 'fib', '--n', '9'], o);
+    expect(direct.code, direct.stderr).toBe(0);
+    expect(JSON.parse(direct.stdout)).toEqual({ n: 9, fib: '34' });
+    const unknown = await runCli(['run', 'nope', '--x', '1'], o);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/unknown_tool/);
+
+    const dir = join(s.root, 'tools');
+    expect((await exportTo(s, dir)).code).toBe(0);
+    const first = join(s.root, 'first');
+    mkdirSync(first);
+    // Not executable, and a directory: neither is a hit.
+    writeFileSync(join(first, 'fib'), '#!/bin/sh\necho wrong\n', { mode: 0o644 });
+    mkdirSync(join(first, 'fib.d'));
+    const viaPath = await runCli(['run', 'fib', '{"n":8}'], { cwd: s.root, env: { ...s.env, FORGE_TOOL_PATH: `${first}:${dir}` } });
+    expect(viaPath.code, viaPath.stderr).toBe(0);
+    expect(JSON.parse(viaPath.stdout)).toEqual({ n: 8, fib: '21' });
+    const missing = await runCli(['run', 'word_count'], { cwd: s.root, env: { ...s.env, FORGE_TOOL_PATH: first } });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/no executable "word_count" in FORGE_TOOL_PATH/);
+  });
+});
+
+function collect(child: ChildProcessWithoutNullStreams): () => string {
+  let text = '';
+  child.stderr.on('data', (d) => (text += d));
+  child.stdout.on('data', () => {});
+  return () => text;
+}
