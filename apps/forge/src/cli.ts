@@ -5,7 +5,7 @@ import type { Command, Io } from './command.js';
 import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/audit.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
-import { toolsExport } from './commands/export.js';
+import { toolsExport, toolsLog } from './commands/export.js';
 import { GATEWAY_COMMANDS } from './commands/gateway.js';
 import { policyCheck } from './commands/policy.js';
 import { run } from './commands/run.js';
@@ -30,6 +30,7 @@ export const COMMANDS: readonly Command[] = [
   toolsPromote,
   toolsRemove,
   toolsExport,
+  toolsLog,
   run,
   auditVerify,
   auditTail,

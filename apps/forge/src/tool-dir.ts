@@ -18,6 +18,7 @@ import { basename, dirname, join, sep } from 'node:path';
 import type { ToolCard } from '@forge/runner';
 import { EnvironmentError } from './args.js';
 import { CONTROL_FILES, controlFiles, type Launcher, launcherScript } from './tool-files.js';
+import type { CallRow } from './tool-log.js';
 
 /**
  * A tool directory (`forge tools export DIR`): for each tool, the executable `DIR/<name>` and its
@@ -245,7 +246,13 @@ function present(path: string): boolean {
  * Brings `dir` (prepared and locked) in line with `cards`: each tool's executable and control
  * files written when they differ, the tools the last export made and that are gone removed.
  */
-export function exportCards(dir: string, cards: readonly ToolCard[], launcher: Launcher, persona: string): ExportReport {
+export function exportCards(
+  dir: string,
+  cards: readonly ToolCard[],
+  launcher: Launcher,
+  persona: string,
+  calls: { of(name: string): readonly CallRow[] },
+): ExportReport {
   const before = readManifest(dir);
   const ours = new Set(before?.tools ?? []);
   const report: ExportReport = { dir, written: [], removed: [], skipped: [], unchanged: 0 };
@@ -274,7 +281,7 @@ export function exportCards(dir: string, cards: readonly ToolCard[], launcher: L
         mkdirSync(control, { mode: 0o755 });
         changed = true;
       }
-      const files = controlFiles(card);
+      const files = controlFiles(card, calls.of(name));
       for (const f of CONTROL_FILES) {
         const p = join(control, f);
         if (files[f] === undefined) {

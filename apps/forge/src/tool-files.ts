@@ -1,5 +1,6 @@
 import { inertJson, inertText } from '@forge/registry/inert';
 import type { ToolCard } from '@forge/runner';
+import { type CallRow, formatRow } from './tool-log.js';
 
 /**
  * What `forge tools export` writes for one tool (the CortexFS tool ABI): the executable and the
@@ -17,10 +18,11 @@ export interface Launcher {
 }
 
 /** The control files every tool has, in the order `ls` shows them (output_schema only when declared). */
-export const CONTROL_FILES = ['cap', 'description', 'name', 'origin', 'output_schema', 'policy', 'schema', 'status'] as const;
+export const CONTROL_FILES = ['cap', 'description', 'log', 'name', 'origin', 'output_schema', 'policy', 'schema', 'status'] as const;
 
-/** The files of `card`'s control directory, by name. */
-export function controlFiles(card: ToolCard): Record<string, string> {
+/** The files of `card`'s control directory, by name; `calls` are its latest calls, oldest first. */
+export function controlFiles(card: ToolCard, calls: readonly CallRow[] = []): Record<string, string> {
+  const last = calls.at(-1);
   const json = (v: unknown) => `${inertJson(JSON.stringify(v, null, 2))}\n`;
   const origin =
     card.origin.kind === 'forged'
@@ -60,7 +62,17 @@ export function controlFiles(card: ToolCard): Record<string, string> {
       digest: card.status.digest,
       wire_name: card.wireName,
       ...(card.origin.kind === 'forged' ? { scope: card.origin.scope } : {}),
+      last_call: last
+        ? {
+            at: last.ts,
+            persona: last.persona,
+            outcome: last.outcome,
+            ...(last.run_id ? { run_id: last.run_id } : {}),
+            audit_seq: last.seq,
+          }
+        : null,
     }),
+    log: inertText(calls.map((r) => `${formatRow(r)}\n`).join('')),
     origin: json(origin),
   };
   if (card.outputSchema !== undefined) files.output_schema = json(card.outputSchema);

@@ -34,9 +34,10 @@ describe('forge tools export: a tool directory', () => {
     expect(sh.status, `${sh.stdout}\n${sh.stderr}`).toBe(0);
     expect(sh.stdout).toMatch(/^fib fib\.d word_count word_count\.d $/m);
     expect(sh.stdout.trim().split('\n').at(-1)).toBe('ok');
-    // The same export again changes nothing.
-    const again = await exportTo(s, dir);
-    expect(again.stdout).toMatch(/0 written, 2 unchanged, 0 removed/);
+    // The calls changed the logs and statuses; then the same export again changes nothing.
+    expect((await exportTo(s, dir)).stdout).toMatch(/2 written, 0 unchanged, 0 removed/);
+    expect(readFileSync(join(dir, 'fib.d', 'log'), 'utf8')).toMatch(/ default {2}validation_failed {2}- {2}-\n$/);
+    expect((await exportTo(s, dir)).stdout).toMatch(/0 written, 2 unchanged, 0 removed/);
   });
 
   it('agent-written text is inert in the control files; a tool a policy forbids is shown refused, and running it is refused', async () => {
@@ -130,6 +131,16 @@ describe('forge tools export: a tool directory', () => {
 
     await forge(s, exampleSpec('word_count'));
     await waitFor('word_count to be exported', () => existsSync(join(dir, 'word_count.d', 'cap')));
+    // A call from another process shows in the tool's log and status.
+    const call = spawnSync(join(dir, 'word_count'), ['--text', 'a b'], { env: s.env, encoding: 'utf8', timeout: scaled(120_000) });
+    expect(call.status, call.stderr).toBe(0);
+    await waitFor('the call in word_count.d/log', () =>
+      / default {2}ok {2}\d+ ms {2}\S+\n$/.test(readFileSync(join(dir, 'word_count.d', 'log'), 'utf8')),
+    );
+    expect(JSON.parse(readFileSync(join(dir, 'word_count.d', 'status'), 'utf8')).last_call).toMatchObject({
+      persona: 'default',
+      outcome: 'ok',
+    });
     const rm = await runCli(['tools', 'remove', 'fib'], { cwd: s.project, env: s.env });
     expect(rm.code, rm.stderr).toBe(0);
     await waitFor('fib to be removed', () => !existsSync(join(dir, 'fib')));
@@ -151,6 +162,43 @@ describe('forge tools export: a tool directory', () => {
     const r = await exportTo(s, dir);
     expect(r.code, r.stderr).toBe(0);
     expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(false);
+  });
+});
+
+describe('forge tools log', () => {
+  it("shows one tool's calls from the verified log, the latest N, and refuses a log that does not verify", async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    await forge(s, exampleSpec('word_count'));
+    const o = { cwd: s.project, env: s.env };
+    for (const args of [
+      ['run', 'fib', '--n', '3'],
+      ['run', 'word_count', '--text', 'x'],
+      ['run', 'fib', '--n', '-1'],
+    ])
+      await runCli(args, o);
+    const log = await runCli(['tools', 'log', 'fib'], o);
+    expect(log.code, log.stderr).toBe(0);
+    const rows = log.stdout.trimEnd().split('\n');
+    expect(rows).toHaveLength(2);
+    expect(rows[0]).toMatch(/^ +\d+ {2}\S+Z {2}default {2}ok {2}\d+ ms {2}\S+$/);
+    expect(rows[1]).toMatch(/ {2}default {2}validation_failed {2}- {2}-$/);
+    const last = await runCli(['tools', 'log', 'fib', '-n', '1', '--json'], o);
+    expect(
+      last.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l)),
+    ).toEqual([
+      expect.objectContaining({ type: 'forge.called', name: 'fib', ok: false, outcome: 'validation_failed', persona: 'default' }),
+    ]);
+    // One byte of an entry changed: nothing is shown from that log.
+    const file = join(s.home, 'audit', 'forge.log');
+    writeFileSync(file, readFileSync(file, 'utf8').replace('"validation_failed"', '"validation_fail3d"'));
+    const bad = await runCli(['tools', 'log', 'fib'], o);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toBe('');
+    expect(bad.stderr).toMatch(/does not verify .*forge audit verify says more/);
   });
 });
 

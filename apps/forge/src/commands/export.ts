@@ -1,24 +1,30 @@
 import { resolve } from 'node:path';
 import type { Forge } from '@forge/runner';
+import { UsageError } from '../args.js';
 import type { Command, Io } from '../command.js';
 import { callContext, openForge } from '../context.js';
 import { untilSignal } from '../signals.js';
 import { type ExportReport, exportCards, lockToolDir, prepareToolDir } from '../tool-dir.js';
 import type { Launcher } from '../tool-files.js';
+import { CallBook, callBook, formatRow, openCallLog, readCalls } from '../tool-log.js';
 import type { Where } from '../where.js';
 
 /** How long a watch lets changes settle before it writes (a forge touches several files). */
 const SETTLE_MS = 100;
+
+/** How many of each tool's latest calls its `log` file shows. */
+const LOG_ROWS = 20;
 
 export const toolsExport: Command = {
   words: 'tools export',
   usage: 'forge tools export <dir> [--watch]',
   summary: 'keep a tool directory: per visible tool an executable <dir>/<name> and its control files in <dir>/<name>.d/',
   details: [
-    '--watch   keep it up to date (forges, removals, promotions, policy and gateway pin changes) until',
-    '          SIGINT/SIGTERM',
+    '--watch   keep it up to date (forges, removals, promotions, calls, policy and gateway pin changes)',
+    '          until SIGINT/SIGTERM',
     '<dir>/<name> calls the tool through forge as whoever runs it (forge run <name> …); <name>.d/ holds',
-    'name, description, schema, output_schema, cap, policy, status and origin, for the persona exporting.',
+    'name, description, schema, output_schema, cap, policy, status, origin and log (its latest calls,',
+    'from the verified audit log), for the persona exporting.',
     "<dir> and every directory above it must be yours or root's and writable by no one else; names an",
     'export did not make are never touched (.forge-tools.json lists what it made).',
   ],
@@ -27,29 +33,39 @@ export const toolsExport: Command = {
   async run({ values, positionals }, io) {
     const w = await io.where();
     const target = resolve(positionals[0] as string);
-    if (values.watch !== true) {
-      const engine = await openForge(w, { calls: false });
+    if (values.watch === true) return watch(io, w, target);
+    const engine = await openForge(w, { calls: false });
+    try {
+      const f = engine.forge;
+      const dir = prepareToolDir(target, stateOf(f));
+      const release = lockToolDir(dir);
       try {
-        return print(io, await exportOnce(engine.forge, w, target, io.cliPath));
+        const src = await openCallLog(w);
+        try {
+          return print(io, await exportOnce(f, w, dir, io.cliPath, await callBook(src, LOG_ROWS)));
+        } finally {
+          if (src.kind === 'database') await src.close();
+        }
       } finally {
-        await engine.close();
+        release();
       }
+    } finally {
+      await engine.close();
     }
-    return watch(io, w, target);
   },
 };
 
-async function exportOnce(f: Forge, w: Where, target: string, cli: string, locked?: string): Promise<ExportReport> {
+/** forge's own state, where no export may write. */
+function stateOf(f: Forge): string[] {
+  return [f.paths.home, f.paths.projectForge, f.paths.vault];
+}
+
+/** One export into `dir` (prepared and locked) of what the caller sees now. */
+async function exportOnce(f: Forge, w: Where, dir: string, cli: string, calls: CallBook): Promise<ExportReport> {
   const ctx = callContext(w.env);
-  const dir = locked ?? prepareToolDir(target, [f.paths.home, f.paths.projectForge, f.paths.vault]);
-  const release = locked ? () => {} : lockToolDir(dir);
-  try {
-    const cards = await f.describeTools(ctx);
-    const launcher: Launcher = { node: process.execPath, cli, home: w.home, project: w.project };
-    return exportCards(dir, cards, launcher, f.caller(ctx).persona);
-  } finally {
-    release();
-  }
+  const cards = await f.describeTools(ctx);
+  const launcher: Launcher = { node: process.execPath, cli, home: w.home, project: w.project };
+  return exportCards(dir, cards, launcher, f.caller(ctx).persona, calls);
 }
 
 function print(io: Io, r: ExportReport): number {
@@ -64,20 +80,31 @@ function print(io: Io, r: ExportReport): number {
   return r.skipped.length === 0 ? 0 : 1;
 }
 
-/** Exports, then again after each change to what the persona sees, until a signal. */
+/**
+ * Exports, then again after each change to what the persona sees and each call of a tool, until
+ * a signal. The file log is verified once, then followed (each new entry checked against the one
+ * before it); a database's is read again at each export.
+ */
 async function watch(io: Io, w: Where, target: string): Promise<number> {
   const stop = untilSignal();
+  const ac = new AbortController();
   try {
     const engine = await openForge(w, { calls: false, watch: true });
     const f = engine.forge;
-    const dir = prepareToolDir(target, [f.paths.home, f.paths.projectForge, f.paths.vault]);
+    const dir = prepareToolDir(target, stateOf(f));
     const release = lockToolDir(dir);
+    const src = await openCallLog(w);
+    let following: Promise<void> = Promise.resolve();
     try {
       let pending: NodeJS.Timeout | undefined;
       let running: Promise<unknown> = Promise.resolve();
+      let book = new CallBook(LOG_ROWS);
       const again = () => {
         running = running
-          .then(() => exportOnce(f, w, target, io.cliPath, dir))
+          .then(async () => {
+            if (src.kind === 'database') book = await callBook(src, LOG_ROWS);
+            return exportOnce(f, w, dir, io.cliPath, book);
+          })
           .then(
             (r) => {
               if (r.written.length + r.removed.length + r.skipped.length > 0) print(io, r);
@@ -93,7 +120,32 @@ async function watch(io: Io, w: Where, target: string): Promise<number> {
       const offAudit = f.on('audit', (e) => {
         if (e.type.startsWith('policy.') || e.type.startsWith('gateway.')) soon();
       });
-      print(io, await exportOnce(f, w, target, io.cliPath, dir));
+      if (src.kind === 'database') book = await callBook(src, LOG_ROWS);
+      else {
+        let live = false;
+        const caughtUp = new Promise<void>((resolveLive) => {
+          following = (async () => {
+            for await (const r of readCalls(src, {
+              perTool: LOG_ROWS,
+              follow: true,
+              signal: ac.signal,
+              onLive: () => {
+                live = true;
+                resolveLive();
+              },
+            })) {
+              book.add(r);
+              if (live) soon();
+            }
+          })().catch((err) => {
+            resolveLive();
+            if (!ac.signal.aborted)
+              io.out.note(`forge: following the audit log stopped: ${(err as Error).message}; logs are no longer kept current`);
+          });
+        });
+        await caughtUp;
+      }
+      print(io, await exportOnce(f, w, dir, io.cliPath, book));
       io.out.note(`forge: watching; ${dir} follows the tools ${f.caller(callContext(w.env)).persona} sees (Ctrl-C stops)`);
       await stop.promise;
       offTools();
@@ -102,6 +154,9 @@ async function watch(io: Io, w: Where, target: string): Promise<number> {
       await running;
       return 0;
     } finally {
+      ac.abort();
+      await following;
+      if (src.kind === 'database') await src.close();
       release();
       await engine.close();
     }
@@ -109,3 +164,43 @@ async function watch(io: Io, w: Where, target: string): Promise<number> {
     stop.dispose();
   }
 }
+
+export const toolsLog: Command = {
+  words: 'tools log',
+  usage: 'forge tools log <name> [-n N] [-f]',
+  summary: "one tool's calls from the audit log (verified first): time, persona, outcome, duration, run id",
+  details: [
+    '-n N   how many of its latest calls (default 20), among the last 10,000 entries',
+    '-f     then print each new call as it is appended, until Ctrl-C (the file log)',
+    'The same rows are <dir>/<name>.d/log in an exported tool directory.',
+  ],
+  options: { lines: { type: 'string', short: 'n' }, follow: { type: 'boolean', short: 'f' } },
+  positionals: [1, 1],
+  async run({ values, positionals }, { out, where }) {
+    const name = positionals[0] as string;
+    const n = values.lines === undefined ? 20 : Number(values.lines);
+    if (!Number.isInteger(n) || n < 1)
+      throw new UsageError(`-n expects a whole number above 0 (got "${String(values.lines)}")`, this.usage);
+    const w = await where();
+    const src = await openCallLog(w);
+    if (values.follow === true && src.kind === 'database')
+      throw new UsageError('-f follows the file log; with --store postgres://… read the last calls without it', this.usage);
+    const stop = new AbortController();
+    const onSignal = () => stop.abort();
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+    const signal = AbortSignal.any([stop.signal, out.gone]);
+    try {
+      for await (const r of readCalls(src, { names: new Set([name]), perTool: n, follow: values.follow === true, signal })) {
+        if (out.gone.aborted) break;
+        if (out.json) out.jsonLine(r);
+        else out.line(formatRow(r, out.style));
+      }
+    } finally {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      if (src.kind === 'database') await src.close();
+    }
+    return 0;
+  },
+};

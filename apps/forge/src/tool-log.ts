@@ -1,0 +1,168 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { AuditEntry, AuditLog } from '@forge/audit-chain';
+import { EnvironmentError } from './args.js';
+import type { Style } from './output.js';
+import { openStore, storeUrl } from './store.js';
+import type { Where } from './where.js';
+
+/**
+ * A tool's calls, read from the audit log (never from a copy of it): the file log is verified
+ * whole before anything is shown and every entry read is checked against the one before it; a
+ * database's log is read from the database. The rows carry what the entries carry, which the
+ * engine redacted when it wrote them.
+ */
+
+/** How many entries, from the end, a log is searched for a tool's calls. */
+export const CALL_WINDOW = 10_000;
+
+/** One call of a tool, as its audit entry records it. */
+export interface CallRow {
+  seq: number;
+  ts: string;
+  /** `forge.called` or `<source>.called`. */
+  type: string;
+  name: string;
+  persona: string;
+  ok: boolean;
+  /** `ok`, or the error kind. */
+  outcome: string;
+  duration_ms?: number;
+  run_id?: string;
+  cache?: string;
+}
+
+/** The row of a call entry, or undefined for any other entry. */
+export function callRow(e: AuditEntry): CallRow | undefined {
+  if (!e.type.endsWith('.called')) return undefined;
+  const d = (e.data ?? {}) as Record<string, unknown>;
+  if (typeof d.name !== 'string') return undefined;
+  const ok = d.ok === true;
+  return {
+    seq: e.seq,
+    ts: e.ts,
+    type: e.type,
+    name: d.name,
+    persona: typeof d.persona === 'string' ? d.persona : '',
+    ok,
+    outcome: ok ? 'ok' : typeof d.kind === 'string' ? d.kind : 'failed',
+    ...(typeof d.duration_ms === 'number' ? { duration_ms: d.duration_ms } : {}),
+    ...(typeof d.run_id === 'string' ? { run_id: d.run_id } : {}),
+    ...(typeof d.cache === 'string' ? { cache: d.cache } : {}),
+  };
+}
+
+/** One row as a line: `seq  time  persona  outcome  duration  run id`. */
+export function formatRow(r: CallRow, s?: Style): string {
+  const outcome = r.ok ? (s ? s.green(r.outcome) : r.outcome) : s ? s.red(r.outcome) : r.outcome;
+  const parts = [
+    String(r.seq).padStart(6),
+    r.ts,
+    r.persona,
+    outcome,
+    r.duration_ms !== undefined ? `${r.duration_ms} ms` : '-',
+    r.cache === 'hit' ? `${r.run_id ?? '-'} (cache hit)` : (r.run_id ?? '-'),
+  ];
+  return parts.join('  ');
+}
+
+/** The audit log of `w`: the file log (its path) or the database's. */
+export type LogSource =
+  | { kind: 'file'; path: string /** Entries the log held when it was verified (0: no log yet). */; entries: number }
+  | { kind: 'database'; audit: AuditLog; close(): Promise<void> };
+
+/** Opens the log `w` names; a file log that is missing or does not verify is an environment error naming the fix. */
+export async function openCallLog(w: Where): Promise<LogSource> {
+  if (storeUrl(w.env)) {
+    const store = await openStore(w);
+    const { audit } = store.forgeOptions([]) as { audit: AuditLog };
+    return { kind: 'database', audit, close: () => store.close() };
+  }
+  const path = join(w.home, 'audit', 'forge.log');
+  if (!existsSync(path)) return { kind: 'file', path, entries: 0 };
+  const { verifyLog } = await import('@forge/audit-chain');
+  const v = await verifyLog(path);
+  if (!v.ok) {
+    const b = v.first_bad;
+    throw new EnvironmentError(
+      `the audit log ${path} does not verify${b ? ` (entry ${b.seq}: ${b.reason}: ${b.message})` : ''}: no call is shown from it; forge audit verify says more`,
+    );
+  }
+  return { kind: 'file', path, entries: v.entries };
+}
+
+/**
+ * The calls of the tools `names` (all tools when undefined) among the last {@link CALL_WINDOW}
+ * entries, at most `perTool` each, oldest first; with `follow`, then each new one as it is
+ * appended (file log only), until `signal` aborts.
+ */
+export async function* readCalls(
+  src: LogSource,
+  o: { names?: ReadonlySet<string>; perTool: number; follow?: boolean; signal?: AbortSignal; onLive?: () => void },
+): AsyncGenerator<CallRow> {
+  const wanted = (r: CallRow | undefined): r is CallRow => r !== undefined && (!o.names || o.names.has(r.name));
+  const byTool = new Map<string, CallRow[]>();
+  const keep = (r: CallRow) => {
+    const list = byTool.get(r.name) ?? [];
+    list.push(r);
+    if (list.length > o.perTool) list.shift();
+    byTool.set(r.name, list);
+  };
+  const history = () => [...byTool.values()].flat().sort((a, b) => a.seq - b.seq);
+  if (src.kind === 'database') {
+    const head = await src.audit.head();
+    for await (const e of src.audit.entries({ from: Math.max(1, head.seq - CALL_WINDOW + 1) })) {
+      if (e.seq > head.seq) break;
+      const r = callRow(e);
+      if (wanted(r)) keep(r);
+    }
+    yield* history();
+    o.onLive?.();
+    return;
+  }
+  if (!existsSync(src.path)) {
+    o.onLive?.();
+    return;
+  }
+  const { tailLog } = await import('@forge/audit-chain');
+  // What the log held when it was verified is history; what comes after, in a follow, is live.
+  const end = src.entries;
+  let live = false;
+  for await (const e of tailLog(src.path, { last: CALL_WINDOW, follow: o.follow === true, ...(o.signal ? { signal: o.signal } : {}) })) {
+    const r = callRow(e);
+    if (!live) {
+      if (wanted(r)) keep(r);
+      if (e.seq >= end) {
+        live = true;
+        yield* history();
+        o.onLive?.();
+      }
+    } else if (wanted(r)) yield r;
+  }
+  if (!live) {
+    yield* history();
+    o.onLive?.();
+  }
+}
+
+/** The latest calls of each tool, by name (what `<name>.d/log` and `status` show). */
+export class CallBook {
+  private readonly rows = new Map<string, CallRow[]>();
+  constructor(readonly perTool: number) {}
+  add(r: CallRow): void {
+    const list = this.rows.get(r.name) ?? [];
+    list.push(r);
+    if (list.length > this.perTool) list.shift();
+    this.rows.set(r.name, list);
+  }
+  of(name: string): readonly CallRow[] {
+    return this.rows.get(name) ?? [];
+  }
+}
+
+/** The calls in `src` of every tool (the history: no follow). */
+export async function callBook(src: LogSource, perTool: number): Promise<CallBook> {
+  const book = new CallBook(perTool);
+  for await (const r of readCalls(src, { perTool })) book.add(r);
+  return book;
+}
