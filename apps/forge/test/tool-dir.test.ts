@@ -3,7 +3,7 @@ import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync,
 import { join, resolve } from 'node:path';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, exampleSpec, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+import { CLI, connect, exampleSpec, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
@@ -146,6 +146,17 @@ describe('forge tools export: a tool directory', () => {
     await waitFor('fib to be removed', () => !existsSync(join(dir, 'fib')));
     expect(existsSync(join(dir, 'fib.d'))).toBe(false);
 
+    // A dotted name keeps its dots; a policy edit shows in the tool's policy file.
+    await forge(s, { ...exampleSpec('fib'), name: 'math.fib' });
+    await waitFor('math.fib to be exported', () => existsSync(join(dir, 'math.fib.d', 'status')));
+    expect(readFileSync(join(dir, 'math.fib.d', 'name'), 'utf8')).toBe('math.fib\n');
+    expect(JSON.parse(readFileSync(join(dir, 'math.fib.d', 'status'), 'utf8')).wire_name).toBe('math__fib');
+    writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ forbidden_tool_names: ['math.*'] }));
+    await waitFor(
+      'the policy edit in math.fib.d/policy',
+      () => JSON.parse(readFileSync(join(dir, 'math.fib.d', 'policy'), 'utf8')).allowed === false,
+    );
+
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
@@ -162,6 +173,30 @@ describe('forge tools export: a tool directory', () => {
     const r = await exportTo(s, dir);
     expect(r.code, r.stderr).toBe(0);
     expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(false);
+  });
+});
+
+describe('forge serve --tool-dir', () => {
+  it('keeps the directory for the served persona while it serves: a call over MCP shows in the log; the lock goes with the server', async () => {
+    const s = scratch();
+    await forge(s, exampleSpec('fib'));
+    const dir = join(s.root, 'tools');
+    const c = await connect(s, { args: ['--tool-dir', dir], env: { FORGE_PERSONA: 'ann' } });
+    await waitFor(
+      () => `the tool directory (server stderr: ${c.stderr()})`,
+      () => existsSync(join(dir, 'fib.d', 'policy')),
+    );
+    expect(JSON.parse(readFileSync(join(dir, 'fib.d', 'policy'), 'utf8')).persona).toBe('ann');
+    const { env } = await c.call('fib', { n: 5 });
+    expect(env.ok).toBe(true);
+    await waitFor('the call in fib.d/log', () => / ann {2}ok {2}/.test(readFileSync(join(dir, 'fib.d', 'log'), 'utf8')));
+    expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(true);
+    await c.client.close();
+    await waitFor('the lock to go with the server', () => !existsSync(join(dir, '.forge-tools.lock')));
+    // A directory it may not keep stops the server at start, naming it.
+    const bad = await runCli(['serve', '--tool-dir', join(s.home, 'x')], { cwd: s.project, env: s.env });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/inside forge's own state/);
   });
 });
 

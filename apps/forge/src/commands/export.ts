@@ -1,19 +1,12 @@
 import { resolve } from 'node:path';
-import type { Forge } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command, Io } from '../command.js';
 import { callContext, openForge } from '../context.js';
 import { untilSignal } from '../signals.js';
-import { type ExportReport, exportCards, lockToolDir, prepareToolDir } from '../tool-dir.js';
-import type { Launcher } from '../tool-files.js';
-import { CallBook, callBook, formatRow, openCallLog, readCalls } from '../tool-log.js';
+import { type ExportReport, lockToolDir, prepareToolDir } from '../tool-dir.js';
+import { exportOnce, exportSummary, keepToolDir, LOG_ROWS, stateOf } from '../tool-dir-keeper.js';
+import { callBook, formatRow, openCallLog, readCalls } from '../tool-log.js';
 import type { Where } from '../where.js';
-
-/** How long a watch lets changes settle before it writes (a forge touches several files). */
-const SETTLE_MS = 100;
-
-/** How many of each tool's latest calls its `log` file shows. */
-const LOG_ROWS = 20;
 
 export const toolsExport: Command = {
   words: 'tools export',
@@ -55,109 +48,31 @@ export const toolsExport: Command = {
   },
 };
 
-/** forge's own state, where no export may write. */
-function stateOf(f: Forge): string[] {
-  return [f.paths.home, f.paths.projectForge, f.paths.vault];
-}
-
-/** One export into `dir` (prepared and locked) of what the caller sees now. */
-async function exportOnce(f: Forge, w: Where, dir: string, cli: string, calls: CallBook): Promise<ExportReport> {
-  const ctx = callContext(w.env);
-  const cards = await f.describeTools(ctx);
-  const launcher: Launcher = { node: process.execPath, cli, home: w.home, project: w.project };
-  return exportCards(dir, cards, launcher, f.caller(ctx).persona, calls);
-}
-
 function print(io: Io, r: ExportReport): number {
   const { out } = io;
   if (out.json) out.data({ ok: r.skipped.length === 0, ...r });
   else {
-    out.line(
-      `${out.style.green('✓')} ${r.dir}: ${r.written.length} written, ${r.unchanged} unchanged, ${r.removed.length} removed${r.skipped.length > 0 ? `, ${r.skipped.length} left out` : ''}`,
-    );
+    out.line(`${out.style.green('✓')} ${exportSummary(r)}`);
     for (const s of r.skipped) out.note(`forge: ${s.name} left out: ${s.why}`);
   }
   return r.skipped.length === 0 ? 0 : 1;
 }
 
-/**
- * Exports, then again after each change to what the persona sees and each call of a tool, until
- * a signal. The file log is verified once, then followed (each new entry checked against the one
- * before it); a database's is read again at each export.
- */
+/** Exports, then keeps the directory current until a signal. */
 async function watch(io: Io, w: Where, target: string): Promise<number> {
   const stop = untilSignal();
-  const ac = new AbortController();
   try {
     const engine = await openForge(w, { calls: false, watch: true });
-    const f = engine.forge;
-    const dir = prepareToolDir(target, stateOf(f));
-    const release = lockToolDir(dir);
-    const src = await openCallLog(w);
-    let following: Promise<void> = Promise.resolve();
     try {
-      let pending: NodeJS.Timeout | undefined;
-      let running: Promise<unknown> = Promise.resolve();
-      let book = new CallBook(LOG_ROWS);
-      const again = () => {
-        running = running
-          .then(async () => {
-            if (src.kind === 'database') book = await callBook(src, LOG_ROWS);
-            return exportOnce(f, w, dir, io.cliPath, book);
-          })
-          .then(
-            (r) => {
-              if (r.written.length + r.removed.length + r.skipped.length > 0) print(io, r);
-            },
-            (err) => io.out.note(`forge: export to ${dir} failed: ${(err as Error).message}; the next change tries again`),
-          );
-      };
-      const soon = () => {
-        clearTimeout(pending);
-        pending = setTimeout(again, SETTLE_MS);
-      };
-      const offTools = f.on('toolsChanged', soon);
-      const offAudit = f.on('audit', (e) => {
-        if (e.type.startsWith('policy.') || e.type.startsWith('gateway.')) soon();
+      const kept = await keepToolDir(engine.forge, w, target, io.cliPath, {
+        report: (r) => print(io, r),
+        note: (m) => io.out.note(m),
       });
-      if (src.kind === 'database') book = await callBook(src, LOG_ROWS);
-      else {
-        let live = false;
-        const caughtUp = new Promise<void>((resolveLive) => {
-          following = (async () => {
-            for await (const r of readCalls(src, {
-              perTool: LOG_ROWS,
-              follow: true,
-              signal: ac.signal,
-              onLive: () => {
-                live = true;
-                resolveLive();
-              },
-            })) {
-              book.add(r);
-              if (live) soon();
-            }
-          })().catch((err) => {
-            resolveLive();
-            if (!ac.signal.aborted)
-              io.out.note(`forge: following the audit log stopped: ${(err as Error).message}; logs are no longer kept current`);
-          });
-        });
-        await caughtUp;
-      }
-      print(io, await exportOnce(f, w, dir, io.cliPath, book));
-      io.out.note(`forge: watching; ${dir} follows the tools ${f.caller(callContext(w.env)).persona} sees (Ctrl-C stops)`);
+      io.out.note(`forge: watching; ${kept.dir} follows the tools ${engine.forge.caller(callContext(w.env)).persona} sees (Ctrl-C stops)`);
       await stop.promise;
-      offTools();
-      offAudit();
-      clearTimeout(pending);
-      await running;
+      await kept.stop();
       return 0;
     } finally {
-      ac.abort();
-      await following;
-      if (src.kind === 'database') await src.close();
-      release();
       await engine.close();
     }
   } finally {

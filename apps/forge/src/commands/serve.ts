@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { JobQueue } from '@forge/queue';
-import type { Refusal } from '@forge/runner';
+import type { Forge, Refusal } from '@forge/runner';
 import type { Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError, envFromFlags, parseListen, parseTokens, UsageError } from '../args.js';
 import type { Command } from '../command.js';
@@ -10,6 +10,7 @@ import type { Output } from '../output.js';
 import { keepPresent, sandboxFacts } from '../presence.js';
 import { untilSignal } from '../signals.js';
 import { openStore } from '../store.js';
+import type { KeptToolDir } from '../tool-dir-keeper.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
 import type { Where } from '../where.js';
@@ -20,7 +21,7 @@ const shutdownReason = (signal: string): string => `forge is shutting down (${si
 export const serve: Command = {
   words: 'serve',
   usage:
-    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N]',
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N] [--tool-dir DIR]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
@@ -44,6 +45,8 @@ export const serve: Command = {
     '                     largest protocol message: a stdio line, an HTTP body (default 16777216,',
     '                     16 MiB; at most 268435456). A longer stdio line is answered with a JSON-RPC',
     '                     error naming the limit and the session goes on; a longer HTTP body gets 413',
+    '--tool-dir DIR       keep DIR a tool directory of the tools the served persona sees, as',
+    '                     forge tools export DIR --watch does, for as long as the server runs',
     'On stdio nothing but protocol goes to stdout; logs go to stderr.',
   ],
   options: {
@@ -57,6 +60,7 @@ export const serve: Command = {
     'max-sessions': { type: 'string' },
     'max-sessions-per-principal': { type: 'string' },
     'session-idle-ms': { type: 'string' },
+    'tool-dir': { type: 'string' },
   },
   async run({ values }, { out, where, cliPath }) {
     const listen = typeof values.http === 'string' ? parseListen(values.http) : undefined;
@@ -93,6 +97,7 @@ export const serve: Command = {
         this.usage,
       );
 
+    const toolDir = typeof values['tool-dir'] === 'string' ? resolve(values['tool-dir']) : undefined;
     let failed = false;
     const stop = untilSignal();
     /** Says on stderr that the shutdown began (tests and operators wait for it); returns its reason. */
@@ -109,7 +114,9 @@ export const serve: Command = {
         const [mcp, served] = await Promise.all([import('@forge/mcp'), openServed(w, { workers, dispatch, graceMs, cliPath, out })]);
         const { engine } = served;
         const { forge } = engine;
+        let kept: KeptToolDir | undefined;
         try {
+          kept = await keepDir(forge, w, toolDir, cliPath, out);
           let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
           try {
             http = await mcp.serveHttp(forge, {
@@ -135,6 +142,7 @@ export const serve: Command = {
             await cycle.stop();
           }
         } finally {
+          await kept?.stop();
           await served.close();
         }
       } else {
@@ -167,7 +175,9 @@ export const serve: Command = {
           throw err;
         }
         const cycle = await periodicCycle(opened.engine, out);
+        let kept: KeptToolDir | undefined;
         try {
+          kept = await keepDir(opened.engine.forge, opened.w, toolDir, cliPath, out);
           out.note(`forge ${VERSION}: MCP on stdio (project ${opened.w.project}, home ${opened.w.home})`);
           await Promise.race([stdio.closed, stop.promise.then((signal) => stdio.close({ reason: stopping(signal) }))]);
           // Input that ended inside an oversized line: the session could not go on (exit 1, why on stderr).
@@ -176,6 +186,7 @@ export const serve: Command = {
             failed = true;
           }
         } finally {
+          await kept?.stop();
           await cycle.stop();
           await opened.served.close();
         }
@@ -186,6 +197,19 @@ export const serve: Command = {
     return failed ? 1 : 0;
   },
 };
+
+/** With `--tool-dir`, the directory kept for the served persona (its reports on stderr: stdout may be the protocol's). */
+async function keepDir(forge: Forge, w: Where, dir: string | undefined, cliPath: string, out: Output): Promise<KeptToolDir | undefined> {
+  if (!dir) return undefined;
+  const { keepToolDir, exportSummary } = await import('../tool-dir-keeper.js');
+  return keepToolDir(forge, w, dir, cliPath, {
+    report: (r) => {
+      out.note(`forge: tool directory ${exportSummary(r)}`);
+      for (const s of r.skipped) out.note(`forge: ${s.name} left out of ${r.dir}: ${s.why}`);
+    },
+    note: (m) => out.note(m),
+  });
+}
 
 /**
  * The engine a server serves over the store this invocation names and, with `--workers N` or
