@@ -17,7 +17,7 @@ import {
 import { basename, dirname, join, sep } from 'node:path';
 import type { ToolCard } from '@forge/runner';
 import { EnvironmentError } from './args.js';
-import { CONTROL_FILES, controlFiles, type Launcher, launcherScript } from './tool-files.js';
+import { CONTROL_FILES, controlFiles, type Launcher, launcherMark, launcherScript } from './tool-files.js';
 import type { CallRow } from './tool-log.js';
 
 /**
@@ -208,8 +208,13 @@ function writeIfChanged(path: string, data: string, mode: number): boolean {
   return true;
 }
 
-/** Removes what an export made for `name` (its executable, its control files), leaving anything else there. */
-function removeTool(dir: string, name: string): void {
+/**
+ * Removes what an export made for `name` (its executable, its control files), leaving anything
+ * else there. Only what reads as an export's is removed: an executable that is not an export's
+ * launcher of that very name (a manifest copied along with a directory, or edited, can list any
+ * name) stays, and so does its control directory.
+ */
+function removeTool(dir: string, name: string): boolean {
   const rm = (p: string) => {
     try {
       unlinkSync(p);
@@ -217,18 +222,33 @@ function removeTool(dir: string, name: string): void {
       // already gone
     }
   };
-  rm(join(dir, name));
+  const exe = join(dir, name);
+  if (present(exe)) {
+    if (!isLauncherOf(exe, name)) return false;
+    rm(exe);
+  }
   const control = join(dir, `${name}.d`);
   try {
-    if (!lstatSync(control).isDirectory()) return;
+    if (!lstatSync(control).isDirectory()) return true;
   } catch {
-    return;
+    return true;
   }
   for (const f of CONTROL_FILES) rm(join(control, f));
   try {
     rmdirSync(control);
   } catch {
     // it holds something the export did not make (the operator's): kept
+  }
+  return true;
+}
+
+/** Whether `path` is a regular file holding an export's launcher of the tool `name`. */
+function isLauncherOf(path: string, name: string): boolean {
+  try {
+    if (!lstatSync(path).isFile()) return false;
+    return readFileSync(path, 'utf8').startsWith(`#!/bin/sh\n${launcherMark(name)}`);
+  } catch {
+    return false;
   }
 }
 
@@ -307,8 +327,12 @@ export function exportCards(
       exported.push(name);
       continue;
     }
-    removeTool(dir, name);
-    report.removed.push(name);
+    if (removeTool(dir, name)) report.removed.push(name);
+    else
+      report.skipped.push({
+        name,
+        why: `${join(dir, name)} is not an export's launcher of ${name}: left as it is, and no longer listed as the export's`,
+      });
   }
   const manifest: Manifest = { forge_tool_dir: 1, home: launcher.home, project: launcher.project, persona, tools: exported.sort() };
   writeIfChanged(join(dir, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`, 0o644);

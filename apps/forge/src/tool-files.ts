@@ -79,6 +79,11 @@ export function controlFiles(card: ToolCard, calls: readonly CallRow[] = []): Re
   return files;
 }
 
+/** How the second line of the launcher of `name` begins: what says a file is an export's. */
+export function launcherMark(name: string): string {
+  return `# forge tool ${name}:`;
+}
+
 /** `s` as one single-quoted word of a POSIX shell. */
 export function shellWord(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
@@ -92,7 +97,7 @@ export function shellWord(s: string): string {
 export function launcherScript(name: string, l: Launcher): string {
   return [
     '#!/bin/sh',
-    `# forge tool ${name}: written by \`forge tools export\`, rewritten by the next export (do not edit).`,
+    `${launcherMark(name)} written by \`forge tools export\`, rewritten by the next export (do not edit).`,
     '# It calls the tool through forge as whoever runs it: policy, schema, sandbox and audit all apply.',
     `FORGE_TOOL_PATH= exec ${shellWord(l.node)} ${shellWord(l.cli)} run --home ${shellWord(l.home)} --project ${shellWord(l.project)} -- ${shellWord(name)} "$@"`,
     '',

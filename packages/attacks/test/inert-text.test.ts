@@ -2,7 +2,7 @@
 // everything the CLI prints goes through one rule (inertText), and forge_propose refuses an impl
 // or description that would change or hide what a reviewer sees.
 
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { findUnsafeCharacter, inertJson, inertText } from '@forge/registry';
 import fc from 'fast-check';
@@ -59,6 +59,31 @@ describe('invariant 5: agent- and tool-written text is inert on a person’s scr
     expect(shown.stdout).toContain('\\u202e');
     const called = await cli(t, ['tools', 'call', 'shady', '{}']);
     expect(called.stderr + called.stdout).toContain('\\x9b2K');
+  });
+
+  it('break 7: the control files of an exported tool directory hold a hostile description inert, and its log too', async () => {
+    const t = scratch();
+    const spec = {
+      name: 'shady',
+      description: `Counts words.${HOSTILE.join(' ')}`,
+      runtime: 'python3',
+      input_schema: { type: 'object', properties: { [`x${RLO}`]: { type: 'string', description: TITLE } } },
+      impl: `import json\nprint(json.dumps({"ok": False, "error": {"kind": "bad_input", "message": ${JSON.stringify(HOSTILE.join(' '))}}}))`,
+    };
+    expect((await cli(t, ['tools', 'forge', '-'], { input: JSON.stringify(spec) })).code).toBe(0);
+    await cli(t, ['run', 'shady', '{}']);
+    const dir = join(t.root, 'tools');
+    const exported = await cli(t, ['tools', 'export', dir]);
+    expect(exported.code, exported.stderr).toBe(0);
+    for (const f of readdirSync(join(dir, 'shady.d'))) {
+      const text = readFileSync(join(dir, 'shady.d', f), 'utf8');
+      expect(rawUnsafe(text), `shady.d/${f}`).toBeUndefined();
+    }
+    expect(readFileSync(join(dir, 'shady.d', 'description'), 'utf8')).toContain('\\u202e');
+    expect(readFileSync(join(dir, 'shady.d', 'log'), 'utf8')).toMatch(/bad_input/);
+    // --help of the tool, generated from its schema, goes through the same rule.
+    const help = await cli(t, ['run', 'shady', '--help']);
+    expect(rawUnsafe(help.stdout + help.stderr)).toBeUndefined();
   });
 
   it('break 7: forge_propose refuses an impl line ending in ESC[2K and a description with a bidi override, naming the line', async () => {

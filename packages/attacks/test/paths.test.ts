@@ -2,12 +2,12 @@
 // spelling before any check, the checks see only that spelling, and what the kernel resolves is
 // what was checked. forge's own state, FORGE_HOME and the vault stay unbindable in every spelling.
 import { execFileSync } from 'node:child_process';
-import { existsSync, linkSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { existsSync, linkSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { canonicalBindPath, checkBind, closeBinds } from '@forge/sandbox';
 import fc from 'fast-check';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { asRoot, py, refused, scratchDir, target } from './helpers.js';
+import { asRoot, cli, py, refused, scratch, scratchDir, target } from './helpers.js';
 
 /** A tool that appends a line to the file or directory entry it is given, rw-bound. */
 const writer = py(
@@ -109,6 +109,52 @@ describe('invariant 2: one path, one spelling', () => {
       expect(err.message).toContain('is never bound');
     }
     expect(existsSync(join(t.project, '.forge', 'policy.json'))).toBe(false);
+  });
+
+  it('forge tools export refuses forge’s own state in every spelling and through a link, creating nothing there', async () => {
+    const t = scratch();
+    const linked = join(t.root, 'to-home');
+    symlinkSync(t.home, linked);
+    const tries = [
+      ...spellings(t.home, 'tools'),
+      `${t.home}/./tools`,
+      `${t.project}/.forge/../.forge/tools`,
+      join(t.project, '.forge'),
+      join(linked, 'tools'),
+      linked,
+    ];
+    for (const dir of tries) {
+      const r = await cli(t, ['tools', 'export', dir]);
+      expect(r.code, dir).toBe(2);
+      expect(r.stderr, dir).toMatch(/forge's own state/);
+    }
+    expect(existsSync(join(t.home, 'tools'))).toBe(false);
+    expect(existsSync(join(t.project, '.forge', 'tools'))).toBe(false);
+  });
+
+  it('a planted export manifest cannot make an export remove what it did not make', async () => {
+    const t = scratch();
+    const dir = join(t.root, 'tools');
+    mkdirSync(join(dir, 'notes.d'), { recursive: true });
+    writeFileSync(join(dir, 'notes'), 'my notes\n');
+    writeFileSync(join(dir, 'notes.d', 'schema'), 'mine\n');
+    // Made by someone else's export, or edited: it claims "notes" and "fib" as the export's.
+    writeFileSync(
+      join(dir, '.forge-tools.json'),
+      JSON.stringify({ forge_tool_dir: 1, home: t.home, project: t.project, persona: 'x', tools: ['fib', 'notes'] }),
+    );
+    writeFileSync(join(dir, 'fib'), '#!/bin/sh\n# forge tool notes: not this one\n');
+    const r = await cli(t, ['tools', 'export', dir]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/notes left out: .*not an export's launcher of notes/);
+    expect(readFileSync(join(dir, 'notes'), 'utf8')).toBe('my notes\n');
+    expect(readFileSync(join(dir, 'notes.d', 'schema'), 'utf8')).toBe('mine\n');
+    expect(readFileSync(join(dir, 'fib'), 'utf8')).toContain('not this one');
+    expect(JSON.parse(readFileSync(join(dir, '.forge-tools.json'), 'utf8')).tools).toEqual([]);
+    // A relative FORGE_TOOL_PATH entry would run whatever the working directory holds: refused.
+    const run = await cli(t, ['run', 'notes'], { env: { FORGE_TOOL_PATH: `tools:${dir}` } });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/entry "tools" is not an absolute directory/);
   });
 
   it('property: the canonical spelling is the kernel’s own resolution of any slash-spelling of a real path', () => {

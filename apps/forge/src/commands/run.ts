@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { accessSync, constants, statSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { delimiter, isAbsolute, join } from 'node:path';
 import type { Forge } from '@forge/runner';
 import type { Command } from '../command.js';
 import { callContext, withForge } from '../context.js';
@@ -73,6 +73,12 @@ async function describe(f: Forge, name: string, ctx: ReturnType<typeof callConte
 /** Runs the first executable `name` in the directories of `path`, with `args`, stdio inherited; resolves to its exit code. */
 async function runFromPath(name: string, path: string, args: readonly string[], out: Output): Promise<number> {
   const dirs = path.split(delimiter).filter(Boolean);
+  // As PATH would, a relative entry would find what the working directory holds: a planted file.
+  const relative = dirs.find((d) => !isAbsolute(d));
+  if (relative !== undefined) {
+    out.note(`forge: FORGE_TOOL_PATH entry "${relative}" is not an absolute directory; give absolute directories only (nothing was run)`);
+    return 2;
+  }
   const hit = dirs.map((d) => join(d, name)).find(isExecutableFile);
   if (!hit) {
     out.note(
