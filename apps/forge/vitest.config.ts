@@ -15,6 +15,7 @@ export default packageTests({
     'test/doctor-path.test.ts',
     'test/gateway-cli.test.ts',
     'test/gateway-serve.test.ts',
+    'test/hooks-cli.test.ts',
     'test/http.test.ts',
     'test/lazy-state.test.ts',
     'test/load.test.ts',

@@ -15,6 +15,7 @@ export default packageTests({
     'test/errors.test.ts',
     'test/events.test.ts',
     'test/hardening.test.ts',
+    'test/hooks.test.ts',
     'test/lazy-sandbox.test.ts',
     'test/lifecycle.test.ts',
     'test/many-binds.test.ts',

@@ -51,6 +51,8 @@ export interface ForgePaths {
   workspaceGateway: string;
   /** The gateway's own state (pins of approved upstream tools): `<home>/gateway/`. */
   gatewayDir: string;
+  /** The operator's call hooks: `<home>/hooks/{pre,post}.d/` and `<home>/hooks/tools/<name>/{pre,post}.d/`. */
+  hooksDir: string;
   /** The toolsmith's state of this project (gaps, proposals): `<project>/.forge/toolsmith/`. */
   toolsmithDir: string;
   /** The job queue of this project's front-ends and workers on one host: `<project>/.forge/queue/`. */
@@ -76,6 +78,7 @@ export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv
     userGateway: join(home, 'gateway.json'),
     workspaceGateway: join(projectForge, 'gateway.json'),
     gatewayDir: join(home, 'gateway'),
+    hooksDir: join(home, 'hooks'),
     toolsmithDir: join(projectForge, 'toolsmith'),
     queueDir: join(projectForge, 'queue'),
   };

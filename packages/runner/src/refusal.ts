@@ -49,6 +49,10 @@ export const REFUSAL_KINDS = Object.freeze([
   'not_found',
   // docs/architecture.md: apps/forge serve's toolsmith answer while the engine is still opening.
   'unavailable',
+  // docs/architecture.md "Hooks": an operator's hook refused the call (exit 2; its stderr is the reason).
+  'hook_denied',
+  // docs/architecture.md "Hooks": a hook crashed, hung, printed garbage, or may not be trusted.
+  'hook_failed',
 ] as const);
 
 /** A refusal kind: one of {@link REFUSAL_KINDS}. */

@@ -6,6 +6,7 @@ import type { Envelope } from '../envelope.js';
 import type { Executor, RunJob, RunPlan } from '../executor.js';
 import { sandboxExecutor } from '../executors/sandbox.js';
 import { sourceExecutor } from '../executors/source.js';
+import { postHooks, preHooks } from '../hooks/apply.js';
 import { newRunId } from '../manifest.js';
 import type { Clock, PolicyPort, Setup } from '../ports.js';
 import { type SecretList, secretList } from '../redact.js';
@@ -102,6 +103,10 @@ async function validateExecuteRecord(
   try {
     const valid = validateInput(e, call, target);
     if (!valid.ok) return await refused(e, call, valid);
+    const pre = await preHooks(e, call, target);
+    if (!pre.ok) return await refused(e, call, pre);
+    // A pre hook may have rewritten the input: from here on the call is the one it left.
+    call = pre.call;
     const executor = target.kind === 'forged' ? executors.forged : executors.sourced;
     const plan = await executor.plan(call, target, gate.snap);
     const runOnce =
@@ -112,7 +117,7 @@ async function validateExecuteRecord(
       ? await cachedOrRun(e, call, target, { ...plan, cacheKey: plan.cacheKey }, gate.snap, runOnce)
       : await runOnce();
     outcome = r.outcome;
-    return { envelope: r.envelope, outcome };
+    return { envelope: await postHooks(e, call, target, r.envelope), outcome };
   } catch (err) {
     if (err instanceof RefusalError) {
       const eventType = err.eventType === 'forge.called' ? call.eventType : err.eventType;

@@ -1,0 +1,111 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { scaled, waitFor } from '@forge/test-utils';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { CLI, connect, exampleSpec, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+
+beforeAll(requireCliAndSandbox);
+
+const UPSTREAM = fileURLToPath(new URL('./fixtures/gateway-upstream.mjs', import.meta.url));
+
+/** A pre hook that refuses when the input holds `needle`, with `reason` on stderr. */
+function refuseIf(s: Scratch, rel: string, needle: string, reason: string): void {
+  const file = join(s.home, 'hooks', rel);
+  const dirs = rel.split('/').slice(0, -1);
+  for (let i = 0; i <= dirs.length; i++) {
+    const d = join(s.home, 'hooks', ...dirs.slice(0, i));
+    mkdirSync(d, { recursive: true });
+    chmodSync(d, 0o755);
+  }
+  writeFileSync(file, `#!/bin/sh\nread -r e\ncase "$e" in *'${needle}'*) echo '${reason}' >&2; exit 2 ;; esac\n`);
+  chmodSync(file, 0o755);
+}
+
+const decided = (s: Scratch) =>
+  readFileSync(join(s.home, 'audit', 'forge.log'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { type: string; data: Record<string, unknown> })
+    .filter((e) => e.type === 'hook.decided')
+    .map((e) => e.data);
+
+describe('hooks on every path', () => {
+  it('an MCP client and a tool directory see the refusal and its reason; every decision is in a log that verifies', async () => {
+    const s = scratch();
+    expect((await runCli(['tools', 'forge', '-'], { cwd: s.project, env: s.env, input: JSON.stringify(exampleSpec('fib')) })).code).toBe(0);
+    refuseIf(s, 'pre.d/10-limit', '"n":60', 'n=60 is not allowed here');
+    const c = await connect(s);
+    const { result, env } = await c.call('fib', { n: 60 });
+    expect(result.isError).toBe(true);
+    expect(env.error).toEqual({ kind: 'hook_denied', message: 'hook 10-limit refused the call: n=60 is not allowed here' });
+    expect((await c.call('fib', { n: 6 })).env.ok).toBe(true);
+    await c.client.close();
+
+    const dir = join(s.root, 'tools');
+    expect((await runCli(['tools', 'export', dir], { cwd: s.project, env: s.env })).code).toBe(0);
+    const viaDir = spawnSync(join(dir, 'fib'), ['--n', '60'], { env: s.env, encoding: 'utf8', timeout: scaled(120_000) });
+    expect(viaDir.status).toBe(1);
+    expect(viaDir.stderr).toMatch(/hook_denied.*n=60 is not allowed here/);
+    expect(decided(s).map((d) => d.verdict)).toEqual(['deny', 'allow', 'deny']);
+    const verify = await runCli(['audit', 'verify'], { cwd: s.project, env: s.env });
+    expect(verify.code, verify.stdout).toBe(0);
+  });
+
+  it('a per-tool hook of a gateway tool applies to its calls', async () => {
+    const s = scratch();
+    const desc = join(s.root, 'desc.txt');
+    writeFileSync(desc, 'Says hello.');
+    writeFileSync(
+      join(s.home, 'gateway.json'),
+      JSON.stringify({
+        servers: { rug: { command: process.execPath, args: [UPSTREAM], env: { HELLO_DESC_FILE: desc }, unsandboxed: true } },
+      }),
+    );
+    const o = { cwd: s.project, env: s.env, timeoutMs: 60_000 };
+    expect((await runCli(['gateway', 'approve', 'rug', 'hello'], o)).code).toBe(0);
+    refuseIf(s, 'tools/rug.hello/pre.d/10-no-mallory', 'mallory', 'mallory may not be greeted');
+    const no = await runCli(['run', 'rug.hello', '--name', 'mallory'], o);
+    expect(no.code).toBe(1);
+    expect(no.stderr).toMatch(/hook_denied.*mallory may not be greeted/);
+    const yes = await runCli(['run', 'rug.hello', '--name', 'bob'], o);
+    expect(yes.code, yes.stderr).toBe(0);
+    expect(decided(s)).toEqual([
+      expect.objectContaining({ stage: 'pre', verdict: 'deny', name: 'rug.hello' }),
+      expect.objectContaining({ stage: 'pre', verdict: 'allow', name: 'rug.hello' }),
+    ]);
+  });
+
+  it(
+    'a dispatched call meets the hooks once, at the front-end, before a worker runs it',
+    async () => {
+      const s = scratch();
+      expect((await runCli(['tools', 'forge', '-'], { cwd: s.project, env: s.env, input: JSON.stringify(exampleSpec('fib')) })).code).toBe(
+        0,
+      );
+      refuseIf(s, 'pre.d/10-limit', '"n":60', 'n=60 is not allowed here');
+      const worker = spawn(process.execPath, [CLI, 'worker'], { cwd: s.project, env: s.env });
+      onTestFinished(() => void worker.kill('SIGKILL'));
+      let said = '';
+      worker.stderr.on('data', (d) => (said += d));
+      await waitFor(
+        () => `the worker to start (stderr: ${said})`,
+        () => said.includes('worker on'),
+        { timeoutMs: 60_000 },
+      );
+      const o = { cwd: s.project, env: s.env, timeoutMs: 120_000 };
+      const no = await runCli(['tools', 'call', 'fib', '{"n":60}', '--dispatch'], o);
+      expect(no.code).toBe(1);
+      expect(JSON.parse(no.stdout).error.kind).toBe('hook_denied');
+      const yes = await runCli(['tools', 'call', 'fib', '{"n":6}', '--dispatch'], o);
+      expect(yes.code, yes.stderr).toBe(0);
+      expect(JSON.parse(yes.stdout).data).toEqual({ n: 6, fib: '8' });
+      expect(decided(s).map((d) => d.verdict)).toEqual(['deny', 'allow']);
+      const exited = new Promise((r) => worker.on('exit', r));
+      worker.kill('SIGTERM');
+      await exited;
+    },
+    scaled(240_000),
+  );
+});

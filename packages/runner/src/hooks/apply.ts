@@ -1,0 +1,161 @@
+import { basename } from 'node:path';
+import { toolValidators } from '@forge/registry';
+import { inputDigest } from '../auditData.js';
+import type { Call } from '../call/call.js';
+import type { Denied } from '../call/gates.js';
+import type { Target } from '../call/resolve.js';
+import { validateInput } from '../call/validate.js';
+import { type Envelope, failure } from '../envelope.js';
+import type { AuditPort, ExecutorsPort, Setup, ToolLookup } from '../ports.js';
+import { findHooks, type HookFile, type HookStage } from './find.js';
+import { type HookVerdict, runHook } from './run.js';
+
+/**
+ * The operator's hooks around a call (docs/architecture.md "Hooks"), on the call pipeline's one
+ * path, so they apply to every way a call comes (MCP, the CLI, a tool directory, gateway tools,
+ * and a front-end dispatching to workers, where they run once, at the front-end): pre hooks after the input is valid and before anything
+ * runs, post hooks on the answer before the caller gets it (a cached one too). Each decision is
+ * an audit entry (`hook.decided`) written before the call goes on; one the log does not take
+ * stops the call (`audit_unavailable`).
+ */
+
+/** What the hooks use of the engine. */
+export type HookEngine = Pick<Setup, 'paths' | 'options'> &
+  Pick<AuditPort, 'record'> &
+  Pick<ExecutorsPort, 'runtimes'> &
+  Pick<ToolLookup, 'verified'>;
+
+/** Runs the pre hooks: the call to go on with (its input as the last rewrite left it), or the refusal. */
+export async function preHooks(e: HookEngine, call: Call, target: Target): Promise<{ ok: true; call: Call } | Denied> {
+  // A worker's call was through its front-end's hooks already: they run once per call, there.
+  if (call.dispatched) return { ok: true, call };
+  const found = findHooks(e.paths.hooksDir, call.name, 'pre');
+  if (!found.ok) return untrusted(e, call, 'pre', found);
+  let current = call;
+  for (const hook of found.hooks) {
+    const v = await runHook(hook, eventOf('pre', current, { input: current.input }), 'input', ports(e, call));
+    const rewritten = v.verdict === 'allow' && v.rewrite ? (v.rewrite.input as unknown) : undefined;
+    const no = await decided(e, current, 'pre', hook, v, rewritten !== undefined ? { input_digest: inputDigest(rewritten) } : {});
+    if (no) return no;
+    if (v.verdict !== 'allow') return refusal(hook, v);
+    if (v.rewrite === undefined) continue;
+    current = { ...current, input: rewritten, inputDigest: inputDigest(rewritten) };
+    // A rewrite is input like any other: valid against the schema, its binds checked when it runs.
+    const valid = validateInput(e, current, target);
+    if (!valid.ok) return { ...valid, message: `hook ${hook.path} rewrote the input into one that is refused: ${valid.message}` };
+  }
+  return { ok: true, call: current };
+}
+
+/** Runs the post hooks on `answer`: the answer the caller gets. */
+export async function postHooks(e: HookEngine, call: Call, target: Target, answer: Envelope): Promise<Envelope> {
+  if (call.dispatched) return answer;
+  const found = findHooks(e.paths.hooksDir, call.name, 'post');
+  if (!found.ok) {
+    const no = await untrusted(e, call, 'post', found);
+    return failure(no.kind, no.message, answer.meta);
+  }
+  let current = answer;
+  for (const hook of found.hooks) {
+    const v = await runHook(hook, eventOf('post', call, { run_id: answer.meta.run_id, envelope: current }), 'envelope', ports(e, call));
+    const next = v.verdict === 'allow' && v.rewrite ? envelopeOf(v.rewrite.envelope, current, target) : undefined;
+    const verdict: HookVerdict = typeof next === 'string' ? { verdict: 'fail', reason: next, ms: v.ms } : v;
+    const no = await decided(e, call, 'post', hook, verdict, typeof next === 'object' ? { ok: next.ok } : {});
+    if (no) return failure(no.kind, no.message, answer.meta);
+    if (verdict.verdict !== 'allow') {
+      const r = refusal(hook, verdict);
+      return failure(r.kind, r.message, answer.meta);
+    }
+    if (typeof next === 'object') current = next;
+  }
+  return current;
+}
+
+/** A post hook's envelope, kept to what a hook may say (ok, data or error) with forge's own meta, or why it is refused. */
+function envelopeOf(raw: unknown, before: Envelope, target: Target): Envelope | string {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return 'printed an envelope that is not an object';
+  const r = raw as Record<string, unknown>;
+  if (r.ok === true) {
+    if (!('data' in r)) return 'printed {"envelope": {"ok": true}} without data';
+    const spec = target.kind === 'forged' ? target.stored : target.tool;
+    const validators = toolValidators(spec);
+    if (!('kind' in validators) && validators.output) {
+      const out = validators.output(r.data);
+      if (!out.ok) return `rewrote the answer into one its output schema refuses: ${out.message}`;
+    }
+    return { ok: true, data: r.data, meta: before.meta };
+  }
+  const err = r.error as Record<string, unknown> | undefined;
+  if (r.ok === false && err && typeof err.kind === 'string' && typeof err.message === 'string')
+    return failure(err.kind, err.message, before.meta);
+  return 'printed an envelope that is neither {"ok": true, "data": …} nor {"ok": false, "error": {"kind", "message"}}';
+}
+
+function eventOf(hook: HookStage, call: Call, more: Record<string, unknown>): Record<string, unknown> {
+  return {
+    hook,
+    tool: call.name,
+    persona: call.caller.persona,
+    session: call.caller.session,
+    ...(call.caller.task ? { task: call.caller.task } : {}),
+    ...more,
+  };
+}
+
+function ports(e: HookEngine, call: Call) {
+  return {
+    codeDir: e.paths.codeDir,
+    runtimes: () => e.runtimes(),
+    ...(e.options.bwrapPath ? { bwrapPath: e.options.bwrapPath } : {}),
+    ...(call.ctx.signal ? { signal: call.ctx.signal } : {}),
+  };
+}
+
+/** The refusal of a hook that said no (`hook_denied`) or failed (`hook_failed`), naming it. */
+function refusal(hook: HookFile, v: Exclude<HookVerdict, { verdict: 'allow' }>): Denied {
+  return v.verdict === 'deny'
+    ? { ok: false, kind: 'hook_denied', message: `hook ${basename(hook.path)} refused the call: ${v.reason}` }
+    : { ok: false, kind: 'hook_failed', message: `hook ${hook.path} ${v.reason}; the call is refused while it fails` };
+}
+
+/** Records a decision; the refusal to answer with when the log did not take it. */
+async function decided(
+  e: HookEngine,
+  call: Call,
+  stage: HookStage,
+  hook: HookFile,
+  v: HookVerdict,
+  extra: Record<string, unknown>,
+): Promise<Denied | undefined> {
+  const verdict = v.verdict === 'allow' ? (Object.keys(extra).length > 0 ? 'rewrite' : 'allow') : v.verdict;
+  const f = await e.record(
+    'hook.decided',
+    {
+      stage,
+      hook: hook.path,
+      digest: hook.digest,
+      verdict,
+      ...(v.verdict !== 'allow' ? { reason: v.reason } : {}),
+      ms: v.ms,
+      name: call.name,
+      ...call.caller,
+      ...(call.dispatched ? { call_id: call.dispatched.callId } : {}),
+      ...extra,
+    },
+    call.secrets,
+  );
+  return f
+    ? { ok: false, kind: 'audit_unavailable', message: `hook ${basename(hook.path)}'s decision could not be audited: ${f.message}` }
+    : undefined;
+}
+
+/** A hooks directory or file that may not be trusted: the call is refused, and that is recorded. */
+async function untrusted(e: HookEngine, call: Call, stage: HookStage, found: { path: string; message: string }): Promise<Denied> {
+  const message = `hook ${found.path} ${found.message}; no call it applies to runs until that is fixed`;
+  await e.record(
+    'hook.decided',
+    { stage, hook: found.path, verdict: 'fail', reason: found.message, ms: 0, name: call.name, ...call.caller },
+    call.secrets,
+  );
+  return { ok: false, kind: 'hook_failed', message };
+}

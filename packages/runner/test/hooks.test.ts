@@ -1,0 +1,129 @@
+import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { example, type Fixture, failed, okData, py, setup } from './helpers.js';
+
+/** Installs an executable hook as the operator does: a real file, 0755, in a 0755 directory. */
+function hook(fx: Fixture, rel: string, body: string, mode = 0o755): string {
+  const file = join(fx.home, 'hooks', rel);
+  const parts = rel.split('/').slice(0, -1);
+  for (let i = 0; i <= parts.length; i++) {
+    const d = join(fx.home, 'hooks', ...parts.slice(0, i));
+    mkdirSync(d, { recursive: true });
+    chmodSync(d, 0o755);
+  }
+  writeFileSync(file, body);
+  chmodSync(file, mode);
+  return file;
+}
+
+const decisions = (fx: Fixture) => fx.entries('hook.decided').map((e) => e.data);
+
+describe('hooks around a call', () => {
+  it('a pre hook refuses on a condition with its reason, and lets the others through; each decision is audited', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const file = hook(
+      fx,
+      'pre.d/10-limit',
+      '#!/usr/bin/env python3\nimport json, sys\ne = json.load(sys.stdin)\nif e["input"].get("n", 0) > 50:\n    print("n over 50 is too costly here", file=sys.stderr)\n    sys.exit(2)\n',
+    );
+    okData(await fx.forge.callTool('fib', { n: 10 }));
+    const no = failed(await fx.forge.callTool('fib', { n: 60 }), 'hook_denied');
+    expect(no.message).toBe('hook 10-limit refused the call: n over 50 is too costly here');
+    expect(decisions(fx)).toEqual([
+      expect.objectContaining({
+        stage: 'pre',
+        hook: file,
+        verdict: 'allow',
+        name: 'fib',
+        persona: 'default',
+        digest: expect.stringMatching(/^sha256:/),
+      }),
+      expect.objectContaining({ stage: 'pre', verdict: 'deny', reason: 'n over 50 is too costly here' }),
+    ]);
+    expect(fx.entries('forge.called').at(-1)?.data).toMatchObject({ ok: false, kind: 'hook_denied' });
+    expect(fx.sandboxRuns('fib')).toHaveLength(1);
+  });
+
+  it('a pre hook rewrites the input, which is validated again and whose binds are checked again', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const reader = py('reader', 'print(json.dumps({"ok": True, "data": open(args["path"]).read()}))', {
+      input_schema: { type: 'object', properties: { path: { type: 'string', 'x-bind': 'ro' }, n: { type: 'integer' } } },
+    });
+    expect((await fx.forge.forgeTool(reader)).ok).toBe(true);
+    const file = fx.file('note.txt', 'hello');
+    hook(
+      fx,
+      'pre.d/20-rewrite',
+      '#!/bin/sh\nread -r e\ncase "$e" in\n  *\'"n":7\'*) echo \'{"input": {"n": 10}}\' ;;\n  *\'"n":8\'*) echo \'{"input": {"n": -1}}\' ;;\n  *\'"n":9\'*) echo \'{"input": {"path": "/etc/shadow"}}\' ;;\nesac\n',
+    );
+    expect(okData(await fx.forge.callTool('fib', { n: 7 }))).toEqual({ n: 10, fib: '55' });
+    expect(failed(await fx.forge.callTool('fib', { n: 8 }), 'validation_failed').message).toMatch(
+      /hook .*20-rewrite rewrote the input into one that is refused: input\/n/,
+    );
+    expect(okData(await fx.forge.callTool('reader', { path: file }))).toBe('hello');
+    failed(await fx.forge.callTool('reader', { path: file, n: 9 }), 'bind_denied');
+    expect(decisions(fx).map((d) => d.verdict)).toEqual(['rewrite', 'rewrite', 'allow', 'rewrite']);
+  });
+
+  it('a post hook redacts a field of the answer, validated against the output schema again; a per-tool hook applies to its tool only', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    expect((await fx.forge.forgeTool({ ...(await example('fib')), name: 'fib2' })).ok).toBe(true);
+    hook(
+      fx,
+      'tools/fib/post.d/10-redact',
+      '#!/usr/bin/env python3\nimport json, sys\ne = json.load(sys.stdin)\nenv = e["envelope"]\nif env["ok"]:\n    env["data"]["fib"] = "<hidden>"\n    print(json.dumps({"envelope": {"ok": True, "data": env["data"]}}))\n',
+    );
+    expect(okData(await fx.forge.callTool('fib', { n: 10 }))).toEqual({ n: 10, fib: '<hidden>' });
+    expect(okData(await fx.forge.callTool('fib2', { n: 10 }))).toEqual({ n: 10, fib: '55' });
+    // A rewrite the output schema refuses fails closed.
+    hook(fx, 'tools/fib/post.d/20-break', '#!/bin/sh\necho \'{"envelope": {"ok": true, "data": {"n": "ten"}}}\'\n');
+    expect(failed(await fx.forge.callTool('fib', { n: 10 }), 'hook_failed').message).toMatch(
+      /20-break rewrote the answer into one its output schema refuses/,
+    );
+  });
+
+  it('a hook that hangs, exits 1, prints garbage, or tries the host and the network fails closed, naming it', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const cases: [string, string, RegExp][] = [
+      ['hang', '#!/bin/sh\nexec sleep 600\n', /hang did not finish within 10000 ms/],
+      ['crash', '#!/bin/sh\necho boom >&2\nexit 1\n', /crash exited 1: boom/],
+      ['garbage', '#!/bin/sh\necho hello\n', /garbage printed something that is not JSON/],
+      ['extra', '#!/bin/sh\necho \'{"input": {}, "more": 1}\'\n', /extra printed JSON that is not \{"input": …\}/],
+      ['nohashbang', 'echo hi\n', /nohashbang has no #! line/],
+    ];
+    for (const [name, body, re] of cases) {
+      const file = hook(fx, `pre.d/${name}`, body);
+      expect(failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_failed').message, name).toMatch(re);
+      expect(decisions(fx).at(-1), name).toMatchObject({ verdict: 'fail', hook: file });
+      (await import('node:fs')).rmSync(file);
+    }
+    // The host's files and the network are out of its reach: its attempts are its reason.
+    const marker = join(fx.root, 'hook-was-here');
+    hook(
+      fx,
+      'pre.d/reach',
+      `#!/usr/bin/env python3\nimport socket, sys\nwhy = []\ntry:\n    open(${JSON.stringify(marker)}, "w").write("x")\n    why.append("wrote the host")\nexcept OSError as e:\n    why.append("write: " + e.strerror)\ntry:\n    socket.create_connection(("1.1.1.1", 80), timeout=3)\n    why.append("reached the network")\nexcept OSError as e:\n    why.append("net: " + str(e.strerror or e))\nprint("; ".join(why), file=sys.stderr)\nsys.exit(2)\n`,
+    );
+    const no = failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_denied');
+    expect(no.message).toMatch(/write: (No such file or directory|Read-only file system|Permission denied); net: /);
+    expect(no.message).not.toMatch(/wrote the host|reached the network/);
+    expect(existsSync(marker)).toBe(false);
+  }, 120_000);
+
+  it('a hook someone else could have written refuses every call it applies to: group-writable, a link', async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const file = hook(fx, 'pre.d/10-ok', '#!/bin/sh\nexit 0\n', 0o775);
+    expect(failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_failed').message).toMatch(/10-ok is writable by its group \(mode 775\)/);
+    chmodSync(file, 0o755);
+    okData(await fx.forge.callTool('fib', { n: 3 }));
+    symlinkSync(file, join(fx.home, 'hooks', 'pre.d', '20-link'));
+    expect(failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_failed').message).toMatch(/20-link is a symbolic link/);
+    expect(fx.sandboxRuns('fib')).toHaveLength(1);
+  });
+});
