@@ -7,10 +7,12 @@ import {
   mkdirSync,
   openSync,
   readFileSync,
+  readlinkSync,
   realpathSync,
   renameSync,
   rmdirSync,
   statSync,
+  symlinkSync,
   unlinkSync,
   writeFileSync,
 } from 'node:fs';
@@ -234,6 +236,7 @@ function removeTool(dir: string, name: string): boolean {
     return true;
   }
   for (const f of CONTROL_FILES) rm(join(control, f));
+  if (linkTarget(join(control, 'hooks')) !== undefined) rm(join(control, 'hooks'));
   try {
     rmdirSync(control);
   } catch {
@@ -249,6 +252,29 @@ function isLauncherOf(path: string, name: string): boolean {
     return readFileSync(path, 'utf8').startsWith(`#!/bin/sh\n${launcherMark(name)}`);
   } catch {
     return false;
+  }
+}
+
+/**
+ * `<name>.d/hooks` as a link to the tool's own hooks directory (`<home>/hooks/tools/<name>`, with
+ * its `pre.d/` and `post.d/`) while that exists, so the hooks that run are the ones `ls` shows
+ * there; no link otherwise. A `hooks` there that is not a link is the operator's: left alone.
+ */
+function linkHooks(control: string, hooks: string): boolean {
+  const at = join(control, 'hooks');
+  const now = linkTarget(at);
+  const want = existsSync(hooks) ? hooks : undefined;
+  if (now === want || (now === undefined && present(at))) return false;
+  if (now !== undefined) unlinkSync(at);
+  if (want !== undefined) symlinkSync(want, at);
+  return true;
+}
+
+function linkTarget(path: string): string | undefined {
+  try {
+    return lstatSync(path).isSymbolicLink() ? readlinkSync(path) : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -311,6 +337,7 @@ export function exportCards(
           }
         } else if (writeIfChanged(p, files[f], 0o644)) changed = true;
       }
+      if (linkHooks(control, join(launcher.home, 'hooks', 'tools', name))) changed = true;
       if (writeIfChanged(exe, launcherScript(name, launcher), 0o755)) changed = true;
     } catch (err) {
       report.skipped.push({ name, why: (err as Error).message });

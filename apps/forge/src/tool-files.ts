@@ -55,6 +55,7 @@ export function controlFiles(card: ToolCard, calls: readonly CallRow[] = []): Re
       breakers: card.policy.breakers,
       policy_digest: card.policy.digest,
       sources: card.policy.sources,
+      hooks: card.policy.hooks,
     }),
     status: json({
       state: card.status.state,

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { scaled, waitFor } from '@forge/test-utils';
@@ -46,6 +46,10 @@ describe('hooks on every path', () => {
     const dir = join(s.root, 'tools');
     expect((await runCli(['tools', 'export', dir], { cwd: s.project, env: s.env })).code).toBe(0);
     const viaDir = spawnSync(join(dir, 'fib'), ['--n', '60'], { env: s.env, encoding: 'utf8', timeout: scaled(120_000) });
+    expect(JSON.parse(readFileSync(join(dir, 'fib.d', 'policy'), 'utf8')).hooks).toEqual({
+      pre: [{ path: join(s.home, 'hooks', 'pre.d', '10-limit'), digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) }],
+      post: [],
+    });
     expect(viaDir.status).toBe(1);
     expect(viaDir.stderr).toMatch(/hook_denied.*n=60 is not allowed here/);
     expect(decided(s).map((d) => d.verdict)).toEqual(['deny', 'allow', 'deny']);
@@ -71,6 +75,12 @@ describe('hooks on every path', () => {
     expect(no.stderr).toMatch(/hook_denied.*mallory may not be greeted/);
     const yes = await runCli(['run', 'rug.hello', '--name', 'bob'], o);
     expect(yes.code, yes.stderr).toBe(0);
+    // Exported, the tool's control directory links its own hooks directory.
+    const dir = join(s.root, 'tools');
+    expect((await runCli(['tools', 'export', dir], o)).code).toBe(0);
+    expect(readlinkSync(join(dir, 'rug.hello.d', 'hooks'))).toBe(join(s.home, 'hooks', 'tools', 'rug.hello'));
+    expect(readdirSync(join(dir, 'rug.hello.d', 'hooks', 'pre.d'))).toEqual(['10-no-mallory']);
+    expect(existsSync(join(dir, 'rug.add.d', 'hooks'))).toBe(false);
     expect(decided(s)).toEqual([
       expect.objectContaining({ stage: 'pre', verdict: 'deny', name: 'rug.hello' }),
       expect.objectContaining({ stage: 'pre', verdict: 'allow', name: 'rug.hello' }),

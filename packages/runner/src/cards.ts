@@ -3,6 +3,7 @@ import { wireName } from '@forge/registry';
 import type { CallContext } from './api.js';
 import { passNameGates } from './call/gates.js';
 import type { Ctx } from './caller.js';
+import { findHooks } from './hooks/find.js';
 import type { ListPorts } from './listing.js';
 import { listSourced, listTools } from './listing.js';
 import type { PolicyPort } from './ports.js';
@@ -12,7 +13,10 @@ import type { ToolCap, ToolCard, ToolPolicyView } from './toolCard.js';
  * The cards of every tool `o`'s caller can see (forged, then the sources'), by name; empty when
  * the policy cannot be read (a call would be refused) or the caller is malformed.
  */
-export async function describeTools(e: ListPorts & PolicyPort & { paths: { project: string } }, o: CallContext = {}): Promise<ToolCard[]> {
+export async function describeTools(
+  e: ListPorts & PolicyPort & { paths: { project: string; hooksDir: string } },
+  o: CallContext = {},
+): Promise<ToolCard[]> {
   const ctx = e.context(o);
   if (e.contextProblem(ctx)) return [];
   const pol = e.policyNow();
@@ -38,7 +42,7 @@ export async function describeTools(e: ListPorts & PolicyPort & { paths: { proje
         sandboxed: true,
         requested: budgetAsked(tool.meta),
       }),
-      policy: policyOf(snap, ctx, tool.name, [
+      policy: policyOf(e.paths.hooksDir, snap, ctx, tool.name, [
         { gate: 'runtime', decision: runtimeGate },
         { gate: 'secrets', decision: secretGate },
       ]),
@@ -67,7 +71,7 @@ export async function describeTools(e: ListPorts & PolicyPort & { paths: { proje
         sandboxed: t.origin.sandboxed,
         requested: t.meta?.timeout_ms !== undefined ? { timeout_ms: t.meta.timeout_ms } : {},
       }),
-      policy: policyOf(snap, ctx, t.name, [{ gate: 'secrets', decision: checkSecrets(snap, ctx.persona, secrets) }]),
+      policy: policyOf(e.paths.hooksDir, snap, ctx, t.name, [{ gate: 'secrets', decision: checkSecrets(snap, ctx.persona, secrets) }]),
     });
   }
   return cards;
@@ -100,7 +104,19 @@ function capOf(
   };
 }
 
+/** The hooks a call of `name` meets (see `hooks/find.ts`), as a card shows them. */
+function hooksOf(hooksDir: string, name: string): ToolPolicyView['hooks'] {
+  const out: { pre: { path: string; digest: string }[]; post: { path: string; digest: string }[] } = { pre: [], post: [] };
+  for (const stage of ['pre', 'post'] as const) {
+    const found = findHooks(hooksDir, name, stage);
+    if (!found.ok) return { problem: `hook ${found.path} ${found.message}` };
+    out[stage] = found.hooks.map((h) => ({ path: h.path, digest: h.digest }));
+  }
+  return out;
+}
+
 function policyOf(
+  hooksDir: string,
   snap: PolicySnapshot,
   ctx: Ctx,
   name: string,
@@ -112,7 +128,10 @@ function policyOf(
   gates.push(named.ok ? { gate: 'name', ok: true } : { gate: 'name', ok: false, kind: named.kind, message: named.message });
   for (const { gate, decision } of more)
     gates.push(decision.ok ? { gate, ok: true } : { gate, ok: false, kind: decision.kind, message: decision.message });
+  const hooks = hooksOf(hooksDir, name);
+  if ('problem' in hooks) gates.push({ gate: 'hooks', ok: false, kind: 'hook_failed', message: hooks.problem });
   return {
+    hooks,
     persona: ctx.persona,
     allowed: gates.every((g) => g.ok),
     gates,

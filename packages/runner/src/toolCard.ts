@@ -62,4 +62,9 @@ export interface ToolPolicyView {
   digest: string;
   /** The files the policy came from, and their state. */
   sources: { file: string; kind: string; status: string }[];
+  /**
+   * The operator's hooks a call of the tool meets, in order, each with the digest of its bytes now;
+   * or why none can run (a hook file someone else could have written: then every call is refused).
+   */
+  hooks: { pre: { path: string; digest: string }[]; post: { path: string; digest: string }[] } | { problem: string };
 }
