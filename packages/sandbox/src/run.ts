@@ -137,11 +137,12 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   // the tool is done and nothing else of it is left: the sandbox's teardown (its namespaces going
   // away, most of a short run's tail) then goes on after the answer, and what the run held is given
   // back once it is through.
-  const { code, signal, early } = await (over ? Promise.race([closed, over]) : closed).finally(() => {
+  const { code, signal, early } = await (over ? Promise.race([closed, over]) : closed).finally(async () => {
     watch.stop();
-    // The tool is gone: so are its connections, and the sockets in its namespace.
-    egress?.proxy.close();
     plan.preload?.remove();
+    // The tool is gone: so are its connections, and the sockets in its namespace. Each has
+    // reported (network.closed) before the run's result is made.
+    await egress?.proxy.close();
   });
   stdout.seal();
   events?.seal();

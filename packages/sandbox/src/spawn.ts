@@ -158,7 +158,7 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     child.on('close', (code, signal) => {
       watch.close();
       // The process is gone: so are its connections, and the sockets in its namespace.
-      egress?.proxy.close();
+      void egress?.proxy.close();
       preload?.remove();
       stderr.push(start.flush());
       const stderrTail = stderr.text();

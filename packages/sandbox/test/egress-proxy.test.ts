@@ -373,6 +373,22 @@ describe('limits and teardown', () => {
     expect(err.code).toBe('ECONNREFUSED');
   });
 
+  it('close() resolves only once every connection has reported network.closed', async () => {
+    const target = await shoutAfterEnd();
+    const f = await startProxy();
+    const s = await dial(f.http);
+    s.write(`CONNECT allowed.test:${target} HTTP/1.1\r\n\r\nhello`);
+    await readUntil(s, (t) => t.includes('\r\n\r\n'));
+    await waitFor(
+      'the tunnel to carry the bytes up',
+      () => f.proxy.usage.bytesUp === 0 && f.events.some((e) => e.type === 'network.allowed'),
+    );
+    await f.proxy.close();
+    // No tick later: what a run reads right after close() is complete.
+    expect(f.events.map((e) => e.type)).toEqual(['network.allowed', 'network.closed']);
+    expect(f.proxy.usage.bytesUp).toBe(5);
+  });
+
   it('keeps working when onEvent throws', async () => {
     const target = await echoHttp();
     const f = await startProxy({

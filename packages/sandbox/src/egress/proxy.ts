@@ -145,7 +145,8 @@ const SOCKS_REPLY = { ok: 0, general: 1, ruleset: 2, network: 3, host: 4, refuse
 export class EgressProxy {
   readonly #options: EgressProxyOptions;
   readonly #servers: Server[] = [];
-  readonly #sockets = new Set<Socket>();
+  /** Every open socket (the tool's and the destinations'), with a promise that settles once it has closed. */
+  readonly #sockets = new Map<Socket, Promise<void>>();
   readonly #http = createHttpServer();
   readonly #usage: NetworkUsage = { connections: 0, denied: 0, bytesUp: 0, bytesDown: 0 };
   #closed = false;
@@ -184,17 +185,31 @@ export class EgressProxy {
     });
   }
 
-  /** Stops accepting and destroys every connection, at once. Idempotent. */
-  close(): void {
+  /**
+   * Stops accepting and destroys every connection, at once; resolves once each has closed and so
+   * has reported (`network.closed`, its bytes in {@link usage}). Idempotent.
+   */
+  close(): Promise<void> {
     this.#closed = true;
     for (const s of this.#servers) s.close();
-    for (const s of this.#sockets) s.destroy();
+    const closing = [...this.#sockets.values()];
+    for (const s of this.#sockets.keys()) s.destroy();
     this.#sockets.clear();
+    return Promise.all(closing).then(() => {});
   }
 
   #track(socket: Socket): void {
-    this.#sockets.add(socket);
-    socket.once('close', () => this.#sockets.delete(socket));
+    // A socket's own 'close' listeners (the one that reports it) were added after this one, and
+    // run in the same emit: once this promise settles, the socket has reported.
+    this.#sockets.set(
+      socket,
+      new Promise<void>((closed) =>
+        socket.once('close', () => {
+          this.#sockets.delete(socket);
+          closed();
+        }),
+      ),
+    );
   }
 
   #emit(event: NetworkEvent): void {
