@@ -6,9 +6,10 @@ import type { Denied } from '../call/gates.js';
 import type { Target } from '../call/resolve.js';
 import { validateInput } from '../call/validate.js';
 import { type Envelope, failure } from '../envelope.js';
-import type { AuditPort, ExecutorsPort, Setup, ToolLookup } from '../ports.js';
+import type { AuditPort, EngineState, ExecutorsPort, Setup, ToolLookup } from '../ports.js';
+import type { SandboxModule } from '../sandboxModule.js';
 import { findHooks, type HookFile, type HookStage } from './find.js';
-import { type HookVerdict, runHook } from './run.js';
+import { type HookPorts, type HookVerdict, runHook } from './run.js';
 
 /**
  * The operator's hooks around a call (docs/architecture.md "Hooks"), on the call pipeline's one
@@ -23,7 +24,7 @@ import { type HookVerdict, runHook } from './run.js';
 export type HookEngine = Pick<Setup, 'paths' | 'options'> &
   Pick<AuditPort, 'record'> &
   Pick<ExecutorsPort, 'runtimes'> &
-  Pick<ToolLookup, 'verified'>;
+  Pick<ToolLookup, 'verified'> & { state: Pick<EngineState, 'stageDir'> };
 
 /** Runs the pre hooks: the call to go on with (its input as the last rewrite left it), or the refusal. */
 export async function preHooks(e: HookEngine, call: Call, target: Target): Promise<{ ok: true; call: Call } | Denied> {
@@ -102,10 +103,15 @@ function eventOf(hook: HookStage, call: Call, more: Record<string, unknown>): Re
   };
 }
 
-function ports(e: HookEngine, call: Call) {
+function ports(e: HookEngine, call: Call): HookPorts {
+  // Sandboxes built ahead and warm interpreters, as the engine has them for tools.
+  const built = e.options.prebuild !== false;
+  const warm = built && e.options.warm !== false ? (typeof e.options.warm === 'object' ? e.options.warm : {}) : undefined;
   return {
     codeDir: e.paths.codeDir,
     runtimes: () => e.runtimes(),
+    ...(built ? { stageDir: (lib: SandboxModule) => (e.state.stageDir ??= lib.makeStageDir()) } : {}),
+    ...(warm ? { warm } : {}),
     ...(e.options.bwrapPath ? { bwrapPath: e.options.bwrapPath } : {}),
     ...(call.ctx.signal ? { signal: call.ctx.signal } : {}),
   };

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { RuntimeTable, SandboxProfile } from '@forge/sandbox';
-import { sandboxModule } from '../sandboxModule.js';
+import type { RuntimeTable, SandboxProfile, WarmOptions } from '@forge/sandbox';
+import { type SandboxModule, sandboxModule } from '../sandboxModule.js';
 import type { HookFile } from './find.js';
 
 /**
@@ -29,13 +29,20 @@ export interface HookPorts {
   runtimes(): Promise<RuntimeTable>;
   bwrapPath?: string;
   signal?: AbortSignal;
+  /** Where sandboxes built ahead wait (as for tools), when the engine builds them; hooks then take one. */
+  stageDir?: (lib: SandboxModule) => string;
+  /** Warm interpreters (as for tools): a Python hook is served by one when given. */
+  warm?: { pythonPreload?: readonly string[]; poolBytes?: number };
 }
 
 const SYSTEM = /^\/(usr|bin|sbin|lib|lib64)\//;
 const INSIDE = '/forge/hook/main';
 
 /** The command inside the sandbox for a hook's `#!` line, and the mounts its interpreter needs. */
-async function commandOf(hook: HookFile, ports: HookPorts): Promise<{ command: string[]; mounts: SandboxProfile['mounts'] } | string> {
+async function commandOf(
+  hook: HookFile,
+  ports: HookPorts,
+): Promise<{ command: string[]; mounts: SandboxProfile['mounts']; env?: Readonly<Record<string, string>>; python?: boolean } | string> {
   const head = hook.bytes.subarray(0, 256).toString('utf8');
   if (!head.startsWith('#!')) return 'has no #! line naming its interpreter (#!/bin/sh, #!/usr/bin/env python3, …)';
   const words = (head.slice(2).split('\n')[0] ?? '').trim().split(/\s+/).filter(Boolean);
@@ -47,7 +54,12 @@ async function commandOf(hook: HookFile, ports: HookPorts): Promise<{ command: s
     const table = await ports.runtimes();
     try {
       const rt = await table.resolve(name);
-      return { command: [rt.interpreter, ...rest, INSIDE], mounts: rt.mounts.map((m) => ({ source: m, mode: 'ro' as const })) };
+      return {
+        command: [rt.interpreter, ...rest, INSIDE],
+        mounts: rt.mounts.map((m) => ({ source: m, mode: 'ro' as const })),
+        env: rt.env,
+        python: rt.name.startsWith('python') && rest.length === 0,
+      };
     } catch {
       if (!SYSTEM.test(`/usr/bin/${name}`)) return `names "${name}", which is not an interpreter here`;
       return { command: [`/usr/bin/${name}`, ...rest, INSIDE], mounts: [] };
@@ -55,6 +67,15 @@ async function commandOf(hook: HookFile, ports: HookPorts): Promise<{ command: s
   }
   if (!SYSTEM.test(interp)) return `names ${interp} as its interpreter, outside /usr, /bin and /lib, which the sandbox does not show`;
   return { command: [interp, ...args, INSIDE], mounts: [] };
+}
+
+/** A Python hook's warm options, as a Python tool's (a sandbox with python3 already running). */
+function warmFor(ports: HookPorts, cmd: { env?: Readonly<Record<string, string>>; python?: boolean }): { warm?: WarmOptions } {
+  if (!ports.warm || !cmd.python) return {};
+  const { pythonPreload, poolBytes } = ports.warm;
+  return {
+    warm: { env: cmd.env ?? {}, ...(pythonPreload ? { preload: pythonPreload } : {}), ...(poolBytes !== undefined ? { poolBytes } : {}) },
+  };
 }
 
 /** The hook's code as a file named by its digest (written when missing or changed). */
@@ -86,10 +107,11 @@ export async function runHook(
   const ms = () => Math.round(performance.now() - started);
   const cmd = await commandOf(hook, ports);
   if (typeof cmd === 'string') return { verdict: 'fail', reason: cmd, ms: ms() };
-  const { runSandboxed } = await sandboxModule();
+  const lib = await sandboxModule();
+  const { runSandboxed } = lib;
   const profile: SandboxProfile = {
     command: cmd.command,
-    env: { FORGE_HOOK: String(event.hook) },
+    env: { ...cmd.env, FORGE_HOOK: String(event.hook) },
     mounts: [...(cmd.mounts ?? []), { source: codeCopy(ports.codeDir, hook), target: INSIDE, mode: 'ro', perRun: true }],
     limits: {
       timeoutMs: HOOK_LIMITS.timeoutMs,
@@ -106,6 +128,7 @@ export async function runHook(
       stdin: JSON.stringify(event),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
       ...(ports.signal ? { signal: ports.signal } : {}),
+      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, cmd) } } : {}),
     });
   } catch (err) {
     return { verdict: 'fail', reason: `could not be run: ${(err as Error).message}`, ms: ms() };
