@@ -14,3 +14,21 @@ export function untilSignal(): { promise: Promise<string>; dispose(): void } {
   };
   return { promise, dispose };
 }
+
+/**
+ * What stops a follow (`-f`): SIGINT, SIGTERM, or stdout's reader going away (`| head -1`).
+ * `dispose` stops listening for the signals.
+ */
+export function followStop(gone: AbortSignal): { signal: AbortSignal; dispose(): void } {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  return {
+    signal: AbortSignal.any([stop.signal, gone]),
+    dispose() {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    },
+  };
+}

@@ -1,11 +1,9 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { scaled } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CLI, runCli, scratch } from './helpers.js';
+import { CLI, rugGateway, runCli, scratch } from './helpers.js';
 
-const UPSTREAM = fileURLToPath(new URL('./fixtures/gateway-upstream.mjs', import.meta.url));
 const TOKEN = 'ghp_abcdefghijklmnopqrstuvwxyz0123456789';
 const BEARER = 'Bearer sekrit-token-1234567890';
 
@@ -77,14 +75,7 @@ describe('forge gateway (config, import, pins)', () => {
     timeout: scaled(120_000),
   }, async () => {
     const s = scratch();
-    const desc = join(s.root, 'desc.txt');
-    writeFileSync(desc, 'Says hello.');
-    writeFileSync(
-      join(s.home, 'gateway.json'),
-      JSON.stringify({
-        servers: { rug: { command: process.execPath, args: [UPSTREAM], env: { HELLO_DESC_FILE: desc }, unsandboxed: true } },
-      }),
-    );
+    const desc = rugGateway(s);
     const cli = (...args: string[]) => runCli(['gateway', ...args], { cwd: s.project, env: s.env, timeoutMs: 60_000 });
     const status = async () =>
       (JSON.parse((await cli('tools', 'rug', '--json')).stdout) as { name: string; status: string }[]).map((t) => [t.name, t.status]);

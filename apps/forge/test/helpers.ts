@@ -287,3 +287,17 @@ export async function serveHttp(
 export async function until(check: () => boolean | Promise<boolean>, ms: number, what: () => string, everyMs = 100): Promise<void> {
   await waitFor(what, check, { timeoutMs: ms, intervalMs: everyMs });
 }
+
+/** The gateway test upstream (fixtures/gateway-upstream.mjs) as server "rug" in the scratch home's gateway.json, unsandboxed; returns its description file. */
+export function rugGateway(s: Scratch, description = 'Says hello.'): string {
+  const desc = join(s.root, 'desc.txt');
+  writeFileSync(desc, description);
+  const upstream = resolve(here, 'fixtures/gateway-upstream.mjs');
+  writeFileSync(
+    join(s.home, 'gateway.json'),
+    JSON.stringify({
+      servers: { rug: { command: process.execPath, args: [upstream], env: { HELLO_DESC_FILE: desc }, unsandboxed: true } },
+    }),
+  );
+  return desc;
+}

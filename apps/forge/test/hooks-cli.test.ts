@@ -1,14 +1,11 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, connect, exampleSpec, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+import { CLI, connect, exampleSpec, requireCliAndSandbox, rugGateway, runCli, type Scratch, scratch } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
-
-const UPSTREAM = fileURLToPath(new URL('./fixtures/gateway-upstream.mjs', import.meta.url));
 
 /** A pre hook that refuses when the input holds `needle`, with `reason` on stderr. */
 function refuseIf(s: Scratch, rel: string, needle: string, reason: string): void {
@@ -59,14 +56,7 @@ describe('hooks on every path', () => {
 
   it('a per-tool hook of a gateway tool applies to its calls', async () => {
     const s = scratch();
-    const desc = join(s.root, 'desc.txt');
-    writeFileSync(desc, 'Says hello.');
-    writeFileSync(
-      join(s.home, 'gateway.json'),
-      JSON.stringify({
-        servers: { rug: { command: process.execPath, args: [UPSTREAM], env: { HELLO_DESC_FILE: desc }, unsandboxed: true } },
-      }),
-    );
+    rugGateway(s);
     const o = { cwd: s.project, env: s.env, timeoutMs: 60_000 };
     expect((await runCli(['gateway', 'approve', 'rug', 'hello'], o)).code).toBe(0);
     refuseIf(s, 'tools/rug.hello/pre.d/10-no-mallory', 'mallory', 'mallory may not be greeted');

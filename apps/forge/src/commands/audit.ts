@@ -3,6 +3,7 @@ import { basename, join } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { clip, type Output } from '../output.js';
+import { followStop } from '../signals.js';
 import { openStore, storeUrl } from '../store.js';
 import type { Where } from '../where.js';
 
@@ -159,12 +160,8 @@ export const auditTail: Command = {
     const log = logOf(w.home);
     const { tailLog } = await import('@forge/audit-chain');
     if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: forge has not run with this FORGE_HOME`);
-    const stop = new AbortController();
-    const onSignal = () => stop.abort();
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
     // A reader that went away (`| head -1`) ends the tail like Ctrl-C.
-    const signal = AbortSignal.any([stop.signal, out.gone]);
+    const { signal, dispose } = followStop(out.gone);
     try {
       for await (const e of tailLog(log, { last: n, follow: values.follow === true, signal })) {
         if (out.gone.aborted) break;
@@ -175,8 +172,7 @@ export const auditTail: Command = {
           );
       }
     } finally {
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
+      dispose();
     }
     return 0;
   },

@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { UsageError } from '../args.js';
 import type { Command, Io } from '../command.js';
 import { callContext, openForge } from '../context.js';
-import { untilSignal } from '../signals.js';
+import { followStop, untilSignal } from '../signals.js';
 import { type ExportReport, lockToolDir, prepareToolDir } from '../tool-dir.js';
 import { exportOnce, exportSummary, keepToolDir, LOG_ROWS, stateOf } from '../tool-dir-keeper.js';
 import { callBook, formatRow, openCallLog, readCalls } from '../tool-log.js';
@@ -100,11 +100,7 @@ export const toolsLog: Command = {
     const src = await openCallLog(w);
     if (values.follow === true && src.kind === 'database')
       throw new UsageError('-f follows the file log; with --store postgres://… read the last calls without it', this.usage);
-    const stop = new AbortController();
-    const onSignal = () => stop.abort();
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
-    const signal = AbortSignal.any([stop.signal, out.gone]);
+    const { signal, dispose } = followStop(out.gone);
     try {
       for await (const r of readCalls(src, { names: new Set([name]), perTool: n, follow: values.follow === true, signal })) {
         if (out.gone.aborted) break;
@@ -112,8 +108,7 @@ export const toolsLog: Command = {
         else out.line(formatRow(r, out.style));
       }
     } finally {
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
+      dispose();
       if (src.kind === 'database') await src.close();
     }
     return 0;
