@@ -115,6 +115,21 @@ describe('hooks around a call', () => {
     expect(existsSync(marker)).toBe(false);
   }, 120_000);
 
+  it("what a hook says of an x-redact value never reaches the caller's message or the log", async () => {
+    const fx = await setup();
+    const login = py('login', 'print(json.dumps({"ok": True, "data": len(args["password"])}))', {
+      input_schema: { type: 'object', properties: { user: { type: 'string' }, password: { type: 'string', 'x-redact': true } } },
+    });
+    expect((await fx.forge.forgeTool(login)).ok).toBe(true);
+    hook(fx, 'pre.d/10-echo', '#!/bin/sh\nread -r e\necho "refusing $e" >&2\nexit 2\n');
+    const no = failed(await fx.forge.callTool('login', { user: 'ann', password: 'hunter2-Sekrit' }), 'hook_denied');
+    expect(no.message).toContain('"user":"ann"');
+    expect(no.message).toContain('<redacted:input/password>');
+    expect(no.message).not.toContain('hunter2-Sekrit');
+    expect(JSON.stringify(fx.audit())).not.toContain('hunter2-Sekrit');
+    expect(decisions(fx).at(-1)?.reason).toContain('<redacted:input/password>');
+  });
+
   it('a hook someone else could have written refuses every call it applies to: group-writable, a link', async () => {
     const fx = await setup();
     expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);

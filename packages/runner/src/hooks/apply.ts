@@ -1,5 +1,6 @@
 import { basename } from 'node:path';
 import { toolValidators } from '@forge/registry';
+import { REDACTED, readAnnotations } from '../annotations.js';
 import { inputDigest } from '../auditData.js';
 import type { Call } from '../call/call.js';
 import type { Denied } from '../call/gates.js';
@@ -7,6 +8,7 @@ import type { Target } from '../call/resolve.js';
 import { validateInput } from '../call/validate.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { AuditPort, EngineState, ExecutorsPort, Setup, ToolLookup } from '../ports.js';
+import { redactText, type SecretList } from '../redact.js';
 import type { SandboxModule } from '../sandboxModule.js';
 import { findHooks, type HookFile, type HookStage } from './find.js';
 import { type HookPorts, type HookVerdict, runHook } from './run.js';
@@ -34,9 +36,10 @@ export async function preHooks(e: HookEngine, call: Call, target: Target): Promi
   if (!found.ok) return untrusted(e, call, 'pre', found);
   let current = call;
   for (const hook of found.hooks) {
-    const v = await runHook(hook, eventOf('pre', current, { input: current.input }), 'input', ports(e, call));
+    const hidden = redactedOf(target, current.input);
+    const v = hiddenFrom(await runHook(hook, eventOf('pre', current, { input: current.input }), 'input', ports(e, call)), hidden);
     const rewritten = v.verdict === 'allow' && v.rewrite ? (v.rewrite.input as unknown) : undefined;
-    const no = await decided(e, current, 'pre', hook, v, rewritten !== undefined ? { input_digest: inputDigest(rewritten) } : {});
+    const no = await decided(e, current, 'pre', hook, v, rewritten !== undefined ? { input_digest: inputDigest(rewritten) } : {}, hidden);
     if (no) return no;
     if (v.verdict !== 'allow') return refusal(hook, v);
     if (v.rewrite === undefined) continue;
@@ -57,11 +60,15 @@ export async function postHooks(e: HookEngine, call: Call, target: Target, answe
     return failure(no.kind, no.message, answer.meta);
   }
   let current = answer;
+  const hidden = redactedOf(target, call.input);
   for (const hook of found.hooks) {
-    const v = await runHook(hook, eventOf('post', call, { run_id: answer.meta.run_id, envelope: current }), 'envelope', ports(e, call));
+    const v = hiddenFrom(
+      await runHook(hook, eventOf('post', call, { run_id: answer.meta.run_id, envelope: current }), 'envelope', ports(e, call)),
+      hidden,
+    );
     const next = v.verdict === 'allow' && v.rewrite ? envelopeOf(v.rewrite.envelope, current, target) : undefined;
     const verdict: HookVerdict = typeof next === 'string' ? { verdict: 'fail', reason: next, ms: v.ms } : v;
-    const no = await decided(e, call, 'post', hook, verdict, typeof next === 'object' ? { ok: next.ok } : {});
+    const no = await decided(e, call, 'post', hook, verdict, typeof next === 'object' ? { ok: next.ok } : {}, hidden);
     if (no) return failure(no.kind, no.message, answer.meta);
     if (verdict.verdict !== 'allow') {
       const r = refusal(hook, verdict);
@@ -70,6 +77,35 @@ export async function postHooks(e: HookEngine, call: Call, target: Target, answe
     if (typeof next === 'object') current = next;
   }
   return current;
+}
+
+/**
+ * The input's `x-redact` values as a redaction list (named by where they are), so that what a
+ * hook says about the input (its reason: echoed to the caller, written to the log) never carries
+ * them: the log holds no input, and those values not even in a manifest.
+ */
+function redactedOf(target: Target, input: unknown): SecretList {
+  const spec = target.kind === 'forged' ? target.stored : target.tool;
+  const { redacted } = readAnnotations(spec.input_schema, input);
+  if (redacted === input) return [];
+  const out: [string, string][] = [];
+  const walk = (orig: unknown, red: unknown, at: string, depth: number) => {
+    if (red === REDACTED && orig !== REDACTED) {
+      const v = typeof orig === 'string' ? orig : JSON.stringify(orig);
+      if (v) out.push([`input${at}`, v]);
+      return;
+    }
+    if (depth > 32 || orig === null || typeof orig !== 'object' || red === null || typeof red !== 'object') return;
+    for (const k of Object.keys(orig))
+      walk((orig as Record<string, unknown>)[k], (red as Record<string, unknown>)[k], `${at}/${k}`, depth + 1);
+  };
+  walk(input, redacted, '', 0);
+  return out.sort((a, b) => b[1].length - a[1].length);
+}
+
+/** `v` with its reason redacted by `hidden`. */
+function hiddenFrom(v: HookVerdict, hidden: SecretList): HookVerdict {
+  return v.verdict === 'allow' || hidden.length === 0 ? v : { ...v, reason: redactText(v.reason, hidden) };
 }
 
 /** A post hook's envelope, kept to what a hook may say (ok, data or error) with forge's own meta, or why it is refused. */
@@ -132,6 +168,7 @@ async function decided(
   hook: HookFile,
   v: HookVerdict,
   extra: Record<string, unknown>,
+  hidden: SecretList,
 ): Promise<Denied | undefined> {
   const verdict = v.verdict === 'allow' ? (Object.keys(extra).length > 0 ? 'rewrite' : 'allow') : v.verdict;
   const f = await e.record(
@@ -148,7 +185,7 @@ async function decided(
       ...(call.dispatched ? { call_id: call.dispatched.callId } : {}),
       ...extra,
     },
-    call.secrets,
+    [...call.secrets, ...hidden],
   );
   return f
     ? { ok: false, kind: 'audit_unavailable', message: `hook ${basename(hook.path)}'s decision could not be audited: ${f.message}` }
