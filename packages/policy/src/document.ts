@@ -49,6 +49,7 @@ export interface PolicyDocument {
   bind_allow?: string[];
   runtimes?: { allow?: string[] };
   toolsmith?: Partial<Omit<ToolsmithPolicy, 'mode'>> & { mode?: Record<string, ToolsmithMode> };
+  hooks?: { project?: boolean };
 }
 
 /** How a persona gets new tools: `direct` (forge_tool) or `governed` (forge_propose, then approval). */
@@ -85,6 +86,8 @@ export interface EffectivePolicy {
   bind_allow: readonly string[];
   runtimes: { readonly allow: readonly string[] };
   toolsmith: Readonly<ToolsmithPolicy>;
+  /** The call hooks: whether a project's own run too (the home's always do). */
+  hooks: { readonly project: boolean };
 }
 
 /** The token bind_roots entries use for the project directory. */
@@ -121,6 +124,7 @@ export const DEFAULT_POLICY: EffectivePolicy = deepFreeze({
     cycle_interval_seconds: 3600,
     gap_store_max: 10_000,
   },
+  hooks: { project: false },
 });
 
 /** The JSON Schema of a policy document (draft 2020-12), as published in `schema/`. */
@@ -135,7 +139,8 @@ export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = schema;
  *   document's entry replaces the whole entry;
  * - `runtimes.allow`: the later document's list replaces the earlier one;
  * - `toolsmith`: field by field, the later document wins (its lists replace), except `paused`,
- *   which is true when any document says so, and `mode`, merged by persona.
+ *   which is true when any document says so, and `mode`, merged by persona;
+ * - `hooks.project`: the later document wins.
  * A default budget above its ceiling is lowered to the ceiling.
  */
 export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePolicy {
@@ -152,6 +157,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     bind_allow: [...d.bind_allow],
     runtimes: { allow: [...d.runtimes.allow] },
     toolsmith: { ...d.toolsmith, mode: { ...d.toolsmith.mode } } as ToolsmithPolicy & { mode: Record<string, ToolsmithMode> },
+    hooks: { ...d.hooks },
   };
   const union = (into: string[], more: readonly string[] | undefined) => {
     for (const x of more ?? []) if (!into.includes(x)) into.push(x);
@@ -176,6 +182,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
       if (approvers) out.toolsmith.approvers = [...approvers];
       Object.assign(out.toolsmith.mode, mode);
     }
+    if (doc.hooks?.project !== undefined) out.hooks.project = doc.hooks.project;
   }
   for (const k of BUDGET_FIELDS) {
     out.budgets.defaults[k] = Math.min(out.budgets.defaults[k], out.budgets.ceilings[k]);

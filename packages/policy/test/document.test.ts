@@ -69,7 +69,8 @@ const FULL = `{
     "approve_in_client": true,
     "cycle_interval_seconds": 600,
     "gap_store_max": 5000
-  }
+  },
+  "hooks": { "project": true }
 }
 `;
 
@@ -292,7 +293,7 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
 
   it('refuses an unknown key with nothing close, listing the keys it knows', () => {
     expect(message('{"per_tool_rpm": 3}')).toMatchInlineSnapshot(
-      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, bind_allow, runtimes, toolsmith)"`,
+      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, bind_allow, runtimes, toolsmith, hooks)"`,
     );
     expect(message('{"breakers": {"rpm": 3}}')).toMatchInlineSnapshot(
       `"policy.json:1:22: unknown key "rpm" in breakers (expected one of: per_tool_rpm, per_session_forge_count, failure_threshold, cooldown_s)"`,
@@ -611,7 +612,15 @@ describe('mergePolicies', () => {
         cycle_interval_seconds: 3600,
         gap_store_max: 10_000,
       },
+      hooks: { project: false },
     });
+  });
+
+  it('hooks.project: the later document wins, and it is off by default', () => {
+    expect(mergePolicies().hooks).toEqual({ project: false });
+    expect(mergePolicies({ hooks: { project: true } }).hooks).toEqual({ project: true });
+    expect(mergePolicies({ hooks: { project: true } }, { hooks: { project: false } }).hooks).toEqual({ project: false });
+    expect(mergePolicies({ hooks: { project: true } }, { hooks: {} }).hooks).toEqual({ project: true });
   });
 
   it('toolsmith: field by field, lists replaced, mode by persona, and paused once any document says so', () => {

@@ -36,6 +36,7 @@ const ALL_KEYS = [
   'bind_allow',
   'runtimes',
   'toolsmith',
+  'hooks',
 ];
 
 interface Files {

@@ -3,7 +3,7 @@ import { wireName } from '@forge/registry';
 import type { CallContext } from './api.js';
 import { passNameGates } from './call/gates.js';
 import type { Ctx } from './caller.js';
-import { findHooks } from './hooks/find.js';
+import { findHooks, hookRoots } from './hooks/find.js';
 import type { ListPorts } from './listing.js';
 import { listSourced, listTools } from './listing.js';
 import type { PolicyPort } from './ports.js';
@@ -14,7 +14,7 @@ import type { ToolCap, ToolCard, ToolPolicyView } from './toolCard.js';
  * the policy cannot be read (a call would be refused) or the caller is malformed.
  */
 export async function describeTools(
-  e: ListPorts & PolicyPort & { paths: { project: string; hooksDir: string } },
+  e: ListPorts & PolicyPort & { paths: { project: string; hooksDir: string; projectForge: string } },
   o: CallContext = {},
 ): Promise<ToolCard[]> {
   const ctx = e.context(o);
@@ -42,7 +42,7 @@ export async function describeTools(
         sandboxed: true,
         requested: budgetAsked(tool.meta),
       }),
-      policy: policyOf(e.paths.hooksDir, snap, ctx, tool.name, [
+      policy: policyOf(hookRoots(e.paths, snap), snap, ctx, tool.name, [
         { gate: 'runtime', decision: runtimeGate },
         { gate: 'secrets', decision: secretGate },
       ]),
@@ -71,7 +71,9 @@ export async function describeTools(
         sandboxed: t.origin.sandboxed,
         requested: t.meta?.timeout_ms !== undefined ? { timeout_ms: t.meta.timeout_ms } : {},
       }),
-      policy: policyOf(e.paths.hooksDir, snap, ctx, t.name, [{ gate: 'secrets', decision: checkSecrets(snap, ctx.persona, secrets) }]),
+      policy: policyOf(hookRoots(e.paths, snap), snap, ctx, t.name, [
+        { gate: 'secrets', decision: checkSecrets(snap, ctx.persona, secrets) },
+      ]),
     });
   }
   return cards;
@@ -105,10 +107,10 @@ function capOf(
 }
 
 /** The hooks a call of `name` meets (see `hooks/find.ts`), as a card shows them. */
-function hooksOf(hooksDir: string, name: string): ToolPolicyView['hooks'] {
+function hooksOf(roots: readonly string[], name: string): ToolPolicyView['hooks'] {
   const out: { pre: { path: string; digest: string }[]; post: { path: string; digest: string }[] } = { pre: [], post: [] };
   for (const stage of ['pre', 'post'] as const) {
-    const found = findHooks(hooksDir, name, stage);
+    const found = findHooks(roots, name, stage);
     if (!found.ok) return { problem: `hook ${found.path} ${found.message}` };
     out[stage] = found.hooks.map((h) => ({ path: h.path, digest: h.digest }));
   }
@@ -116,7 +118,7 @@ function hooksOf(hooksDir: string, name: string): ToolPolicyView['hooks'] {
 }
 
 function policyOf(
-  hooksDir: string,
+  roots: readonly string[],
   snap: PolicySnapshot,
   ctx: Ctx,
   name: string,
@@ -128,7 +130,7 @@ function policyOf(
   gates.push(named.ok ? { gate: 'name', ok: true } : { gate: 'name', ok: false, kind: named.kind, message: named.message });
   for (const { gate, decision } of more)
     gates.push(decision.ok ? { gate, ok: true } : { gate, ok: false, kind: decision.kind, message: decision.message });
-  const hooks = hooksOf(hooksDir, name);
+  const hooks = hooksOf(roots, name);
   if ('problem' in hooks) gates.push({ gate: 'hooks', ok: false, kind: 'hook_failed', message: hooks.problem });
   return {
     hooks,

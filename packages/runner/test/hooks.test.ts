@@ -130,6 +130,31 @@ describe('hooks around a call', () => {
     expect(decisions(fx).at(-1)?.reason).toContain('<redacted:input/password>');
   });
 
+  it("a project's own hooks run only when policy hooks.project allows them, after the home's", async () => {
+    const fx = await setup();
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    const dir = join(fx.project, '.forge', 'hooks', 'pre.d');
+    mkdirSync(dir, { recursive: true });
+    for (const d of [join(fx.project, '.forge', 'hooks'), dir]) chmodSync(d, 0o755);
+    writeFileSync(join(dir, '10-repo'), '#!/bin/sh\necho "the repository says no" >&2\nexit 2\n');
+    chmodSync(join(dir, '10-repo'), 0o755);
+    hook(fx, 'pre.d/10-home', '#!/bin/sh\nexit 0\n');
+    okData(await fx.forge.callTool('fib', { n: 3 }));
+    expect(decisions(fx).map((d) => d.hook)).toEqual([join(fx.home, 'hooks', 'pre.d', '10-home')]);
+    writeFileSync(join(fx.home, 'policy.json'), JSON.stringify({ hooks: { project: true } }));
+    await expect.poll(async () => (await fx.forge.callTool('fib', { n: 3 })).ok).toBe(false);
+    const no = failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_denied');
+    expect(no.message).toBe('hook 10-repo refused the call: the repository says no');
+    expect(
+      decisions(fx)
+        .slice(-2)
+        .map((d) => [d.hook, d.verdict]),
+    ).toEqual([
+      [join(fx.home, 'hooks', 'pre.d', '10-home'), 'allow'],
+      [join(dir, '10-repo'), 'deny'],
+    ]);
+  });
+
   it('a hook someone else could have written refuses every call it applies to: group-writable, a link', async () => {
     const fx = await setup();
     expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);

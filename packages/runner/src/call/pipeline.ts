@@ -103,7 +103,7 @@ async function validateExecuteRecord(
   try {
     const valid = validateInput(e, call, target);
     if (!valid.ok) return await refused(e, call, valid);
-    const pre = await preHooks(e, call, target);
+    const pre = await preHooks(e, call, target, gate.snap);
     if (!pre.ok) return await refused(e, call, pre);
     // A pre hook may have rewritten the input: from here on the call is the one it left.
     call = pre.call;
@@ -117,7 +117,7 @@ async function validateExecuteRecord(
       ? await cachedOrRun(e, call, target, { ...plan, cacheKey: plan.cacheKey }, gate.snap, runOnce)
       : await runOnce();
     outcome = r.outcome;
-    return { envelope: await postHooks(e, call, target, r.envelope), outcome };
+    return { envelope: await postHooks(e, call, target, r.envelope, gate.snap), outcome };
   } catch (err) {
     if (err instanceof RefusalError) {
       const eventType = err.eventType === 'forge.called' ? call.eventType : err.eventType;

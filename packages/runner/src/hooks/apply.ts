@@ -1,4 +1,5 @@
 import { basename } from 'node:path';
+import type { PolicySnapshot } from '@forge/policy';
 import { toolValidators } from '@forge/registry';
 import { REDACTED, readAnnotations } from '../annotations.js';
 import { inputDigest } from '../auditData.js';
@@ -10,7 +11,7 @@ import { type Envelope, failure } from '../envelope.js';
 import type { AuditPort, EngineState, ExecutorsPort, Setup, ToolLookup } from '../ports.js';
 import { redactText, type SecretList } from '../redact.js';
 import type { SandboxModule } from '../sandboxModule.js';
-import { findHooks, type HookFile, type HookStage } from './find.js';
+import { findHooks, type HookFile, type HookStage, hookRoots } from './find.js';
 import { type HookPorts, type HookVerdict, runHook } from './run.js';
 
 /**
@@ -29,10 +30,15 @@ export type HookEngine = Pick<Setup, 'paths' | 'options'> &
   Pick<ToolLookup, 'verified'> & { state: Pick<EngineState, 'stageDir'> };
 
 /** Runs the pre hooks: the call to go on with (its input as the last rewrite left it), or the refusal. */
-export async function preHooks(e: HookEngine, call: Call, target: Target): Promise<{ ok: true; call: Call } | Denied> {
+export async function preHooks(
+  e: HookEngine,
+  call: Call,
+  target: Target,
+  snap: PolicySnapshot,
+): Promise<{ ok: true; call: Call } | Denied> {
   // A worker's call was through its front-end's hooks already: they run once per call, there.
   if (call.dispatched) return { ok: true, call };
-  const found = findHooks(e.paths.hooksDir, call.name, 'pre');
+  const found = findHooks(hookRoots(e.paths, snap), call.name, 'pre');
   if (!found.ok) return untrusted(e, call, 'pre', found);
   let current = call;
   for (const hook of found.hooks) {
@@ -52,9 +58,9 @@ export async function preHooks(e: HookEngine, call: Call, target: Target): Promi
 }
 
 /** Runs the post hooks on `answer`: the answer the caller gets. */
-export async function postHooks(e: HookEngine, call: Call, target: Target, answer: Envelope): Promise<Envelope> {
+export async function postHooks(e: HookEngine, call: Call, target: Target, answer: Envelope, snap: PolicySnapshot): Promise<Envelope> {
   if (call.dispatched) return answer;
-  const found = findHooks(e.paths.hooksDir, call.name, 'post');
+  const found = findHooks(hookRoots(e.paths, snap), call.name, 'post');
   if (!found.ok) {
     const no = await untrusted(e, call, 'post', found);
     return failure(no.kind, no.message, answer.meta);

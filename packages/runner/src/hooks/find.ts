@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { PolicySnapshot } from '@forge/policy';
 
 /**
  * Finding a call's hooks (docs/architecture.md "Hooks"): the executables of
  * `<home>/hooks/<stage>.d/` (every tool), then of `<home>/hooks/tools/<name>/<stage>.d/` (that
- * tool), each in lexical order; names starting with `.` are not hooks.
+ * tool), each in lexical order, then the same under `<project>/.forge/hooks` when policy
+ * `hooks.project` allows it; names starting with `.` are not hooks.
  *
  * Who may install a hook where: a hook runs around every call it applies to and may refuse or
  * rewrite it, so it must be the operator's. A hook file is a regular file (not a link) of at
@@ -31,8 +33,26 @@ export type FoundHooks = { ok: true; hooks: HookFile[] } | { ok: false; path: st
 /** Largest hook file. */
 export const MAX_HOOK_BYTES = 1 << 20;
 
-/** The hooks of `stage` for the tool `name` under `hooksDir`. */
-export function findHooks(hooksDir: string, name: string, stage: HookStage): FoundHooks {
+/**
+ * The hooks directories that apply under `snap`: the home's, then the project's when policy
+ * `hooks.project` says so.
+ */
+export function hookRoots(paths: { hooksDir: string; projectForge: string }, snap: PolicySnapshot): string[] {
+  return snap.policy.hooks.project ? [paths.hooksDir, join(paths.projectForge, 'hooks')] : [paths.hooksDir];
+}
+
+/** The hooks of `stage` for the tool `name` under each of `roots` in turn. */
+export function findHooks(roots: readonly string[], name: string, stage: HookStage): FoundHooks {
+  const hooks: HookFile[] = [];
+  for (const root of roots) {
+    const found = findUnder(root, name, stage);
+    if (!found.ok) return found;
+    hooks.push(...found.hooks);
+  }
+  return { ok: true, hooks };
+}
+
+function findUnder(hooksDir: string, name: string, stage: HookStage): FoundHooks {
   const hooks: HookFile[] = [];
   const uid = process.geteuid?.() ?? 0;
   if (!exists(hooksDir)) return { ok: true, hooks };
