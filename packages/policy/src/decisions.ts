@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { resolve } from 'node:path';
-import { BUDGET_FIELDS, type Budget, type EffectivePolicy, PROJECT_TOKEN, type ToolsmithMode } from './document.js';
+import { BUDGET_FIELDS, type Budget, type EffectivePolicy, PROJECT_TOKEN, type SandboxOverride, type ToolsmithMode } from './document.js';
 import { compileGlobs, firstMatch, type GlobMatcher } from './glob.js';
 import { type AllowRules, ruleAllows, subjectOf } from './rules.js';
 
@@ -253,15 +253,7 @@ export interface NetworkGrant {
 
 /** The network grant of `persona`: closed unless `persona_sandbox_overrides` opens it (and allow-rules, when present, agree). */
 export function networkFor(snap: PolicySnapshot, persona: string): NetworkGrant {
-  const o = entry(snap.policy.persona_sandbox_overrides, persona) ?? {};
-  const grant: NetworkGrant = {
-    network: o.network ?? 'deny',
-    loopback: o.loopback ?? 'deny',
-    private_networks: o.private_networks ?? 'deny',
-    allow_domains: o.allow_domains ?? [],
-    deny_domains: o.deny_domains ?? [],
-    allow_ports: o.allow_ports ?? [],
-  };
+  const grant = grantOf(entry(snap.policy.persona_sandbox_overrides, persona) ?? {});
   if (grant.network === 'allow') {
     const rule = checkAllowRule(snap, persona, 'network', 'default', 'connect');
     if (!rule.ok)
@@ -276,6 +268,22 @@ export function networkFor(snap: PolicySnapshot, persona: string): NetworkGrant 
       };
   }
   return grant;
+}
+
+/** The network a call hook's sandbox gets: closed unless policy `hooks.network` opens it. */
+export function hookNetwork(snap: PolicySnapshot): NetworkGrant {
+  return grantOf(snap.policy.hooks.network ?? {});
+}
+
+function grantOf(o: Readonly<SandboxOverride>): NetworkGrant {
+  return {
+    network: o.network ?? 'deny',
+    loopback: o.loopback ?? 'deny',
+    private_networks: o.private_networks ?? 'deny',
+    allow_domains: o.allow_domains ?? [],
+    deny_domains: o.deny_domains ?? [],
+    allow_ports: o.allow_ports ?? [],
+  };
 }
 
 /** Refuses secrets the persona is not allowed (fail-closed: a persona without an entry gets none). */

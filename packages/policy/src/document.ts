@@ -49,7 +49,7 @@ export interface PolicyDocument {
   bind_allow?: string[];
   runtimes?: { allow?: string[] };
   toolsmith?: Partial<Omit<ToolsmithPolicy, 'mode'>> & { mode?: Record<string, ToolsmithMode> };
-  hooks?: { project?: boolean };
+  hooks?: { project?: boolean; network?: SandboxOverride };
 }
 
 /** How a persona gets new tools: `direct` (forge_tool) or `governed` (forge_propose, then approval). */
@@ -86,8 +86,8 @@ export interface EffectivePolicy {
   bind_allow: readonly string[];
   runtimes: { readonly allow: readonly string[] };
   toolsmith: Readonly<ToolsmithPolicy>;
-  /** The call hooks: whether a project's own run too (the home's always do). */
-  hooks: { readonly project: boolean };
+  /** The call hooks: whether a project's own run too (the home's always do), and the network their sandboxes get (none when absent). */
+  hooks: { readonly project: boolean; readonly network?: Readonly<SandboxOverride> };
 }
 
 /** The token bind_roots entries use for the project directory. */
@@ -157,7 +157,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     bind_allow: [...d.bind_allow],
     runtimes: { allow: [...d.runtimes.allow] },
     toolsmith: { ...d.toolsmith, mode: { ...d.toolsmith.mode } } as ToolsmithPolicy & { mode: Record<string, ToolsmithMode> },
-    hooks: { ...d.hooks },
+    hooks: { ...d.hooks } as { project: boolean; network?: SandboxOverride },
   };
   const union = (into: string[], more: readonly string[] | undefined) => {
     for (const x of more ?? []) if (!into.includes(x)) into.push(x);
@@ -183,6 +183,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
       Object.assign(out.toolsmith.mode, mode);
     }
     if (doc.hooks?.project !== undefined) out.hooks.project = doc.hooks.project;
+    if (doc.hooks?.network !== undefined) out.hooks.network = structuredClone(doc.hooks.network);
   }
   for (const k of BUDGET_FIELDS) {
     out.budgets.defaults[k] = Math.min(out.budgets.defaults[k], out.budgets.ceilings[k]);

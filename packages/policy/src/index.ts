@@ -29,6 +29,7 @@ export {
   type Decision,
   type Denial,
   type DenialKind,
+  hookNetwork,
   isOperator,
   type NetworkGrant,
   networkFor,

@@ -1,6 +1,8 @@
 import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { example, type Fixture, failed, okData, py, setup } from './helpers.js';
 
 /** Installs an executable hook as the operator does: a real file, 0755, in a 0755 directory. */
@@ -153,6 +155,51 @@ describe('hooks around a call', () => {
       [join(fx.home, 'hooks', 'pre.d', '10-home'), 'allow'],
       [join(dir, '10-repo'), 'deny'],
     ]);
+  });
+
+  it('with policy hooks.network, a hook reaches what it grants through the proxy, every decision audited; without it, nothing', async () => {
+    const server = createServer((_req, res) => res.end('allowed'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    onTestFinished(() => new Promise<void>((r) => server.close(() => r())));
+    const port = (server.address() as AddressInfo).port;
+    const fx = await setup({
+      userPolicy: { hooks: { network: { network: 'allow', loopback: 'allow', allow_domains: ['local.test'] } } },
+      forge: { resolver: async (host: string) => (host === 'local.test' ? ['127.0.0.1'] : []) },
+    });
+    expect((await fx.forge.forgeTool(await example('fib'))).ok).toBe(true);
+    // It asks the allowed host, then one the grant does not name; its stderr says what it got.
+    hook(
+      fx,
+      'pre.d/10-ask',
+      `#!/usr/bin/env python3
+import sys, urllib.request
+out = []
+for url in ["http://local.test:${port}/", "http://elsewhere.test:${port}/"]:
+    try:
+        out.append(urllib.request.urlopen(url, timeout=5).read().decode())
+    except Exception as e:
+        out.append(type(e).__name__ + " " + str(getattr(e, "code", "")))
+print(" | ".join(out), file=sys.stderr)
+sys.exit(2)
+`,
+    );
+    const no = failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_denied');
+    expect(no.message).toBe('hook 10-ask refused the call: allowed | HTTPError 403');
+    expect(fx.entries('network.allowed').map((e) => e.data)).toEqual([
+      expect.objectContaining({
+        host: 'local.test',
+        port,
+        hook: join(fx.home, 'hooks', 'pre.d', '10-ask'),
+        name: 'fib',
+        persona: 'default',
+      }),
+    ]);
+    expect(fx.entries('network.denied').map((e) => e.data)).toEqual([expect.objectContaining({ host: 'elsewhere.test', name: 'fib' })]);
+    // Without the grant: no route at all.
+    writeFileSync(join(fx.home, 'policy.json'), '{}');
+    await expect
+      .poll(async () => failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_denied').message)
+      .toMatch(/refused the call: URLError .*\| URLError/);
   });
 
   it('a hook someone else could have written refuses every call it applies to: group-writable, a link', async () => {

@@ -1,5 +1,5 @@
 import { basename } from 'node:path';
-import type { PolicySnapshot } from '@forge/policy';
+import { hookNetwork, type PolicySnapshot } from '@forge/policy';
 import { toolValidators } from '@forge/registry';
 import { REDACTED, readAnnotations } from '../annotations.js';
 import { inputDigest } from '../auditData.js';
@@ -43,7 +43,10 @@ export async function preHooks(
   let current = call;
   for (const hook of found.hooks) {
     const hidden = redactedOf(target, current.input);
-    const v = hiddenFrom(await runHook(hook, eventOf('pre', current, { input: current.input }), 'input', ports(e, call)), hidden);
+    const v = hiddenFrom(
+      await runHook(hook, eventOf('pre', current, { input: current.input }), 'input', ports(e, call, hook, snap)),
+      hidden,
+    );
     const rewritten = v.verdict === 'allow' && v.rewrite ? (v.rewrite.input as unknown) : undefined;
     const no = await decided(e, current, 'pre', hook, v, rewritten !== undefined ? { input_digest: inputDigest(rewritten) } : {}, hidden);
     if (no) return no;
@@ -69,7 +72,7 @@ export async function postHooks(e: HookEngine, call: Call, target: Target, answe
   const hidden = redactedOf(target, call.input);
   for (const hook of found.hooks) {
     const v = hiddenFrom(
-      await runHook(hook, eventOf('post', call, { run_id: answer.meta.run_id, envelope: current }), 'envelope', ports(e, call)),
+      await runHook(hook, eventOf('post', call, { run_id: answer.meta.run_id, envelope: current }), 'envelope', ports(e, call, hook, snap)),
       hidden,
     );
     const next = v.verdict === 'allow' && v.rewrite ? envelopeOf(v.rewrite.envelope, current, target) : undefined;
@@ -145,7 +148,7 @@ function eventOf(hook: HookStage, call: Call, more: Record<string, unknown>): Re
   };
 }
 
-function ports(e: HookEngine, call: Call): HookPorts {
+function ports(e: HookEngine, call: Call, hook: HookFile, snap: PolicySnapshot): HookPorts {
   // Sandboxes built ahead and warm interpreters, as the engine has them for tools.
   const built = e.options.prebuild !== false;
   const warm = built && e.options.warm !== false ? (typeof e.options.warm === 'object' ? e.options.warm : {}) : undefined;
@@ -154,6 +157,12 @@ function ports(e: HookEngine, call: Call): HookPorts {
     runtimes: () => e.runtimes(),
     ...(built ? { stageDir: (lib: SandboxModule) => (e.state.stageDir ??= lib.makeStageDir()) } : {}),
     ...(warm ? { warm } : {}),
+    network: {
+      grant: hookNetwork(snap),
+      // Every decision of the proxy is audited, naming the hook and the call it ran for.
+      onEvent: (ev) => void e.record(ev.type, { ...ev, hook: hook.path, name: call.name, ...call.caller }, call.secrets),
+      ...(e.options.resolver ? { resolver: e.options.resolver } : {}),
+    },
     ...(e.options.bwrapPath ? { bwrapPath: e.options.bwrapPath } : {}),
     ...(call.ctx.signal ? { signal: call.ctx.signal } : {}),
   };

@@ -1,13 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { RuntimeTable, SandboxProfile, WarmOptions } from '@forge/sandbox';
+import type { NetworkGrant } from '@forge/policy';
+import type { NetworkEvent, Resolver, RuntimeTable, SandboxProfile, WarmOptions } from '@forge/sandbox';
 import { type SandboxModule, sandboxModule } from '../sandboxModule.js';
 import type { HookFile } from './find.js';
 
 /**
  * Running one hook: in a sandbox of its own, as a tool runs (no host path but its own code, no
- * network, read-only but its private /tmp, bounded in time, CPU, memory and output), with the
+ * network unless policy `hooks.network` grants it, read-only but its private /tmp, bounded in time, CPU, memory and output), with the
  * call's event as JSON on stdin. Its code is a copy named by its digest, so what ran is what the
  * audit entry names. The verdict: exit 0 lets the call go on (stdout empty, or one JSON object
  * that rewrites it); exit 2 refuses it, stderr being the reason; anything else (another exit, a
@@ -33,6 +34,8 @@ export interface HookPorts {
   stageDir?: (lib: SandboxModule) => string;
   /** Warm interpreters (as for tools): a Python hook is served by one when given. */
   warm?: { pythonPreload?: readonly string[]; poolBytes?: number };
+  /** The network policy `hooks.network` grants (through the egress proxy), and who hears each decision. */
+  network?: { grant: NetworkGrant; onEvent: (event: NetworkEvent) => void; resolver?: Resolver };
 }
 
 const SYSTEM = /^\/(usr|bin|sbin|lib|lib64)\//;
@@ -121,6 +124,15 @@ export async function runHook(
       outputHardBytes: HOOK_LIMITS.outputBytes,
     },
     cwd: '/tmp',
+    ...(ports.network && ports.network.grant.network === 'allow'
+      ? {
+          network: {
+            grant: ports.network.grant,
+            onEvent: ports.network.onEvent,
+            ...(ports.network.resolver ? { resolver: ports.network.resolver } : {}),
+          },
+        }
+      : {}),
   };
   let r: Awaited<ReturnType<typeof runSandboxed>>;
   try {
