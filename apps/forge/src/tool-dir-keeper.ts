@@ -1,3 +1,5 @@
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Forge } from '@forge/runner';
 import { EnvironmentError } from './args.js';
 import { callContext } from './context.js';
@@ -12,8 +14,22 @@ export const SETTLE_MS = 100;
 /** How many of each tool's latest calls its `log` file shows. */
 export const LOG_ROWS = 20;
 
-/** How often a kept directory looks at the policy in force. */
-const POLICY_LOOK_MS = 400;
+/** How often a kept directory looks at the policy in force and the gateway's files. */
+const LOOK_MS = 400;
+
+/** What identifies the files at `paths` now (absent ones too). */
+function stamps(paths: readonly string[]): string {
+  return paths
+    .map((p) => {
+      try {
+        const st = statSync(p, { bigint: true });
+        return `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+      } catch {
+        return '-';
+      }
+    })
+    .join(',');
+}
 
 /** What identifies the policy in force now (or why there is none). */
 function policyDigest(f: Forge): string {
@@ -110,16 +126,19 @@ export async function keepToolDir(
     offAudit = f.on('audit', (e) => {
       if (e.type.startsWith('policy.') || e.type.startsWith('gateway.')) soon();
     });
-    // The engine reads the policy files when asked: look every POLICY_LOOK_MS, so an edit
-    // shows within a second (a look is a stat of each file while nothing changed).
-    let policyAt = policyDigest(f);
+    // The engine reads the policy files when asked, and the gateway its pins and configuration
+    // (another process approves, unpins, edits): look every LOOK_MS, so a change shows within a
+    // second (a look is a stat of each file while nothing changed).
+    const look = () =>
+      `${policyDigest(f)}|${stamps([join(f.paths.gatewayDir, 'pins.json'), f.paths.userGateway, f.paths.workspaceGateway])}`;
+    let lookedAt = look();
     const looking = setInterval(() => {
-      const now = policyDigest(f);
-      if (now !== policyAt) {
-        policyAt = now;
+      const now = look();
+      if (now !== lookedAt) {
+        lookedAt = now;
         soon();
       }
-    }, POLICY_LOOK_MS);
+    }, LOOK_MS);
     looking.unref();
     const offPolicy = () => clearInterval(looking);
     const offOthers = offAudit;

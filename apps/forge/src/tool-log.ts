@@ -127,7 +127,10 @@ export async function* readCalls(
   const { tailLog } = await import('@forge/audit-chain');
   // What the log held when it was verified is history; what comes after, in a follow, is live.
   const end = src.entries;
-  let live = false;
+  // A log that held nothing has no history: everything it gets is live (a follow of an empty
+  // log would otherwise wait for its first entry to say so).
+  let live = end === 0;
+  if (live) o.onLive?.();
   for await (const e of tailLog(src.path, { last: CALL_WINDOW, follow: o.follow === true, ...(o.signal ? { signal: o.signal } : {}) })) {
     const r = callRow(e);
     if (!live) {

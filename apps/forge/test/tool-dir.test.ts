@@ -3,7 +3,7 @@ import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync,
 import { join, resolve } from 'node:path';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, connect, exampleSpec, requireCliAndSandbox, runCli, type Scratch, scratch } from './helpers.js';
+import { CLI, connect, exampleSpec, requireCliAndSandbox, rugGateway, runCli, type Scratch, scratch } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
@@ -161,6 +161,34 @@ describe('forge tools export: a tool directory', () => {
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
     expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(false);
+  });
+
+  it('--watch follows gateway pins another process approves and removes', async () => {
+    const s = scratch();
+    rugGateway(s);
+    const dir = join(s.root, 'tools');
+    const child = spawn(process.execPath, [CLI, 'tools', 'export', dir, '--watch'], { cwd: s.project, env: s.env });
+    onTestFinished(() => void child.kill('SIGKILL'));
+    const err = collect(child);
+    await waitFor(
+      () => `the watch to start (stderr: ${err()})`,
+      () => err().includes('watching'),
+      { timeoutMs: 60_000 },
+    );
+    expect(existsSync(join(dir, 'rug.hello'))).toBe(false);
+    const o = { cwd: s.project, env: s.env, timeoutMs: 60_000 };
+    expect((await runCli(['gateway', 'approve', 'rug', 'hello'], o)).code).toBe(0);
+    await waitFor(
+      () => `rug.hello to be exported (stderr: ${err()})`,
+      () => existsSync(join(dir, 'rug.hello.d', 'origin')),
+    );
+    expect(JSON.parse(readFileSync(join(dir, 'rug.hello.d', 'origin'), 'utf8'))).toMatchObject({
+      kind: 'gateway',
+      server: 'rug',
+      tool: 'hello',
+    });
+    expect((await runCli(['gateway', 'remove', 'rug', 'hello'], o)).code).toBe(0);
+    await waitFor('rug.hello to be removed', () => !existsSync(join(dir, 'rug.hello')));
   });
 
   it('a lock left by a process that is gone is taken over', async () => {
