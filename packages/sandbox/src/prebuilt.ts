@@ -232,7 +232,8 @@ export interface PrebuiltClaim {
  * `line`; or, when none is waiting, returns a claim without one (the run then builds its own).
  * Either way another is built for the next run. A warm shape's sandbox is taken only once its
  * loader is up; when none is but one is warming up, the run waits for it (it started before a
- * cold run would), unless it has been warming up for longer than {@link WARM_UP_MS}.
+ * cold run would), unless it has been warming up for longer than {@link WARM_UP_MS}. `ready`:
+ * keep at least that many of the shape waiting (a caller that runs it several times in a row).
  */
 export async function takePrebuilt(
   shape: Shape,
@@ -240,6 +241,7 @@ export async function takePrebuilt(
   line: string,
   limits: CgroupLimits,
   signal?: AbortSignal,
+  ready = 0,
 ): Promise<PrebuiltClaim> {
   const pool = poolFor(shape);
   const now = performance.now();
@@ -247,7 +249,7 @@ export async function takePrebuilt(
   pool.poolBytes = shape.warm?.poolBytes ?? DEFAULT_WARM_POOL_BYTES;
   pool.inFlight++;
   pool.demand.take(now);
-  pool.wanted = Math.max(pool.wanted, pool.demand.wanted(now, pool.inFlight));
+  pool.wanted = Math.max(pool.wanted, pool.demand.wanted(now, pool.inFlight), Math.min(ready, DEMAND.maxPerShape));
   watchIdle(pool);
   // A refill owed (or none waiting at all): this run shows there is demand now, so at once.
   if (pending.delete(pool) || pool.ready.length === 0) setImmediate(() => refill(pool));

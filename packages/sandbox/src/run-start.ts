@@ -147,6 +147,7 @@ export async function claimPrebuilt(
   stageDir: string,
   warm?: WarmOptions,
   signal?: AbortSignal,
+  ready?: number,
 ): Promise<PrebuiltClaim | undefined> {
   const { profile, mounts, given, cgroups } = plan;
   if (plan.network || plan.binds.length > 0 || !mounts.every((m, i) => m.perRun === given[i]?.perRun)) return undefined;
@@ -182,14 +183,14 @@ export async function claimPrebuilt(
   };
   if (warmShape) {
     const line = warmLine(warmShape.startKeys, sandboxEnv(profile), plan.limits.cpuSeconds);
-    return takePrebuilt(shape, staged, line, plan.cgroupLimits, signal);
+    return takePrebuilt(shape, staged, line, plan.cgroupLimits, signal, ready);
   }
   const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
   // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
   // bwrap starts itself does; it adds the run's own.
   const start = startSteps(shellQuote(plan.toolCommand[0] as string), plan.processes);
   const line = runLine([`export ${env.join(' ')}`, ...plan.steps, ...start], plan.toolCommand, plan.hold);
-  return takePrebuilt(shape, staged, line, plan.cgroupLimits);
+  return takePrebuilt(shape, staged, line, plan.cgroupLimits, undefined, ready);
 }
 
 /**

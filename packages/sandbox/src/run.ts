@@ -41,7 +41,15 @@ export interface RunOptions {
    * limit are the run's own, on top of what the warm-up used ({@link RunResult.warmup}). Other
    * runs are served as without it.
    */
-  prebuild?: { stageDir: string; warm?: WarmOptions };
+  prebuild?: {
+    stageDir: string;
+    warm?: WarmOptions;
+    /**
+     * Keep at least this many sandboxes of the run's shape waiting (at most four), for a caller
+     * that runs the shape several times in a row, faster than one is built (a call's hooks).
+     */
+    ready?: number;
+  };
   /**
    * Gives the tool descriptor {@link EVENTS_FD} (3) as the write end of a pipe this process reads,
    * and calls this with each chunk written to it, as it arrives. Chunks are not split at line or
@@ -110,7 +118,9 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
   assertHostReady(host);
   const plan = planRun(host, profile, Boolean(options.events));
-  const claim = options.prebuild ? await claimPrebuilt(plan, options.prebuild.stageDir, options.prebuild.warm, options.signal) : undefined;
+  const claim = options.prebuild
+    ? await claimPrebuilt(plan, options.prebuild.stageDir, options.prebuild.warm, options.signal, options.prebuild.ready)
+    : undefined;
   const run = launchRun(host, plan, claim);
   const { child, cgroup } = run.launched;
   // The relay sends the two listening sockets; once both are held here, it may let the tool start.

@@ -234,6 +234,24 @@ describe('a run in a sandbox built ahead', () => {
   });
 });
 
+describe('how many wait', () => {
+  it('prebuild.ready keeps that many of a shape waiting, so runs in a row each find one', async () => {
+    const { stageDir } = await stage();
+    // A shape of its own: a /tmp size no other test uses.
+    const profile: SandboxProfile = { command: ['/bin/true'], limits: { tmpBytes: 5 << 20 } };
+    const pool = () => prebuiltStats().pools.find((p) => p.stageDir === stageDir && p.label === 'true');
+    await runSandboxed(profile, { prebuild: { stageDir, ready: 2 } });
+    await waitFor(
+      () => `two to wait (${JSON.stringify(pool())})`,
+      () => pool()?.ready === 2,
+    );
+    expect(pool()?.wanted).toBe(2);
+    const first = await runSandboxed(profile, { prebuild: { stageDir, ready: 2 } });
+    const second = await runSandboxed(profile, { prebuild: { stageDir, ready: 2 } });
+    expect([first.prebuilt, second.prebuilt]).toEqual([true, true]);
+  });
+});
+
 describe('runs that do not fit a sandbox built ahead build their own', () => {
   it('with a bind or a large per-run file; a non-empty output directory or a missing per-run file is refused', async () => {
     const { stageDir, root } = await stage();

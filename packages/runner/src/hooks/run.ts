@@ -140,7 +140,8 @@ export async function runHook(
       stdin: JSON.stringify(event),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
       ...(ports.signal ? { signal: ports.signal } : {}),
-      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, cmd) } } : {}),
+      // A call runs its hooks one after another, faster than a sandbox is built: two of a shape wait.
+      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, cmd), ready: 2 } } : {}),
     });
   } catch (err) {
     return { verdict: 'fail', reason: `could not be run: ${(err as Error).message}`, ms: ms() };
