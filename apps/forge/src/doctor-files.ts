@@ -1,5 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import type { EffectivePolicy } from '@forge/policy';
 import type { Registry, Scope, ScopeRoots } from '@forge/registry';
 import type { Check } from './doctor-check.js';
 import type { Where } from './where.js';
@@ -12,8 +13,48 @@ import type { Where } from './where.js';
  * gap: a damaged tool is refused (`tool_damaged`) and hides a tool of its name below it, a damaged
  * proposal cannot be approved, and untrusted pins serve no gateway tool. Reads only.
  */
-export async function storedFileChecks(w: Where): Promise<Check[]> {
-  return [...(await toolRecordChecks(w)), ...(await proposalFileChecks(w.project)), ...(await pinsChecks(w))];
+export async function storedFileChecks(w: Where, effective?: EffectivePolicy): Promise<Check[]> {
+  return [
+    ...(await toolRecordChecks(w)),
+    ...(await proposalFileChecks(w.project)),
+    ...(await pinsChecks(w)),
+    ...(await hooksChecks(w, effective)),
+  ];
+}
+
+/**
+ * The call hooks, read as a call reads them: how many apply, or the file that makes every call
+ * they apply to refused (a link, someone else's, writable by others), with its fix.
+ */
+async function hooksChecks(w: Where, effective: EffectivePolicy | undefined): Promise<Check[]> {
+  const { findHooks } = await import('@forge/runner');
+  const roots = [join(w.home, 'hooks'), ...(effective?.hooks.project ? [join(w.project, '.forge', 'hooks')] : [])];
+  if (!roots.some((r) => existsSync(r))) return [];
+  const names = new Set<string>(['']);
+  for (const r of roots) {
+    try {
+      for (const n of readdirSync(join(r, 'tools'))) names.add(n);
+    } catch {
+      // no per-tool hooks there
+    }
+  }
+  let count = 0;
+  const seen = new Set<string>();
+  for (const name of names)
+    for (const stage of ['pre', 'post'] as const) {
+      const found = findHooks(roots, name, stage);
+      if (!found.ok)
+        return [
+          {
+            name: 'hooks',
+            ok: false,
+            detail: `${found.path} ${found.message}: every call it applies to is refused (hook_failed)`,
+            fix: `make it a real file or directory of yours (or root's) that no one else can write, or remove it`,
+          },
+        ];
+      for (const h of found.hooks) if (!seen.has(h.path) && seen.add(h.path)) count++;
+    }
+  return [{ name: 'hooks', ok: true, detail: `${count} hook${count === 1 ? '' : 's'} in ${roots.join(' and ')}` }];
 }
 
 const TOOLS = 'tool files';

@@ -121,7 +121,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   checks.push(await toolsmithCheck(o.project, policy.effective));
   checks.push(...(await gatewayChecks(o)));
   // What forge keeps in files (tool records, proposals, pins): damage is a problem, never a silent gap.
-  checks.push(...(await (await import('./doctor-files.js')).storedFileChecks(o)));
+  checks.push(...(await (await import('./doctor-files.js')).storedFileChecks(o, policy.effective)));
 
   return {
     ok: checks.every((c) => c.ok),

@@ -52,6 +52,17 @@ describe('hooks on every path', () => {
     expect(decided(s).map((d) => d.verdict)).toEqual(['deny', 'allow', 'deny']);
     const verify = await runCli(['audit', 'verify'], { cwd: s.project, env: s.env });
     expect(verify.code, verify.stdout).toBe(0);
+    // doctor counts the hooks, and names one that refuses every call, with its fix.
+    const hooksCheck = async () => {
+      const d = await runCli(['doctor', '--json'], { cwd: s.project, env: s.env, timeoutMs: 120_000 });
+      return (JSON.parse(d.stdout).checks as { name: string; ok: boolean; detail: string; fix?: string }[]).find((c) => c.name === 'hooks');
+    };
+    expect(await hooksCheck()).toMatchObject({ ok: true, detail: `1 hook in ${join(s.home, 'hooks')}` });
+    chmodSync(join(s.home, 'hooks', 'pre.d', '10-limit'), 0o775);
+    expect(await hooksCheck()).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/10-limit is writable by its group .*every call it applies to is refused/),
+    });
   });
 
   it('a per-tool hook of a gateway tool applies to its calls', async () => {

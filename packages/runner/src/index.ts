@@ -32,6 +32,8 @@ export { defaultWorkerName } from './engine.js';
 export type { Envelope, EnvelopeMeta, ErrorEnvelope, OkEnvelope } from './envelope.js';
 export { DEFAULT_EVENT_LIMITS, type EventLimits, type EventSummary, LOG_LEVELS, type LogLevel, type ToolEvent } from './events.js';
 export { createForge } from './forge.js';
+/** The call hooks a call meets (see docs/architecture.md "Hooks"): for `forge doctor` and embedders that show them. */
+export { type FoundHooks, findHooks, type HookFile, type HookStage, hookRoots } from './hooks/find.js';
 export type { ArtifactInfo } from './manifest.js';
 export { type DroppedFile, type FileRef, MAX_META_FILES } from './metaFiles.js';
 export { defaultForgeHome, type ForgePaths, findProject } from './paths.js';
