@@ -24,6 +24,8 @@ export interface GapWriter {
   note(r: GapInput): void;
   /** Resolves once every record accepted so far is committed or has failed. */
   flush(): Promise<void>;
+  /** The records accepted and not yet committed (queued, or in the batch being committed), in order. */
+  pending(): readonly GapRecord[];
   /** Refuses later records (`closed`), then flushes. */
   close(): Promise<void>;
 }
@@ -36,6 +38,8 @@ export interface GapWriter {
  */
 export function openGapWriter(o: GapWriterOptions): GapWriter {
   let queue: { record: GapRecord; resolve: () => void; reject: (err: Error) => void }[] = [];
+  /** The batch `commit` is writing now. */
+  let committing: readonly GapRecord[] = [];
   let running: Promise<void> | undefined;
   let closed = false;
 
@@ -43,10 +47,13 @@ export function openGapWriter(o: GapWriterOptions): GapWriter {
     while (queue.length > 0) {
       const batch = queue;
       queue = [];
+      committing = batch.map((p) => p.record);
       try {
-        await o.commit(batch.map((p) => p.record));
+        await o.commit(committing as GapRecord[]);
+        committing = [];
         for (const p of batch) p.resolve();
       } catch (err) {
+        committing = [];
         o.onFailed?.();
         for (const p of batch) p.reject(err as Error);
       }
@@ -79,6 +86,7 @@ export function openGapWriter(o: GapWriterOptions): GapWriter {
       }
     },
     flush,
+    pending: () => [...committing, ...queue.map((p) => p.record)],
     async close() {
       closed = true;
       await flush();

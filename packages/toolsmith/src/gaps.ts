@@ -64,7 +64,7 @@ export interface FileGapStore extends GapStoreContract {
    * `unusable` when the file exists but cannot be read; a missing file is an empty store.
    */
   records(): readonly GapRecord[];
-  /** {@link summarizeGaps} over {@link records}, at once. */
+  /** {@link summarizeGaps} over {@link records} and the records noted and not written yet, at once. */
   summary(q: GapQuery): GapSummary[];
   /** One (kind, signature)'s records, oldest first. */
   history(kind: GapKind, signature: string): readonly GapRecord[];
@@ -174,6 +174,14 @@ function readFrom(view: View, end: number, max: number): void {
 }
 
 /** Brings `view` up to date with the file at `path` (synchronous: readers never lock). */
+/** `records` and the `pending` ones not among them yet (a batch may be in the file before its commit returns). */
+function withPending(records: readonly GapRecord[], pending: readonly GapRecord[]): readonly GapRecord[] {
+  if (pending.length === 0) return records;
+  const key = (r: GapRecord) => JSON.stringify(r);
+  const written = new Set(records.slice(-pending.length).map(key));
+  return [...records, ...pending.filter((r) => !written.has(key(r)))];
+}
+
 function syncView(view: View, path: string, max: number): View {
   let st: ReturnType<typeof statSync>;
   try {
@@ -365,7 +373,9 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
     records,
     summary(q) {
       checkGapQuery(q); // before reading: a bad query throws without touching the file
-      return summarizeGaps(records(), q, q.now ?? clock());
+      // What was noted and is still being written counts too (a second call in the same moment
+      // sees the first): a record already in the file is not counted twice.
+      return summarizeGaps(withPending(records(), writing.pending()), q, q.now ?? clock());
     },
     history(kind, signature) {
       return records().filter((r) => r.kind === kind && r.signature === signature);

@@ -59,14 +59,14 @@ export function noteUnknownTool(
   });
   if (t.mode !== 'governed') return undefined;
   const hours = t.windowMs / 3_600_000;
-  // The record being written counts too.
+  // The record being written counts too: the store's summary includes what it has not written yet.
   const seen = summaryOf(ctx, pol.snapshot, 'missing_tool', signature);
   // The hint is given at once: a store that answers later (a database) gets one without the count.
   if (seen instanceof Promise) {
     seen.catch(() => {});
     return `the toolsmith noted the request (a tool is wanted once it is asked for ${t.threshold} times in ${hours} h); to ask for it now, call forge_request {capability, description, example_inputs}`;
   }
-  const count = seen.count + 1;
+  const count = seen.count;
   return count >= t.threshold
     ? `the toolsmith has seen "${signature}" asked for ${count} times in ${hours} h, so a tool for it is wanted: propose one with forge_propose {capability: "${signature}", description, input_schema, impl, runtime, examples}`
     : `the toolsmith noted the request (${count} of ${t.threshold} in ${hours} h before a tool is wanted); to ask for it now, call forge_request {capability, description, example_inputs}`;

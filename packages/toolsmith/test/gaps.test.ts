@@ -276,6 +276,20 @@ describe('gap store: sanitising', () => {
   });
 });
 
+describe('gap store: what is being written counts', () => {
+  it('a summary right after note() counts the noted record, once it is written too, and never twice', async () => {
+    const a = open(await tempDir());
+    a.note(gap('csv', 1_000));
+    // The same tick: the record is queued, not written yet.
+    expect(a.summary({ threshold: 2, windowMs: 10_000, now: 2_000 })).toEqual([expect.objectContaining({ signature: 'csv', count: 1 })]);
+    a.note(gap('csv', 1_500));
+    expect(a.summary({ threshold: 2, windowMs: 10_000, now: 2_000 })[0]).toMatchObject({ count: 2, qualifies: true });
+    await a.flush();
+    expect(a.summary({ threshold: 2, windowMs: 10_000, now: 2_000 })[0]).toMatchObject({ count: 2 });
+    expect(a.records()).toHaveLength(2);
+  });
+});
+
 describe('gap store: best effort', () => {
   it('note() never throws and reports failures to onError (a directory under a regular file; an invalid record)', async () => {
     const root = await tempDir();
