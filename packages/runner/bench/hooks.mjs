@@ -2,7 +2,7 @@
 // The cost of the operator's hooks per call (docs/architecture.md "Hooks"): fib without the cache
 // through `forge.callTool`, with an empty pre and an empty post hook (each `#!/bin/sh` exiting 0,
 // each in a sandbox of its own), against the same call with no hooks, paired in the same run
-// (the hooks directory moved aside and back between the two). Also a Python pre hook (served by a
+// (the hooks directory moved aside and back between the two), pairs paced like an agent's calls. Also a Python pre hook (served by a
 // warm interpreter when one waits). Target: an empty pre + post ≤ 5 ms added. Prints figures;
 // never asserts.
 //
@@ -57,8 +57,11 @@ const withHooks = async (i) => {
     renameSync(hooks, off);
   }
 };
-// Each pair starts once the sandboxes built meanwhile are ready (as between an agent's calls).
+// Each pair starts after a pause like an agent's between calls (BENCH_PACE_MS, default 0; the
+// pools refill in a quiet moment), once the sandboxes built meanwhile are ready.
+const PACE_MS = Number(process.env.BENCH_PACE_MS ?? 0);
 const settle = async () => {
+  await new Promise((r) => setTimeout(r, PACE_MS)); // Lets time pass: the pause between an agent's calls.
   for (let i = 0; i < 500 && prebuiltStats().building > 0; i++) await new Promise((r) => setTimeout(r, 1)); // Lets time pass: waiting for builds.
 };
 for (let i = 0; i < 6; i++) {
@@ -66,7 +69,9 @@ for (let i = 0; i < 6; i++) {
   await call(20);
 }
 const ms = (x) => `${x.toFixed(2)} ms`;
-console.log(`@forge/runner hooks benchmark — node ${process.version}, ${availableParallelism()} cores, ${RUNS} pairs\n`);
+console.log(
+  `@forge/runner hooks benchmark — node ${process.version}, ${availableParallelism()} cores, ${RUNS} pairs, ${PACE_MS} ms apart\n`,
+);
 const sh = await paired(withHooks, (i) => call(20 + (i % 50)), RUNS, { before: settle });
 const mark = sh.diff.p50 <= 5 ? ' ' : '!';
 console.log(`  callTool fib, no hooks                     p50 ${ms(sh.base.p50)}  p99 ${ms(sh.base.p99)}`);
