@@ -28,6 +28,7 @@ const EXPORTS = [
   'closestKey',
   'createPolicy',
   'createSnapshot',
+  'hookNetwork',
   'isOperator',
   'lineColumn',
   'mergePolicies',
