@@ -115,14 +115,7 @@ describe('forge tools export: a tool directory', () => {
     const s = scratch();
     await forge(s, exampleSpec('fib'));
     const dir = join(s.root, 'tools');
-    const child = spawn(process.execPath, [CLI, 'tools', 'export', dir, '--watch'], { cwd: s.project, env: s.env });
-    onTestFinished(() => void child.kill('SIGKILL'));
-    const err = collect(child);
-    await waitFor(
-      () => `the watch to start (stderr: ${err()})`,
-      () => err().includes('watching'),
-      { timeoutMs: 60_000 },
-    );
+    const { child, err } = await startWatch(s, dir);
     expect(existsSync(join(dir, 'fib'))).toBe(true);
     // A second exporter is refused while the watch holds the directory.
     const second = await exportTo(s, dir);
@@ -167,14 +160,7 @@ describe('forge tools export: a tool directory', () => {
     const s = scratch();
     rugGateway(s);
     const dir = join(s.root, 'tools');
-    const child = spawn(process.execPath, [CLI, 'tools', 'export', dir, '--watch'], { cwd: s.project, env: s.env });
-    onTestFinished(() => void child.kill('SIGKILL'));
-    const err = collect(child);
-    await waitFor(
-      () => `the watch to start (stderr: ${err()})`,
-      () => err().includes('watching'),
-      { timeoutMs: 60_000 },
-    );
+    const { child, err } = await startWatch(s, dir);
     expect(existsSync(join(dir, 'rug.hello'))).toBe(false);
     const o = { cwd: s.project, env: s.env, timeoutMs: 60_000 };
     expect((await runCli(['gateway', 'approve', 'rug', 'hello'], o)).code).toBe(0);
@@ -292,6 +278,19 @@ describe('forge run', () => {
     expect(missing.stderr).toMatch(/no executable "word_count" in FORGE_TOOL_PATH/);
   });
 });
+
+/** `forge tools export DIR --watch` in the scratch project, once it says it is watching (killed when the test ends). */
+async function startWatch(s: Scratch, dir: string): Promise<{ child: ChildProcessWithoutNullStreams; err: () => string }> {
+  const child = spawn(process.execPath, [CLI, 'tools', 'export', dir, '--watch'], { cwd: s.project, env: s.env });
+  onTestFinished(() => void child.kill('SIGKILL'));
+  const err = collect(child);
+  await waitFor(
+    () => `the watch to start (stderr: ${err()})`,
+    () => err().includes('watching'),
+    { timeoutMs: 60_000 },
+  );
+  return { child, err };
+}
 
 function collect(child: ChildProcessWithoutNullStreams): () => string {
   let text = '';
