@@ -115,7 +115,7 @@ describe('forge tools export: a tool directory', () => {
     const s = scratch();
     await forge(s, exampleSpec('fib'));
     const dir = join(s.root, 'tools');
-    const { child, err } = await startWatch(s, dir);
+    const { child } = await startWatch(s, dir);
     expect(existsSync(join(dir, 'fib'))).toBe(true);
     // A second exporter is refused while the watch holds the directory.
     const second = await exportTo(s, dir);
@@ -160,7 +160,7 @@ describe('forge tools export: a tool directory', () => {
     const s = scratch();
     rugGateway(s);
     const dir = join(s.root, 'tools');
-    const { child, err } = await startWatch(s, dir);
+    const { err } = await startWatch(s, dir);
     expect(existsSync(join(dir, 'rug.hello'))).toBe(false);
     const o = { cwd: s.project, env: s.env, timeoutMs: 60_000 };
     expect((await runCli(['gateway', 'approve', 'rug', 'hello'], o)).code).toBe(0);
