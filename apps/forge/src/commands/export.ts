@@ -64,10 +64,17 @@ async function watch(io: Io, w: Where, target: string): Promise<number> {
   try {
     const engine = await openForge(w, { calls: false, watch: true });
     try {
-      const kept = await keepToolDir(engine.forge, w, target, io.cliPath, {
+      const keeping = keepToolDir(engine.forge, w, target, io.cliPath, {
         report: (r) => print(io, r),
         note: (m) => io.out.note(m),
       });
+      // A signal before the first export is done (a slow upstream listing) still stops it.
+      const kept = await Promise.race([keeping, stop.promise.then(() => undefined)]);
+      if (!kept) {
+        io.out.note('forge: stopped before the first export finished');
+        void keeping.then((k) => k.stop()).catch(() => {});
+        return 0;
+      }
       io.out.note(`forge: watching; ${kept.dir} follows the tools ${engine.forge.caller(callContext(w.env)).persona} sees (Ctrl-C stops)`);
       await stop.promise;
       await kept.stop();
