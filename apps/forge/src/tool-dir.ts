@@ -365,8 +365,3 @@ export function exportCards(
   writeIfChanged(join(dir, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
   return report;
 }
-
-/** The names a tool directory's last export made (empty when `dir` is not one). */
-export function exportedNames(dir: string): string[] {
-  return readManifest(dir)?.tools ?? [];
-}

@@ -97,6 +97,13 @@ describe('hooks around a call', () => {
       ['garbage', '#!/bin/sh\necho hello\n', /garbage printed something that is not JSON/],
       ['extra', '#!/bin/sh\necho \'{"input": {}, "more": 1}\'\n', /extra printed JSON that is not \{"input": …\}/],
       ['nohashbang', 'echo hi\n', /nohashbang has no #! line/],
+      ['escape', '#!/usr/../home/x\n', /escape names \/usr\/..\/home\/x as its interpreter, which is not a plain path under/],
+      ['envdots', '#!/usr/bin/env ../../tmp/x\n', /envdots names "..\/..\/tmp\/x" after #!\/usr\/bin\/env, which is neither a runtime/],
+      [
+        'missing',
+        '#!/usr/bin/no-such-interpreter\n',
+        /missing names \/usr\/bin\/no-such-interpreter as its interpreter, which is not installed/,
+      ],
     ];
     for (const [name, body, re] of cases) {
       const file = hook(fx, `pre.d/${name}`, body);

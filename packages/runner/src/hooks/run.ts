@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { join, posix } from 'node:path';
 import type { NetworkGrant } from '@forge/policy';
 import type { NetworkEvent, Resolver, RuntimeTable, SandboxProfile, WarmOptions } from '@forge/sandbox';
 import { type SandboxModule, sandboxModule } from '../sandboxModule.js';
@@ -64,11 +64,16 @@ async function commandOf(
         python: rt.name.startsWith('python') && rest.length === 0,
       };
     } catch {
-      if (!SYSTEM.test(`/usr/bin/${name}`)) return `names "${name}", which is not an interpreter here`;
-      return { command: [`/usr/bin/${name}`, ...rest, INSIDE], mounts: [] };
+      // Not a runtime forge resolves: a program of /usr/bin, which the sandbox shows as the host has it.
+      const at = `/usr/bin/${name}`;
+      if (!/^[A-Za-z0-9._+-]+$/.test(name) || name.startsWith('.') || !isFile(at))
+        return `names "${name}" after #!/usr/bin/env, which is neither a runtime forge knows (python3, node, bash, sh) nor a program in /usr/bin; name an installed interpreter`;
+      return { command: [at, ...rest, INSIDE], mounts: [] };
     }
   }
-  if (!SYSTEM.test(interp)) return `names ${interp} as its interpreter, outside /usr, /bin and /lib, which the sandbox does not show`;
+  if (!SYSTEM.test(interp) || posix.normalize(interp) !== interp)
+    return `names ${interp} as its interpreter, which is not a plain path under /usr, /bin or /lib (all the sandbox shows of the host); name one there, or use #!/usr/bin/env <name>`;
+  if (!isFile(interp)) return `names ${interp} as its interpreter, which is not installed on this host; install it or name another`;
   return { command: [interp, ...args, INSIDE], mounts: [] };
 }
 
@@ -79,6 +84,14 @@ function warmFor(ports: HookPorts, cmd: { env?: Readonly<Record<string, string>>
   return {
     warm: { env: cmd.env ?? {}, ...(pythonPreload ? { preload: pythonPreload } : {}), ...(poolBytes !== undefined ? { poolBytes } : {}) },
   };
+}
+
+function isFile(p: string): boolean {
+  try {
+    return statSync(p).isFile();
+  } catch {
+    return false;
+  }
 }
 
 /** The hook's code as a file named by its digest (written when missing or changed). */
