@@ -52,19 +52,19 @@ import { processTempDir } from './tmp.js';
  */
 
 // Descriptor 5 is a socket pair (as every piped descriptor of Node's children): the shell says
-// it is up on it, then reads its run's line from it. The line closes it for the tool; a run with
-// an output directory keeps it as the holder's channel (see {@link runLine}).
+// it is up on it, then reads its run's line from it, and stays as the run's holder, on it (see
+// {@link runLine}).
 const INNER = `${PRELUDE}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
 /** The command a sandbox built ahead is built with: say it is built, read one line, become the run. */
 export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbox'];
 
 /**
- * The line a sandbox built ahead runs: its steps, then the command. With `hold`, the shell stays
- * as the run's holder: it runs the command (without the channel), says `done <status>` on descriptor
- * 5 when it is done, and waits there until its output directories have been copied out.
+ * The line a sandbox built ahead runs: its steps, then the command behind the shell as its
+ * holder (launcher.ts, `holdRun`): it runs the command (without the channel), says `done <status>`
+ * on descriptor 5 when it is done, and waits there until its output directories, if any, have been
+ * copied out. The run is answered at that word, not after the sandbox's teardown.
  */
-export function runLine(steps: readonly string[], argv: readonly string[], hold: boolean): string {
-  if (!hold) return controlLine([...steps, 'exec 5<&-'], argv);
+export function runLine(steps: readonly string[], argv: readonly string[]): string {
   const cmd = argv.map(shellQuote).join(' ');
   return `${[...steps].join(' && ')}${steps.length ? ' && ' : ''}${holdRun(`${cmd} 5>&-`, 5)}`;
 }

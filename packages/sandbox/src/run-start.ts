@@ -54,7 +54,10 @@ export interface RunPlan {
   /** The caller's mounts, and {@link profile}'s (a per-run file too large to copy in is bound as it is). */
   given: readonly Mount[];
   mounts: readonly Mount[];
-  /** The output directories ({@link Mount.perRun} `rw`); a run with any runs behind a holder. */
+  /**
+   * The output directories ({@link Mount.perRun} `rw`); a run with any runs behind a holder, as
+   * does every run a sandbox built ahead serves (prebuilt-sandbox.ts, `runLine`).
+   */
   outputs: Mount[];
   hold: boolean;
   limits: Limits;
@@ -189,7 +192,7 @@ export async function claimPrebuilt(
   // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
   // bwrap starts itself does; it adds the run's own.
   const start = startSteps(shellQuote(plan.toolCommand[0] as string), plan.processes);
-  const line = runLine([`export ${env.join(' ')}`, ...plan.steps, ...start], plan.toolCommand, plan.hold);
+  const line = runLine([`export ${env.join(' ')}`, ...plan.steps, ...start], plan.toolCommand);
   return takePrebuilt(shape, staged, line, plan.cgroupLimits, undefined, ready);
 }
 
@@ -235,7 +238,7 @@ function warmFor(
   const rlimits = rlimitSteps({ ...plan.limits, cpuSeconds: plan.limits.cpuSeconds + room }, { events: plan.events });
   const steps = [exports, ...rlimits, ...startSteps('"$1"', plan.processes)];
   // The holder keeps the channel (the loader closes its own copy once it has read its run).
-  const run = plan.hold ? holdRun('"$@"', WARM_FD) : 'exec "$@"';
+  const run = holdRun('"$@"', WARM_FD);
   const inner = ['/bin/sh', '-c', `${PRELUDE}; ${steps.join(' && ')} && ${run}`, 'sandbox', ...plan.toolCommand];
   const shape = {
     inner,

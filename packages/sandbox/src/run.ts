@@ -29,7 +29,8 @@ export interface RunOptions {
   /**
    * Serve the run from a sandbox built ahead of time, when one of its shape is waiting, and
    * build one for the next such run meanwhile: bwrap's setup (2–3 ms) is then off the run's
-   * latency. Applies to runs without binds or network whose {@link Mount.perRun} mounts fit (a
+   * latency, and so is the sandbox's teardown (the run is behind a holder, answered once its tool
+   * is done). Applies to runs without binds or network whose {@link Mount.perRun} mounts fit (a
    * `ro` regular file of at most 1 MiB, a `rw` empty directory); any other run builds its own,
    * which is also what the first run of a shape does. `stageDir` holds the waiting sandboxes'
    * placeholders of per-run files (a directory per process, 0700); a sandbox's mount table shows
@@ -129,8 +130,9 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     : undefined;
   feed(child, run.cold, options.stdin ?? '');
   // The holder says `done <status> <processes>` on its channel once the tool has exited; its
-  // output directories are then copied out, and the holder released (which ends the sandbox).
-  const copy = plan.hold ? new OutputCopy(child, plan.outputs, plan.limits.outputDirBytes) : undefined;
+  // output directories are then copied out, and the holder released (which ends the sandbox). A
+  // sandbox built ahead always runs the tool behind one.
+  const copy = plan.hold || claim?.built ? new OutputCopy(child, plan.outputs, plan.limits.outputDirBytes) : undefined;
   const closed = exitOf(child, run, plan.identity.uid);
   const sinks: Sinks = {};
   const over = copy ? holderOver(child, copy, claim?.built ? 5 : HOLDER_FD, sinks) : undefined;
@@ -196,7 +198,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
     ...(cpuUsec !== undefined ? { usage: { cpuMs: Math.round(cpuUsec / 1000) } } : {}),
     limits: plan.limits,
     ...(egress ? { network: egress.proxy.usage } : {}),
-    ...(copy ? { outputs: copy.results() } : {}),
+    ...(copy && plan.hold ? { outputs: copy.results() } : {}),
     prebuilt: claim?.built !== undefined,
     ...(claim?.warmup ? { warmup: claim.warmup } : {}),
     hostUid: plan.identity.uid,

@@ -4,6 +4,7 @@
  * once and the sandbox's teardown goes on after the answer; when something is, the run ends with
  * the sandbox, as before. Either way the answer holds everything the tool wrote, and nothing of
  * the tool is running once it is given. In all three ways a run can start: cold, built ahead, warm.
+ * A run a sandbox built ahead serves is behind a holder whether or not it has an output directory.
  */
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -18,8 +19,8 @@ beforeAll(async () => {
   python = await pythonRuntime();
 });
 
-/** A Python tool as forge runs one: its code a per-run file, an output directory (so a holder). */
-function tool(root: string, code: string): SandboxProfile {
+/** A Python tool as forge runs one: its code a per-run file, an output directory (so a holder) unless `outputs` is false. */
+function tool(root: string, code: string, outputs = true): SandboxProfile {
   const dir = join(root, 'tool');
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(join(dir, 'artifacts'), { recursive: true });
@@ -30,7 +31,7 @@ function tool(root: string, code: string): SandboxProfile {
     mounts: [
       ...python.mounts,
       { source: join(dir, 'main.py'), target: '/forge/tool/main.py', mode: 'ro', perRun: true },
-      { source: join(dir, 'artifacts'), target: '/forge/artifacts', mode: 'rw', perRun: true },
+      ...(outputs ? [{ source: join(dir, 'artifacts'), target: '/forge/artifacts', mode: 'rw' as const, perRun: true }] : []),
     ],
   };
 }
@@ -48,21 +49,22 @@ async function runIn(
   stageDir: string,
   code: string,
   options: () => RunOptions = () => ({}),
+  outputs = true,
 ): Promise<{ r: RunResult; early: boolean }> {
   const counted = async (run: () => Promise<RunResult>) => {
     const before = runEnds().early;
     const r = await run();
     return { r, early: runEnds().early > before };
   };
-  if (mode === 'cold') return counted(() => runSandboxed(tool(root, code), options()));
+  if (mode === 'cold') return counted(() => runSandboxed(tool(root, code, outputs), options()));
   const prebuild = { stageDir, ...(mode === 'warm' ? { warm: { env: { PYTHONDONTWRITEBYTECODE: '1' } } } : {}) };
   const served = (r: RunResult) => r.prebuilt && (mode === 'built ahead' || r.warmup !== undefined);
   await builtSoon();
-  const first = await counted(() => runSandboxed(tool(root, code), { ...options(), prebuild }));
+  const first = await counted(() => runSandboxed(tool(root, code, outputs), { ...options(), prebuild }));
   if (served(first.r)) return first;
   // The shape's first run: it had one built for the next, which serves this one's repeat.
   await builtSoon();
-  const again = await counted(() => runSandboxed(tool(root, code), { ...options(), prebuild }));
+  const again = await counted(() => runSandboxed(tool(root, code, outputs), { ...options(), prebuild }));
   expect(served(again.r), `this run must have been served ${mode}`).toBe(true);
   return again;
 }
@@ -132,6 +134,31 @@ describe.each(MODES)('a run behind a holder, %s', (mode) => {
     expect(r.exitCode).toBe(0);
     expect(left).toEqual([]);
     expect(early, 'the run was answered before its sandbox went').toBe(true);
+  });
+});
+
+describe('a run without an output directory', () => {
+  it.each(['built ahead', 'warm'] as const)(
+    'served %s, runs behind its holder all the same: answered at its word, its exit status and signal as the tool ended',
+    async (mode) => {
+      const { stageDir, root } = await stage();
+      const exited = await runIn(mode, root, stageDir, 'import sys\nprint("out")\nsys.exit(3)', undefined, false);
+      expect(exited.r.stdout.toString(), describeRun(exited.r)).toBe('out\n');
+      expect(exited.r).toMatchObject({ reason: 'exit', exitCode: 3, signal: null });
+      expect(exited.r.outputs).toBeUndefined();
+      expect(exited.early, 'the run was answered before its sandbox went').toBe(true);
+      const killed = await runIn(mode, root, stageDir, 'import os\nos.kill(os.getpid(), 9)', undefined, false);
+      expect(killed.r, describeRun(killed.r)).toMatchObject({ reason: 'signal', exitCode: null, signal: 'SIGKILL' });
+      expect(killed.early).toBe(true);
+    },
+  );
+
+  it('run cold, ends with its sandbox (no holder)', async () => {
+    const { stageDir, root } = await stage();
+    const { r, early } = await runIn('cold', root, stageDir, 'print("out")', undefined, false);
+    expect(r.stdout.toString(), describeRun(r)).toBe('out\n');
+    expect(r.outputs).toBeUndefined();
+    expect(early).toBe(false);
   });
 });
 
