@@ -1,12 +1,15 @@
-import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { openAuditLog, verifyLog } from '@forge/audit-chain';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { example, type Fixture, failed, okData, py, setup } from './helpers.js';
+import { createForge } from '../src/index.js';
+import { type Entry, example, type Fixture, failed, okData, py, requireSandbox, setup } from './helpers.js';
 
 /** Installs an executable hook as the operator does: a real file, 0755, in a 0755 directory. */
-function hook(fx: Fixture, rel: string, body: string, mode = 0o755): string {
+function hook(fx: Pick<Fixture, 'home'>, rel: string, body: string, mode = 0o755): string {
   const file = join(fx.home, 'hooks', rel);
   const parts = rel.split('/').slice(0, -1);
   for (let i = 0; i <= parts.length; i++) {
@@ -219,5 +222,46 @@ sys.exit(2)
     symlinkSync(file, join(fx.home, 'hooks', 'pre.d', '20-link'));
     expect(failed(await fx.forge.callTool('fib', { n: 3 }), 'hook_failed').message).toMatch(/20-link is a symbolic link/);
     expect(fx.sandboxRuns('fib')).toHaveLength(1);
+  });
+
+  it("a pre hook's decision the log does not take withholds the call's answer (audit_unavailable naming the hook)", async () => {
+    await requireSandbox();
+    const root = mkdtempSync(join(tmpdir(), 'forge-hooks-audit-'));
+    // The write of a batch holding a hook's decision fails (EIO), as a disk does; the log is real.
+    let failing = false;
+    const log = await openAuditLog(join(root, 'audit.log'), {
+      io: {
+        async write(handle, data) {
+          if (failing && data.includes('"hook.decided"'))
+            throw Object.assign(new Error('EIO: injected, write'), { code: 'EIO', syscall: 'write' });
+          let off = 0;
+          while (off < data.length) off += (await handle.write(data, off, data.length - off)).bytesWritten;
+        },
+      },
+    });
+    const home = join(root, 'home');
+    const forge = await createForge({ env: {}, home, project: join(root, 'project'), audit: log });
+    onTestFinished(async () => {
+      await forge.close({ graceMs: 2000 });
+      await log.close();
+      rmSync(root, { recursive: true, force: true });
+    });
+    expect((await forge.forgeTool(await example('fib'))).ok).toBe(true);
+    hook({ home }, 'pre.d/10-ok', '#!/bin/sh\nexit 0\n');
+    failing = true;
+    const no = failed(await forge.callTool('fib', { n: 5 }), 'audit_unavailable');
+    expect(no.message).toMatch(/^hook 10-ok's decision could not be audited: .*EIO: injected/);
+    failing = false;
+    expect(okData(await forge.callTool('fib', { n: 6 }))).toEqual({ n: 6, fib: '8' });
+    await log.flush();
+    expect((await verifyLog(join(root, 'audit.log'))).ok).toBe(true);
+    const entries = readFileSync(join(root, 'audit.log'), 'utf8')
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Entry);
+    // What the log lost is listed once it takes appends again; the answered call is all there.
+    expect(entries.find((x) => x.type === 'forge.audit_recovered')?.data).toMatchObject({ lost_by_type: { 'hook.decided': 1 } });
+    expect(entries.filter((x) => x.type === 'hook.decided').map((x) => x.data.verdict)).toEqual(['allow']);
+    expect(entries.at(-1)).toMatchObject({ type: 'forge.called', data: { ok: true, name: 'fib' } });
   });
 });

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { checkSecrets, clampBudget, type PolicySnapshot } from '@forge/policy';
 import type { CallContext, DispatchOptions } from '../api.js';
 import type { Engine } from '../engine.js';
-import type { Envelope } from '../envelope.js';
+import { type Envelope, failure } from '../envelope.js';
 import type { Executor, RunJob, RunPlan } from '../executor.js';
 import { sandboxExecutor } from '../executors/sandbox.js';
 import { sourceExecutor } from '../executors/source.js';
@@ -100,11 +100,18 @@ async function validateExecuteRecord(
   remote: DispatchOptions | undefined,
 ): Promise<CallAnswer> {
   let outcome: RunOutcome['outcome'] = 'none';
+  // The pre hooks' decisions that let the call go on: written while it runs, durable before its answer.
+  let preAudited: Promise<Denied | undefined> | undefined;
+  const answer = async (r: CallAnswer): Promise<CallAnswer> => {
+    const lost = await preAudited;
+    return lost ? { envelope: failure(lost.kind, lost.message, r.envelope.meta), outcome: r.outcome } : r;
+  };
   try {
     const valid = validateInput(e, call, target);
     if (!valid.ok) return await refused(e, call, valid);
     const pre = await preHooks(e, call, target, gate.snap);
     if (!pre.ok) return await refused(e, call, pre);
+    preAudited = pre.audited;
     // A pre hook may have rewritten the input: from here on the call is the one it left.
     call = pre.call;
     const executor = target.kind === 'forged' ? executors.forged : executors.sourced;
@@ -117,17 +124,17 @@ async function validateExecuteRecord(
       ? await cachedOrRun(e, call, target, { ...plan, cacheKey: plan.cacheKey }, gate.snap, runOnce)
       : await runOnce();
     outcome = r.outcome;
-    return { envelope: await postHooks(e, call, target, r.envelope, gate.snap), outcome };
+    return await answer({ envelope: await postHooks(e, call, target, r.envelope, gate.snap), outcome });
   } catch (err) {
     if (err instanceof RefusalError) {
       const eventType = err.eventType === 'forge.called' ? call.eventType : err.eventType;
-      return { envelope: await refuseCall(e, call, err.kind, err.message, eventType, err.extra), outcome };
+      return await answer({ envelope: await refuseCall(e, call, err.kind, err.message, eventType, err.extra), outcome });
     }
     outcome = 'failure';
-    return {
+    return await answer({
       envelope: await refuseCall(e, call, 'internal', `forge failed while calling "${call.name}": ${(err as Error).message}`),
       outcome,
-    };
+    });
   } finally {
     gate.breakers.recordOutcome(call.name, outcome, gate.settings, gate.trial);
   }

@@ -19,8 +19,9 @@ import { type HookPorts, type HookVerdict, runHook } from './run.js';
  * path, so they apply to every way a call comes (MCP, the CLI, a tool directory, gateway tools,
  * and a front-end dispatching to workers, where they run once, at the front-end): pre hooks after the input is valid and before anything
  * runs, post hooks on the answer before the caller gets it (a cached one too). Each decision is
- * an audit entry (`hook.decided`) written before the call goes on; one the log does not take
- * stops the call (`audit_unavailable`).
+ * an audit entry (`hook.decided`), durable before the caller is answered (a refusal waits for it;
+ * a decision that lets the call go on is written while the call runs, as the call's own entry
+ * is); one the log does not take turns the answer into `audit_unavailable`.
  */
 
 /** What the hooks use of the engine. */
@@ -29,18 +30,24 @@ export type HookEngine = Pick<Setup, 'paths' | 'options'> &
   Pick<ExecutorsPort, 'runtimes'> &
   Pick<ToolLookup, 'verified'> & { state: Pick<EngineState, 'stageDir'> };
 
-/** Runs the pre hooks: the call to go on with (its input as the last rewrite left it), or the refusal. */
+/**
+ * Runs the pre hooks: the call to go on with (its input as the last rewrite left it) and, in
+ * `audited`, whether every decision that let it go on was written (the call's answer waits for
+ * that, not the run: like the call's own entry, a decision is durable before anyone is answered);
+ * or the refusal, once every decision before it is durable.
+ */
 export async function preHooks(
   e: HookEngine,
   call: Call,
   target: Target,
   snap: PolicySnapshot,
-): Promise<{ ok: true; call: Call } | Denied> {
+): Promise<{ ok: true; call: Call; audited: Promise<Denied | undefined> } | Denied> {
   // A worker's call was through its front-end's hooks already: they run once per call, there.
-  if (call.dispatched) return { ok: true, call };
+  if (call.dispatched) return { ok: true, call, audited: NOTHING_HELD };
   const found = findHooks(hookRoots(e.paths, snap), call.name, 'pre');
   if (!found.ok) return untrusted(e, call, 'pre', found);
   let current = call;
+  const written: Promise<Denied | undefined>[] = [];
   for (const hook of found.hooks) {
     const hidden = redactedOf(target, current.input);
     const v = hiddenFrom(
@@ -48,16 +55,28 @@ export async function preHooks(
       hidden,
     );
     const rewritten = v.verdict === 'allow' && v.rewrite ? (v.rewrite.input as unknown) : undefined;
-    const no = await decided(e, current, 'pre', hook, v, rewritten !== undefined ? { input_digest: inputDigest(rewritten) } : {}, hidden);
-    if (no) return no;
-    if (v.verdict !== 'allow') return refusal(hook, v);
+    written.push(decided(e, current, 'pre', hook, v, rewritten !== undefined ? { input_digest: inputDigest(rewritten) } : {}, hidden));
+    if (v.verdict !== 'allow') return (await firstLost(written)) ?? refusal(hook, v);
     if (v.rewrite === undefined) continue;
     current = { ...current, input: rewritten, inputDigest: inputDigest(rewritten) };
     // A rewrite is input like any other: valid against the schema, its binds checked when it runs.
     const valid = validateInput(e, current, target);
-    if (!valid.ok) return { ...valid, message: `hook ${hook.path} rewrote the input into one that is refused: ${valid.message}` };
+    if (!valid.ok)
+      return (
+        (await firstLost(written)) ?? {
+          ...valid,
+          message: `hook ${hook.path} rewrote the input into one that is refused: ${valid.message}`,
+        }
+      );
   }
-  return { ok: true, call: current };
+  return { ok: true, call: current, audited: firstLost(written) };
+}
+
+const NOTHING_HELD: Promise<undefined> = Promise.resolve(undefined);
+
+/** The first of `written`'s refusals (a decision the log did not take), once all are settled. */
+async function firstLost(written: readonly Promise<Denied | undefined>[]): Promise<Denied | undefined> {
+  return (await Promise.all(written)).find((d) => d !== undefined);
 }
 
 /** Runs the post hooks on `answer`: the answer the caller gets. */
