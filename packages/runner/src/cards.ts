@@ -3,7 +3,7 @@ import { wireName } from '@forge/registry';
 import type { CallContext } from './api.js';
 import { passNameGates } from './call/gates.js';
 import type { Ctx } from './caller.js';
-import { findHooks, hookRoots } from './hooks/find.js';
+import { type FoundHooks, findHooks, hookRoots } from './hooks/find.js';
 import type { ListPorts } from './listing.js';
 import { listSourced, listTools } from './listing.js';
 import type { PolicyPort } from './ports.js';
@@ -23,6 +23,8 @@ export async function describeTools(
   if (!pol.ok) return [];
   const snap = pol.snap;
   const cards: ToolCard[] = [];
+  // The hooks directories every tool shares are read once for all the cards.
+  const seen = new Map<string, FoundHooks>();
   for (const { tool } of await listTools(e, o)) {
     const secrets = tool.meta?.secrets ?? [];
     const runtimeGate = checkRuntime(snap, tool.runtime);
@@ -42,7 +44,7 @@ export async function describeTools(
         sandboxed: true,
         requested: budgetAsked(tool.meta),
       }),
-      policy: policyOf(hookRoots(e.paths, snap), snap, ctx, tool.name, [
+      policy: policyOf(hookRoots(e.paths, snap), seen, snap, ctx, tool.name, [
         { gate: 'runtime', decision: runtimeGate },
         { gate: 'secrets', decision: secretGate },
       ]),
@@ -71,7 +73,7 @@ export async function describeTools(
         sandboxed: t.origin.sandboxed,
         requested: t.meta?.timeout_ms !== undefined ? { timeout_ms: t.meta.timeout_ms } : {},
       }),
-      policy: policyOf(hookRoots(e.paths, snap), snap, ctx, t.name, [
+      policy: policyOf(hookRoots(e.paths, snap), seen, snap, ctx, t.name, [
         { gate: 'secrets', decision: checkSecrets(snap, ctx.persona, secrets) },
       ]),
     });
@@ -107,10 +109,10 @@ function capOf(
 }
 
 /** The hooks a call of `name` meets (see `hooks/find.ts`), as a card shows them. */
-function hooksOf(roots: readonly string[], name: string): ToolPolicyView['hooks'] {
+function hooksOf(roots: readonly string[], seen: Map<string, FoundHooks>, name: string): ToolPolicyView['hooks'] {
   const out: { pre: { path: string; digest: string }[]; post: { path: string; digest: string }[] } = { pre: [], post: [] };
   for (const stage of ['pre', 'post'] as const) {
-    const found = findHooks(roots, name, stage);
+    const found = findHooks(roots, name, stage, seen);
     if (!found.ok) return { problem: `hook ${found.path} ${found.message}` };
     out[stage] = found.hooks.map((h) => ({ path: h.path, digest: h.digest }));
   }
@@ -119,6 +121,7 @@ function hooksOf(roots: readonly string[], name: string): ToolPolicyView['hooks'
 
 function policyOf(
   roots: readonly string[],
+  seen: Map<string, FoundHooks>,
   snap: PolicySnapshot,
   ctx: Ctx,
   name: string,
@@ -130,7 +133,7 @@ function policyOf(
   gates.push(named.ok ? { gate: 'name', ok: true } : { gate: 'name', ok: false, kind: named.kind, message: named.message });
   for (const { gate, decision } of more)
     gates.push(decision.ok ? { gate, ok: true } : { gate, ok: false, kind: decision.kind, message: decision.message });
-  const hooks = hooksOf(roots, name);
+  const hooks = hooksOf(roots, seen, name);
   if ('problem' in hooks) gates.push({ gate: 'hooks', ok: false, kind: 'hook_failed', message: hooks.problem });
   return {
     hooks,

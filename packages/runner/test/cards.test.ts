@@ -1,3 +1,4 @@
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bindsIn } from '../src/cards.js';
@@ -77,6 +78,38 @@ describe('describeTools: each visible tool as a card', () => {
     await check('net');
     expect(fx.sandboxRuns('fib')).toHaveLength(0);
     expect(fx.sandboxRuns('reader')).toHaveLength(0);
+  });
+
+  it("shows the hooks each tool's calls meet: the global ones on every card, a tool's own on its card only; an untrusted one refuses", async () => {
+    const fx = await setup();
+    expect(await fx.forge.forgeTool(await example('fib'))).toMatchObject({ ok: true });
+    expect(await fx.forge.forgeTool({ ...(await example('fib')), name: 'fib2' })).toMatchObject({ ok: true });
+    const hook = (rel: string) => {
+      const file = join(fx.home, 'hooks', rel);
+      mkdirSync(join(file, '..'), { recursive: true });
+      // Modes set whatever the umask: a group-writable hook or directory is not trusted.
+      for (let d = join(file, '..'); d !== fx.home; d = join(d, '..')) chmodSync(d, 0o755);
+      writeFileSync(file, '#!/bin/sh\nexit 0\n');
+      chmodSync(file, 0o755);
+      return file;
+    };
+    const all = hook('pre.d/10-all');
+    const own = hook('tools/fib2/post.d/10-own');
+    const byName = async () => Object.fromEntries((await fx.forge.describeTools()).map((c) => [c.name, c.policy]));
+    const cards = await byName();
+    const digest = expect.stringMatching(/^sha256:[0-9a-f]{64}$/);
+    expect(cards.fib?.hooks).toEqual({ pre: [{ path: all, digest }], post: [] });
+    expect(cards.fib2?.hooks).toEqual({ pre: [{ path: all, digest }], post: [{ path: own, digest }] });
+    chmodSync(all, 0o775);
+    const refused = await byName();
+    for (const name of ['fib', 'fib2']) {
+      expect(refused[name]?.allowed).toBe(false);
+      expect(refused[name]?.gates.find((g) => !g.ok)).toMatchObject({
+        gate: 'hooks',
+        kind: 'hook_failed',
+        message: expect.stringContaining('10-all is writable by its group'),
+      });
+    }
   });
 
   it('finds x-bind anywhere in a schema, escaping pointer tokens, and not inside data keywords', () => {

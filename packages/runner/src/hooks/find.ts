@@ -41,53 +41,69 @@ export function hookRoots(paths: { hooksDir: string; projectForge: string }, sna
   return snap.policy.hooks.project ? [paths.hooksDir, join(paths.projectForge, 'hooks')] : [paths.hooksDir];
 }
 
-/** The hooks of `stage` for the tool `name` under each of `roots` in turn. */
-export function findHooks(roots: readonly string[], name: string, stage: HookStage): FoundHooks {
+/**
+ * The hooks of `stage` for the tool `name` under each of `roots` in turn. `seen`: what one look at
+ * many tools has read so far, by directory (the global ones are read once for all of them).
+ */
+export function findHooks(roots: readonly string[], name: string, stage: HookStage, seen?: Map<string, FoundHooks>): FoundHooks {
   const hooks: HookFile[] = [];
   for (const root of roots) {
-    const found = findUnder(root, name, stage);
+    const found = findUnder(root, name, stage, seen);
     if (!found.ok) return found;
     hooks.push(...found.hooks);
   }
   return { ok: true, hooks };
 }
 
-function findUnder(hooksDir: string, name: string, stage: HookStage): FoundHooks {
+function findUnder(hooksDir: string, name: string, stage: HookStage, seen: Map<string, FoundHooks> | undefined): FoundHooks {
   const hooks: HookFile[] = [];
-  const uid = process.geteuid?.() ?? 0;
   if (!exists(hooksDir)) return { ok: true, hooks };
   for (const dir of [join(hooksDir, `${stage}.d`), join(hooksDir, 'tools', name, `${stage}.d`)]) {
-    if (!exists(dir)) continue;
-    // Every directory from hooksDir down to this one.
-    for (let d = dir; ; d = dirname(d)) {
-      const bad = untrusted(d, uid, true);
-      if (bad) return { ok: false, path: d, message: bad };
-      if (d === hooksDir) break;
+    let found = seen?.get(dir);
+    if (!found) {
+      found = readHooksDir(hooksDir, dir);
+      seen?.set(dir, found);
     }
-    let names: string[];
-    try {
-      names = readdirSync(dir)
-        .filter((n) => !n.startsWith('.'))
-        .sort();
-    } catch (err) {
-      return { ok: false, path: dir, message: `cannot be read (${(err as NodeJS.ErrnoException).code})` };
-    }
-    for (const n of names) {
-      const path = join(dir, n);
-      const read = readHook(path, uid);
-      if ('message' in read) return { ok: false, path, message: read.message };
-      hooks.push(read);
-    }
+    if (!found.ok) return found;
+    hooks.push(...found.hooks);
   }
   return { ok: true, hooks };
 }
 
+/** The hooks in `dir` (under `hooksDir`), in lexical order: none when it does not exist. */
+function readHooksDir(hooksDir: string, dir: string): FoundHooks {
+  const hooks: HookFile[] = [];
+  const uid = process.geteuid?.() ?? 0;
+  if (!exists(dir)) return { ok: true, hooks };
+  // Every directory from hooksDir down to this one.
+  for (let d = dir; ; d = dirname(d)) {
+    const bad = untrusted(d, uid, true);
+    if (bad) return { ok: false, path: d, message: bad };
+    if (d === hooksDir) break;
+  }
+  let names: string[];
+  try {
+    names = readdirSync(dir)
+      .filter((n) => !n.startsWith('.'))
+      .sort();
+  } catch (err) {
+    return { ok: false, path: dir, message: `cannot be read (${(err as NodeJS.ErrnoException).code})` };
+  }
+  for (const n of names) {
+    const path = join(dir, n);
+    const read = readHook(path, uid);
+    if ('message' in read) return { ok: false, path, message: read.message };
+    hooks.push(read);
+  }
+  return { ok: true, hooks };
+}
+
+/** Whether `p` exists (a dangling link counts); an error other than ENOENT counts too, and is met when it is read. */
 function exists(p: string): boolean {
   try {
-    lstatSync(p);
-    return true;
+    return lstatSync(p, { throwIfNoEntry: false }) !== undefined;
   } catch {
-    return false;
+    return true;
   }
 }
 
