@@ -251,8 +251,14 @@ export async function takePrebuilt(
   pool.demand.take(now);
   pool.wanted = Math.max(pool.wanted, pool.demand.wanted(now, pool.inFlight), Math.min(ready, DEMAND.maxPerShape));
   watchIdle(pool);
-  // A refill owed (or none waiting at all): this run shows there is demand now, so at once.
-  if (pending.delete(pool) || pool.ready.length === 0) setImmediate(() => refill(pool));
+  // A refill owed (or none waiting at all): this run shows there is demand now, so at once. But
+  // not while one still waits for a caller that runs the shape several times in a row (`ready`,
+  // a call's hooks): building forks this process, which would hold up the rest of the sequence;
+  // what is owed is then built in the next quiet moment (refillSoon).
+  if (pool.ready.length === 0 || (ready === 0 && pending.has(pool))) {
+    pending.delete(pool);
+    setImmediate(() => refill(pool));
+  }
   const claim = await takeFrom(pool, shape, sources, line, limits, signal);
   if (pool.ready.length < pool.wanted) refillSoon(pool);
   return claim;
