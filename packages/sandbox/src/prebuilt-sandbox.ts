@@ -31,6 +31,7 @@ import {
   withPipeAt,
 } from './launcher.js';
 import { shellFor } from './shell.js';
+import { START_FUNCTIONS } from './start.js';
 import { processTempDir } from './tmp.js';
 
 /**
@@ -53,20 +54,21 @@ import { processTempDir } from './tmp.js';
 
 // Descriptor 5 is a socket pair (as every piped descriptor of Node's children): the shell says
 // it is up on it, then reads its run's line from it, and stays as the run's holder, on it (see
-// {@link runLine}).
-const INNER = `${PRELUDE}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
+// {@link runLine}). The shell reads that line a byte at a time (as any shell reads a socket), so
+// what every run's line would spell out the same is defined here, once, as functions.
+const INNER = `${PRELUDE}; ${START_FUNCTIONS}; forge_hold() ${holdRun('command "$@" 5>&-', 5)}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
 /** The command a sandbox built ahead is built with: say it is built, read one line, become the run. */
 export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbox'];
 
 /**
- * The line a sandbox built ahead runs: its steps, then the command behind the shell as its
- * holder (launcher.ts, `holdRun`): it runs the command (without the channel), says `done <status>`
- * on descriptor 5 when it is done, and waits there until its output directories, if any, have been
- * copied out. The run is answered at that word, not after the sandbox's teardown.
+ * The line a sandbox built ahead runs: its steps (which may call the start functions,
+ * `startCalls`), then the command behind the shell as its holder (launcher.ts, `holdRun`): it
+ * runs the command (without the channel), says `done <status>` on descriptor 5 when it is done,
+ * and waits there until its output directories, if any, have been copied out. The run is answered
+ * at that word, not after the sandbox's teardown.
  */
 export function runLine(steps: readonly string[], argv: readonly string[]): string {
-  const cmd = argv.map(shellQuote).join(' ');
-  return `${[...steps].join(' && ')}${steps.length ? ' && ' : ''}${holdRun(`${cmd} 5>&-`, 5)}`;
+  return [...steps, `forge_hold ${argv.map(shellQuote).join(' ')}`].join(' && ');
 }
 
 /** Largest per-run read-only file copied into a sandbox built ahead. */

@@ -30,7 +30,7 @@ import {
 import type { SandboxIdentity } from './probe.js';
 import { buildBwrapArgs, type HostLayout, type Limits, type Mount, resolveLimits, type SandboxProfile, sandboxEnv } from './profile.js';
 import type { Staged } from './staging.js';
-import { startCommand, startSteps } from './start.js';
+import { startCalls, startCommand, startSteps } from './start.js';
 import {
   checkPreload,
   defaultPreload,
@@ -191,7 +191,7 @@ export async function claimPrebuilt(
   const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
   // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
   // bwrap starts itself does; it adds the run's own.
-  const start = startSteps(shellQuote(plan.toolCommand[0] as string), plan.processes);
+  const start = startCalls(shellQuote(plan.toolCommand[0] as string), plan.processes);
   const line = runLine([`export ${env.join(' ')}`, ...plan.steps, ...start], plan.toolCommand);
   return takePrebuilt(shape, staged, line, plan.cgroupLimits, undefined, ready);
 }

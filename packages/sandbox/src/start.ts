@@ -31,11 +31,26 @@ const BEFORE_BYTES = 8 << 10;
  * own namespace (soft and hard: the tool cannot raise it). `cmd0` is the command, as shell text.
  */
 export function startSteps(cmd0: string, processes: number | undefined): string[] {
-  return [
-    `{ [ -x ${cmd0} ] || { printf 'forge-sandbox: %s is not in the sandbox or not executable there\\n' ${cmd0} >&2; exit 127; }; }`,
-    ...(processes === undefined ? [] : [`ulimit -p ${processes}`]),
-    `printf '${STARTED.replace('\u001e', '\\036').replace('\n', '\\n')}' >&2`,
-  ];
+  return [runnable(cmd0), ...(processes === undefined ? [] : [`ulimit -p ${processes}`]), MARK];
+}
+
+/** The step that refuses a command that cannot be run inside (`cmd0`: the command, as shell text). */
+function runnable(cmd0: string): string {
+  return `{ [ -x ${cmd0} ] || { printf 'forge-sandbox: %s is not in the sandbox or not executable there\\n' ${cmd0} >&2; exit 127; }; }`;
+}
+
+const MARK = `printf '${STARTED.replace('\u001e', '\\036').replace('\n', '\\n')}' >&2`;
+
+/**
+ * The {@link startSteps} as shell functions (`forge_runnable CMD`, `forge_started`), defined once
+ * by a sandbox built ahead, so that the line it reads for its run (a byte at a time: the shell
+ * reads a socket no faster) names them instead of spelling them out.
+ */
+export const START_FUNCTIONS = `forge_runnable() ${runnable('"$1"')}; forge_started() { ${MARK}; }`;
+
+/** The {@link startSteps} in a sandbox that defined {@link START_FUNCTIONS}. */
+export function startCalls(cmd0: string, processes: number | undefined): string[] {
+  return [`forge_runnable ${cmd0}`, ...(processes === undefined ? [] : [`ulimit -p ${processes}`]), 'forge_started'];
 }
 
 /** `command` behind a shell that takes the {@link startSteps} and then becomes it (one exec more). */

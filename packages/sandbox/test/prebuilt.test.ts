@@ -45,6 +45,20 @@ function describeRun(r: RunResult): string {
 }
 
 describe('a run in a sandbox built ahead', () => {
+  it('starts as one built for it does: its arguments as given, a command not in the sandbox refused naming it', async () => {
+    const { stageDir } = await stage();
+    const args = ['forge_started', 'forge_hold', '$(id)', "it's", 'a;b'];
+    const r = await secondRun({ command: ['/bin/echo', ...args] }, stageDir);
+    expect(r.stdout.toString(), describeRun(r)).toBe(`${args.join(' ')}\n`);
+    expect(r.stderrTail).toBe('');
+    await runSandboxed({ command: ['/bin/true'] }, { prebuild: { stageDir } });
+    await builtSoon();
+    await expect(runSandboxed({ command: ['/usr/bin/forge-test-missing'] }, { prebuild: { stageDir } })).rejects.toMatchObject({
+      code: 'sandbox_unavailable',
+      message: expect.stringContaining('forge-sandbox: /usr/bin/forge-test-missing is not in the sandbox or not executable there'),
+    });
+  });
+
   it('sees what a run in a sandbox built for it sees: environment, descriptors, ids, capabilities, limits, mounts', async () => {
     const { stageDir, root } = await stage();
     const python = (await resolveRuntimes()).get('python3');
