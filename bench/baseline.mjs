@@ -19,12 +19,14 @@ export function stats(xs) {
  * too), so both see the same machine state: this VM's speed drifts over seconds, more than the
  * differences measured. Each gets the index of the run. Returns the stats of both, and of the
  * per-pair differences (fn − base), whose median is the added time least blurred by drift.
- * `before`, when given, is awaited ahead of each pair, untimed.
+ * `before`, when given, is awaited ahead of each pair, untimed; `beforeEach`, ahead of each of
+ * the two (so neither pays for what the other left going).
  */
-export async function paired(fn, base, runs, { before } = {}) {
+export async function paired(fn, base, runs, { before, beforeEach } = {}) {
   const a = [];
   const b = [];
   const time = async (f, i) => {
+    await beforeEach?.(i);
     const t = performance.now();
     await f(i);
     return performance.now() - t;
