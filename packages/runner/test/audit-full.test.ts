@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { openAuditLog, verifyLog } from '@forge/audit-chain';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createForge, type Forge } from '../src/index.js';
-import { asRoot, type Entry, failed, okData, py, requireSandbox } from './helpers.js';
+import { asRoot, type Entry, failed, failingWrite, okData, py, requireSandbox } from './helpers.js';
 
 /**
  * A forge whose audit directory is its own 256 KiB tmpfs, mounted in this test process's own
@@ -204,15 +204,7 @@ describe('audit log failing with EIO or EDQUOT (injected at the write, a real lo
       await requireSandbox();
       const root = mkdtempSync(join(tmpdir(), 'forge-audit-errno-'));
       let failing = false;
-      const log = await openAuditLog(join(root, 'audit.log'), {
-        io: {
-          async write(handle, data) {
-            if (failing) throw Object.assign(new Error(`${code}: injected, write`), { code, syscall: 'write' });
-            let off = 0;
-            while (off < data.length) off += (await handle.write(data, off, data.length - off)).bytesWritten;
-          },
-        },
-      });
+      const log = await openAuditLog(join(root, 'audit.log'), { io: failingWrite(() => failing, code) });
       const forge = await createForge({ env: {}, home: join(root, 'home'), project: join(root, 'project'), audit: log });
       onTestFinished(async () => {
         await forge.close({ graceMs: 2000 });
@@ -247,15 +239,7 @@ describe('promote and remove whose entries cannot be written (EIO injected at th
     await requireSandbox();
     const root = mkdtempSync(join(tmpdir(), 'forge-audit-undo-'));
     let failing = false;
-    const log = await openAuditLog(join(root, 'audit.log'), {
-      io: {
-        async write(handle, data) {
-          if (failing) throw Object.assign(new Error('EIO: injected, write'), { code: 'EIO', syscall: 'write' });
-          let off = 0;
-          while (off < data.length) off += (await handle.write(data, off, data.length - off)).bytesWritten;
-        },
-      },
-    });
+    const log = await openAuditLog(join(root, 'audit.log'), { io: failingWrite(() => failing) });
     const forge = await createForge({ env: {}, home: join(root, 'home'), project: join(root, 'project'), audit: log });
     onTestFinished(async () => {
       await forge.close({ graceMs: 2000 });

@@ -1,4 +1,5 @@
 import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -78,6 +79,20 @@ export function fakeClock(start = Date.now()): FakeClock {
 }
 
 /** One audit entry as written (the log format: seq, ts, type, data, prev, hash). */
+/**
+ * An audit log's batch write (`io.write` of `openAuditLog`) that fails with `code`, as a disk
+ * does, for each batch `failing` picks; any other it writes whole.
+ */
+export function failingWrite(failing: (data: Buffer) => boolean, code = 'EIO'): { write(handle: FileHandle, data: Buffer): Promise<void> } {
+  return {
+    async write(handle, data) {
+      if (failing(data)) throw Object.assign(new Error(`${code}: injected, write`), { code, syscall: 'write' });
+      let off = 0;
+      while (off < data.length) off += (await handle.write(data, off, data.length - off)).bytesWritten;
+    },
+  };
+}
+
 export interface Entry {
   seq: number;
   ts: string;

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { openAuditLog, verifyLog } from '@forge/audit-chain';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createForge } from '../src/index.js';
-import { type Entry, example, type Fixture, failed, okData, py, requireSandbox, setup } from './helpers.js';
+import { type Entry, example, type Fixture, failed, failingWrite, okData, py, requireSandbox, setup } from './helpers.js';
 
 /** Installs an executable hook as the operator does: a real file, 0755, in a 0755 directory. */
 function hook(fx: Pick<Fixture, 'home'>, rel: string, body: string, mode = 0o755): string {
@@ -229,16 +229,7 @@ sys.exit(2)
     const root = mkdtempSync(join(tmpdir(), 'forge-hooks-audit-'));
     // The write of a batch holding a hook's decision fails (EIO), as a disk does; the log is real.
     let failing = false;
-    const log = await openAuditLog(join(root, 'audit.log'), {
-      io: {
-        async write(handle, data) {
-          if (failing && data.includes('"hook.decided"'))
-            throw Object.assign(new Error('EIO: injected, write'), { code: 'EIO', syscall: 'write' });
-          let off = 0;
-          while (off < data.length) off += (await handle.write(data, off, data.length - off)).bytesWritten;
-        },
-      },
-    });
+    const log = await openAuditLog(join(root, 'audit.log'), { io: failingWrite((data) => failing && data.includes('"hook.decided"')) });
     const home = join(root, 'home');
     const forge = await createForge({ env: {}, home, project: join(root, 'project'), audit: log });
     onTestFinished(async () => {
