@@ -5,7 +5,7 @@ import { EnvironmentError } from './args.js';
 import { callContext } from './context.js';
 import { type ExportReport, exportCards, lockToolDir, prepareToolDir } from './tool-dir.js';
 import type { Launcher } from './tool-files.js';
-import { CallBook, callBook, openCallLog, readCalls } from './tool-log.js';
+import { CallBook, openCallLog, readCalls } from './tool-log.js';
 import type { Where } from './where.js';
 
 /** How long a kept directory lets changes settle before it writes (a forge touches several files). */
@@ -71,7 +71,7 @@ export interface KeptToolDir {
  * kept), then again after each change: the engine's `toolsChanged` (its stores are watched, so
  * other processes' forges and removals count), a `policy.*` or `gateway.*` entry it writes, and
  * each call any process makes (the file log, verified once, then followed entry by entry; a
- * database's log is read again at each export). `forge tools export --watch` and
+ * database's log followed as its commits come, from any host). `forge tools export --watch` and
  * `forge serve --tool-dir` keep one. Resolves after the first export.
  */
 export async function keepToolDir(
@@ -103,12 +103,11 @@ export async function keepToolDir(
   try {
     const log = await openCallLog(w);
     src = log;
-    let book = new CallBook(LOG_ROWS);
+    const book = new CallBook(LOG_ROWS);
     const again = () => {
       running = running
         .then(async () => {
           if (ac.signal.aborted) return undefined;
-          if (log.kind === 'database') book = await callBook(log, LOG_ROWS);
           return exportOnce(f, w, dir, cli, book);
         })
         .then(
@@ -146,26 +145,25 @@ export async function keepToolDir(
       offPolicy();
       offOthers();
     };
-    if (log.kind === 'database') book = await callBook(log, LOG_ROWS);
-    else {
-      let live = false;
-      await new Promise<void>((caughtUp) => {
-        following = (async () => {
-          const onLive = () => {
-            live = true;
-            caughtUp();
-          };
-          for await (const r of readCalls(log, { perTool: LOG_ROWS, follow: true, signal: ac.signal, onLive })) {
-            book.add(r);
-            if (live) soon();
-          }
-        })().catch((err) => {
+    // The log is followed (the file, or the database's commits by any host): a call shows in its
+    // tool's log as it is recorded.
+    let live = false;
+    await new Promise<void>((caughtUp) => {
+      following = (async () => {
+        const onLive = () => {
+          live = true;
           caughtUp();
-          if (!ac.signal.aborted)
-            o.note(`forge: following the audit log stopped: ${(err as Error).message}; the logs in ${dir} are no longer kept current`);
-        });
+        };
+        for await (const r of readCalls(log, { perTool: LOG_ROWS, follow: true, signal: ac.signal, onLive })) {
+          book.add(r);
+          if (live) soon();
+        }
+      })().catch((err) => {
+        caughtUp();
+        if (!ac.signal.aborted)
+          o.note(`forge: following the audit log stopped: ${(err as Error).message}; the logs in ${dir} are no longer kept current`);
       });
-    }
+    });
     o.report(await exportOnce(f, w, dir, cli, book));
   } catch (err) {
     await letGo();

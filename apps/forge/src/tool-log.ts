@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { AuditEntry, AuditLog } from '@forge/audit-chain';
+import type { AuditEntry } from '@forge/audit-chain';
+import type { PostgresAuditLog } from '@forge/postgres';
 import { EnvironmentError } from './args.js';
 import type { Style } from './output.js';
 import { openStore, storeUrl } from './store.js';
@@ -9,7 +10,7 @@ import type { Where } from './where.js';
 /**
  * A tool's calls, read from the audit log (never from a copy of it): the file log is verified
  * whole before anything is shown and every entry read is checked against the one before it; a
- * database's log is read from the database. The rows carry what the entries carry, which the
+ * database's log is read from the database, each entry checked against the one before it there. The rows carry what the entries carry, which the
  * engine redacted when it wrote them.
  */
 
@@ -69,13 +70,13 @@ export function formatRow(r: CallRow, s?: Style): string {
 /** The audit log of `w`: the file log (its path) or the database's. */
 export type LogSource =
   | { kind: 'file'; path: string /** Entries the log held when it was verified (0: no log yet). */; entries: number }
-  | { kind: 'database'; audit: AuditLog; close(): Promise<void> };
+  | { kind: 'database'; audit: PostgresAuditLog; close(): Promise<void> };
 
 /** Opens the log `w` names; a file log that is missing or does not verify is an environment error naming the fix. */
 export async function openCallLog(w: Where): Promise<LogSource> {
   if (storeUrl(w.env)) {
     const store = await openStore(w);
-    const { audit } = store.forgeOptions([]) as { audit: AuditLog };
+    const { audit } = store.forgeOptions([]) as { audit: PostgresAuditLog };
     return { kind: 'database', audit, close: () => store.close() };
   }
   const path = join(w.home, 'audit', 'forge.log');
@@ -94,7 +95,7 @@ export async function openCallLog(w: Where): Promise<LogSource> {
 /**
  * The calls of the tools `names` (all tools when undefined) among the last {@link CALL_WINDOW}
  * entries, at most `perTool` each, oldest first; with `follow`, then each new one as it is
- * appended (file log only), until `signal` aborts.
+ * appended (to the file, or committed to the database by any host), until `signal` aborts.
  */
 export async function* readCalls(
   src: LogSource,
@@ -110,14 +111,30 @@ export async function* readCalls(
   };
   const history = () => [...byTool.values()].flat().sort((a, b) => a.seq - b.seq);
   if (src.kind === 'database') {
-    const head = await src.audit.head();
-    for await (const e of src.audit.entries({ from: Math.max(1, head.seq - CALL_WINDOW + 1) })) {
-      if (e.seq > head.seq) break;
+    // What the database held at its head when asked is history; what is committed after, live.
+    const head = (await src.audit.head()).seq;
+    let live = false;
+    const caughtUp = function* () {
+      live = true;
+      yield* history();
+      o.onLive?.();
+    };
+    if (head === 0) yield* caughtUp();
+    const from = live ? 1 : Math.max(1, head - CALL_WINDOW + 1);
+    const follow = o.follow === true;
+    for await (const e of src.audit.entries({ from, follow, ...(o.signal ? { signal: o.signal } : {}) })) {
       const r = callRow(e);
+      if (live) {
+        if (wanted(r)) yield r;
+        continue;
+      }
       if (wanted(r)) keep(r);
+      if (e.seq >= head) {
+        yield* caughtUp();
+        if (!follow) return;
+      }
     }
-    yield* history();
-    o.onLive?.();
+    if (!live) yield* caughtUp();
     return;
   }
   if (!existsSync(src.path)) {

@@ -197,6 +197,71 @@ describe('front-ends and workers on many hosts over PostgreSQL', () => {
   });
 });
 
+describe('following the log over PostgreSQL', () => {
+  it('forge tools log -f, forge audit tail -f and a watched tool directory on one host show the calls another host makes', async () => {
+    const url = await server.database();
+    const [a, b] = [host(url), host(url)];
+    const forged = await runCli(['tools', 'forge', '-'], { cwd: a.project, env: a.env, input: JSON.stringify(spec('fib')) });
+    expect(forged.code, forged.stderr).toBe(0);
+    /** A CLI on host b that keeps running: its stdout and stderr so far. */
+    const follow = (args: string[]) => {
+      const child = spawn(process.execPath, [join(EXAMPLES, '..', 'apps', 'forge', 'dist', 'cli.js'), ...args], {
+        cwd: b.project,
+        env: b.env,
+      });
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      onTestFinished(async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        child.kill('SIGTERM');
+        await new Promise((r) => child.once('exit', r));
+      });
+      return { child, out: () => out, err: () => err };
+    };
+    const calls = follow(['tools', 'log', 'fib', '-f', '--json']);
+    const tail = follow(['audit', 'tail', '-n', '1000', '-f', '--json']);
+    const dir = join(b.root, 'tools');
+    const watch = follow(['tools', 'export', dir, '--watch']);
+    await until(
+      () => watch.err().includes('watching'),
+      60_000,
+      () => `the watch to start: ${watch.err()}`,
+    );
+    const rows = () =>
+      calls
+        .out()
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as { name: string; outcome: string; persona: string });
+    for (const n of [7, 8]) {
+      const r = await runCli(['run', 'fib', '--n', String(n)], { cwd: a.project, env: a.env });
+      expect(r.code, r.stderr).toBe(0);
+      const want = n - 6;
+      await until(
+        () => rows().length >= want,
+        30_000,
+        () => `call ${want} in forge tools log -f: ${calls.out()} ${calls.err()}`,
+      );
+      await until(
+        () => (tail.out().match(/"type":"forge\.called"/g) ?? []).length >= want,
+        30_000,
+        () => `call ${want} in forge audit tail -f: ${tail.err()}`,
+      );
+      await until(
+        () => (readFileSync(join(dir, 'fib.d', 'log'), 'utf8').match(/ default {2}ok {2}/g) ?? []).length >= want,
+        30_000,
+        () => `call ${want} in fib.d/log: ${watch.err()}`,
+      );
+    }
+    expect(rows()).toEqual([
+      expect.objectContaining({ name: 'fib', outcome: 'ok', persona: 'default' }),
+      expect.objectContaining({ name: 'fib', outcome: 'ok' }),
+    ]);
+  });
+});
+
 describe('forge doctor over PostgreSQL', () => {
   it('checks the store: reachable, migrated, clock skew, queue, the chain; a server it cannot reach is named without the password', async () => {
     const url = await server.database();

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import type { PostgresAuditLog } from '@forge/postgres';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { clip, type Output } from '../output.js';
@@ -146,17 +147,16 @@ export const auditTail: Command = {
   words: 'audit tail',
   usage: 'forge audit tail [-n N] [-f]',
   summary: 'print the last entries of the audit log (verified as read); -f follows new ones',
-  details: ['-n N       how many entries (default 20)', '-f         keep printing entries as they are appended, until Ctrl-C'],
+  details: [
+    '-n N       how many entries (default 20)',
+    '-f         keep printing entries as they are appended (with --store postgres://…, as any host commits them), until Ctrl-C',
+  ],
   options: { lines: { type: 'string', short: 'n' }, follow: { type: 'boolean', short: 'f' } },
   async run({ values }, { out, where }) {
     const n = values.lines === undefined ? 20 : Number(values.lines);
     if (!Number.isInteger(n) || n < 0) throw new UsageError(`-n expects a whole number (got "${String(values.lines)}")`, this.usage);
     const w = await where();
-    if (storeUrl(w.env)) {
-      if (values.follow === true)
-        throw new UsageError('-f follows the file log; with --store postgres://… read the last entries without it', this.usage);
-      return tailDatabase(w, n, out);
-    }
+    if (storeUrl(w.env)) return tailDatabase(w, n, values.follow === true, out);
     const log = logOf(w.home);
     const { tailLog } = await import('@forge/audit-chain');
     if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: forge has not run with this FORGE_HOME`);
@@ -238,13 +238,16 @@ async function verifyDatabase(w: Where, out: Output): Promise<number> {
 }
 
 /** `forge audit tail -n N` over a database. */
-async function tailDatabase(w: Where, n: number, out: Output): Promise<number> {
+async function tailDatabase(w: Where, n: number, follow: boolean, out: Output): Promise<number> {
   const store = await openStore(w);
+  // A reader that went away (`| head -1`) ends the tail like Ctrl-C.
+  const { signal, dispose } = followStop(out.gone);
   try {
-    const { audit } = store.forgeOptions([]) as { audit: import('@forge/audit-chain').AuditLog };
+    const { audit } = store.forgeOptions([]) as { audit: PostgresAuditLog };
     const head = await audit.head();
-    for await (const e of audit.entries({ from: Math.max(1, head.seq - n + 1) })) {
-      if (out.gone.aborted || e.seq > head.seq) break;
+    // The last n entries at the head, then, following, each one any host commits after it.
+    for await (const e of audit.entries({ from: Math.max(1, head.seq - n + 1), follow, signal })) {
+      if (out.gone.aborted || (!follow && e.seq > head.seq)) break;
       if (out.json) out.jsonLine(e);
       else
         out.line(
@@ -253,6 +256,7 @@ async function tailDatabase(w: Where, n: number, out: Output): Promise<number> {
     }
     return 0;
   } finally {
+    dispose();
     await store.close();
   }
 }

@@ -93,7 +93,7 @@ export const toolsLog: Command = {
   summary: "one tool's calls from the audit log (verified first): time, persona, outcome, duration, run id",
   details: [
     '-n N   how many of its latest calls (default 20), among the last 10,000 entries',
-    '-f     then print each new call as it is appended, until Ctrl-C (the file log)',
+    '-f     then print each new call as it is recorded (by any process, or any host on the same database), until Ctrl-C',
     'The same rows are <dir>/<name>.d/log in an exported tool directory.',
   ],
   options: { lines: { type: 'string', short: 'n' }, follow: { type: 'boolean', short: 'f' } },
@@ -105,8 +105,6 @@ export const toolsLog: Command = {
       throw new UsageError(`-n expects a whole number above 0 (got "${String(values.lines)}")`, this.usage);
     const w = await where();
     const src = await openCallLog(w);
-    if (values.follow === true && src.kind === 'database')
-      throw new UsageError('-f follows the file log; with --store postgres://… read the last calls without it', this.usage);
     const { signal, dispose } = followStop(out.gone);
     try {
       for await (const r of readCalls(src, { names: new Set([name]), perTool: n, follow: values.follow === true, signal })) {
