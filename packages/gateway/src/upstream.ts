@@ -317,7 +317,10 @@ export class Upstream {
             continue;
           }
           const def = definitionOf(t as unknown as Record<string, unknown>);
-          if (Buffer.byteLength(def.description ?? '') > LIST_LIMITS.descriptionBytes) skipped.set(def.name, 'description too long');
+          // Offered, it would fail every call: forge calls upstream tools as plain requests, not tasks.
+          if ((t as { execution?: { taskSupport?: unknown } }).execution?.taskSupport === 'required')
+            skipped.set(def.name, 'it may only be called as a task (execution.taskSupport "required"), which forge does not do');
+          else if (Buffer.byteLength(def.description ?? '') > LIST_LIMITS.descriptionBytes) skipped.set(def.name, 'description too long');
           else if (byteLength(def.inputSchema) > LIST_LIMITS.schemaBytes || byteLength(def.outputSchema) > LIST_LIMITS.schemaBytes) {
             skipped.set(def.name, 'schema too large');
           } else tools.push(def);

@@ -219,6 +219,21 @@ describe('calls through the gateway', () => {
     expect(events.filter((e) => e.type === 'progress').map((e) => e.type === 'progress' && e.progress)).toEqual([1, 2, 3]);
   });
 
+  test("an upstream tool that may only be called as a task (server-everything's simulate-research-query) is not offered, and the skip says why", async () => {
+    const h = await gatewayWith({
+      everything: { command: 'node', args: [EVERYTHING, 'stdio'], binds: [{ path: PNPM_STORE, mode: 'ro' }] },
+    });
+    const listed = await h.gateway.tools('everything');
+    if (!Array.isArray(listed)) throw new Error(listed.message);
+    const names = listed.map((t) => t.tool);
+    expect(names).toContain('trigger-long-running-operation');
+    expect(names).not.toContain('simulate-research-query');
+    expect(h.host.entries.find((e) => e.type === 'gateway.tool_skipped' && e.data.tool === 'simulate-research-query')?.data).toMatchObject({
+      server: 'everything',
+      why: expect.stringContaining('execution.taskSupport "required"'),
+    });
+  });
+
   test('after 5 failed starts in a row the breaker refuses, naming when to retry', async () => {
     const h = await gatewayWith({ dead: fixtureEntry({}, { args: ['-e', 'process.exit(7)'] }) });
     const messages: string[] = [];
