@@ -78,6 +78,20 @@ describe('forge serve with the gateway', () => {
     const rows = JSON.parse(cliList.stdout) as { name: string; server?: string; sandboxed?: boolean }[];
     expect(rows.find((r) => r.name === 'everything.echo')).toMatchObject({ server: 'everything', sandboxed: true });
     expect(rows.find((r) => r.name === 'everything.get-sum')).toBeUndefined();
+    // What tools list lists, tools show shows: the server, its tool, the pin and the schema.
+    const shown = await runCli(['tools', 'show', 'everything.echo', '--json'], { cwd: s.project, env: s.env, timeoutMs: 60_000 });
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({
+      name: 'everything.echo',
+      server: 'everything',
+      upstream_tool: 'echo',
+      sandboxed: true,
+      digest: expect.stringMatching(/^sha256:/),
+      input_schema: { type: 'object', properties: { message: expect.any(Object) } },
+    });
+    const shownText = await runCli(['tools', 'show', 'everything.echo'], { cwd: s.project, env: s.env, timeoutMs: 60_000 });
+    expect(shownText.stdout).toMatch(/^everything\.echo \(gateway server everything, its tool "echo", sandboxed\)\n/);
+    expect((await runCli(['tools', 'show', 'everything.get-sum'], { cwd: s.project, env: s.env, timeoutMs: 60_000 })).code).toBe(1);
     const cliCall = await runCli(['tools', 'call', 'everything.echo', '{"message":"from the cli"}', '--json'], {
       cwd: s.project,
       env: s.env,

@@ -1,9 +1,10 @@
 import type { Scope } from '@forge/registry';
-import type { Forge } from '@forge/runner';
+import type { Forge, SourcedTool } from '@forge/runner';
 import { UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { callContext, openForge, withForge } from '../context.js';
 import { envelopeHeadline, refusalLine, toolDetail, toolRows } from '../format.js';
+import type { Style } from '../output.js';
 import { readInput, readSpec } from '../spec-input.js';
 import { openStore } from '../store.js';
 import type { Where } from '../where.js';
@@ -64,21 +65,31 @@ function summary(t: { name: string; version: number; runtime: string; descriptio
 export const toolsShow: Command = {
   words: 'tools show',
   usage: 'forge tools show <name>',
-  summary: 'one tool in full: schemas, meta, implementation',
+  summary: 'one tool in full: schemas, meta, implementation (a gateway tool: its server, upstream name and pin)',
   positionals: [1, 1],
   async run({ positionals }, { out, where }) {
     const name = positionals[0] as string;
     const w = await where();
-    const { tools, damaged } = await withForge(
+    const ctx = callContext(w.env);
+    const { tools, damaged, sourced } = await withForge(
       w,
-      async (f) => ({
-        tools: await f.listTools(callContext(w.env)),
-        damaged: await f.listDamaged(callContext(w.env)),
-      }),
+      async (f) => {
+        const tools = await f.listTools(ctx);
+        const damaged = await f.listDamaged(ctx);
+        // The gateway's tools (which start its upstreams) only when no forged tool has the name.
+        const hit = tools.some((t) => t.tool.name === name) || damaged.some((d) => d.name === name);
+        return { tools, damaged, sourced: hit ? [] : await f.listSourced(ctx) };
+      },
       { calls: false },
     );
     const hit = tools.find((t) => t.tool.name === name);
     const broken = damaged.find((d) => d.name === name);
+    const source = sourced.find((t) => t.name === name);
+    if (!hit && source) {
+      if (out.json) out.data(sourcedDetail(source));
+      else for (const l of sourcedLines(source, out.style)) out.line(l);
+      return 0;
+    }
     if (!hit) {
       const r = broken
         ? {
@@ -96,6 +107,38 @@ export const toolsShow: Command = {
     return 0;
   },
 };
+
+/** A gateway tool as `tools show --json` prints it: the fields `tools list` gives, and its schemas. */
+function sourcedDetail(t: SourcedTool): Record<string, unknown> {
+  return {
+    name: t.name,
+    source: t.origin.kind,
+    server: t.origin.server,
+    upstream_tool: t.origin.tool,
+    transport: t.origin.transport,
+    sandboxed: t.origin.sandboxed,
+    description: t.description,
+    digest: t.digest,
+    input_schema: t.input_schema,
+    ...(t.output_schema ? { output_schema: t.output_schema } : {}),
+    ...(t.annotations ? { annotations: t.annotations } : {}),
+    ...(t.meta && Object.keys(t.meta).length > 0 ? { meta: t.meta } : {}),
+  };
+}
+
+function sourcedLines(t: SourcedTool, s: Style): string[] {
+  const lines = [
+    `${s.bold(t.name)} ${s.dim(`(${t.origin.kind} server ${t.origin.server}, its tool "${t.origin.tool}", ${t.origin.sandboxed ? 'sandboxed' : 'not sandboxed'})`)}`,
+    t.description,
+    '',
+    `${s.dim('pinned ')} ${t.digest}`,
+  ];
+  if (t.annotations) lines.push(`${s.dim('hints  ')} ${JSON.stringify(t.annotations)}`);
+  if (t.meta && Object.keys(t.meta).length > 0) lines.push(`${s.dim('meta   ')} ${JSON.stringify(t.meta)}`);
+  lines.push('', s.dim('input_schema'), JSON.stringify(t.input_schema, null, 2));
+  if (t.output_schema) lines.push('', s.dim('output_schema'), JSON.stringify(t.output_schema, null, 2));
+  return lines;
+}
 
 export const toolsForge: Command = {
   words: 'tools forge',
