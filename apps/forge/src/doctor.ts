@@ -230,7 +230,7 @@ async function gatewayChecks(o: { home: string; project: string; env: NodeJS.Pro
           };
         }
         const speaks = `speaks MCP ${r.protocolVersion ?? '?'}${r.serverInfo ? ` (${r.serverInfo.name} ${r.serverInfo.version})` : ''}`;
-        const tools = `${r.tools.approved} tool(s) approved, ${r.tools.withheld} withheld until approved`;
+        const tools = `${r.tools.approved} tool(s) approved, ${r.tools.withheld ?? 0} withheld until approved`;
         if (!r.sandboxed && r.transport === 'stdio') {
           return {
             name,

@@ -442,10 +442,13 @@ class GatewaySource implements Gateway {
               : up.state === 'failed'
                 ? 'failed'
                 : 'stopped',
-        tools: {
-          approved: states.filter((s) => s.status === 'approved').length,
-          withheld: states.filter((s) => s.status === 'new' || s.status === 'changed').length,
-        },
+        tools:
+          listing?.ok && pins
+            ? {
+                approved: states.filter((s) => s.status === 'approved').length,
+                withheld: states.filter((s) => s.status === 'new' || s.status === 'changed').length,
+              }
+            : { approved: pinnedCount(pins, server) },
         restarts: ups.reduce((n, u) => n + u.restarts, 0),
       };
       if (up?.protocolVersion) report.protocolVersion = up.protocolVersion;
@@ -547,4 +550,10 @@ class GatewaySource implements Gateway {
     this.#closed = true;
     await this.#connections.close();
   }
+}
+
+/** The tools pinned for `server` that its allow-list (if any) lets through: what it serves while it lists them unchanged. */
+function pinnedCount(pins: Pins | undefined, server: { name: string; tools?: readonly string[] }): number {
+  if (!pins) return 0;
+  return [...pins.list(server.name).keys()].filter((t) => !server.tools || server.tools.includes(t)).length;
 }

@@ -94,7 +94,11 @@ export interface ServerReport {
   state: 'running' | 'stopped' | 'failed' | 'breaker_open';
   protocolVersion?: string;
   serverInfo?: { name: string; version: string };
-  tools: { approved: number; withheld: number };
+  /**
+   * Its approved tools: with a probe, those it lists now as pinned, and those it lists withheld
+   * (new or changed); without one (nothing started), the tools pinned for it (no `withheld`).
+   */
+  tools: { approved: number; withheld?: number };
   restarts: number;
   error?: string;
 }

@@ -70,7 +70,10 @@ export const gatewayList: Command = {
   words: 'gateway list',
   usage: 'forge gateway list [--probe]',
   summary: 'the upstream MCP servers of gateway.json (user and project), sandboxed or not, and their tools',
-  details: ['--probe   start each server and count its approved and withheld tools (otherwise nothing is started)'],
+  details: [
+    '--probe   start each server and count the tools it offers now, approved and withheld (otherwise nothing is',
+    '          started, and the count is of the tools approved for it)',
+  ],
   options: { probe: { type: 'boolean' } },
   async run({ values }, { out, where }) {
     const w = await where();
@@ -79,7 +82,7 @@ export const gatewayList: Command = {
       if (!config.ok) return config;
       const probe = values.probe === true;
       const servers = await (probe ? out.progress('starting the servers', g.servers({ probe })) : g.servers());
-      return { ok: true as const, servers, config: config.config, probe };
+      return { ok: true as const, servers, config: config.config };
     });
     if (!r.ok) return refuse(out, r);
     if (out.json) {
@@ -94,12 +97,12 @@ export const gatewayList: Command = {
       );
       return 0;
     }
-    for (const l of serverRows(r.servers, r.probe, out.style)) out.line(l);
+    for (const l of serverRows(r.servers, out.style)) out.line(l);
     return 0;
   },
 };
 
-function serverRows(servers: readonly ServerReport[], probe: boolean, s: Style): string[] {
+function serverRows(servers: readonly ServerReport[], s: Style): string[] {
   if (servers.length === 0)
     return [s.dim('no gateway servers (declare them in $FORGE_HOME/gateway.json or .forge/gateway.json, or: forge gateway import <file>)')];
   const rows = servers.map((x) => [
@@ -108,7 +111,7 @@ function serverRows(servers: readonly ServerReport[], probe: boolean, s: Style):
     x.sandboxed ? 'sandboxed' : s.yellow(x.transport === 'http' ? 'remote' : 'UNSANDBOXED'),
     x.from,
     x.state === 'failed' || x.state === 'breaker_open' ? s.red(x.state) : x.state,
-    probe ? `${x.tools.approved} approved, ${x.tools.withheld} withheld` : s.dim('-'),
+    x.tools.withheld !== undefined ? `${x.tools.approved} approved, ${x.tools.withheld} withheld` : `${x.tools.approved} approved`,
     x.error ? s.red(clip(x.error, 80)) : '',
   ]);
   return table([[s.dim('SERVER'), s.dim('TRANSPORT'), s.dim('SANDBOX'), s.dim('FROM'), s.dim('STATE'), s.dim('TOOLS'), ''], ...rows]);
