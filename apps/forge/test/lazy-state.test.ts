@@ -4,7 +4,7 @@
  * a tool forged there later by another process still reaches the running server (hot reload).
  * One-shot commands that only look write nothing to the audit log either.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { connect, EXAMPLES, exampleSpec, requireCliAndSandbox, runCli, scratch } from './helpers.js';
@@ -35,26 +35,41 @@ describe('forge serve and project state', () => {
 });
 
 describe('one-shot commands and the audit log', () => {
-  it('tools list, tools show and status append nothing; the next call writes the policy it ran under, then itself', async () => {
+  it('tools list, tools show and status append nothing; a call announces its policy only when the log has not already', async () => {
     const s = scratch();
     const o = { cwd: s.project, env: s.env };
     const forged = await runCli(['tools', 'forge', s.file('fib.json', JSON.stringify(exampleSpec('fib')))], o);
     expect(forged.code, forged.stderr).toBe(0);
     const log = join(s.home, 'audit', 'forge.log');
+    const entries = (from = 0) =>
+      readFileSync(log, 'utf8')
+        .slice(from)
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { type: string; data: { digest?: string; policy?: string } });
     const before = readFileSync(log, 'utf8');
     for (const args of [['tools', 'list'], ['tools', 'show', 'fib'], ['status']]) {
       const r = await runCli(args, o);
       expect(r.code, `forge ${args.join(' ')}: ${r.stderr}`).toBe(0);
     }
     expect(readFileSync(log, 'utf8')).toBe(before);
+    const announced = entries().filter((e) => e.type === 'policy.reloaded');
+    expect(announced.map((e) => e.type)).toEqual(['policy.reloaded']);
 
+    // The same policy as the forge's: the log says so already, and the call's entry names it.
     const called = await runCli(['tools', 'call', 'fib', '{"n":5}'], o);
     expect(called.code, called.stderr).toBe(0);
-    const added = readFileSync(log, 'utf8')
-      .slice(before.length)
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => JSON.parse(l).type);
-    expect(added).toEqual(['policy.reloaded', 'forge.called']);
+    const added = entries(before.length);
+    expect(added.map((e) => e.type)).toEqual(['forge.called']);
+    expect(added[0]?.data.policy).toBe(announced[0]?.data.digest);
+
+    // Another policy: the next process announces it before its call.
+    const mark = readFileSync(log, 'utf8').length;
+    writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ breakers: { per_tool_rpm: 1000 } }));
+    expect((await runCli(['tools', 'call', 'fib', '{"n":6}'], o)).code).toBe(0);
+    const next = entries(mark);
+    expect(next.map((e) => e.type)).toEqual(['policy.reloaded', 'forge.called']);
+    expect(next[0]?.data.digest).not.toBe(announced[0]?.data.digest);
+    expect(next[1]?.data.policy).toBe(next[0]?.data.digest);
   });
 });

@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Breakers, createPolicy, type Policy, type PolicyState, parseToolAcl } from '@forge/policy';
 import type { RuntimeTable } from '@forge/sandbox';
+import { lastAnnounced } from './announced.js';
 import type { ForgeEvent, ForgeOptions, ToolsChanged } from './api.js';
 import { auditSafe } from './auditData.js';
 import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
@@ -183,19 +184,34 @@ async function openAuditPort(
   // action still follows the policy it was decided under.
   let opening = true;
   let held: { type: string; data: Record<string, unknown>; settle: (f: AuditFailure | undefined) => void }[] = [];
-  const writeHeld = () => {
+  // The policy the log announced last, read when the first held entry is about to be written: a
+  // process that loaded that same policy does not announce it again (announced.ts).
+  let announced: Promise<string | undefined> | undefined;
+  let flushing: Promise<void> | undefined;
+  const writeHeld = (): Promise<void> | undefined => {
     // While the log takes no appends they stay held (not counted as lost again and again): they
     // go out before the first entry written once it takes appends again.
-    if (held.length === 0 || auditGate.unavailable) return;
-    const hs = held;
-    held = [];
-    for (const h of hs)
-      void write(h.type, h.data).then((f) => {
-        // Not written (the append failed, and the gate closed): held again, so that the policy an
-        // action was decided under still comes before that action's entry in the log.
-        if (f) held.push(h);
-        else h.settle(undefined);
-      });
+    if (held.length === 0 || auditGate.unavailable) return undefined;
+    announced ??= lastAnnounced(audit).catch(() => undefined);
+    flushing ??= announced.then((digest) => {
+      flushing = undefined;
+      if (auditGate.unavailable) return;
+      const hs = held;
+      held = [];
+      for (const h of hs) {
+        if (h.type === 'policy.reloaded' && h.data.initial === true && digest !== undefined && h.data.digest === digest) {
+          h.settle(undefined);
+          continue;
+        }
+        void write(h.type, h.data).then((f) => {
+          // Not written (the append failed, and the gate closed): held again, so that the policy an
+          // action was decided under still comes before that action's entry in the log.
+          if (f) held.push(h);
+          else h.settle(undefined);
+        });
+      }
+    });
+    return flushing;
   };
   return {
     audit,
@@ -209,8 +225,9 @@ async function openAuditPort(
       for (const l of listeners.auditListeners) l({ type, data });
       if (state.auditClosed) return Promise.resolve(undefined);
       if (opening) return new Promise((settle) => held.push({ type, data, settle }));
-      writeHeld();
-      return write(type, data);
+      // After what was held (in the order recorded), when something is.
+      const before = writeHeld();
+      return before ? before.then(() => write(type, data)) : write(type, data);
     },
     opened() {
       opening = false;

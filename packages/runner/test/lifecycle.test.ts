@@ -1,7 +1,8 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { ANNOUNCED_WINDOW } from '../src/announced.js';
 import { createForge, type ForgeEvent } from '../src/index.js';
 import { example, failed, okData, py, runStarted, setup } from './helpers.js';
 
@@ -177,5 +178,33 @@ describe('what a process that only looks leaves behind', () => {
     await caller.close();
     // The policy this engine loaded, then its forge: one entry each, in that order.
     expect(types(caller.paths.auditLog)).toEqual(['policy.reloaded', 'forge.created']);
+  });
+
+  it('an engine whose policy the log announced last does not announce it again; another policy, or one announced too far back, it does', async () => {
+    const { project, home } = bareDirs();
+    const types = (file: string) =>
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l).type as string);
+    const act = async (n: number) => {
+      const f = await createForge({ home, project, env: {} });
+      expect((await f.forgeTool({ ...(await example('fib')), name: `fib${n}` })).ok).toBe(true);
+      await f.close();
+      return f.paths.auditLog;
+    };
+    const log = await act(1);
+    await act(2);
+    expect(types(log)).toEqual(['policy.reloaded', 'forge.created', 'forge.created']);
+    writeFileSync(join(home, 'policy.json'), JSON.stringify({ breakers: { per_session_forge_count: 500 } }));
+    await act(3);
+    expect(types(log).slice(3)).toEqual(['policy.reloaded', 'forge.created']);
+    // More entries since than the window searched: announced again.
+    const f = await createForge({ home, project, env: {} });
+    for (let i = 0; i < ANNOUNCED_WINDOW; i++) failed(await f.callTool('nope', {}), 'unknown_tool');
+    await f.close();
+    const before = types(log).length;
+    await act(4);
+    expect(types(log).slice(before)).toEqual(['policy.reloaded', 'forge.created']);
   });
 });
