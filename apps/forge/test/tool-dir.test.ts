@@ -126,7 +126,7 @@ describe('forge tools export: a tool directory', () => {
     await waitFor('word_count to be exported', () => existsSync(join(dir, 'word_count.d', 'cap')));
     // A call from another process shows in the tool's log and status.
     const call = spawnSync(join(dir, 'word_count'), ['--text', 'a b'], { env: s.env, encoding: 'utf8', timeout: scaled(120_000) });
-    expect(call.status, call.stderr).toBe(0);
+    expect(call.status, `${call.stderr} (signal ${call.signal}, error ${call.error?.message})`).toBe(0);
     await waitFor('the call in word_count.d/log', () =>
       / default {2}ok {2}\d+ ms {2}\S+\n$/.test(readFileSync(join(dir, 'word_count.d', 'log'), 'utf8')),
     );
