@@ -10,8 +10,8 @@ import type { Where } from './where.js';
 /**
  * A tool's calls, read from the audit log (never from a copy of it): the file log is verified
  * whole before anything is shown and every entry read is checked against the one before it; a
- * database's log is read from the database, each entry checked against the one before it there. The rows carry what the entries carry, which the
- * engine redacted when it wrote them.
+ * database's log is read from the database, each entry checked against the one before it there.
+ * The rows carry what the entries carry, which the engine redacted when it wrote them.
  */
 
 /** How many entries, from the end, a log is searched for a tool's calls. */
