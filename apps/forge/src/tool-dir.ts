@@ -225,23 +225,26 @@ function removeTool(dir: string, name: string): boolean {
     }
   };
   const exe = join(dir, name);
-  if (present(exe)) {
-    if (!isLauncherOf(exe, name)) return false;
-    rm(exe);
-  }
+  if (present(exe) && !isLauncherOf(exe, name)) return false;
+  // The mirror of writing, where the executable comes last: it goes last, so whoever sees it
+  // gone (an operator's `ls`, a script waiting on it) finds the control files gone too.
   const control = join(dir, `${name}.d`);
+  let isDir = false;
   try {
-    if (!lstatSync(control).isDirectory()) return true;
+    isDir = lstatSync(control).isDirectory();
   } catch {
-    return true;
+    // no control directory
   }
-  for (const f of CONTROL_FILES) rm(join(control, f));
-  if (linkTarget(join(control, 'hooks')) !== undefined) rm(join(control, 'hooks'));
-  try {
-    rmdirSync(control);
-  } catch {
-    // it holds something the export did not make (the operator's): kept
+  if (isDir) {
+    for (const f of CONTROL_FILES) rm(join(control, f));
+    if (linkTarget(join(control, 'hooks')) !== undefined) rm(join(control, 'hooks'));
+    try {
+      rmdirSync(control);
+    } catch {
+      // it holds something the export did not make (the operator's): kept
+    }
   }
+  rm(exe);
   return true;
 }
 
@@ -338,6 +341,7 @@ export function exportCards(
         } else if (writeIfChanged(p, files[f], 0o644)) changed = true;
       }
       if (linkHooks(control, join(launcher.home, 'hooks', 'tools', name))) changed = true;
+      // The executable last: once it is there, so are its control files.
       if (writeIfChanged(exe, launcherScript(name, launcher), 0o755)) changed = true;
     } catch (err) {
       report.skipped.push({ name, why: (err as Error).message });

@@ -123,7 +123,8 @@ describe('forge tools export: a tool directory', () => {
     expect(second.stderr).toMatch(new RegExp(`being exported by process ${child.pid}`));
 
     await forge(s, exampleSpec('word_count'));
-    await waitFor('word_count to be exported', () => existsSync(join(dir, 'word_count.d', 'cap')));
+    // The executable is written last and removed last: once it is there (or gone), so are its controls.
+    await waitFor('word_count to be exported', () => existsSync(join(dir, 'word_count')));
     // A call from another process shows in the tool's log and status.
     const call = spawnSync(join(dir, 'word_count'), ['--text', 'a b'], { env: s.env, encoding: 'utf8', timeout: scaled(120_000) });
     expect(call.status, `${call.stderr} (signal ${call.signal}, error ${call.error?.message})`).toBe(0);
@@ -141,7 +142,7 @@ describe('forge tools export: a tool directory', () => {
 
     // A dotted name keeps its dots; a policy edit shows in the tool's policy file.
     await forge(s, { ...exampleSpec('fib'), name: 'math.fib' });
-    await waitFor('math.fib to be exported', () => existsSync(join(dir, 'math.fib.d', 'status')));
+    await waitFor('math.fib to be exported', () => existsSync(join(dir, 'math.fib')));
     expect(readFileSync(join(dir, 'math.fib.d', 'name'), 'utf8')).toBe('math.fib\n');
     expect(JSON.parse(readFileSync(join(dir, 'math.fib.d', 'status'), 'utf8')).wire_name).toBe('math__fib');
     writeFileSync(join(s.home, 'policy.json'), JSON.stringify({ forbidden_tool_names: ['math.*'] }));
