@@ -288,7 +288,11 @@ export async function until(check: () => boolean | Promise<boolean>, ms: number,
   await waitFor(what, check, { timeoutMs: ms, intervalMs: everyMs });
 }
 
-/** The gateway test upstream (fixtures/gateway-upstream.mjs) as server "rug" in the scratch home's gateway.json, unsandboxed; returns its description file. */
+/**
+ * The gateway test upstream (fixtures/gateway-upstream.mjs) as server "rug" in the scratch home's
+ * gateway.json, unsandboxed; returns its description file. Each start of it appends a line to
+ * `<root>/rug-starts`.
+ */
 export function rugGateway(s: Scratch, description = 'Says hello.'): string {
   const desc = join(s.root, 'desc.txt');
   writeFileSync(desc, description);
@@ -296,7 +300,14 @@ export function rugGateway(s: Scratch, description = 'Says hello.'): string {
   writeFileSync(
     join(s.home, 'gateway.json'),
     JSON.stringify({
-      servers: { rug: { command: process.execPath, args: [upstream], env: { HELLO_DESC_FILE: desc }, unsandboxed: true } },
+      servers: {
+        rug: {
+          command: process.execPath,
+          args: [upstream],
+          env: { HELLO_DESC_FILE: desc, HELLO_STARTS_FILE: join(s.root, 'rug-starts') },
+          unsandboxed: true,
+        },
+      },
     }),
   );
   return desc;

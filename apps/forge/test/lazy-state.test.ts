@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { connect, EXAMPLES, exampleSpec, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+import { connect, EXAMPLES, exampleSpec, requireCliAndSandbox, rugGateway, runCli, scratch } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
@@ -71,5 +71,45 @@ describe('one-shot commands and the audit log', () => {
     expect(next.map((e) => e.type)).toEqual(['policy.reloaded', 'forge.called']);
     expect(next[0]?.data.digest).not.toBe(announced[0]?.data.digest);
     expect(next[1]?.data.policy).toBe(next[0]?.data.digest);
+  });
+
+  it('looking starts no upstream and writes nothing; a gateway configuration is announced once, by the first process that acts under it, and again when it changes', async () => {
+    const s = scratch();
+    rugGateway(s);
+    const o = { cwd: s.project, env: s.env };
+    const log = join(s.home, 'audit', 'forge.log');
+    const types = () =>
+      existsSync(log)
+        ? readFileSync(log, 'utf8')
+            .split('\n')
+            .filter(Boolean)
+            .map((l) => JSON.parse(l).type as string)
+        : [];
+    // Only looking, gateway list included, writes nothing: not even the first announcement.
+    for (const args of [['gateway', 'list'], ['tools', 'list'], ['tools', 'show', 'rug.hello'], ['status']]) await runCli(args, o);
+    expect(types()).toEqual([]);
+    // Nor do they start the upstream: listing shows approved tools from their pins.
+    expect(existsSync(join(s.root, 'rug-starts'))).toBe(false);
+    expect((await runCli(['gateway', 'approve', 'rug', 'hello'], o)).code).toBe(0);
+    const starts = () => readFileSync(join(s.root, 'rug-starts'), 'utf8').split('\n').filter(Boolean).length;
+    const approved = starts();
+    for (const args of [['gateway', 'list'], ['tools', 'list'], ['tools', 'show', 'rug.hello'], ['status']]) {
+      const r = await runCli(args, o);
+      expect(r.code, `forge ${args.join(' ')}: ${r.stderr}`).toBe(0);
+    }
+    expect(starts()).toBe(approved);
+    const spec = s.file('fib.json', JSON.stringify(exampleSpec('fib')));
+    expect((await runCli(['tools', 'forge', spec], o)).code).toBe(0);
+    expect((await runCli(['tools', 'call', 'fib', '{"n":5}'], o)).code).toBe(0);
+    expect((await runCli(['gateway', 'list'], o)).code).toBe(0);
+    expect((await runCli(['tools', 'call', 'fib', '{"n":6}'], o)).code).toBe(0);
+    expect(types().filter((t) => t === "gateway.reloaded"), types().join(" ")).toHaveLength(1);
+    expect(types().filter((t) => t === 'policy.reloaded')).toHaveLength(1);
+    expect(starts()).toBe(approved);
+
+    // Another configuration: the next process that acts announces it, once.
+    writeFileSync(join(s.home, 'gateway.json'), JSON.stringify({ servers: {} }));
+    for (const n of [7, 8]) expect((await runCli(['tools', 'call', 'fib', `{"n":${n}}`], o)).code).toBe(0);
+    expect(types().filter((t) => t === 'gateway.reloaded')).toHaveLength(2);
   });
 });

@@ -267,11 +267,11 @@ class GatewaySource implements Gateway {
     return false;
   }
 
-  async #serverTools(pins: Pins, server: ServerConfig): Promise<SourcedTool[]> {
+  async #serverTools(pins: Pins, server: ServerConfig, offline = false): Promise<SourcedTool[]> {
     const pinned = pins.list(server.name);
     if (pinned.size === 0) return [];
     if (!this.#definitionApproved(pins, server)) return [];
-    const listing = await this.#boundedListing(server);
+    const listing = offline ? undefined : await this.#boundedListing(server);
     if (listing?.ok) {
       // One projection per listing, pins and config: a listing is a new array after every re-list.
       const key = `${pins.digest}\0${pins.generation}\0${JSON.stringify(server)}\0${listing.upstream.sandboxed}`;
@@ -285,8 +285,9 @@ class GatewaySource implements Gateway {
       this.#projections.set(listing.tools, { key, tools });
       return tools;
     }
-    // The upstream cannot be listed without the secrets of a call (or is down): offer the approved
-    // definitions; every call checks the live definition against the pin before it is sent.
+    // Offline (a command that only looks), or the upstream cannot be listed without the secrets of
+    // a call (or is down): offer the approved definitions; every call checks the live definition
+    // against the pin before it is sent. (A lister is a handle: making one starts nothing.)
     const up = this.#connections.lister(server);
     return pins
       .states(
@@ -320,11 +321,11 @@ class GatewaySource implements Gateway {
     return undefined;
   }
 
-  async list(_ctx: SourceContext): Promise<readonly SourcedTool[]> {
+  async list(ctx: SourceContext): Promise<readonly SourcedTool[]> {
     if (this.#closed) return [];
     const pins = await this.#pins();
     if (!pins) return [];
-    const all = await Promise.all(this.#servers().map((s) => this.#serverTools(pins, s)));
+    const all = await Promise.all(this.#servers().map((s) => this.#serverTools(pins, s, ctx.offline === true)));
     return all.flat();
   }
 

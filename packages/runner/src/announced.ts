@@ -1,30 +1,45 @@
 import { existsSync } from 'node:fs';
 import { type AuditEntry, type AuditLog, tailLog } from '@forge/audit-chain';
 
-/** How many of the log's last entries are searched for the policy it announced last. */
+/** How many of the log's last entries are searched for what it announced last. */
 export const ANNOUNCED_WINDOW = 256;
 
+/** The entry types that announce what a process loaded: its policy and its gateway configuration. */
+const ANNOUNCING = new Set(['policy.reloaded', 'gateway.reloaded']);
+
 /**
- * The digest of the policy the log announced last (the newest `policy.reloaded` among its last
- * {@link ANNOUNCED_WINDOW} entries, read link by link), or undefined when none is there. An engine
- * that loaded the same policy does not announce it again: every CLI process would otherwise add one
- * entry saying nothing new (each action's entry names the digest it was decided under anyway).
+ * Whether an entry announces what a process found when it first loaded a policy or gateway
+ * configuration (`initial: true`), rather than a change it saw while running. Such an entry says
+ * something only when the log does not already: the engine holds it until the process writes an
+ * entry of its own (a command that only reads appends nothing) and leaves it out when the log
+ * announced the same digest last ({@link lastAnnounced}).
  */
-export async function lastAnnounced(audit: AuditLog): Promise<string | undefined> {
-  let digest: string | undefined;
+export function isAnnouncement(type: string, data: Record<string, unknown>): boolean {
+  return ANNOUNCING.has(type) && data.initial === true && typeof data.digest === 'string';
+}
+
+/**
+ * The digest each announcing type (`policy.reloaded`, `gateway.reloaded`) last named among the
+ * log's last {@link ANNOUNCED_WINDOW} entries, read link by link; a type absent there is absent
+ * from the map. Every CLI process would otherwise add one entry per type saying nothing new (each
+ * call's entry names the policy digest it was decided under, and a gateway tool's pinned digest).
+ */
+export async function lastAnnounced(audit: AuditLog): Promise<Map<string, string>> {
+  const last = new Map<string, string>();
   const take = (e: AuditEntry) => {
-    if (e.type !== 'policy.reloaded') return;
+    if (!ANNOUNCING.has(e.type)) return;
     const d = (e.data as { digest?: unknown } | null)?.digest;
-    digest = typeof d === 'string' ? d : undefined;
+    if (typeof d === 'string') last.set(e.type, d);
+    else last.delete(e.type);
   };
   if (existsSync(audit.path)) {
     for await (const e of tailLog(audit.path, { last: ANNOUNCED_WINDOW })) take(e);
-    return digest;
+    return last;
   }
   const head = (await audit.head()).seq;
   for await (const e of audit.entries({ from: Math.max(1, head - ANNOUNCED_WINDOW + 1) })) {
     if (e.seq > head) break;
     take(e);
   }
-  return digest;
+  return last;
 }

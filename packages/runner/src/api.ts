@@ -251,8 +251,10 @@ export interface Forge {
   /**
    * The tools of `ForgeOptions.sources` that `ctx` can call (its ACL applied), by name; a name a
    * forged tool or a meta-tool already has is left out (the forged tool wins a call by that name).
+   * With `offline`, each source answers from what it keeps (the gateway: the approved
+   * definitions), starting and connecting nothing: what a command that only looks asks for.
    */
-  listSourced(options?: CallContext): Promise<readonly SourcedTool[]>;
+  listSourced(options?: CallContext & { offline?: boolean }): Promise<readonly SourcedTool[]>;
   /**
    * Every tool `ctx` can see (forged, then the sources'), each as a card: schemas, origin, state,
    * what a run may touch (runtime, `x-bind` places, network grant, secret names, limits) and how

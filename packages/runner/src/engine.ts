@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Breakers, createPolicy, type Policy, type PolicyState, parseToolAcl } from '@forge/policy';
 import type { RuntimeTable } from '@forge/sandbox';
-import { lastAnnounced } from './announced.js';
+import { isAnnouncement, lastAnnounced } from './announced.js';
 import type { ForgeEvent, ForgeOptions, ToolsChanged } from './api.js';
 import { auditSafe } from './auditData.js';
 import { AUDIT_UNAVAILABLE, type AuditFailure, AuditGate } from './auditGate.js';
@@ -184,22 +184,25 @@ async function openAuditPort(
   // action still follows the policy it was decided under.
   let opening = true;
   let held: { type: string; data: Record<string, unknown>; settle: (f: AuditFailure | undefined) => void }[] = [];
-  // The policy the log announced last, read when the first held entry is about to be written: a
-  // process that loaded that same policy does not announce it again (announced.ts).
-  let announced: Promise<string | undefined> | undefined;
   let flushing: Promise<void> | undefined;
   const writeHeld = (): Promise<void> | undefined => {
     // While the log takes no appends they stay held (not counted as lost again and again): they
     // go out before the first entry written once it takes appends again.
     if (held.length === 0 || auditGate.unavailable) return undefined;
-    announced ??= lastAnnounced(audit).catch(() => undefined);
-    flushing ??= announced.then((digest) => {
+    flushing ??= (async () => {
+      // What the log announced last is read when an announcement is about to be written (not once
+      // per process: a gateway configuration is first loaded long after the policy, and another
+      // process may have announced something else in between).
+      // (Always awaited, so `flushing` is set before it is cleared here.)
+      const digests = await (held.some((h) => isAnnouncement(h.type, h.data))
+        ? lastAnnounced(audit).catch(() => new Map<string, string>())
+        : undefined);
       flushing = undefined;
       if (auditGate.unavailable) return;
       const hs = held;
       held = [];
       for (const h of hs) {
-        if (h.type === 'policy.reloaded' && h.data.initial === true && digest !== undefined && h.data.digest === digest) {
+        if (isAnnouncement(h.type, h.data) && digests?.get(h.type) === h.data.digest) {
           h.settle(undefined);
           continue;
         }
@@ -210,7 +213,7 @@ async function openAuditPort(
           else h.settle(undefined);
         });
       }
-    });
+    })();
     return flushing;
   };
   return {
@@ -224,7 +227,9 @@ async function openAuditPort(
       const data = auditSafe(raw, secrets) as Record<string, unknown>;
       for (const l of listeners.auditListeners) l({ type, data });
       if (state.auditClosed) return Promise.resolve(undefined);
-      if (opening) return new Promise((settle) => held.push({ type, data, settle }));
+      // An announcement (the first policy or gateway configuration a process loaded) waits for the
+      // process's first entry of its own, as everything recorded while opening does.
+      if (opening || isAnnouncement(type, data)) return new Promise((settle) => held.push({ type, data, settle }));
       // After what was held (in the order recorded), when something is.
       const before = writeHeld();
       return before ? before.then(() => write(type, data)) : write(type, data);

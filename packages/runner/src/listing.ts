@@ -65,7 +65,7 @@ export async function listDamaged(e: ListPorts, o: { scope?: Scope } & CallConte
 }
 
 /** The sources' tools `o`'s caller can call, leaving out any whose forge or wire name a forged tool or a meta-tool has. */
-export async function listSourced(e: ListPorts, o: CallContext = {}): Promise<readonly SourcedTool[]> {
+export async function listSourced(e: ListPorts, o: CallContext & { offline?: boolean } = {}): Promise<readonly SourcedTool[]> {
   const ctx = e.context(o);
   if (e.contextProblem(ctx) || e.sources.length === 0) return [];
   const taken = new Set<string>(META_TOOLS);
@@ -75,7 +75,7 @@ export async function listSourced(e: ListPorts, o: CallContext = {}): Promise<re
   }
   const out: SourcedTool[] = [];
   for (const source of e.sources) {
-    for (const t of await source.list(callerOf(ctx))) {
+    for (const t of await source.list({ ...callerOf(ctx), ...(o.offline ? { offline: true } : {}) })) {
       if (taken.has(t.name) || taken.has(wireName(t.name))) continue;
       if (!checkPersonaAcl(ctx.acl, ctx.persona, t.name, META_TOOLS).ok) continue;
       taken.add(t.name);

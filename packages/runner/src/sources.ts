@@ -50,6 +50,11 @@ export interface SourceContext {
   persona: string;
   session: string;
   task?: string;
+  /**
+   * For `list`: answer from what the source keeps (the gateway: the approved definitions, not
+   * checked against the live upstream), starting and connecting nothing. A call still checks.
+   */
+  offline?: boolean;
 }
 
 /** One call for a source to run: gates passed, input valid, secrets read. */

@@ -35,7 +35,8 @@ export const toolsList: Command = {
       async (f) => ({
         tools: await f.listTools({ ...ctx, ...(scope ? { scope } : {}) }),
         damaged: await f.listDamaged({ ...ctx, ...(scope ? { scope } : {}) }),
-        sourced: scope ? [] : await f.listSourced(ctx),
+        // As approved, starting no upstream: `forge gateway list --probe` checks them live.
+        sourced: scope ? [] : await f.listSourced({ ...ctx, offline: true }),
       }),
       { calls: false },
     );
@@ -76,9 +77,9 @@ export const toolsShow: Command = {
       async (f) => {
         const tools = await f.listTools(ctx);
         const damaged = await f.listDamaged(ctx);
-        // The gateway's tools (which start its upstreams) only when no forged tool has the name.
+        // The gateway's tools (as approved, starting no upstream) when no forged tool has the name.
         const hit = tools.some((t) => t.tool.name === name) || damaged.some((d) => d.name === name);
-        return { tools, damaged, sourced: hit ? [] : await f.listSourced(ctx) };
+        return { tools, damaged, sourced: hit ? [] : await f.listSourced({ ...ctx, offline: true }) };
       },
       { calls: false },
     );
