@@ -106,10 +106,7 @@ describe('forge (commands)', () => {
     expect(v.entries).toBeGreaterThanOrEqual(2);
     const tail = await runCli(['audit', 'tail', '--json', '-n', '5'], o);
     expect(tail.code, tail.stdout + tail.stderr).toBe(0);
-    const entries = tail.stdout
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l) as { seq: number; type: string });
+    const entries = JSON.parse(tail.stdout) as { seq: number; type: string }[];
     expect(entries.map((e) => e.type)).toContain('forge.called');
 
     const log = join(s.home, 'audit', 'forge.log');

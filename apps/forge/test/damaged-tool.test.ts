@@ -82,10 +82,7 @@ describe('forge tools: a damaged tool file', () => {
 
     // Audited like any remove.
     const tail = await runCli(['audit', 'tail', '-n', '50', '--json'], o);
-    const entries = tail.stdout
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l) as { type: string; data: Record<string, unknown> });
+    const entries = JSON.parse(tail.stdout) as { type: string; data: Record<string, unknown> }[];
     // Audited like any remove: the refusal as an ownership denial, the removal as forge.removed.
     expect(entries.filter((e) => e.type === 'acl.persona_denied').map((e) => e.data)).toEqual([
       expect.objectContaining({ ok: false, name: 'fib', action: 'remove', kind: 'acl.persona_denied' }),

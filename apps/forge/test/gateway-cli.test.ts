@@ -129,10 +129,8 @@ describe('forge gateway (config, import, pins)', () => {
     const audit = await runCli(['audit', 'verify'], { cwd: s.project, env: s.env });
     expect(audit.code, audit.stdout + audit.stderr).toBe(0);
     const tail = await runCli(['audit', 'tail', '-n', '200', '--json'], { cwd: s.project, env: s.env });
-    const types = tail.stdout
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l).type as string)
+    const types = (JSON.parse(tail.stdout) as { type: string }[])
+      .map((e) => e.type)
       .filter((t) => t === 'gateway.approved' || t === 'gateway.unpinned');
     expect(types).toEqual(['gateway.approved', 'gateway.unpinned', 'gateway.approved']);
   });

@@ -103,7 +103,10 @@ describe('one-shot commands and the audit log', () => {
     expect((await runCli(['tools', 'call', 'fib', '{"n":5}'], o)).code).toBe(0);
     expect((await runCli(['gateway', 'list'], o)).code).toBe(0);
     expect((await runCli(['tools', 'call', 'fib', '{"n":6}'], o)).code).toBe(0);
-    expect(types().filter((t) => t === "gateway.reloaded"), types().join(" ")).toHaveLength(1);
+    expect(
+      types().filter((t) => t === 'gateway.reloaded'),
+      types().join(' '),
+    ).toHaveLength(1);
     expect(types().filter((t) => t === 'policy.reloaded')).toHaveLength(1);
     expect(starts()).toBe(approved);
 

@@ -234,12 +234,8 @@ describe('forge tools log', () => {
     expect(rows[0]).toMatch(/^ +\d+ {2}\S+Z {2}default {2}ok {2}\d+ ms {2}\S+$/);
     expect(rows[1]).toMatch(/ {2}default {2}validation_failed {2}- {2}-$/);
     const last = await runCli(['tools', 'log', 'fib', '-n', '1', '--json'], o);
-    expect(
-      last.stdout
-        .trim()
-        .split('\n')
-        .map((l) => JSON.parse(l)),
-    ).toEqual([
+    // One JSON document (an array), as every command's --json.
+    expect(JSON.parse(last.stdout)).toEqual([
       expect.objectContaining({ type: 'forge.called', name: 'fib', ok: false, outcome: 'validation_failed', persona: 'default' }),
     ]);
     // One byte of an entry changed: nothing is shown from that log.

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import type { AuditEntry } from '@forge/audit-chain';
 import type { PostgresAuditLog } from '@forge/postgres';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
@@ -150,6 +151,7 @@ export const auditTail: Command = {
   details: [
     '-n N       how many entries (default 20)',
     '-f         keep printing entries as they are appended (with --store postgres://…, as any host commits them), until Ctrl-C',
+    '--json     the entries as one JSON array; with -f, one entry per line (JSON Lines), as they come',
   ],
   options: { lines: { type: 'string', short: 'n' }, follow: { type: 'boolean', short: 'f' } },
   async run({ values }, { out, where }) {
@@ -162,15 +164,13 @@ export const auditTail: Command = {
     if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: forge has not run with this FORGE_HOME`);
     // A reader that went away (`| head -1`) ends the tail like Ctrl-C.
     const { signal, dispose } = followStop(out.gone);
+    const print = entryPrinter(out, values.follow === true);
     try {
       for await (const e of tailLog(log, { last: n, follow: values.follow === true, signal })) {
         if (out.gone.aborted) break;
-        if (out.json) out.jsonLine(e);
-        else
-          out.line(
-            `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
-          );
+        print.entry(e);
       }
+      print.end();
     } finally {
       dispose();
     }
@@ -242,21 +242,40 @@ async function tailDatabase(w: Where, n: number, follow: boolean, out: Output): 
   const store = await openStore(w);
   // A reader that went away (`| head -1`) ends the tail like Ctrl-C.
   const { signal, dispose } = followStop(out.gone);
+  const print = entryPrinter(out, follow);
   try {
     const { audit } = store.forgeOptions([]) as { audit: PostgresAuditLog };
     const head = await audit.head();
     // The last n entries at the head, then, following, each one any host commits after it.
     for await (const e of audit.entries({ from: Math.max(1, head.seq - n + 1), follow, signal })) {
       if (out.gone.aborted || (!follow && e.seq > head.seq)) break;
-      if (out.json) out.jsonLine(e);
-      else
-        out.line(
-          `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
-        );
+      print.entry(e);
     }
+    print.end();
     return 0;
   } finally {
     dispose();
     await store.close();
   }
+}
+
+/**
+ * How `audit tail` prints entries: a line each; with --json, one JSON array at the end, or, when
+ * following (no end to wait for), one entry per line as it comes (JSON Lines).
+ */
+function entryPrinter(out: Output, follow: boolean): { entry(e: AuditEntry): void; end(): void } {
+  const all: AuditEntry[] = [];
+  return {
+    entry(e) {
+      if (!out.json)
+        out.line(
+          `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
+        );
+      else if (follow) out.jsonLine(e);
+      else all.push(e);
+    },
+    end() {
+      if (out.json && !follow && !out.gone.aborted) out.data(all);
+    },
+  };
 }

@@ -14,7 +14,7 @@ export const toolsExport: Command = {
   summary: 'keep a tool directory: per visible tool an executable <dir>/<name> and its control files in <dir>/<name>.d/',
   details: [
     '--watch   keep it up to date (forges, removals, promotions, calls, policy and gateway pin changes)',
-    '          until SIGINT/SIGTERM',
+    "          until SIGINT/SIGTERM; with --json, each export's report on a line of its own (JSON Lines)",
     '<dir>/<name> calls the tool through forge as whoever runs it (forge run <name> …); <name>.d/ holds',
     'name, description, schema, output_schema, cap, policy, status, origin and log (its latest calls,',
     'from the verified audit log), for the persona exporting.',
@@ -48,9 +48,11 @@ export const toolsExport: Command = {
   },
 };
 
-function print(io: Io, r: ExportReport): number {
+/** One export's report; watching (`stream`), with --json, one JSON object per line per export. */
+function print(io: Io, r: ExportReport, stream = false): number {
   const { out } = io;
-  if (out.json) out.data({ ok: r.skipped.length === 0, ...r });
+  if (out.json && stream) out.jsonLine({ ok: r.skipped.length === 0, ...r });
+  else if (out.json) out.data({ ok: r.skipped.length === 0, ...r });
   else {
     out.line(`${out.style.green('✓')} ${exportSummary(r)}`);
     for (const s of r.skipped) out.note(`forge: ${s.name} left out: ${s.why}`);
@@ -65,7 +67,7 @@ async function watch(io: Io, w: Where, target: string): Promise<number> {
     const engine = await openForge(w, { calls: false, watch: true });
     try {
       const keeping = keepToolDir(engine.forge, w, target, io.cliPath, {
-        report: (r) => print(io, r),
+        report: (r) => print(io, r, true),
         note: (m) => io.out.note(m),
       });
       // A signal before the first export is done (a slow upstream listing) still stops it.
@@ -94,6 +96,7 @@ export const toolsLog: Command = {
   details: [
     '-n N   how many of its latest calls (default 20), among the last 10,000 entries',
     '-f     then print each new call as it is recorded (by any process, or any host on the same database), until Ctrl-C',
+    '--json the calls as one JSON array; with -f, one call per line (JSON Lines), as they come',
     'The same rows are <dir>/<name>.d/log in an exported tool directory.',
   ],
   options: { lines: { type: 'string', short: 'n' }, follow: { type: 'boolean', short: 'f' } },
@@ -106,12 +109,17 @@ export const toolsLog: Command = {
     const w = await where();
     const src = await openCallLog(w);
     const { signal, dispose } = followStop(out.gone);
+    const follow = values.follow === true;
+    const all: unknown[] = [];
     try {
-      for await (const r of readCalls(src, { names: new Set([name]), perTool: n, follow: values.follow === true, signal })) {
+      for await (const r of readCalls(src, { names: new Set([name]), perTool: n, follow, signal })) {
         if (out.gone.aborted) break;
-        if (out.json) out.jsonLine(r);
-        else out.line(formatRow(r, out.style));
+        if (!out.json) out.line(formatRow(r, out.style));
+        else if (follow) out.jsonLine(r);
+        else all.push(r);
       }
+      // One JSON document, as every command's --json; following has no end, so a line each.
+      if (out.json && !follow && !out.gone.aborted) out.data(all);
     } finally {
       dispose();
       if (src.kind === 'database') await src.close();
