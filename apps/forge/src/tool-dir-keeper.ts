@@ -82,7 +82,7 @@ export async function keepToolDir(
   o: { report(r: ExportReport): void; note(message: string): void },
 ): Promise<KeptToolDir> {
   const dir = prepareToolDir(target, stateOf(f));
-  const release = lockToolDir(dir);
+  const release = await lockToolDir(dir);
   const ac = new AbortController();
   let following: Promise<void> = Promise.resolve();
   let src: Awaited<ReturnType<typeof openCallLog>> | undefined;
@@ -98,7 +98,7 @@ export async function keepToolDir(
     await running;
     await following;
     if (src?.kind === 'database') await src.close();
-    release();
+    await release();
   };
   try {
     const log = await openCallLog(w);

@@ -16,7 +16,9 @@ import {
   unlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { hostname } from 'node:os';
 import { basename, dirname, join, sep } from 'node:path';
+import { DirLock } from '@forge/audit-chain';
 import type { ToolCard } from '@forge/runner';
 import { EnvironmentError } from './args.js';
 import { CONTROL_FILES, controlFiles, type Launcher, launcherMark, launcherScript } from './tool-files.js';
@@ -113,65 +115,22 @@ function checkTrusted(from: string, target: string): void {
 }
 
 /**
- * Takes the directory's lock, or refuses when a live process holds it; returns its release.
- * A lock whose process has gone (a crash, a kill) is taken over.
+ * Takes the directory's lock, or refuses at once when a live process holds it; returns its
+ * release. forge's one lock design (`DirLock` of @forge/audit-chain): a lock whose process has
+ * gone (a crash, a kill) is taken over at once.
  */
-export function lockToolDir(dir: string): () => void {
-  const path = join(dir, LOCK);
-  const me = `${process.pid} ${startTime(process.pid)}`;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const fd = openSync(path, 'wx', 0o644);
-      writeFileSync(fd, `${me}\n`);
-      closeSync(fd);
-      return () => {
-        try {
-          if (readFileSync(path, 'utf8').trim() === me) unlinkSync(path);
-        } catch {
-          // already gone
-        }
-      };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    const held = lockHolder(path);
-    if (held)
-      throw new EnvironmentError(
-        `${dir} is being exported by process ${held} (forge tools export --watch?): stop it, or export into another directory`,
-      );
-    try {
-      unlinkSync(path);
-    } catch {
-      // another exporter took it over first: try again
-    }
-  }
-  throw new EnvironmentError(`${dir}: could not take ${LOCK}; try again`);
-}
-
-/** The pid holding the lock at `path` when that process is alive, else undefined. */
-function lockHolder(path: string): number | undefined {
-  let text: string;
+export async function lockToolDir(dir: string): Promise<() => Promise<void>> {
+  const lock = new DirLock(join(dir, LOCK), { timeoutMs: 0 });
   try {
-    if (lstatSync(path).isSymbolicLink()) return undefined;
-    text = readFileSync(path, 'utf8');
-  } catch {
-    return undefined;
+    await lock.acquire();
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== 'lock_timeout') throw err;
+    const held = await lock.holder();
+    throw new EnvironmentError(
+      `${dir} is being exported by process ${held ? `${held.pid}${held.host === hostname() ? '' : ` on ${held.host}`}` : '(unknown)'} (forge tools export --watch?): stop it, or export into another directory`,
+    );
   }
-  const [pid, started] = text.trim().split(' ');
-  const n = Number(pid);
-  if (!Number.isSafeInteger(n) || n <= 0) return undefined;
-  // The same pid with another start time is another process that reused the number.
-  return startTime(n) !== undefined && startTime(n) === started ? n : undefined;
-}
-
-/** A process's start time (clock ticks since boot), which with its pid names it uniquely. */
-function startTime(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
-  } catch {
-    return undefined;
-  }
+  return () => lock.release();
 }
 
 function readManifest(dir: string): Manifest | undefined {

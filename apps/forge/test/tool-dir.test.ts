@@ -1,5 +1,6 @@
 import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -183,8 +184,19 @@ describe('forge tools export: a tool directory', () => {
     await forge(s, exampleSpec('fib'));
     const dir = join(s.root, 'tools');
     mkdirSync(dir);
-    // A pid that cannot be running (beyond pid_max) with any start time.
-    writeFileSync(join(dir, '.forge-tools.lock'), '4194305 12345\n');
+    // The lock of a process that is gone: its owner record names a pid that cannot be running
+    // (beyond pid_max) on this host, in this pid namespace, since this boot.
+    mkdirSync(join(dir, '.forge-tools.lock'));
+    const owner = {
+      host: hostname(),
+      pidns: readlinkSync('/proc/self/ns/pid'),
+      boot: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(),
+      pid: 4194305,
+      start: '12345',
+      token: 'a'.repeat(24),
+      time: new Date().toISOString(),
+    };
+    writeFileSync(join(dir, '.forge-tools.lock', 'owner'), `${JSON.stringify(owner)}\n`);
     const r = await exportTo(s, dir);
     expect(r.code, r.stderr).toBe(0);
     expect(existsSync(join(dir, '.forge-tools.lock'))).toBe(false);

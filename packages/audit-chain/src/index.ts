@@ -23,6 +23,7 @@ export {
 export { AUDIT_ERROR_CODES, AuditError, type AuditErrorCode } from './errors.js';
 export { type AuditEntry, GENESIS_HASH, VERIFY_REASONS, type VerifyReason } from './format.js';
 export type { JsonValue } from './ijson.js';
+export { DirLock, type LockOptions, withDirLock } from './lock.js';
 export { openAuditLog, reanchorAuditLog } from './log.js';
 export type {
   AppendResult,

@@ -317,6 +317,23 @@ export class DirLock {
     await rm(gone, { recursive: true, force: true });
   }
 
+  /** Who holds the lock now, as its owner record says (undefined when none is held, or unreadable). */
+  async holder(): Promise<{ host: string; pid: number; time: string } | undefined> {
+    const o = await this.readOwner();
+    return o && typeof o.pid === 'number' ? { host: String(o.host), pid: o.pid, time: String(o.time) } : undefined;
+  }
+
+  /**
+   * Whether this holder lost the lock while holding it: its owner record is gone or names another
+   * token (a waiter judged it stale, which happens only to a holder it cannot inspect, on another
+   * host or in another pid namespace). A holder about to publish a write asks first.
+   */
+  async lost(): Promise<boolean> {
+    const token = this.token;
+    if (!token) return true;
+    return (await this.readOwner())?.token !== token;
+  }
+
   private readOwner(): Promise<Owner | undefined> {
     return readOwnerIn(this.path);
   }
@@ -386,5 +403,21 @@ async function readOwnerIn(dir: string): Promise<Owner | undefined> {
     return typeof owner?.token === 'string' && typeof owner.pid === 'number' ? owner : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Runs `fn` holding the cross-process lock at `path` (a {@link DirLock}: a directory holding its
+ * owner's record, so a holder that died is taken over at once) and releases it however `fn` ends.
+ * The directory `path` is in must exist. Rejects with an `AuditError` `lock_timeout`, naming the
+ * holder, when a live holder keeps the lock past `timeoutMs`.
+ */
+export async function withDirLock<T>(path: string, fn: () => Promise<T>, options: LockOptions = {}): Promise<T> {
+  const lock = new DirLock(path, options);
+  await lock.acquire();
+  try {
+    return await fn();
+  } finally {
+    await lock.release().catch(() => {});
   }
 }

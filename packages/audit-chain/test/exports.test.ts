@@ -7,6 +7,7 @@ import { expect, it } from 'vitest';
 const EXPORTS = [
   'AUDIT_ERROR_CODES',
   'AuditError',
+  'DirLock',
   'GENESIS_HASH',
   'VERIFY_REASONS',
   'decodeCheckpoint',
@@ -21,6 +22,7 @@ const EXPORTS = [
   'reanchorAuditLog',
   'tailLog',
   'verifyLog',
+  'withDirLock',
 ];
 
 // Imported while the file is collected, not inside the test: on a busy machine loading the

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { DirLock } from '@forge/audit-chain';
 import stringify from 'fast-json-stable-stringify';
-import type lockfileType from 'proper-lockfile';
 import { writeDurably } from './durable.js';
 import type { Pin, PinStatus, ToolDefinition, ToolDiff, ToolState } from './types.js';
 
@@ -139,14 +139,6 @@ export interface DefinitionPin {
   digest: string;
   approved_at: string;
   approved_by: string;
-}
-
-// proper-lockfile (with graceful-fs) is loaded by the first write or contended read: reading
-// never locks. A dynamic import, so a bundler that inlines this package inlines it too.
-let lockfileModule: Promise<typeof lockfileType> | undefined;
-function lockfile(): Promise<typeof lockfileType> {
-  lockfileModule ??= import('proper-lockfile').then((m) => ((m as { default?: typeof lockfileType }).default ?? m) as typeof lockfileType);
-  return lockfileModule;
 }
 
 /** Opens the pin store in `options.dir` (nothing is read or created until used). */
@@ -506,21 +498,22 @@ function snapshot(data: PinsFile, digest: string | undefined): Pins {
   };
 }
 
-/** Runs `fn` holding the cross-process lock of the pin store. */
+/**
+ * Runs `fn` holding the cross-process lock of the pin store: forge's one lock design (an owner
+ * record inside the lock directory, so a holder that died is taken over at once).
+ */
 async function withLock<T>(dir: string, fn: () => Promise<T>): Promise<T | PinFailure> {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  let release: () => Promise<void>;
+  const lock = new DirLock(join(dir, LOCK), { timeoutMs: 20_000 });
   try {
-    release = await (await lockfile()).lock(join(dir, FILE), {
-      realpath: false,
-      lockfilePath: join(dir, LOCK),
-      stale: 10_000,
-      retries: { retries: 400, factor: 1.2, minTimeout: 2, maxTimeout: 50, randomize: true },
-      onCompromised: () => {},
-    });
+    await lock.acquire();
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ELOCKED')
-      return { ok: false, kind: 'lock_timeout', message: `${join(dir, FILE)} is being written by another process for too long; retry` };
+    if ((err as { code?: unknown }).code === 'lock_timeout')
+      return {
+        ok: false,
+        kind: 'lock_timeout',
+        message: `${join(dir, FILE)} is being written by another process for too long: ${(err as Error).message}`,
+      };
     return {
       ok: false,
       kind: 'pins_unreadable',
@@ -530,6 +523,6 @@ async function withLock<T>(dir: string, fn: () => Promise<T>): Promise<T | PinFa
   try {
     return await fn();
   } finally {
-    await release().catch(() => {});
+    await lock.release().catch(() => {});
   }
 }

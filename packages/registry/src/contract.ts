@@ -38,7 +38,21 @@ export interface RegistryOptions {
   onEvent?: (event: RegistryEvent) => void;
   /** The clock for `created_at` (default `() => new Date()`). */
   now?: () => Date;
+  /**
+   * The cross-process lock the file stores take around each write of a name (see `PathLock`).
+   * Default: proper-lockfile, which takes over a dead holder's lock once it is 10 s stale; forge's
+   * runner passes its own owner-aware lock, which takes over a dead holder's at once.
+   */
+  lock?: PathLock;
 }
+
+/**
+ * A cross-process lock: runs `fn` holding the lock at `path` (a lock file or directory of that
+ * name, in a directory that exists) and releases it however `fn` ends. A lock waited on too long
+ * rejects with an error whose `code` is `lock_timeout`; any other rejection means the lock could
+ * not be made.
+ */
+export type PathLock = <T>(path: string, fn: () => Promise<T>) => Promise<T>;
 
 /** What `load()` found. */
 export interface LoadReport {

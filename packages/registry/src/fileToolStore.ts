@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { sep } from 'node:path';
+import type { PathLock } from './contract.js';
 import { RegistryError } from './errors.js';
 import { toolNameProblem } from './name.js';
 import { ScopeDir } from './store.js';
@@ -15,13 +16,13 @@ function checkName(name: string): void {
 /**
  * The file implementation of {@link ToolStore}: the tools of `scope` in the directory `root`, one
  * `<name>.json` per live tool, replaced and removed versions under `.versions/<name>/`, the
- * cross-process locks under `.locks/` (proper-lockfile; a lock whose holder died is taken over
- * after 10 s), every write a fsynced 0600 temp file published by link(2) or rename(2) and the
+ * cross-process locks under `.locks/` (`options.lock`, else proper-lockfile: a lock whose holder
+ * died is taken over after 10 s), every write a fsynced 0600 temp file published by link(2) or rename(2) and the
  * directory fsynced. Files under a built-in name in `builtins` are `bad`. Touches no file until a
  * write; `watch` uses one inotify watch for the directory (or the nearest existing one above it).
  */
-export function fileToolStore(scope: Scope, root: string, builtins: Iterable<string> = []): ToolStore {
-  const dir = new ScopeDir(scope, root, new Set(builtins));
+export function fileToolStore(scope: Scope, root: string, builtins: Iterable<string> = [], options: { lock?: PathLock } = {}): ToolStore {
+  const dir = new ScopeDir(scope, root, new Set(builtins), options.lock);
   return {
     scope,
     where: root,

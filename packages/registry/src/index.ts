@@ -11,6 +11,7 @@ export type {
   ListedTool,
   LoadReport,
   OwnerCheck,
+  PathLock,
   PromoteOptions,
   PromoteOutcome,
   PromoteResult,

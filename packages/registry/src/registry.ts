@@ -38,7 +38,7 @@ import { createTool, recoverTool, removeTool, setToolState, toolVersions, valida
 export function createRegistry(options: RegistryOptions): Registry {
   const builtins = new Set(options.builtins ?? []);
   const roots = Object.freeze({ ...options.roots });
-  const stores = new ScopeStores(roots, options.stores ?? {}, builtins);
+  const stores = new ScopeStores(roots, options.stores ?? {}, builtins, options.lock);
   const memory = new ToolMemory(stores.scopes);
   const runtimes = options.runtimes ?? DEFAULT_RUNTIMES;
   const context: RegistryContext = {

@@ -1,3 +1,4 @@
+import type { PathLock } from './contract.js';
 import { RegistryError } from './errors.js';
 import { fileToolStore } from './fileToolStore.js';
 import { configuredScopes, type ScopeRoots } from './scopes.js';
@@ -11,7 +12,7 @@ export class ScopeStores {
   readonly #stores = new Map<Scope, ToolStore>();
 
   /** Throws `invalid_option` for a given store whose `scope` is not the scope it is given for. */
-  constructor(roots: ScopeRoots, given: Partial<Record<Scope, ToolStore>>, builtins: ReadonlySet<string>) {
+  constructor(roots: ScopeRoots, given: Partial<Record<Scope, ToolStore>>, builtins: ReadonlySet<string>, lock?: PathLock) {
     this.scopes = SCOPES.filter((s) => given[s] !== undefined || configuredScopes(roots).includes(s));
     for (const s of this.scopes) {
       const store = given[s];
@@ -21,7 +22,7 @@ export class ScopeStores {
           throw new RegistryError('invalid_option', `the store given for the ${s} scope keeps the ${store.scope} scope (${store.where})`);
         }
         this.#stores.set(s, store);
-      } else if (root) this.#stores.set(s, fileToolStore(s, root, builtins));
+      } else if (root) this.#stores.set(s, fileToolStore(s, root, builtins, lock ? { lock } : {}));
     }
   }
 

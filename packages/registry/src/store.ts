@@ -3,6 +3,7 @@ import { link, readdir, readFile, stat, unlink } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, sep } from 'node:path';
 import type lockfileType from 'proper-lockfile';
+import type { PathLock } from './contract.js';
 import { RegistryError } from './errors.js';
 import { ensureDir, linkNew, readTextSync, replaceWith, syncDir, writeTemp } from './fs-atomic.js';
 import { toolNameProblem, wireKey, wireLockKey } from './name.js';
@@ -76,6 +77,7 @@ export class ScopeDir {
     readonly scope: Scope,
     readonly root: string,
     private readonly builtins: ReadonlySet<string>,
+    private readonly lock?: PathLock,
   ) {}
 
   /** The live file of `name`. Throws for a name outside the grammar: it would leave the root. */
@@ -190,11 +192,13 @@ export class ScopeDir {
    */
   private async withLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
     await this.ensureRoot();
+    const lockPath = join(this.root, LOCKS_DIR, `${wireLockKey(name)}.lock`);
+    if (this.lock) return this.withGivenLock(this.lock, lockPath, name, fn);
     let release: () => Promise<void>;
     try {
       release = await lockfile().lock(this.pathOf(name), {
         realpath: false,
-        lockfilePath: join(this.root, LOCKS_DIR, `${wireLockKey(name)}.lock`),
+        lockfilePath: lockPath,
         stale: 10_000,
         retries: { retries: 400, factor: 1.2, minTimeout: 2, maxTimeout: 50, randomize: true },
         // A compromised lock means this process stalled past the stale time while writing.
@@ -211,6 +215,38 @@ export class ScopeDir {
       throw unusable(this.root, err);
     }
     try {
+      return await this.written(name, fn);
+    } finally {
+      await release().catch(() => {});
+    }
+  }
+
+  /** `withLock` with the registry's `lock` option (forge's owner-aware lock). */
+  private async withGivenLock<T>(lock: PathLock, lockPath: string, name: string, fn: () => Promise<T>): Promise<T> {
+    let locked = false;
+    try {
+      return await lock(lockPath, () => {
+        locked = true;
+        return this.written(name, fn);
+      });
+    } catch (err) {
+      if (locked || err instanceof RegistryError) throw err;
+      if ((err as { code?: unknown }).code === 'lock_timeout') {
+        throw new RegistryError(
+          'lock_timeout',
+          `tool "${name}" in ${this.root} is being written by another process: ${(err as Error).message}`,
+          {
+            cause: err,
+          },
+        );
+      }
+      throw unusable(this.root, err);
+    }
+  }
+
+  /** Runs the write `fn` (holding the name's lock); a failure that is not a RegistryError is `root_unusable`. */
+  private async written<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    try {
       return await fn();
     } catch (err) {
       if (err instanceof RegistryError) throw err;
@@ -219,8 +255,6 @@ export class ScopeDir {
         `writing tool "${name}" in ${this.root} failed: ${(err as Error).message}; check the directory's permissions, free space, and that ${name}.json is a regular file`,
         { cause: err },
       );
-    } finally {
-      await release().catch(() => {});
     }
   }
 

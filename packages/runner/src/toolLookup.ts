@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { withDirLock } from '@forge/audit-chain';
 import {
   createRegistry,
   type DamagedTool,
@@ -55,6 +56,8 @@ export async function createToolLookup(s: ToolLookupSetup): Promise<ToolLookup> 
       runtimes: s.runtimeNames,
       onEvent: s.onEvent,
       now: () => new Date(s.now()),
+      // forge's one cross-process lock: a writer that died is taken over at once (not after 10 s).
+      lock: (path, fn) => withDirLock(path, fn, { timeoutMs: 20_000 }),
     });
   const base = registryOf(scopeRoots({ forgeHome: paths.home, project: paths.project }), storesFor(options, ['user', 'project']));
   await base.load();

@@ -1,23 +1,14 @@
 import { close as closeCb, closeSync, fdatasync, fstatSync, openSync, readSync, rename, statSync, write } from 'node:fs';
 import { mkdir, open, readdir, rm } from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import type lockfileType from 'proper-lockfile';
+import { DirLock } from '@forge/audit-chain';
 import { GapStoreError, sanitizeGapRecord, summarizeGaps } from './gapRecords.js';
 import { checkGapQuery, openGapWriter } from './gapWriter.js';
 import type { GapInput, GapQuery, GapStore as GapStoreContract } from './stores.js';
 import type { GapKind, GapRecord, GapSummary } from './types.js';
 
 export { GapStoreError, type GapStoreErrorCode, type SanitizeResult, sanitizeGapRecord, summarizeGaps } from './gapRecords.js';
-
-// proper-lockfile (with graceful-fs) is loaded by the first write: reading never locks.
-const require = createRequire(import.meta.url);
-let lockfileModule: typeof lockfileType | undefined;
-function lockfile(): typeof lockfileType {
-  lockfileModule ??= require('proper-lockfile') as typeof lockfileType;
-  return lockfileModule;
-}
 
 const writeAsync = promisify(write);
 const fdatasyncAsync = promisify(fdatasync);
@@ -309,16 +300,10 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
   const commit = async (batch: GapRecord[]): Promise<void> => {
     const lines = batch.map((r) => `${JSON.stringify(r)}\n`);
     await ensureDir(dir, writer);
-    let release: () => Promise<void>;
+    // forge's one lock design (an owner record inside: a writer that died is taken over at once).
+    const lock = new DirLock(lockPath, { timeoutMs: 20_000 });
     try {
-      release = await lockfile().lock(file, {
-        realpath: false,
-        lockfilePath: lockPath,
-        stale: 10_000,
-        retries: { retries: 400, factor: 1.3, minTimeout: 1, maxTimeout: 25, randomize: true },
-        onCompromised: (err) =>
-          onError(new GapStoreError('unusable', `gap store lock ${lockPath} was lost: ${err.message}`, { cause: err })),
-      });
+      await lock.acquire();
     } catch (err) {
       throw unusable(lockPath, err);
     }
@@ -347,7 +332,7 @@ export function openGapStore(o: GapStoreOptions): FileGapStore {
     } catch (err) {
       throw err instanceof GapStoreError ? err : unusable(file, err);
     } finally {
-      await release().catch((err: Error) => onError(unusable(lockPath, err)));
+      await lock.release().catch((err: Error) => onError(unusable(lockPath, err)));
     }
   };
 

@@ -293,8 +293,8 @@ function* proposalIds(root: string, onProblem: (file: string, reason: string) =>
 /**
  * Opens the proposal store under `dir` (nothing is created until the first `create`).
  * `onProblem` hears of every file that was skipped (path and why); `lockWaitMs` bounds how long
- * a transition waits for another holder of a proposal's lock (default 30 s, past the 10 s after
- * which a crashed holder's lock is taken over).
+ * a transition waits for a live holder of a proposal's lock (default 30 s; a holder on this host
+ * that died is taken over at once).
  */
 export function openProposalStore(
   o: ProposalStoreOptions & { onProblem?: (file: string, reason: string) => void; lockWaitMs?: number },
@@ -363,11 +363,11 @@ export function openProposalStore(
         if (!step.ok) return step;
         const next = step.proposal;
         const tmp = await writeTemp(root, serialize(next));
-        if (lost()) {
+        if (await lost()) {
           rmSync(tmp, { force: true });
           throw codedError(
             'lock_timeout',
-            `the lock on proposal ${id} was lost (this process stalled over ${LOCK_STALE_MS} ms); nothing was written: retry`,
+            `the lock on proposal ${id} was lost (another host judged it stale after ${LOCK_STALE_MS} ms); nothing was written: retry`,
           );
         }
         try {

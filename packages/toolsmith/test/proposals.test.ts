@@ -14,8 +14,8 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { DirLock } from '@forge/audit-chain';
 import { scaled, tempDirSync } from '@forge/test-utils';
-import lockfile from 'proper-lockfile';
 import { build } from 'tsup';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { openProposalStore } from '../src/proposals.js';
@@ -25,7 +25,7 @@ const pkg = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 // Child processes are plain node, so they get this module's source built to JS: on its own, not
 // the package's dist, which other work in progress (index.ts's other exports) may leave unbuildable.
-// Beside node_modules so that `proper-lockfile` resolves as it does from dist.
+// Beside node_modules so that `@forge/audit-chain` resolves as it does from dist.
 const built = join(pkg, 'node_modules', '.cache', `proposals-test-${process.pid}-${Date.now()}`);
 const moduleUrl = pathToFileURL(join(built, 'proposals.js')).href;
 beforeAll(async () => {
@@ -36,7 +36,7 @@ beforeAll(async () => {
     format: ['esm'],
     target: 'node20',
     platform: 'node',
-    external: ['proper-lockfile'],
+    external: ['@forge/audit-chain'],
     dts: false,
     sourcemap: false,
     clean: false,
@@ -203,26 +203,45 @@ describe('transition', () => {
     expect((await store.get(p.id))?.history).toHaveLength(2);
   });
 
-  it('waits for a held lock and then fails clearly; takes over a stale one', async () => {
+  it('waits for a live holder and then fails clearly, naming it; takes over a dead holder at once, and a stale lock of no known holder', async () => {
     const dir = tempDir();
     const store = openProposalStore({ dir, lockWaitMs: 300 });
     const p = await store.create(draft());
-    const file = join(dir, 'proposals', `${p.id}.json`);
     const lockPath = join(dir, 'proposals', `${p.id}.lock`);
-    const release = await lockfile.lock(file, { realpath: false, lockfilePath: lockPath, stale: 10_000 });
+    const held = new DirLock(lockPath);
+    await held.acquire();
     const err = await store.transition(p.id, ['pending'], 'validated', { by: 'x' }).catch((e: Error & { code?: string }) => e);
-    await release();
+    await held.release();
     expect(err).toMatchObject({ code: 'lock_timeout' });
-    expect((err as Error).message).toContain(
-      `proposal ${p.id} in ${join(dir, 'proposals')} has been locked by another process for over 300 ms`,
-    );
+    expect((err as Error).message).toContain(`proposal ${p.id} in ${join(dir, 'proposals')} is locked by another process`);
+    expect((err as Error).message).toContain(`held by pid ${process.pid}`);
     expect(await store.get(p.id)).toEqual(p);
 
-    // A holder that died: its lock directory is never refreshed again.
+    // A holder killed while holding: taken over at once (well within the 300 ms wait, where an
+    // mtime-only lock would wait out its 10 s stale period).
+    const holder = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `import { DirLock } from '@forge/audit-chain'; await new DirLock(${JSON.stringify(lockPath)}).acquire(); console.log('held'); setInterval(() => {}, 1000);`,
+      ],
+      { cwd: pkg, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    await new Promise<void>((resolve, reject) => {
+      holder.stdout?.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
+      holder.once('exit', (code) => reject(new Error(`the holder exited ${code} before holding the lock`)));
+    });
+    const gone = new Promise((r) => holder.once('exit', r));
+    holder.kill('SIGKILL');
+    await gone;
+    expect((await store.transition(p.id, ['pending'], 'validated', { by: 'x' })).ok).toBe(true);
+
+    // A lock directory with no owner record (made by hand, or by an older forge) once it is stale.
     mkdirSync(lockPath);
     const old = new Date(Date.now() - 60_000);
     utimesSync(lockPath, old, old);
-    expect((await store.transition(p.id, ['pending'], 'validated', { by: 'x' })).ok).toBe(true);
+    expect((await store.transition(p.id, ['validated'], 'failed', { by: 'x' })).ok).toBe(true);
   });
 });
 

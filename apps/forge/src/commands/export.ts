@@ -31,7 +31,7 @@ export const toolsExport: Command = {
     try {
       const f = engine.forge;
       const dir = prepareToolDir(target, stateOf(f));
-      const release = lockToolDir(dir);
+      const release = await lockToolDir(dir);
       try {
         const src = await openCallLog(w);
         try {
@@ -40,7 +40,7 @@ export const toolsExport: Command = {
           if (src.kind === 'database') await src.close();
         }
       } finally {
-        release();
+        await release();
       }
     } finally {
       await engine.close();
