@@ -231,14 +231,18 @@ async function openAuditPort(
       // process's first entry of its own, as everything recorded while opening does.
       if (opening || isAnnouncement(type, data)) return new Promise((settle) => held.push({ type, data, settle }));
       // After what was held (in the order recorded), when something is.
+      // Tracked from now, not from when it is appended: close() waits for it, so the log is never
+      // closed while what was held is still being read and written.
       const before = writeHeld();
-      return before ? before.then(() => write(type, data)) : write(type, data);
+      return before ? track(before.then(() => write(type, data))) : write(type, data);
     },
     opened() {
       opening = false;
     },
     dropHeld() {
       opening = false;
+      // Being written (an entry of this process asked for them): they go out before it.
+      if (flushing) return;
       const hs = held;
       held = [];
       for (const h of hs) h.settle(undefined);

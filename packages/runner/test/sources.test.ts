@@ -243,3 +243,29 @@ describe('tool sources through the call pipeline', () => {
     expect(await host.lastAudited('gateway.pins')).toEqual({ pins_digest: 'sha256:2' });
   });
 });
+
+describe("a source's entries and close()", () => {
+  it('an entry a source records as forge closes, while what the engine held is still being written, is in the log; close() waits for it', async () => {
+    const t = testSource([echo], () => ({ ok: true, data: {} }));
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      // A source that says something when it stops (the gateway: its upstream exited), not awaited:
+      // the engine's held policy announcement goes first, read against the log as it is written.
+      const source: ToolSource = {
+        ...t.source,
+        async close() {
+          void t.seen.host?.record('gateway.stopping', { why: 'closing' });
+        },
+      };
+      const fx = await setup({ forge: { sources: [source] } });
+      await fx.forge.close();
+      expect(fx.entries('gateway.stopping')).toHaveLength(1);
+      expect(fx.entries('policy.reloaded')).toHaveLength(1);
+      expect(warnings.filter((m) => m.includes('audit log'))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});
