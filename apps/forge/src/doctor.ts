@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import type { EffectivePolicy } from '@forge/policy';
 import { DEFAULT_WARM_POOL_BYTES, describeRunLimits, probe, resolveRuntimes, runSandboxed, userTasks, warmBudget } from '@forge/sandbox';
 import type { Check } from './doctor-check.js';
+import { fileSystemChecks } from './doctor-fs.js';
 import { checkPolicies } from './policy-check.js';
 import { storeUrl } from './store.js';
 import { warmFromEnv } from './warm-env.js';
@@ -99,6 +100,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   if (others.length > 0) checks.push({ name: 'runtimes', ok: true, detail: `also: ${others.join(', ')}` });
 
   checks.push(homeCheck(o.home));
+  checks.push(...(await fileSystemChecks(o)));
   const database = await storeChecks(o.env);
   if (database) checks.push(...database);
   else checks.push(auditLogCheck(paths.auditLog), await auditChainCheck(paths.auditLog));

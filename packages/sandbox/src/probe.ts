@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { findRunCgroups, type PidsCgroups, type RunCgroups } from './cgroup.js';
 import { hostRoots, type RootEntry } from './host-roots.js';
@@ -24,6 +24,7 @@ export interface HostProblem {
     | 'pids_unlimited'
     | 'setpriv_missing'
     | 'sandbox_uid_invalid'
+    | 'seccomp_unavailable'
     | 'sandbox_failed';
   /** What is wrong, in one sentence. */
   message: string;
@@ -126,6 +127,9 @@ async function probeNow(bwrapPath: string | undefined, cacheFile: string | undef
     });
   }
 
+  const seccomp = seccompProblem(readStatus());
+  if (seccomp) problems.push(seccomp);
+
   const root = process.getuid?.() === 0;
   const identity = sandboxIdentity(root, problems);
   if (identity) info.identity = identity;
@@ -169,7 +173,7 @@ async function probeNow(bwrapPath: string | undefined, cacheFile: string | undef
   let version = kept?.version;
   if (version === undefined) {
     try {
-      const { stdout } = await run(bwrap, ['--version']);
+      const { stdout } = await run(bwrap, ['--version'], { timeout: 5_000 });
       version = /(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? '0.0.0';
     } catch (err) {
       problems.push({
@@ -247,6 +251,27 @@ function sandboxIdentity(root: boolean, problems: HostProblem[]): SandboxIdentit
     return undefined;
   }
   return { uid, gid: uid, drop: [setpriv, `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--'] };
+}
+
+function readStatus(): string {
+  try {
+    return readFileSync('/proc/self/status', 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Whether the kernel can load the seccomp filter every sandbox gets, from `/proc/self/status`
+ * (its `Seccomp:` line exists only in kernels built with seccomp): the problem when it cannot.
+ */
+export function seccompProblem(status: string): HostProblem | undefined {
+  if (/^Seccomp:\s*\d/m.test(status)) return undefined;
+  return {
+    code: 'seccomp_unavailable',
+    message: 'this kernel has no seccomp (no Seccomp line in /proc/self/status): the syscall filter every sandbox gets cannot be loaded',
+    fix: 'run forge on a kernel built with CONFIG_SECCOMP and CONFIG_SECCOMP_FILTER (every mainstream distribution kernel is)',
+  };
 }
 
 /** Turns bwrap's complaint about the trial run into a problem with its fix (the rules of launchFailure). */

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 
 /**
  * How a run's own command starts inside its sandbox, and how the host tells a sandbox that
@@ -147,13 +147,38 @@ const readSysctl = (path: string): string | undefined => {
 };
 
 /** Why user namespaces are refused on this host, as a fix. */
-export function usernsFix(sysctl: (path: string) => string | undefined = readSysctl): string {
+export function usernsFix(
+  sysctl: (path: string) => string | undefined = readSysctl,
+  container: string | undefined = inContainer(),
+): string {
   if (sysctl('/proc/sys/kernel/apparmor_restrict_unprivileged_userns') === '1') {
     return 'AppArmor blocks user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (or install an AppArmor profile that allows userns for /usr/bin/bwrap)';
   }
   if (sysctl('/proc/sys/kernel/unprivileged_userns_clone') === '0') return 'sysctl -w kernel.unprivileged_userns_clone=1';
   if (sysctl('/proc/sys/user/max_user_namespaces') === '0') return 'sysctl -w user.max_user_namespaces=15000';
-  return "a container's seccomp profile blocks user namespaces: run it with a profile that allows clone/unshare of user namespaces (docker: --security-opt seccomp=unconfined)";
+  if (container)
+    return `this runs in a container (${container}) whose seccomp profile or runtime blocks user namespaces: run it with a profile that allows them (docker: --security-opt seccomp=unconfined; podman: --security-opt seccomp=unconfined, or --userns=auto), or run forge on the host`;
+  return 'the kernel refuses this user new user namespaces: check kernel.unprivileged_userns_clone, user.max_user_namespaces and kernel.apparmor_restrict_unprivileged_userns (sysctl -a | grep -E "userns|user_namespaces"), or a seccomp filter this process runs under (grep Seccomp /proc/self/status)';
+}
+
+/**
+ * What says this process runs in a container (`/.dockerenv`, `/run/.containerenv`, the
+ * `container` variable systemd-nspawn and podman set, a container runtime in its cgroup), or
+ * undefined on a host as far as can be told.
+ */
+export function inContainer(): string | undefined {
+  if (existsSync('/.dockerenv')) return 'docker: /.dockerenv';
+  if (existsSync('/run/.containerenv')) return 'podman: /run/.containerenv';
+  const env = process.env.container;
+  if (env) return `container=${env}`;
+  try {
+    const cg = readFileSync('/proc/1/cgroup', 'utf8');
+    const m = /\b(docker|containerd|kubepods|libpod|lxc)\b/.exec(cg);
+    if (m) return `${m[1]} in /proc/1/cgroup`;
+  } catch {
+    // not readable: no more to tell
+  }
+  return undefined;
 }
 
 /**
@@ -175,11 +200,15 @@ const RULES: readonly Rule[] = [
   },
   {
     cause: 'userns_count',
-    test: /No space left on device/i,
-    explain: (text) => ({
-      message: `the sandbox's user namespace could not be created: the host's limit of user namespaces is reached: ${text}`,
-      fix: 'raise it: sysctl -w user.max_user_namespaces=15000 (or end the programs holding namespaces)',
-    }),
+    // bwrap 0.8 says "nesting depth or /proc/sys/user/max_*_namespaces exceeded (ENOSPC)".
+    test: /No space left on device|ENOSPC|max_\*?_?namespaces exceeded|nesting depth/i,
+    explain: (text, ctx) => {
+      const here = ctx.sysctl('/proc/sys/user/max_user_namespaces');
+      return {
+        message: `the sandbox's user namespace could not be created: the limit of user namespaces is reached (or set to 0) here or in a namespace enclosing this process${here === undefined ? '' : ` (user.max_user_namespaces reads ${here} here)`}: ${text}`,
+        fix: 'raise it where it is set: sysctl -w user.max_user_namespaces=15000 on the host (in a container or a user namespace, by whoever set it there), or end the programs holding namespaces',
+      };
+    },
   },
   {
     cause: 'proc',

@@ -145,6 +145,9 @@ describe('a sandbox that cannot start is refused sandbox_unavailable, with its c
       'this user has 612 processes and threads now; its limit is 64',
     );
     expect(cause('bwrap: Creating new namespace failed: No space left on device')).toBe('userns_count');
+    expect(cause('bwrap: Creating new namespace failed: nesting depth or /proc/sys/user/max_*_namespaces exceeded (ENOSPC)')).toBe(
+      'userns_count',
+    );
     expect(cause('bwrap: Creating new namespace failed: Operation not permitted')).toBe('userns');
     expect(cause('bwrap: setting up uid map: Permission denied')).toBe('userns');
     expect(cause("bwrap: Can't mount proc on /newroot/proc: Operation not permitted")).toBe('proc');
