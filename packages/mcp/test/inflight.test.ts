@@ -22,9 +22,8 @@ describe('Inflight.drain', () => {
     const onWarning = (w: Error) => warnings.push(w.message);
     process.on('warning', onWarning);
     try {
-      const t0 = Date.now();
+      // It returns (a drain that waited for the stuck answer would never end: the test's timeout).
       await inflight.drain(50);
-      expect(Date.now() - t0).toBeLessThan(2000);
       await new Promise((r) => setImmediate(r));
       expect(warnings).toEqual([
         'forge mcp: 1 call(s) not answered within 100 ms after their tools were killed; closing the transport anyway (their outcomes are in the audit log)',

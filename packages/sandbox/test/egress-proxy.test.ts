@@ -354,9 +354,9 @@ describe('limits and teardown', () => {
     const s = await dial(f.http);
     s.write(`CONNECT allowed.test:${target} HTTP/1.1\r\n\r\n`);
     await readUntil(s, (t) => t.includes('\r\n\r\n'));
-    const started = performance.now();
+    // No timing assertion (the tunnel's clock starts before this reads the reply, and a busy
+    // machine may deliver that late): nothing else ends this tunnel, and the proxy says why.
     await once(s, 'end');
-    expect(performance.now() - started).toBeGreaterThanOrEqual(100);
     expect(f.events.at(-1)).toMatchObject({ type: 'network.closed', error: 'idle timeout' });
   });
 
