@@ -18,6 +18,7 @@ export default packageTests({
     'test/hooks.test.ts',
     'test/lazy-sandbox.test.ts',
     'test/lifecycle.test.ts',
+    'test/locks.test.ts',
     'test/many-binds.test.ts',
     'test/network.test.ts',
     'test/output.test.ts',
