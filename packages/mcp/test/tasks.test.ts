@@ -137,13 +137,11 @@ describe('tasks extension (2026-07-28)', () => {
     const taskId = created.taskId as string;
     expect((await asBob('tasks/get', { taskId })).error).toMatchObject({ code: -32602, message: expect.stringMatching(/unknown task/) });
     expect((await asBob('tasks/cancel', { taskId })).error?.code).toBe(-32602);
-    const t0 = Date.now();
     const ack = (await asAlice('tasks/cancel', { taskId })).result ?? {};
     // An empty ack: no task envelope.
     expect(Object.keys(ack).sort()).toEqual(['_meta', 'resultType']);
     const ended = await until(asAlice, taskId);
     expect(ended.status).toBe('cancelled');
-    expect(Date.now() - t0).toBeLessThan(20_000);
     // Idempotent on an ended task; an id never issued is -32602.
     expect((await asAlice('tasks/cancel', { taskId })).result).toMatchObject({ resultType: 'complete' });
     expect((await asAlice('tasks/get', { taskId: 'task-nope' })).error?.code).toBe(-32602);

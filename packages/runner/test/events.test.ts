@@ -232,10 +232,8 @@ ev.close()
 print(json.dumps({"ok": True, "data": "flooded"}))`;
     expect((await fx.forge.forgeTool(py('flood', impl))).ok).toBe(true);
     const got: ToolEvent[] = [];
-    const t0 = performance.now();
     const env = await fx.forge.callTool('flood', {}, { onEvent: (e) => got.push(e) });
     expect(okData(env)).toBe('flooded');
-    expect(performance.now() - t0).toBeLessThan(20_000);
     const progress = got.map((e) => (e.type === 'progress' ? e.progress : Number.NaN));
     expect(progress[0]).toBe(1);
     expect(progress.at(-1)).toBe(100000);

@@ -47,9 +47,8 @@ describe('close()', () => {
     expect((await fx.forge.forgeTool(sleeper(20))).ok).toBe(true);
     const call = fx.forge.callTool('sleeper', {});
     await runStarted(fx.forge.paths.runsDir);
-    const t0 = Date.now();
     await fx.forge.close({ graceMs: 300 });
-    expect(Date.now() - t0).toBeLessThan(5000);
+    // Killed, not waited out (the manifest's SIGKILL says so; the tool sleeps 20 s).
     const env = await call;
     expect(env.ok).toBe(false);
     expect(fx.manifest(env.meta.run_id as string)).toMatchObject({ ok: false, exit: { reason: 'signal', signal: 'SIGKILL' } });
@@ -72,10 +71,8 @@ describe('close()', () => {
     const ac = new AbortController();
     const call = fx.forge.callTool('sleeper', {}, { signal: ac.signal });
     await runStarted(fx.forge.paths.runsDir);
-    const t0 = Date.now();
     ac.abort();
     const env = await call;
-    expect(Date.now() - t0).toBeLessThan(5000);
     expect(env.ok).toBe(false);
     expect(fx.manifest(env.meta.run_id as string)).toMatchObject({ exit: { reason: 'signal', signal: 'SIGKILL' } });
   });

@@ -231,10 +231,9 @@ describe('a tool and its pipe', () => {
 
   it('a child the tool leaves behind holding descriptor 3 does not keep the run open', async () => {
     // The sandbox's pid namespace ends with the tool: its orphan goes with it, and so does its end of the pipe.
-    const t0 = performance.now();
     const r = await runSandboxed({ command: ['/bin/sh', '-c', '(sleep 20; echo late >&3) & echo early >&3'] }, { events: () => {} });
     expect(r.exitCode, describeRun(r)).toBe(0);
-    expect(performance.now() - t0).toBeLessThan(10_000);
+    // Only "early": a run kept open by the orphan would have its "late" too.
     expect(r.eventsBytes).toBe('early\n'.length);
   });
 });

@@ -149,13 +149,11 @@ describe('a kill at any moment of start-up', () => {
     // process without its parent-death signal; the run's cgroup (as root) is killed too.
     for (let i = 0; i < 60; i++) {
       const ac = new AbortController();
-      const t = Date.now();
       const run = runSandboxed({ command: ['/bin/sh', '-c', 'sleep 30'], limits: { timeoutMs: 40_000 } }, { signal: ac.signal });
       setTimeout(() => ac.abort(), Math.random() * 12);
       const r = await run;
-      expect(r.reason).toBe('signal');
-      // A hang bound, not a speed target: a missed kill takes the full 30 s sleep.
-      expect(Date.now() - t, `abort ${i} did not end the run`).toBeLessThan(10_000);
+      // A missed kill would let the 30 s sleep end the run by itself (reason "exit").
+      expect(r.reason, `abort ${i} did not end the run`).toBe('signal');
     }
   });
 });
