@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process';
 import { mkdirSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { wireLockKey } from '@forge/registry';
+import { killedAfter } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
 import { example, setup } from './helpers.js';
 
@@ -26,14 +26,7 @@ async function killedHolder(path: string): Promise<void> {
     while (!staged()) await new Promise((r) => setImmediate(r));
     console.log('held');
     setInterval(() => {}, 1000);`;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', code], { cwd: pkg, stdio: ['ignore', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout?.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
-    child.once('exit', (c) => reject(new Error(`the holder exited ${c} before holding the lock`)));
-  });
-  const gone = new Promise((r) => child.once('exit', r));
-  child.kill('SIGKILL');
-  await gone;
+  await killedAfter(code, 'held', pkg);
 }
 
 describe("the registry's cross-process lock", () => {

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { DirLock } from '@forge/audit-chain';
-import { scaled, tempDirSync } from '@forge/test-utils';
+import { killedAfter, scaled, tempDirSync } from '@forge/test-utils';
 import { build } from 'tsup';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { openProposalStore } from '../src/proposals.js';
@@ -219,22 +219,11 @@ describe('transition', () => {
 
     // A holder killed while holding: taken over at once (well within the 300 ms wait, where an
     // mtime-only lock would wait out its 10 s stale period).
-    const holder = spawn(
-      process.execPath,
-      [
-        '--input-type=module',
-        '-e',
-        `import { DirLock } from '@forge/audit-chain'; await new DirLock(${JSON.stringify(lockPath)}).acquire(); console.log('held'); setInterval(() => {}, 1000);`,
-      ],
-      { cwd: pkg, stdio: ['ignore', 'pipe', 'inherit'] },
+    await killedAfter(
+      `import { DirLock } from '@forge/audit-chain'; await new DirLock(${JSON.stringify(lockPath)}).acquire(); console.log('held'); setInterval(() => {}, 1000);`,
+      'held',
+      pkg,
     );
-    await new Promise<void>((resolve, reject) => {
-      holder.stdout?.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
-      holder.once('exit', (code) => reject(new Error(`the holder exited ${code} before holding the lock`)));
-    });
-    const gone = new Promise((r) => holder.once('exit', r));
-    holder.kill('SIGKILL');
-    await gone;
     expect((await store.transition(p.id, ['pending'], 'validated', { by: 'x' })).ok).toBe(true);
 
     // A lock directory with no owner record (made by hand, or by an older forge) once it is stale.
