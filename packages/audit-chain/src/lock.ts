@@ -111,6 +111,15 @@ function ownerIsDead(owner: Owner): boolean {
   return Boolean(owner.start && now && now !== owner.start);
 }
 
+/** Whether `path` is a directory with nothing in it (false when it is absent or anything else). */
+async function isEmptyDir(path: string): Promise<boolean> {
+  try {
+    return (await readdir(path)).length === 0;
+  } catch {
+    return false;
+  }
+}
+
 function isBusy(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException).code;
   return code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'EISDIR' || code === 'ENOTDIR';
@@ -256,6 +265,11 @@ export class DirLock {
       let broke = false;
       for (;;) {
         try {
+          // rename(2) replaces an empty directory: one at the lock's path is another design's lock
+          // (proper-lockfile's, an older forge's), held until it is stale like any holder that
+          // cannot be inspected. (A lock of this design always holds its owner record. One of the
+          // other design made between this look and the rename is still replaced: a one-syscall window.)
+          if (await isEmptyDir(this.path)) throw Object.assign(new Error('held by a lock of another design'), { code: 'EEXIST' });
           await rename(staging, this.path);
           this.token = token;
           // A directory prepared a while ago carries that time: freshen it, or a waiter would

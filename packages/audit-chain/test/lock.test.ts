@@ -1,4 +1,4 @@
-import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, stat, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { scaled, waitFor } from '@forge/test-utils';
@@ -87,5 +87,22 @@ describe('the prepared lock directory', () => {
     expect((await stat(join(path, 'owner'))).isFile()).toBe(true);
     await lock.release();
     expect(await readdir(dir)).toEqual([]);
+  });
+});
+
+describe('a lock of another design at the same path', () => {
+  it("an empty lock directory (proper-lockfile's, an older forge's) is held until it is stale, never renamed over", async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'x.lock');
+    await mkdir(path); // what proper-lockfile's lock is: a bare directory, its mtime refreshed while held
+    const waiter = new DirLock(path, { staleMs: 60_000, timeoutMs: 300 });
+    await expect(waiter.acquire()).rejects.toMatchObject({ code: 'lock_timeout' });
+    expect(await readdir(path)).toEqual([]); // still the other design's, untouched
+    // Once stale (its holder stopped refreshing it), it is broken like any holder that cannot be inspected.
+    const old = new Date(Date.now() - 120_000);
+    await utimes(path, old, old);
+    await waiter.acquire();
+    expect(await readdir(path)).toEqual(['owner']);
+    await waiter.release();
   });
 });
