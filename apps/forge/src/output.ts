@@ -139,3 +139,22 @@ function stripLength(s: string): number {
 export function clip(s: string, n: number): string {
   return s.length <= n ? s : `${s.slice(0, n - 1)}…`;
 }
+
+/**
+ * How a command that lists records prints them: a line each (`line`); with --json, one JSON array
+ * at the end (one document, as every command's --json), or, when following (`follow`: no end to
+ * wait for), one record per line as it comes (JSON Lines).
+ */
+export function recordPrinter<T>(out: Output, follow: boolean, line: (record: T) => string): { add(record: T): void; end(): void } {
+  const all: T[] = [];
+  return {
+    add(record) {
+      if (!out.json) out.line(line(record));
+      else if (follow) out.jsonLine(record);
+      else all.push(record);
+    },
+    end() {
+      if (out.json && !follow && !out.gone.aborted) out.data(all);
+    },
+  };
+}

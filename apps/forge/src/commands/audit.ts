@@ -4,7 +4,7 @@ import type { AuditEntry } from '@forge/audit-chain';
 import type { PostgresAuditLog } from '@forge/postgres';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
-import { clip, type Output } from '../output.js';
+import { clip, type Output, recordPrinter } from '../output.js';
 import { followStop } from '../signals.js';
 import { openStore, storeUrl } from '../store.js';
 import type { Where } from '../where.js';
@@ -168,7 +168,7 @@ export const auditTail: Command = {
     try {
       for await (const e of tailLog(log, { last: n, follow: values.follow === true, signal })) {
         if (out.gone.aborted) break;
-        print.entry(e);
+        print.add(e);
       }
       print.end();
     } finally {
@@ -249,7 +249,7 @@ async function tailDatabase(w: Where, n: number, follow: boolean, out: Output): 
     // The last n entries at the head, then, following, each one any host commits after it.
     for await (const e of audit.entries({ from: Math.max(1, head.seq - n + 1), follow, signal })) {
       if (out.gone.aborted || (!follow && e.seq > head.seq)) break;
-      print.entry(e);
+      print.add(e);
     }
     print.end();
     return 0;
@@ -259,23 +259,12 @@ async function tailDatabase(w: Where, n: number, follow: boolean, out: Output): 
   }
 }
 
-/**
- * How `audit tail` prints entries: a line each; with --json, one JSON array at the end, or, when
- * following (no end to wait for), one entry per line as it comes (JSON Lines).
- */
-function entryPrinter(out: Output, follow: boolean): { entry(e: AuditEntry): void; end(): void } {
-  const all: AuditEntry[] = [];
-  return {
-    entry(e) {
-      if (!out.json)
-        out.line(
-          `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
-        );
-      else if (follow) out.jsonLine(e);
-      else all.push(e);
-    },
-    end() {
-      if (out.json && !follow && !out.gone.aborted) out.data(all);
-    },
-  };
+/** `audit tail`'s printer: see {@link recordPrinter}. */
+function entryPrinter(out: Output, follow: boolean) {
+  return recordPrinter<AuditEntry>(
+    out,
+    follow,
+    (e) =>
+      `${out.style.dim(String(e.seq).padStart(5))} ${out.style.dim(e.ts)} ${out.style.cyan(e.type)} ${clip(JSON.stringify(e.data), 160)}`,
+  );
 }

@@ -2,10 +2,11 @@ import { resolve } from 'node:path';
 import { UsageError } from '../args.js';
 import type { Command, Io } from '../command.js';
 import { callContext, openForge } from '../context.js';
+import { recordPrinter } from '../output.js';
 import { followStop, untilSignal } from '../signals.js';
 import { type ExportReport, lockToolDir, prepareToolDir } from '../tool-dir.js';
 import { exportOnce, exportSummary, keepToolDir, LOG_ROWS, stateOf } from '../tool-dir-keeper.js';
-import { callBook, formatRow, openCallLog, readCalls } from '../tool-log.js';
+import { type CallRow, callBook, formatRow, openCallLog, readCalls } from '../tool-log.js';
 import type { Where } from '../where.js';
 
 export const toolsExport: Command = {
@@ -110,16 +111,13 @@ export const toolsLog: Command = {
     const src = await openCallLog(w);
     const { signal, dispose } = followStop(out.gone);
     const follow = values.follow === true;
-    const all: unknown[] = [];
+    const print = recordPrinter<CallRow>(out, follow, (r) => formatRow(r, out.style));
     try {
       for await (const r of readCalls(src, { names: new Set([name]), perTool: n, follow, signal })) {
         if (out.gone.aborted) break;
-        if (!out.json) out.line(formatRow(r, out.style));
-        else if (follow) out.jsonLine(r);
-        else all.push(r);
+        print.add(r);
       }
-      // One JSON document, as every command's --json; following has no end, so a line each.
-      if (out.json && !follow && !out.gone.aborted) out.data(all);
+      print.end();
     } finally {
       dispose();
       if (src.kind === 'database') await src.close();
