@@ -61,7 +61,7 @@ export function isNetworkFs(type: string): boolean {
  * answers: a network one is a warning with its fix, one that does not answer within
  * {@link FS_ANSWER_MS} is a problem (every call would wait there).
  */
-export async function fileSystemChecks(o: { home: string; project: string }, ask: typeof fsType = fsType): Promise<Check[]> {
+export async function fileSystemChecks(o: { home: string; project: string }): Promise<Check[]> {
   const places = [
     {
       what: 'temporary directory',
@@ -79,7 +79,7 @@ export async function fileSystemChecks(o: { home: string; project: string }, ask
       fix: 'keep the project on a local disk, or its .forge/ (tools, runs, locks) goes over the network on every call',
     },
   ];
-  const answers = await Promise.all(places.map((p) => ask(p.path)));
+  const answers = await Promise.all(places.map((p) => fsType(p.path)));
   const checks: Check[] = [];
   const local: string[] = [];
   places.forEach((p, i) => {
@@ -91,7 +91,14 @@ export async function fileSystemChecks(o: { home: string; project: string }, ask
         detail: `the ${p.what} ${p.path} did not say what file system it is on within ${FS_ANSWER_MS} ms: a network mount whose server does not answer?`,
         fix: `check the mount (findmnt -T ${p.path}); ${p.fix}`,
       });
-    else if ('error' in a) checks.push({ name: 'file system', ok: true, warn: true, detail: `the ${p.what} ${p.path}: ${a.error}` });
+    else if ('error' in a)
+      checks.push({
+        name: 'file system',
+        ok: true,
+        warn: true,
+        detail: `what file system the ${p.what} ${p.path} is on could not be told: ${a.error}`,
+        fix: `check that ${p.path} exists and this user can read it (stat -f ${p.path})`,
+      });
     else if (isNetworkFs(a.type))
       checks.push({
         name: 'file system',
