@@ -3,6 +3,7 @@ import type { PolicySnapshot } from '@forge/policy';
 import type { JobQueue } from '@forge/queue';
 import type { DamagedTool, ListedTool, Scope, StoredTool, ToolState, ToolStore } from '@forge/registry';
 import type { Resolver, RuntimeTable } from '@forge/sandbox';
+import type { AgentTool } from './agentTools.js';
 import type { AuditTail } from './auditTail.js';
 import type { CacheLimits, CacheStore } from './cache.js';
 import type { Envelope } from './envelope.js';
@@ -262,6 +263,13 @@ export interface Forge {
    * when the policy cannot be read. `forge tools export` writes them as files.
    */
   describeTools(options?: CallContext): Promise<readonly ToolCard[]>;
+  /**
+   * The tools `ctx`'s caller may use (forged, then the sources'), in one framework-neutral shape
+   * whose `execute` calls {@link Forge.callTool}: what `@forge/adapters` turns into an agent
+   * framework's tools. The list changes when {@link Forge.on} `toolsChanged` fires, or when the
+   * policy changes what the caller may see: ask again then.
+   */
+  agentTools(ctx?: CallContext): Promise<AgentTool[]>;
   /** Copies a project tool to the user scope. */
   promoteTool(name: string, options?: { force?: boolean } & CallContext): Promise<ForgeResult & { outcome?: string }>;
   /**

@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs';
 import { tailLog } from '@forge/audit-chain';
 import { bindRoots, networkFor } from '@forge/policy';
+import { agentTools } from './agentTools.js';
 import type { Forge, ForgeOptions } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
 import { makeCallTool } from './call/pipeline.js';
@@ -31,7 +32,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
   e.opened();
   const guarded = guard(e.state);
   const { promoteTool, removeTool, setToolState } = makeManage(e);
-  return {
+  const forge: Forge = {
     paths: e.paths,
     forgeTool: guarded(makeForgeTool(e)),
     callTool: guarded(makeCallTool(e)),
@@ -39,6 +40,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     listDamaged: (o) => listDamaged(e, o),
     listSourced: (o) => listSourced(e, o),
     describeTools: (o) => describeTools(e, o),
+    agentTools: (ctx) => agentTools(forge, ctx),
     promoteTool: guarded(promoteTool),
     removeTool: guarded(removeTool),
     trialCall: guarded(makeTrialCall(e)),
@@ -74,6 +76,7 @@ export async function createForge(options: ForgeOptions = {}): Promise<Forge> {
     work: guarded((o) => work(e, o)),
     close: (o = {}) => close(e, o.graceMs ?? 10_000),
   };
+  return forge;
 }
 
 /** Counts each operation as in flight until it settles, so close() waits for it. */

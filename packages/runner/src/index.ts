@@ -7,6 +7,7 @@
 
 /** The name MCP clients see for a tool, and what every such name matches (from @forge/registry). */
 export { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
+export type { AgentTool, AgentToolCallOptions, AgentToolOrigin } from './agentTools.js';
 export {
   type CallContext,
   type DispatchOptions,
@@ -53,3 +54,5 @@ export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, typ
 export type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolOrigin, ToolSource } from './sources.js';
 export type { ToolCap, ToolCard, ToolPolicyView } from './toolCard.js';
 export { type AnnotatedSpec, bindModes, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';
+/** A tool's schemas as clients outside forge get them (forge's `x-*` annotations stripped): for front-ends such as @forge/mcp. */
+export { type BindAt, bindsNote, callerInputSchema, callerOutputSchema, stripAnnotations } from './toolSchemas.js';

@@ -24,6 +24,9 @@ const EXPORTS = [
   'assertCacheKey',
   'assertRunId',
   'bindModes',
+  'bindsNote',
+  'callerInputSchema',
+  'callerOutputSchema',
   'createForge',
   'defaultForgeHome',
   'defaultWorkerName',
@@ -39,6 +42,7 @@ const EXPORTS = [
   'parseRunUri',
   'readAuditKey',
   'runIdProblem',
+  'stripAnnotations',
   'toolAnnotations',
   'wireName',
 ];

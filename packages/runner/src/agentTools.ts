@@ -1,0 +1,149 @@
+/**
+ * One framework-neutral view of the tools a caller may use, forged and served by a source (the
+ * gateway) alike: what an agent framework's tool needs (a name its function-calling API accepts,
+ * a description, the input and output schemas, hints) and an `execute` that goes through
+ * `Forge.callTool`, so every call meets the same gates, sandbox and audit as an MCP call. The
+ * adapters of `@forge/adapters` turn it into each framework's tool.
+ */
+import { wireName } from '@forge/registry';
+import type { CallContext, Forge } from './api.js';
+import type { Envelope } from './envelope.js';
+import type { SourcedTool } from './sources.js';
+import { type AnnotatedSpec, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';
+import { bindsNote, callerInputSchema, callerOutputSchema } from './toolSchemas.js';
+
+/** Where an {@link AgentTool} comes from. */
+export type AgentToolOrigin =
+  | { kind: 'forged'; scope: string; version: number; digest: string; runtime: string }
+  | { kind: string; server: string; tool: string; digest: string; sandboxed: boolean };
+
+/** What {@link AgentTool.execute} takes besides the input. */
+export interface AgentToolCallOptions {
+  /** Cancels the call: its sandbox is stopped and the answer is a `cancelled` refusal. */
+  signal?: AbortSignal;
+  /** The caller, over the one the tools were listed for (a session or task of the host's own, say). */
+  caller?: Omit<CallContext, 'signal'>;
+}
+
+/** A tool as an agent framework sees it (see {@link Forge.agentTools}). */
+export interface AgentTool {
+  /** The forge name (`code.csv_stats`). */
+  name: string;
+  /** The name function-calling APIs accept (`^[a-zA-Z0-9_-]{1,64}$`: `code__csv_stats`), as MCP lists it. */
+  wireName: string;
+  title?: string;
+  /** The tool's description, with the host paths its input names and where it comes from. */
+  description: string;
+  /** JSON Schema of an object, forge's `x-*` annotations stripped. */
+  inputSchema: Record<string, unknown>;
+  /** JSON Schema of an object (`data` of an ok answer), when the tool declares one. */
+  outputSchema?: Record<string, unknown>;
+  /** MCP tool hints: for a forged tool derived from what the sandbox enforces; a source's are its own. */
+  annotations: Partial<ToolAnnotations>;
+  origin: AgentToolOrigin;
+  /**
+   * Calls the tool through forge (`Forge.callTool`: every gate, the sandbox, the audit entry).
+   * Never throws for a refusal: `{ ok: false, error: { kind, message } }`, whose message says what
+   * to do.
+   */
+  execute(input: unknown, options?: AgentToolCallOptions): Promise<Envelope>;
+}
+
+/** The part of a tool's view that does not depend on who calls: kept per stored tool and grant. */
+type Shape = Omit<AgentTool, 'execute'>;
+
+const forgedShapes = [new WeakMap<object, Shape>(), new WeakMap<object, Shape>()];
+const sourcedShapes = new WeakMap<object, Shape>();
+
+/** The tools `ctx`'s caller may use, forged first, then the sources', by forge name. */
+export async function agentTools(
+  forge: Pick<Forge, 'listTools' | 'listSourced' | 'sandboxFacts' | 'callTool'>,
+  ctx: CallContext = {},
+): Promise<AgentTool[]> {
+  const { signal: _listing, ...caller } = ctx;
+  const facts = forge.sandboxFacts(caller);
+  const out: AgentTool[] = [];
+  const wires = new Set<string>();
+  const bind = (shape: Shape): AgentTool => ({
+    ...shape,
+    execute: (input, o = {}) => forge.callTool(shape.name, input, { ...caller, ...o.caller, ...(o.signal ? { signal: o.signal } : {}) }),
+  });
+  for (const listed of await forge.listTools(caller)) {
+    // A tool whose wire name another one shares is reached by its forge name only: not offered.
+    if (listed.wireConflict !== undefined) continue;
+    const shape = forgedShape(listed.tool as unknown as ForgedRecord, facts);
+    wires.add(shape.wireName);
+    out.push(bind(shape));
+  }
+  for (const t of await forge.listSourced(caller)) {
+    const shape = sourcedShape(t);
+    if (wires.has(shape.wireName)) continue;
+    wires.add(shape.wireName);
+    out.push(bind(shape));
+  }
+  return out;
+}
+
+/** What {@link forgedShape} reads of a stored tool. */
+interface ForgedRecord extends AnnotatedSpec {
+  name: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  output_schema?: Record<string, unknown>;
+  runtime: string;
+  version: number;
+  digest: string;
+  scope: string;
+}
+
+function forgedShape(record: ForgedRecord, facts: SandboxFacts): Shape {
+  const memo = forgedShapes[facts.network ? 1 : 0] as WeakMap<object, Shape>;
+  const hit = memo.get(record);
+  if (hit) return hit;
+  const input = callerInputSchema(record.input_schema);
+  const outputSchema = callerOutputSchema(record.output_schema);
+  const { title, ...hints } = toolAnnotations(record, facts);
+  const note = bindsNote(input.binds);
+  const shape: Shape = {
+    name: record.name,
+    wireName: wireName(record.name),
+    ...(title ? { title } : {}),
+    description: [record.description.trim(), ...(note ? [note] : [])].join('\n\n'),
+    inputSchema: input.schema,
+    ...(outputSchema ? { outputSchema } : {}),
+    annotations: title ? { title, ...hints } : hints,
+    origin: { kind: 'forged', scope: record.scope, version: record.version, digest: record.digest, runtime: record.runtime },
+  };
+  memo.set(record, shape);
+  return shape;
+}
+
+function sourcedShape(t: SourcedTool): Shape {
+  const hit = sourcedShapes.get(t);
+  if (hit) return hit;
+  const title = typeof t.annotations?.title === 'string' ? t.annotations.title : undefined;
+  const outputSchema = callerOutputSchema(t.output_schema, false);
+  const where = `${t.origin.kind} server "${t.origin.server}"${t.origin.sandboxed ? ', sandboxed' : ', NOT sandboxed'}`;
+  const shape: Shape = {
+    name: t.name,
+    wireName: wireName(t.name),
+    ...(title ? { title } : {}),
+    description: `${t.description.trim()}\n\n(${t.origin.tool} of the ${where}; pinned ${t.digest.slice(0, 19)}…)`.trim(),
+    inputSchema: t.input_schema.type === 'object' ? t.input_schema : { ...t.input_schema, type: 'object' },
+    ...(outputSchema ? { outputSchema } : {}),
+    annotations: hintsOf(t.annotations),
+    origin: { kind: t.origin.kind, server: t.origin.server, tool: t.origin.tool, digest: t.digest, sandboxed: t.origin.sandboxed },
+  };
+  sourcedShapes.set(t, shape);
+  return shape;
+}
+
+/** An upstream's hints, only those of the known names and types. */
+function hintsOf(a: Record<string, unknown> | undefined): Partial<ToolAnnotations> {
+  const out: Partial<ToolAnnotations> = {};
+  if (!a) return out;
+  if (typeof a.title === 'string') out.title = a.title;
+  for (const k of ['readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint'] as const)
+    if (typeof a[k] === 'boolean') out[k] = a[k];
+  return out;
+}
