@@ -6,48 +6,10 @@
  * adapters of `@forge/adapters` turn it into each framework's tool.
  */
 import { wireName } from '@forge/registry';
-import type { CallContext, Forge } from './api.js';
-import type { Envelope } from './envelope.js';
+import type { AgentTool, CallContext, Forge } from './api.js';
 import type { SourcedTool } from './sources.js';
 import { type AnnotatedSpec, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';
 import { bindsNote, callerInputSchema, callerOutputSchema } from './toolSchemas.js';
-
-/** Where an {@link AgentTool} comes from. */
-export type AgentToolOrigin =
-  | { kind: 'forged'; scope: string; version: number; digest: string; runtime: string }
-  | { kind: string; server: string; tool: string; digest: string; sandboxed: boolean };
-
-/** What {@link AgentTool.execute} takes besides the input. */
-export interface AgentToolCallOptions {
-  /** Cancels the call: its sandbox is stopped and the answer is a `cancelled` refusal. */
-  signal?: AbortSignal;
-  /** The caller, over the one the tools were listed for (a session or task of the host's own, say). */
-  caller?: Omit<CallContext, 'signal'>;
-}
-
-/** A tool as an agent framework sees it (see {@link Forge.agentTools}). */
-export interface AgentTool {
-  /** The forge name (`code.csv_stats`). */
-  name: string;
-  /** The name function-calling APIs accept (`^[a-zA-Z0-9_-]{1,64}$`: `code__csv_stats`), as MCP lists it. */
-  wireName: string;
-  title?: string;
-  /** The tool's description, with the host paths its input names and where it comes from. */
-  description: string;
-  /** JSON Schema of an object, forge's `x-*` annotations stripped. */
-  inputSchema: Record<string, unknown>;
-  /** JSON Schema of an object (`data` of an ok answer), when the tool declares one. */
-  outputSchema?: Record<string, unknown>;
-  /** MCP tool hints: for a forged tool derived from what the sandbox enforces; a source's are its own. */
-  annotations: Partial<ToolAnnotations>;
-  origin: AgentToolOrigin;
-  /**
-   * Calls the tool through forge (`Forge.callTool`: every gate, the sandbox, the audit entry).
-   * Never throws for a refusal: `{ ok: false, error: { kind, message } }`, whose message says what
-   * to do.
-   */
-  execute(input: unknown, options?: AgentToolCallOptions): Promise<Envelope>;
-}
 
 /** The part of a tool's view that does not depend on who calls: kept per stored tool and grant. */
 type Shape = Omit<AgentTool, 'execute'>;

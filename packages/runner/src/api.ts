@@ -3,7 +3,6 @@ import type { PolicySnapshot } from '@forge/policy';
 import type { JobQueue } from '@forge/queue';
 import type { DamagedTool, ListedTool, Scope, StoredTool, ToolState, ToolStore } from '@forge/registry';
 import type { Resolver, RuntimeTable } from '@forge/sandbox';
-import type { AgentTool } from './agentTools.js';
 import type { AuditTail } from './auditTail.js';
 import type { CacheLimits, CacheStore } from './cache.js';
 import type { Envelope } from './envelope.js';
@@ -14,7 +13,7 @@ import type { RunStore } from './runStore.js';
 import type { ArtifactContent, RunRecord } from './runs.js';
 import type { SourcedTool, ToolSource } from './sources.js';
 import type { ToolCard } from './toolCard.js';
-import type { SandboxFacts } from './toolHints.js';
+import type { SandboxFacts, ToolAnnotations } from './toolHints.js';
 
 /** The refusal type, for modules that name it here (refusal.ts is its one home). */
 export type { Refusal } from './refusal.js';
@@ -224,6 +223,43 @@ export type RemoveToolResult =
 export interface ForgeEvent {
   type: string;
   data: Record<string, unknown>;
+}
+
+/** Where an {@link AgentTool} comes from. */
+export type AgentToolOrigin =
+  | { kind: 'forged'; scope: string; version: number; digest: string; runtime: string }
+  | { kind: string; server: string; tool: string; digest: string; sandboxed: boolean };
+
+/** What {@link AgentTool.execute} takes besides the input. */
+export interface AgentToolCallOptions {
+  /** Cancels the call: its sandbox is stopped and the answer is a `cancelled` refusal. */
+  signal?: AbortSignal;
+  /** The caller, over the one the tools were listed for (a session or task of the host's own, say). */
+  caller?: Omit<CallContext, 'signal'>;
+}
+
+/** A tool as an agent framework sees it (see {@link Forge.agentTools}). */
+export interface AgentTool {
+  /** The forge name (`code.csv_stats`). */
+  name: string;
+  /** The name function-calling APIs accept (`^[a-zA-Z0-9_-]{1,64}$`: `code__csv_stats`), as MCP lists it. */
+  wireName: string;
+  title?: string;
+  /** The tool's description, with the host paths its input names and where it comes from. */
+  description: string;
+  /** JSON Schema of an object, forge's `x-*` annotations stripped. */
+  inputSchema: Record<string, unknown>;
+  /** JSON Schema of an object (`data` of an ok answer), when the tool declares one. */
+  outputSchema?: Record<string, unknown>;
+  /** MCP tool hints: for a forged tool derived from what the sandbox enforces; a source's are its own. */
+  annotations: Partial<ToolAnnotations>;
+  origin: AgentToolOrigin;
+  /**
+   * Calls the tool through forge (`Forge.callTool`: every gate, the sandbox, the audit entry).
+   * Never throws for a refusal: `{ ok: false, error: { kind, message } }`, whose message says what
+   * to do.
+   */
+  execute(input: unknown, options?: AgentToolCallOptions): Promise<Envelope>;
 }
 
 /** The visible tools changed (a forge, promote or remove, here or in another process; a source's tools). */

@@ -7,8 +7,10 @@
 
 /** The name MCP clients see for a tool, and what every such name matches (from @forge/registry). */
 export { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
-export type { AgentTool, AgentToolCallOptions, AgentToolOrigin } from './agentTools.js';
 export {
+  type AgentTool,
+  type AgentToolCallOptions,
+  type AgentToolOrigin,
   type CallContext,
   type DispatchOptions,
   type Forge,
