@@ -5,7 +5,7 @@
  * `Forge.callTool`, so every call meets the same gates, sandbox and audit as an MCP call. The
  * adapters of `@forge/adapters` turn it into each framework's tool.
  */
-import { wireName } from '@forge/registry';
+import { type StoredTool, wireName } from '@forge/registry';
 import type { AgentTool, CallContext, Forge } from './api.js';
 import type { SourcedTool } from './sources.js';
 import { type AnnotatedSpec, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';
@@ -33,7 +33,7 @@ export async function agentTools(
   for (const listed of await forge.listTools(caller)) {
     // A tool whose wire name another one shares is reached by its forge name only: not offered.
     if (listed.wireConflict !== undefined) continue;
-    const shape = forgedShape(listed.tool as unknown as ForgedRecord, facts);
+    const shape = forgedShape(listed.tool, facts);
     wires.add(shape.wireName);
     out.push(bind(shape));
   }
@@ -46,25 +46,13 @@ export async function agentTools(
   return out;
 }
 
-/** What {@link forgedShape} reads of a stored tool. */
-interface ForgedRecord extends AnnotatedSpec {
-  name: string;
-  description: string;
-  input_schema: Record<string, unknown>;
-  output_schema?: Record<string, unknown>;
-  runtime: string;
-  version: number;
-  digest: string;
-  scope: string;
-}
-
-function forgedShape(record: ForgedRecord, facts: SandboxFacts): Shape {
+function forgedShape(record: StoredTool, facts: SandboxFacts): Shape {
   const memo = forgedShapes[facts.network ? 1 : 0] as WeakMap<object, Shape>;
   const hit = memo.get(record);
   if (hit) return hit;
   const input = callerInputSchema(record.input_schema);
   const outputSchema = callerOutputSchema(record.output_schema);
-  const { title, ...hints } = toolAnnotations(record, facts);
+  const { title, ...hints } = toolAnnotations(record as AnnotatedSpec, facts);
   const note = bindsNote(input.binds);
   const shape: Shape = {
     name: record.name,
