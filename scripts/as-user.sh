@@ -32,7 +32,13 @@ mkdir -p "$dest"
 chown -R "$user:" "$dest"
 
 # The load: one process holding $threads sleeping threads, and 100 sleeping processes.
-as_user() { runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH="$PATH" LANG=C.UTF-8 CI="${CI:-}" TERM="${TERM:-dumb}" "$@"; }
+# The machine's own network settings stay (which certificate authorities to trust, which proxy to
+# use): an account on this machine has them too, and npm needs them to reach its registry.
+machine=()
+for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR HTTPS_PROXY HTTP_PROXY NO_PROXY https_proxy http_proxy no_proxy; do
+  if [ -n "${!v:-}" ]; then machine+=("$v=${!v}"); fi
+done
+as_user() { runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH="$PATH" LANG=C.UTF-8 CI="${CI:-}" TERM="${TERM:-dumb}" "${machine[@]}" "$@"; }
 as_user python3 -c "
 import threading, time, subprocess
 for _ in range(100): subprocess.Popen(['sleep', '86400'])
