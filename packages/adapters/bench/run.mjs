@@ -32,7 +32,7 @@ const forge = await createForge({ home, project, env: {} });
 const { loadExample } = await import(pathToFileURL(resolve(import.meta.dirname, '../../../examples/index.mjs')).href);
 const fib = { ...loadExample('fib'), name: 'math.fib' };
 const forged = await forge.forgeTool(fib);
-if (!forged.ok) throw new Error(`forging fib failed: ${forged.error?.message ?? JSON.stringify(forged)}`);
+if (!forged.ok) throw new Error(`forging fib failed: ${forged.kind}: ${forged.message}`);
 const input = { n: 30 };
 const first = await forge.callTool('math.fib', input);
 if (!first.ok) throw new Error(`fib failed: ${first.error.message} (is bubblewrap installed? forge doctor says)`);
@@ -81,7 +81,7 @@ for (const [name, fn] of Object.entries(cases)) {
 
 for (let i = 0; i < TOOLS - 1; i++) {
   const r = await forge.forgeTool({ ...fib, name: `bench.t${i}` });
-  if (!r.ok) throw new Error(`forging bench.t${i} failed`);
+  if (!r.ok) throw new Error(`forging bench.t${i} failed: ${r.kind}: ${r.message}`);
 }
 const listed = await time(() => forge.listTools());
 const agent = await time(() => forge.agentTools());
