@@ -10,6 +10,7 @@ export default packageTests({
     'test/modern.test.ts',
     'test/resume.test.ts',
     'test/server.test.ts',
+    'test/skills.test.ts',
     'test/sourced.test.ts',
     'test/stdio.test.ts',
     'test/surface.test.ts',

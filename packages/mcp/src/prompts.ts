@@ -29,7 +29,8 @@ export const PROMPTS: readonly Prompt[] = Object.freeze([
   },
 ]);
 
-const GUIDE = `# forge: when to forge a tool
+/** The agent guide: the `forge_guide` prompt, and the body of the `forging` skill (skills.ts). */
+export const GUIDE = `# forge: when to forge a tool
 
 forge creates tools at runtime. A forged tool is validated against its schema on every call, runs in a sandbox that sees only the paths its input names (no network unless policy grants it), and every call is written to a tamper-evident audit log.
 
@@ -57,6 +58,19 @@ forge creates tools at runtime. A forged tool is validated against its schema on
 
 These are guidelines, not gates: decide per call.`;
 
+/** What each forge_tool argument holds, as a Markdown list (`runtime` and `scope` as given, or as placeholders). */
+export function specFields(runtime: string, scope: string): string {
+  return `- name: 1-64 of [A-Za-z0-9_.-], starting with a letter; dots make namespaces (code.csv_stats). Call forge_list first: reuse a tool that already does this.
+- description: what it does and what it returns, for the agents that will call it.
+- runtime: ${runtime}
+- scope: ${scope}
+- input_schema: a JSON Schema object of the input; every property typed and described; required inputs listed; "x-bind": "ro" (or "rw") on string properties that name host paths.
+- output_schema: a JSON Schema of "data".
+- impl: a short ${runtime} program that reads one JSON object from stdin and prints exactly one envelope: {"ok": true, "data": …} or {"ok": false, "error": {"kind": "…", "message": "…"}}. No network, no paths but those bound.
+- meta: {"deterministic": true} only when the same input always gives the same output.
+- examples: two or three [{"input": …, "expect": …}] that show typical use.`;
+}
+
 /** The text of prompt `name` with its arguments, or undefined for a name forge does not have. */
 export function getPrompt(name: string, args: Record<string, string> = {}): GetPromptResult | string {
   if (name === 'forge_guide') {
@@ -77,15 +91,7 @@ What it should do:
 ${description}
 
 Write the forge_tool arguments:
-- name: 1-64 of [A-Za-z0-9_.-], starting with a letter; dots make namespaces (code.csv_stats). Call forge_list first: reuse a tool that already does this.
-- description: what it does and what it returns, for the agents that will call it.
-- runtime: ${runtime}
-- scope: ${scope}
-- input_schema: a JSON Schema object of the input; every property typed and described; required inputs listed; "x-bind": "ro" (or "rw") on string properties that name host paths.
-- output_schema: a JSON Schema of "data".
-- impl: a short ${runtime} program that reads one JSON object from stdin and prints exactly one envelope: {"ok": true, "data": …} or {"ok": false, "error": {"kind": "…", "message": "…"}}. No network, no paths but those bound.
-- meta: {"deterministic": true} only when the same input always gives the same output.
-- examples: two or three [{"input": …, "expect": …}] that show typical use.`;
+${specFields(runtime, scope)}`;
     return { description: PROMPTS[1]?.description, messages: [{ role: 'user', content: { type: 'text', text } }] };
   }
   return `forge has no prompt named "${name}" (it has ${PROMPTS.map((p) => p.name).join(', ')})`;

@@ -14,6 +14,7 @@ import { Inflight, UnansweredCalls } from './inflight.js';
 import { refuseMalformedParams } from './jsonrpc.js';
 import { type SharedViews, ToolListing, toolsList } from './listing.js';
 import { hookTransports, TaskAnsweringServer } from './sdkInternals.js';
+import { addSkills, SKILLS_EXTENSION, type SkillSet, skillsFor } from './skills.js';
 import { addSurface } from './surface.js';
 import { addTaskHandlers } from './taskCalls.js';
 import { TASKS_EXTENSION, type TaskStore } from './tasks.js';
@@ -96,13 +97,15 @@ export interface BuiltServer {
   dispose(): void;
 }
 
-/** What this server offers, on both eras. */
+/** What this server offers, on both eras (the 2026 era adds the tasks extension). */
 export const CAPABILITIES: ServerCapabilities = {
   tools: { listChanged: true },
   resources: { subscribe: true, listChanged: true },
   prompts: { listChanged: false },
   completions: {},
   logging: {},
+  // MCP Skills (SEP-2640): forge's guidance and a summary per namespace of the caller's tools (skills.ts).
+  extensions: { [SKILLS_EXTENSION]: { directoryRead: true } },
 };
 
 /**
@@ -132,7 +135,7 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
   const server = new TaskAnsweringServer(
     { name: options.name ?? 'forge', version: options.version ?? PACKAGE_VERSION },
     {
-      capabilities: tasks ? { ...CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : CAPABILITIES,
+      capabilities: tasks ? { ...CAPABILITIES, extensions: { ...CAPABILITIES.extensions, [TASKS_EXTENSION]: {} } } : CAPABILITIES,
       instructions: instructionsFor(smith, persona),
     },
   );
@@ -163,7 +166,10 @@ export function buildServer(forge: Forge | PromiseLike<Forge>, options: BuildOpt
       elicits: elicitsForm(declared(extra)),
     }),
   }));
-  const surface = addSurface(server, { ready, ctx, views: () => listing.views() });
+  // The caller's skills are built from the tools its listing shows (never another caller's).
+  const skills = async (): Promise<SkillSet> => skillsFor(await listing.views());
+  addSkills(server, { skills, modern: options.era === 'modern' });
+  const surface = addSurface(server, { ready, ctx, views: () => listing.views(), skills });
   const ports: CallPorts = {
     ready,
     ctx,

@@ -15,6 +15,7 @@ import {
 import { completePromptArgument, getPrompt, PROMPTS, SCOPES } from './prompts.js';
 import { RUN_TEMPLATES, readRunResource } from './runResources.js';
 import { findView, type ToolView } from './schema.js';
+import { readSkillFile, type SkillSet } from './skills.js';
 
 /** What the surface needs of the server it is added to. */
 export interface SurfaceDeps {
@@ -22,6 +23,8 @@ export interface SurfaceDeps {
   ctx: CallContext;
   /** The forged tools the caller sees, by wire name. */
   views(): Promise<Map<string, ToolView>>;
+  /** The caller's skills (skills.ts): each SKILL.md is listed, each file is read here. */
+  skills(): Promise<SkillSet>;
 }
 
 const TOOL_URI = 'forge://tools/';
@@ -82,6 +85,7 @@ export function addSurface(server: Server, deps: SurfaceDeps): { subscribed(): R
       description: 'The last entries of the audit log, after the whole chain was verified (the verdict comes with them).',
       mimeType: 'application/json',
     });
+    resources.push(...(await deps.skills()).listed());
     return { resources };
   });
   server.setRequestHandler('resources/templates/list', async () => ({ resourceTemplates: TEMPLATES }));
@@ -102,6 +106,7 @@ export function addSurface(server: Server, deps: SurfaceDeps): { subscribed(): R
       return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(tail, null, 2) }] };
     }
     if (uri.startsWith('forge://runs/')) return readRunResource(await deps.ready(), uri, deps.ctx);
+    if (uri.startsWith('skill://')) return readSkillFile(deps.skills, uri);
     throw new ResourceNotFoundError(uri, `forge has no resource ${uri} (resources/list and resources/templates/list name them)`);
   });
 

@@ -22,6 +22,7 @@ export const CAPABILITIES = {
   prompts: { listChanged: false },
   completions: {},
   logging: {},
+  extensions: { 'io.modelcontextprotocol/skills': { directoryRead: true } },
 };
 
 /** A tool spec as these tests write it. */

@@ -6,7 +6,8 @@
  */
 
 /** The name MCP clients see for a tool, and what every such name matches (from @forge/registry). */
-export { WIRE_NAME_PATTERN, wireName } from '@forge/registry';
+/** Text an agent, a tool or an upstream wrote, made inert for a person's screen (from @forge/registry: the one rule). */
+export { inertText, WIRE_NAME_PATTERN, wireName } from '@forge/registry';
 export {
   type AgentTool,
   type AgentToolCallOptions,

@@ -35,6 +35,7 @@ const EXPORTS = [
   'findHooks',
   'findProject',
   'hookRoots',
+  'inertText',
   'isCacheEntry',
   'manifestUri',
   'mimeTypeOf',
