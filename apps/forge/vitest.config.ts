@@ -10,6 +10,7 @@ export default packageTests({
     'test/audit.test.ts',
     'test/cli.test.ts',
     'test/contention.test.ts',
+    'test/telemetry.test.ts',
     'test/damaged-tool.test.ts',
     'test/doctor-audit.test.ts',
     'test/doctor-fs.test.ts',

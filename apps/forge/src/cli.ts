@@ -17,6 +17,7 @@ import { worker } from './commands/worker.js';
 import { commandHelp, globalHelp, groupHelp } from './help.js';
 import { createOutput } from './output.js';
 import { readStdin } from './spec-input.js';
+import { startTelemetry } from './telemetry.js';
 import { VERSION } from './version.js';
 import { where } from './where.js';
 
@@ -120,7 +121,10 @@ function selfPath(): string {
   }
 }
 
+// OpenTelemetry when OTEL_* asks for it (telemetry.ts); its last spans are exported before the exit.
+const telemetry = await startTelemetry(process.env);
 const code = await main(process.argv.slice(2));
+await telemetry?.shutdown();
 // Let stdout drain (it may be a pipe) before exiting; an exit also ends watchers and timers left by a library.
 // A stdout whose reader has gone (`| head -1`) has nothing left to drain.
 if (process.stdout.destroyed) process.exit(code);

@@ -1,4 +1,4 @@
-import type { ToolEvent } from '@forge/runner';
+import { injectTrace, type ToolEvent } from '@forge/runner';
 import { Client, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
 import { type ChildExit, ChildTransport, type UpstreamChild } from './transport.js';
 import type { ServerConfig, ToolDefinition } from './types.js';
@@ -345,7 +345,8 @@ export class Upstream {
     try {
       const result = await Promise.race([
         conn.client.callTool(
-          { name: tool, arguments: (args ?? {}) as Record<string, unknown> },
+          // The call's trace goes on upstream (OpenTelemetry's MCP conventions: params._meta).
+          { name: tool, arguments: (args ?? {}) as Record<string, unknown>, ...traceMeta() },
           {
             signal: options.signal,
             timeout: options.timeoutMs,
@@ -431,4 +432,10 @@ export function definitionOf(t: Record<string, unknown>): ToolDefinition {
   if (t.outputSchema && typeof t.outputSchema === 'object') def.outputSchema = t.outputSchema as Record<string, unknown>;
   if (t.annotations && typeof t.annotations === 'object') def.annotations = t.annotations as Record<string, unknown>;
   return def;
+}
+
+/** `_meta` carrying the active trace context, when a span records; nothing otherwise. */
+function traceMeta(): { _meta?: Record<string, string> } {
+  const t = injectTrace();
+  return t.traceparent ? { _meta: { ...t } as Record<string, string> } : {};
 }

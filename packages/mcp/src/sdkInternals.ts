@@ -6,6 +6,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { type AuthInfo, type JSONRPCMessage, Server, type Transport, type TransportSendOptions } from '@modelcontextprotocol/server';
+import { traceRequest } from './telemetry.js';
 
 /** Thrown through the SDK's tools/call result check by a handler that started a task; see {@link TaskAnsweringServer}. */
 class TaskCreated extends Error {
@@ -25,7 +26,25 @@ class TaskCreated extends Error {
  */
 export class TaskAnsweringServer extends Server {
   protected override _wrapHandler(method: string, handler: Parameters<Server['_wrapHandler']>[1]): ReturnType<Server['_wrapHandler']> {
-    if (method !== 'tools/call') return super._wrapHandler(method, handler);
+    const wrapped = method === 'tools/call' ? this.#answeringTasks(method, handler) : super._wrapHandler(method, handler);
+    // Every request in its OpenTelemetry span (telemetry.ts), around the SDK's own checks too.
+    return (request, ctx) =>
+      traceRequest(
+        method,
+        {
+          request: request as { params?: Record<string, unknown> },
+          id: ctx.mcpReq.id,
+          meta: ctx.mcpReq._meta,
+          sessionId: ctx.sessionId,
+          protocolVersion:
+            (ctx.mcpReq.envelope as Record<string, unknown> | undefined)?.[PROTOCOL_VERSION_META_KEY]?.toString() ??
+            this.getNegotiatedProtocolVersion(),
+        },
+        () => wrapped(request, ctx),
+      );
+  }
+
+  #answeringTasks(method: string, handler: Parameters<Server['_wrapHandler']>[1]): ReturnType<Server['_wrapHandler']> {
     const inner = super._wrapHandler(method, async (request, ctx) => {
       const result = await handler(request, ctx);
       if ((result as { resultType?: unknown }).resultType === 'task') throw new TaskCreated(result);
@@ -41,6 +60,9 @@ export class TaskAnsweringServer extends Server {
     };
   }
 }
+
+/** Where a 2026-07-28 request names its protocol version (its `_meta` envelope). */
+const PROTOCOL_VERSION_META_KEY = 'io.modelcontextprotocol/protocolVersion';
 
 /** What a server built here does with the messages of every transport it connects to. */
 export interface TransportHooks {

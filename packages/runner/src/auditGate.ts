@@ -75,10 +75,13 @@ export class AuditGate {
    * Appends one entry; resolves to undefined once it is durable, or to the failure (never
    * rejects). While the gate is closed nothing is attempted: the entry is counted as lost.
    */
-  append(type: string, data: Record<string, unknown>): Promise<AuditFailure | undefined> {
-    if (this.failure) return this.appendWhileClosed(type, data);
+  append(type: string, data: Record<string, unknown>, appended?: (index: number) => void): Promise<AuditFailure | undefined> {
+    if (this.failure) return this.appendWhileClosed(type, data, appended);
     return this.log.append(type, data as JsonValue).then(
-      () => undefined,
+      (r) => {
+        appended?.(r.seq);
+        return undefined;
+      },
       (err) => {
         this.lose(type, data);
         return this.fail(err);
@@ -86,11 +89,15 @@ export class AuditGate {
     );
   }
 
-  private async appendWhileClosed(type: string, data: Record<string, unknown>): Promise<AuditFailure | undefined> {
+  private async appendWhileClosed(
+    type: string,
+    data: Record<string, unknown>,
+    appended?: (index: number) => void,
+  ): Promise<AuditFailure | undefined> {
     // An entry that arrives while a probe is under way waits for it: lost now, it would be
     // missing from the recovery entry the probe is writing.
-    if (this.probe && !(await this.probe)) return this.append(type, data);
-    if (!this.failure) return this.append(type, data);
+    if (this.probe && !(await this.probe)) return this.append(type, data, appended);
+    if (!this.failure) return this.append(type, data, appended);
     this.lose(type, data);
     return this.failure;
   }

@@ -32,6 +32,7 @@ import { stopReason } from './refusal.js';
 import { defaultRunSlots, RunSlots } from './runSlots.js';
 import { fileRunStore } from './runStore.js';
 import { sandboxModule } from './sandboxModule.js';
+import { activeCallTrace } from './telemetry.js';
 import { createToolLookup } from './toolLookup.js';
 
 export type { Ctx } from './caller.js';
@@ -174,7 +175,9 @@ async function openAuditPort(
     track: (p) => void track(p),
   });
   const write = (type: string, data: Record<string, unknown>) => {
-    const p = auditGate.append(type, data);
+    // An entry written under a call's span is named on it (telemetry.ts): a trace joins the log.
+    const traced = activeCallTrace();
+    const p = auditGate.append(type, data, traced && ((index) => traced.entry(type, index)));
     checkpoints.appended();
     return track(p);
   };

@@ -55,6 +55,8 @@ export { openFilesLimit } from './runSlots.js';
 export { type ArtifactBytes, assertRunId, type FoundRun, fileRunStore, type RunStore, type StoredArtifact } from './runStore.js';
 export { type ArtifactContent, DEFAULT_ARTIFACT_MAX_BYTES, type RunArtifact, type RunRecord } from './runs.js';
 export type { SourceContext, SourcedTool, SourceHost, SourceJob, SourceResult, ToolOrigin, ToolSource } from './sources.js';
+/** W3C trace context in and out of `_meta` and jobs (OpenTelemetry; empty when nothing records): for front-ends and sources. */
+export { extractTrace, injectTrace, type TraceCarrier, telemetryApi } from './telemetry.js';
 export type { ToolCap, ToolCard, ToolPolicyView } from './toolCard.js';
 export { type AnnotatedSpec, bindModes, type SandboxFacts, type ToolAnnotations, toolAnnotations } from './toolHints.js';
 /** A tool's schemas as clients outside forge get them (forge's `x-*` annotations stripped): for front-ends such as @forge/mcp. */

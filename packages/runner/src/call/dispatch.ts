@@ -6,6 +6,7 @@ import { type Envelope, failure } from '../envelope.js';
 import type { RunPlan } from '../executor.js';
 import type { AuditPort, CachePort, Clock, RunsPort, Setup } from '../ports.js';
 import { RefusalError, stopReason } from '../refusal.js';
+import { injectTrace } from '../telemetry.js';
 import type { Call } from './call.js';
 import { type CallAnswer, type CallJob, newCallId } from './job.js';
 import { lostAnswer } from './note.js';
@@ -51,6 +52,9 @@ export async function dispatchCall(
     acl: ctx.acl.all ? null : [...ctx.acl.patterns],
     from: e.workerName,
   };
+  // The worker's span of the call continues this trace (nothing when nothing records).
+  const trace = injectTrace();
+  if (trace.traceparent) job.trace = trace;
   const where = `the ${queue.kind} job queue at ${queue.where}`;
   try {
     await queue.publish({ id, payload: job as unknown as JsonValue });

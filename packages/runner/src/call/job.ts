@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { JsonValue } from '@forge/queue';
 import type { Envelope } from '../envelope.js';
+import type { TraceCarrier } from '../telemetry.js';
 import type { RunOutcome } from './record.js';
 
 /**
@@ -22,6 +23,8 @@ export interface CallJob {
   acl: string[] | null;
   /** The front-end that published it (`<host>-<pid>`). */
   from: string;
+  /** The W3C trace context of the front-end's call, when it was traced: the worker's span continues it. */
+  trace?: TraceCarrier;
 }
 
 /** What a worker finishes a call job with: the answer, as recorded in the worker's log. */

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { checkSecrets, clampBudget, type PolicySnapshot } from '@forge/policy';
+import type { Context } from '@opentelemetry/api';
 import type { CallContext, DispatchOptions } from '../api.js';
 import type { Engine } from '../engine.js';
 import { type Envelope, failure } from '../envelope.js';
@@ -11,6 +12,7 @@ import { newRunId } from '../manifest.js';
 import type { Clock, PolicyPort, Setup } from '../ports.js';
 import { type SecretList, secretList } from '../redact.js';
 import { RefusalError } from '../refusal.js';
+import { traceCall } from '../telemetry.js';
 import { readSecrets } from '../vault.js';
 import { cachedOrRun } from './cached.js';
 import { type Call, openCall, type RefusePorts, refuseCall } from './call.js';
@@ -48,7 +50,22 @@ export function callExecutors(e: Engine): CallExecutors {
  * secrets, the executor's run, or the cache) → record. Cheap, policy-level refusals come before
  * anything touches the disk or starts a process; only the executor differs by where a tool lives.
  */
-export async function runCall(e: Engine, executors: CallExecutors, call: Call, route: CallRoute): Promise<CallAnswer> {
+export function runCall(e: Engine, executors: CallExecutors, call: Call, route: CallRoute, parent?: Context): Promise<CallAnswer> {
+  return traceCall(
+    call.name,
+    call.caller.persona,
+    parent,
+    () => callSteps(e, executors, call, route),
+    (answer) => ({
+      envelope: answer.envelope,
+      name: call.name,
+      eventType: call.eventType,
+      ...(call.dispatched ? { callId: call.dispatched.callId } : {}),
+    }),
+  );
+}
+
+async function callSteps(e: Engine, executors: CallExecutors, call: Call, route: CallRoute): Promise<CallAnswer> {
   const no = await e.admit(call.ctx, 'the tool did not run');
   if (no) return refused(e, call, no);
   const found = await route.resolve(call);

@@ -3,6 +3,7 @@ import type { WorkOptions } from '../api.js';
 import { callerOf } from '../caller.js';
 import type { Engine } from '../engine.js';
 import { failure } from '../envelope.js';
+import { extractTrace } from '../telemetry.js';
 import { openCall } from './call.js';
 import { type CallAnswer, type CallJob, readCallJob } from './job.js';
 import { type CallNote, fromNote, lostAnswer, readNote } from './note.js';
@@ -99,7 +100,8 @@ async function runDispatched(e: Engine, executors: CallExecutors, queue: JobQueu
       await queue.note(job, n as unknown as JsonValue);
     },
   };
-  return runCall(e, executors, call, pinnedRoute(e, cj.digest));
+  // A malformed or absent trace context is no context: the span starts a trace of its own.
+  return runCall(e, executors, call, pinnedRoute(e, cj.digest), extractTrace(cj.trace, 'root'));
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
