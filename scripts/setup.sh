@@ -44,6 +44,11 @@ fi
 if ! $demo && ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   apt_missing+=(postgresql)
 fi
+# The audit log's Merkle proofs are checked by the Go checksum database's own code (sumdb/tlog).
+if ! $demo; then
+  command -v go >/dev/null 2>&1 || apt_missing+=(golang-go)
+  [ -d /usr/share/gocode/src/golang.org/x/mod/sumdb/tlog ] || apt_missing+=(golang-golang-x-mod-dev)
+fi
 if [ "${#apt_missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq >/dev/null

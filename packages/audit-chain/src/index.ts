@@ -35,6 +35,20 @@ export type {
   RotateResult,
   WriterIo,
 } from './log-types.js';
+/** The log as an RFC 6962 Merkle tree: tree heads, inclusion and consistency proofs, their verification. */
+export {
+  consistencyProof,
+  EMPTY_ROOT,
+  HASH_SIZE,
+  inclusionProof,
+  leafHash,
+  MemoryTree,
+  nodeHash,
+  type TreeHashes,
+  treeHead,
+  verifyConsistency,
+  verifyInclusion,
+} from './merkle.js';
 export { type TailOptions, tailLog } from './tail.js';
 export { verifyLog } from './verify.js';
 export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';
