@@ -13,6 +13,7 @@ export default packageTests({
     'test/lock-leftovers.test.ts',
     'test/lock.test.ts',
     'test/merkle-go.test.ts',
+    'test/note-go.test.ts',
     'test/stopped-holder.test.ts',
     'test/tail-follow.test.ts',
     'test/threads.test.ts',

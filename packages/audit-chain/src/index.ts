@@ -49,6 +49,20 @@ export {
   verifyConsistency,
   verifyInclusion,
 } from './merkle.js';
+/** Signed notes (C2SP signed-note) and the tree checkpoints they carry (C2SP tlog-checkpoint). */
+export {
+  formatTreeCheckpoint,
+  type NoteSignature,
+  type NoteSigner,
+  noteKeyId,
+  noteVerifierKey,
+  type OpenedNote,
+  openNote,
+  parseTreeCheckpoint,
+  parseVerifierKey,
+  signNote,
+  type TreeCheckpoint,
+} from './note.js';
 export { type TailOptions, tailLog } from './tail.js';
 export { verifyLog } from './verify.js';
 export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';
