@@ -14,6 +14,8 @@ export default packageTests({
     'test/lock.test.ts',
     'test/merkle-go.test.ts',
     'test/note-go.test.ts',
+    'test/tiles-go.test.ts',
+    'test/tiles.test.ts',
     'test/stopped-holder.test.ts',
     'test/tail-follow.test.ts',
     'test/threads.test.ts',

@@ -64,5 +64,18 @@ export {
   type TreeCheckpoint,
 } from './note.js';
 export { type TailOptions, tailLog } from './tail.js';
+/** The tree's hashes as C2SP tlog-tiles: paths, the tiles a growth adds, writing them, reading a tree from them. */
+export {
+  newTiles,
+  TILE_HEIGHT,
+  TILE_WIDTH,
+  type Tile,
+  TileHashes,
+  type TileSource,
+  tileData,
+  tileFiles,
+  tilePath,
+  writeTiles,
+} from './tiles.js';
 export { verifyLog } from './verify.js';
 export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';

@@ -12,6 +12,9 @@ const EXPORTS = [
   'GENESIS_HASH',
   'HASH_SIZE',
   'MemoryTree',
+  'TILE_HEIGHT',
+  'TILE_WIDTH',
+  'TileHashes',
   'VERIFY_REASONS',
   'consistencyProof',
   'decodeCheckpoint',
@@ -23,6 +26,7 @@ const EXPORTS = [
   'generateSigningKeys',
   'inclusionProof',
   'leafHash',
+  'newTiles',
   'nodeHash',
   'noteKeyId',
   'noteVerifierKey',
@@ -35,11 +39,15 @@ const EXPORTS = [
   'reanchorAuditLog',
   'signNote',
   'tailLog',
+  'tileData',
+  'tileFiles',
+  'tilePath',
   'treeHead',
   'verifyConsistency',
   'verifyInclusion',
   'verifyLog',
   'withDirLock',
+  'writeTiles',
 ];
 
 // Imported while the file is collected, not inside the test: on a busy machine loading the
