@@ -14,6 +14,7 @@ export default packageTests({
     'test/lock.test.ts',
     'test/merkle-go.test.ts',
     'test/note-go.test.ts',
+    'test/proof-cli.test.ts',
     'test/proof-python.test.ts',
     'test/tiles-go.test.ts',
     'test/tiles.test.ts',

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
+import { createPublicKey } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadKey } from './checkpoint.js';
@@ -9,6 +10,8 @@ import { AuditError } from './errors.js';
 import type { AuditEntry } from './format.js';
 import type { JsonValue } from './ijson.js';
 import { generateSigningKeys, openAuditLog, reanchorAuditLog, tailLog, verifyLog } from './index.js';
+import { noteVerifierKey } from './note.js';
+import { checkProof, type ProofVerdict } from './proof.js';
 
 const USAGE = `usage: forge-audit <command> …
 
@@ -22,6 +25,10 @@ const USAGE = `usage: forge-audit <command> …
                                             signing, or after a cut): records audit.reanchored first
   rotate <log>                              seal the active segment and start the next
   keygen <prefix>                           write <prefix>.key (private, 0600) and <prefix>.pub
+  vkey <pub-file> --name <key-name>         print the verifier key of a public key (for signed notes)
+  verify-proof <checkpoint> <proof> (--vkey <key> | --key-pub <file> --name <key-name>) [--json]
+                                            check an inclusion or consistency proof against a signed
+                                            tree checkpoint, offline (exit 0 proven, 1 not)
 
 Exit codes: 0 ok, 1 verification found a violation, 2 usage or I/O error.`;
 
@@ -55,6 +62,8 @@ const OPTIONS = {
   n: { type: 'string', short: 'n' },
   follow: { type: 'boolean', short: 'f', default: false },
   help: { type: 'boolean', short: 'h', default: false },
+  name: { type: 'string' },
+  vkey: { type: 'string', multiple: true },
 } as const;
 
 /** The parsed options every command reads from. */
@@ -226,6 +235,52 @@ async function keygenCommand(args: string[], values: Values): Promise<number> {
   return 0;
 }
 
+/** The verifier key of `--key-pub` under `--name`. */
+async function verifierKeyOf(values: Values): Promise<string> {
+  if (!values['key-pub'] || !values.name) throw new UsageError('give --vkey <key>, or --key-pub <file> with --name <key-name>');
+  const pem = await readFile(values['key-pub'], 'utf8').catch((err: Error) => {
+    throw new AuditError('io_error', `cannot read ${values['key-pub']}: ${err.message}`);
+  });
+  try {
+    return noteVerifierKey(values.name, createPublicKey(pem));
+  } catch (err) {
+    throw new AuditError('invalid_key', `${values['key-pub']} is not an Ed25519 public key usable for notes: ${(err as Error).message}`);
+  }
+}
+
+/** `vkey`: the verifier key a checker of signed notes is given. */
+async function vkeyCommand(args: string[], values: Values): Promise<number> {
+  need(args, 1, '<pub-file>');
+  out(await verifierKeyOf({ ...values, 'key-pub': args[0] }));
+  return 0;
+}
+
+/** `verify-proof`: a proof against a signed tree checkpoint, with nothing but the key. */
+async function verifyProofCommand(args: string[], values: Values): Promise<number> {
+  need(args, 2, '<checkpoint> <proof>');
+  const [cpFile, proofFile] = args as [string, string];
+  const keys = values.vkey && values.vkey.length > 0 ? values.vkey : [await verifierKeyOf(values)];
+  const read = (f: string) =>
+    readFile(f, 'utf8').catch((err: Error) => {
+      throw new AuditError('io_error', `cannot read ${f}: ${err.message}`);
+    });
+  const [checkpoint, proofText] = await Promise.all([read(cpFile), read(proofFile)]);
+  let doc: unknown;
+  try {
+    doc = JSON.parse(proofText);
+  } catch (err) {
+    throw new UsageError(`${proofFile} is not JSON: ${(err as Error).message}`);
+  }
+  let verdict: ProofVerdict;
+  try {
+    verdict = checkProof(checkpoint, doc, keys);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  out(values.json ? JSON.stringify(verdict) : verdict.ok ? `proven: ${verdict.proves}` : `NOT proven: ${verdict.reason}`);
+  return verdict.ok ? 0 : 1;
+}
+
 const COMMANDS = new Map<string, Command>([
   ['append', appendCommand],
   ['verify', verifyCommand],
@@ -234,6 +289,8 @@ const COMMANDS = new Map<string, Command>([
   ['anchor', anchorCommand],
   ['rotate', rotateCommand],
   ['keygen', keygenCommand],
+  ['vkey', vkeyCommand],
+  ['verify-proof', verifyProofCommand],
 ]);
 
 function formatEntry(e: AuditEntry): string {

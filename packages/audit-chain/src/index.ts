@@ -63,6 +63,8 @@ export {
   signNote,
   type TreeCheckpoint,
 } from './note.js';
+/** Checking an inclusion or consistency proof against a signed tree checkpoint, offline. */
+export { type ConsistencyProofDoc, checkProof, type InclusionProofDoc, type ProofDoc, type ProofVerdict } from './proof.js';
 export { type TailOptions, tailLog } from './tail.js';
 /** The tree's hashes as C2SP tlog-tiles: paths, the tiles a growth adds, writing them, reading a tree from them. */
 export {

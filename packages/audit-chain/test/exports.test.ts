@@ -16,6 +16,7 @@ const EXPORTS = [
   'TILE_WIDTH',
   'TileHashes',
   'VERIFY_REASONS',
+  'checkProof',
   'consistencyProof',
   'decodeCheckpoint',
   'decodeEntry',
