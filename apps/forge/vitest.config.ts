@@ -7,6 +7,7 @@ export default packageTests({
   slow: [
     'test/audit-damaged.test.ts',
     'test/audit-full.test.ts',
+    'test/audit-prove.test.ts',
     'test/audit.test.ts',
     'test/cli.test.ts',
     'test/contention.test.ts',

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { EnvironmentError, type Parsed, parseCommand, UsageError } from './args.js';
 import type { Command, Io } from './command.js';
 import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/audit.js';
+import { auditProve } from './commands/audit-prove.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
 import { toolsExport, toolsLog } from './commands/export.js';
@@ -37,6 +38,7 @@ export const COMMANDS: readonly Command[] = [
   auditTail,
   auditExport,
   auditAnchor,
+  auditProve,
   policyCheck,
   ...GATEWAY_COMMANDS,
   ...TOOLSMITH_COMMANDS,

@@ -25,6 +25,8 @@ export { type AuditEntry, GENESIS_HASH, VERIFY_REASONS, type VerifyReason } from
 export type { JsonValue } from './ijson.js';
 export { DirLock, type LockOptions, withDirLock } from './lock.js';
 export { openAuditLog, reanchorAuditLog } from './log.js';
+/** A log file's Merkle tree, read from its segments' lines. */
+export { logTree } from './log-tree.js';
 export type {
   AppendResult,
   AuditLog,

@@ -27,6 +27,7 @@ const EXPORTS = [
   'generateSigningKeys',
   'inclusionProof',
   'leafHash',
+  'logTree',
   'newTiles',
   'nodeHash',
   'noteKeyId',

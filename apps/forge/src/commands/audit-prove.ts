@@ -1,0 +1,97 @@
+import { createPrivateKey } from 'node:crypto';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join, resolve } from 'node:path';
+import { EnvironmentError, UsageError } from '../args.js';
+import type { Command } from '../command.js';
+import { storeUrl } from '../store.js';
+
+/** The name the operator's key signs tree checkpoints under (a key name: no white space, no "+"). */
+const KEY_NAME = 'forge-operator';
+
+/**
+ * `forge audit prove ENTRY`: a receipt for one entry of the verified file log (SPEC.md section
+ * 9): a tree checkpoint over the whole log signed with FORGE_AUDIT_KEY, and the inclusion proof
+ * of that entry, which `forge-audit verify-proof` checks with the public key alone.
+ */
+export const auditProve: Command = {
+  words: 'audit prove',
+  usage: 'forge audit prove ENTRY [--out DIR]',
+  summary: 'prove one entry is in the audit log: a signed tree checkpoint and the inclusion proof, checkable offline',
+  details: [
+    'ENTRY    the entry: its seq, or the call_id or run_id a call entry names',
+    '--out D  write D/checkpoint and D/proof.json (never over existing files); else they are printed',
+    'The log is verified first; the checkpoint is signed with the key FORGE_AUDIT_KEY names.',
+    'Check it anywhere with: forge-audit verify-proof checkpoint proof.json --vkey KEY (KEY is printed).',
+  ],
+  options: { out: { type: 'string' } },
+  positionals: [1, 1],
+  async run({ values, positionals }, { out, where }) {
+    const asked = positionals[0];
+    if (!asked) throw new UsageError('give the entry: its seq, or a call_id or run_id', this.usage);
+    const w = await where();
+    if (storeUrl(w.env)) throw new UsageError('proofs are made from the file log of this host for now', this.usage);
+    const { readAuditKey } = await import('@forge/runner');
+    let pem: string | undefined;
+    try {
+      pem = readAuditKey(w.env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
+    } catch (err) {
+      throw new EnvironmentError((err as Error).message);
+    }
+    if (!pem)
+      throw new EnvironmentError(
+        'set FORGE_AUDIT_KEY to the private key forge signs checkpoints with: a proof is checked against a signed checkpoint',
+      );
+    const log = join(w.home, 'audit', 'forge.log');
+    if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: forge has not run with this FORGE_HOME`);
+    const chain = await import('@forge/audit-chain');
+    const verdict = await out.progress('verifying the audit log', chain.verifyLog(log));
+    if (!verdict.ok)
+      throw new EnvironmentError(
+        `${log} does not verify (${verdict.first_bad?.reason} at entry ${verdict.first_bad?.seq}): no proof is made over a damaged log; run forge audit verify`,
+      );
+    let seq: number | undefined;
+    if (/^[1-9][0-9]*$/.test(asked)) seq = Number(asked);
+    else
+      for await (const e of chain.tailLog(log)) {
+        const d = e.data as Record<string, unknown> | null;
+        if (!d || typeof d !== 'object' || (d.call_id !== asked && d.run_id !== asked)) continue;
+        // The call's own entry (forge.called, gateway.called) over any other naming it.
+        if (seq === undefined || e.type.endsWith('.called')) seq = e.seq;
+        if (e.type.endsWith('.called')) break;
+      }
+    if (seq === undefined || seq > verdict.entries)
+      throw new UsageError(
+        `no entry ${asked} in ${log} (${verdict.entries} entries; a call_id or run_id names a call's entry)`,
+        this.usage,
+      );
+    let line = '';
+    const tree = await chain.logTree(log, verdict.entries, (index, bytes) => {
+      if (index === (seq as number) - 1) line = bytes.toString('utf8');
+    });
+    const size = tree.size;
+    const key = createPrivateKey(pem);
+    const checkpoint = chain.signNote(
+      chain.formatTreeCheckpoint({ origin: `${hostname()}${resolve(log)}`, size, root: chain.treeHead(tree, size) }),
+      [{ name: KEY_NAME, privateKey: key }],
+    );
+    const hex = (xs: Uint8Array[]) => xs.map((x) => Buffer.from(x).toString('hex'));
+    const proof = { inclusion: { index: seq - 1, line, proof: hex(chain.inclusionProof(tree, seq - 1, size)) } };
+    const vkey = chain.noteVerifierKey(KEY_NAME, key);
+    const dir = values.out as string | undefined;
+    if (dir) {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, 'checkpoint'), checkpoint, { flag: 'wx' });
+      writeFileSync(join(dir, 'proof.json'), `${JSON.stringify(proof, null, 2)}\n`, { flag: 'wx' });
+    }
+    if (out.json) out.data({ seq, size, vkey, checkpoint, proof });
+    else {
+      if (!dir) out.line(`${checkpoint}\n${JSON.stringify(proof)}`);
+      out.line(`entry ${seq} of ${size}: proven under a tree checkpoint signed by ${KEY_NAME}`);
+      out.line(
+        `check it: forge-audit verify-proof ${dir ? join(dir, 'checkpoint') : 'checkpoint'} ${dir ? join(dir, 'proof.json') : 'proof.json'} --vkey ${vkey}`,
+      );
+    }
+    return 0;
+  },
+};

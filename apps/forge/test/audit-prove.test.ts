@@ -1,0 +1,87 @@
+// `forge audit prove`: a receipt for one call (a tree checkpoint signed with FORGE_AUDIT_KEY and
+// the inclusion proof of the call's entry) that `forge-audit verify-proof` checks with the public
+// key alone; a changed receipt does not check, and no receipt is made over a damaged log.
+import { spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { generateSigningKeys } from '@forge/audit-chain';
+import { scaled } from '@forge/test-utils';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+
+const AUDIT_CLI = resolve(import.meta.dirname, '../../../packages/audit-chain/dist/cli.js');
+
+beforeAll(requireCliAndSandbox);
+
+describe('forge audit prove', () => {
+  it('proves a call by its run id; the receipt checks offline, a changed one does not', async () => {
+    const s = scratch();
+    const keys = generateSigningKeys();
+    const key = join(s.root, 'audit.key');
+    writeFileSync(key, keys.privateKey, { mode: 0o600 });
+    writeFileSync(join(s.root, 'audit.pub'), keys.publicKey);
+    const o = { cwd: s.project, env: { ...s.env, FORGE_AUDIT_KEY: key } };
+    expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
+    const called = await runCli(['tools', 'call', 'fib', '{"n":12}', '--json'], o);
+    expect(called.code, called.stderr).toBe(0);
+    const runId = JSON.parse(called.stdout).meta.run_id as string;
+    await runCli(['tools', 'call', 'fib', '{"n":13}'], o);
+
+    const receipt = join(s.root, 'receipt');
+    const proved = await runCli(['audit', 'prove', runId, '--out', receipt, '--json'], o);
+    expect(proved.code, proved.stderr).toBe(0);
+    const r = JSON.parse(proved.stdout) as { seq: number; size: number; vkey: string };
+    const entries = JSON.parse((await runCli(['audit', 'tail', '--json', '-n', '100'], o)).stdout) as {
+      seq: number;
+      type: string;
+      data: { run_id?: string };
+    }[];
+    expect(entries.find((e) => e.seq === r.seq)).toMatchObject({ type: 'forge.called', data: { run_id: runId } });
+    expect(r.size).toBeGreaterThan(r.seq);
+
+    // forge-audit, the log's own command, with the public key alone.
+    const verify = (proof: string) => {
+      const v = spawnSync(
+        process.execPath,
+        [AUDIT_CLI, 'verify-proof', join(receipt, 'checkpoint'), proof, '--key-pub', join(s.root, 'audit.pub'), '--name', 'forge-operator'],
+        { cwd: s.root, env: s.env, encoding: 'utf8', timeout: scaled(60_000) },
+      );
+      return { code: v.status, stdout: v.stdout, stderr: v.stderr };
+    };
+    const ok = verify(join(receipt, 'proof.json'));
+    expect(ok.stdout.trim()).toBe(
+      `proven: entry ${r.seq} (index ${r.seq - 1}) is in ${readFileSync(join(receipt, 'checkpoint'), 'utf8').split('\n')[0]} at size ${r.size}`,
+    );
+    expect(ok.code).toBe(0);
+    const doc = JSON.parse(readFileSync(join(receipt, 'proof.json'), 'utf8'));
+    expect(doc.inclusion.line).toContain(`"run_id":"${runId}"`);
+    doc.inclusion.line = doc.inclusion.line.replace('"ok":true', '"ok":false');
+    writeFileSync(join(s.root, 'changed.json'), JSON.stringify(doc));
+    const changed = verify(join(s.root, 'changed.json'));
+    expect(changed.code).toBe(1);
+    expect(changed.stdout).toMatch(/^NOT proven/);
+    // Never over a receipt already there.
+    expect((await runCli(['audit', 'prove', runId, '--out', receipt], o)).code).not.toBe(0);
+
+    // A damaged log gives no receipt.
+    const log = join(s.home, 'audit', 'forge.log');
+    writeFileSync(log, readFileSync(log, 'utf8').replace(runId, `${runId.slice(0, -1)}x`));
+    const refused = await runCli(['audit', 'prove', runId], o);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/does not verify .*no proof is made over a damaged log/);
+  });
+
+  it('needs the signing key, and an entry the log holds', async () => {
+    const s = scratch();
+    const o = { cwd: s.project, env: s.env };
+    expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
+    const nokey = await runCli(['audit', 'prove', '1'], o);
+    expect(nokey.code).toBe(2);
+    expect(nokey.stderr).toMatch(/set FORGE_AUDIT_KEY/);
+    const keys = generateSigningKeys();
+    writeFileSync(join(s.root, 'k'), keys.privateKey, { mode: 0o600 });
+    const missing = await runCli(['audit', 'prove', 'c-no-such-call'], { ...o, env: { ...s.env, FORGE_AUDIT_KEY: join(s.root, 'k') } });
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/no entry c-no-such-call in .* entries; a call_id or run_id names a call's entry/);
+  });
+});
