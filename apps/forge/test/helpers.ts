@@ -1,4 +1,4 @@
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type ChildProcess, type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -311,4 +311,22 @@ export function rugGateway(s: Scratch, description = 'Says hello.'): string {
     }),
   );
   return desc;
+}
+
+/** A `forge worker` child for `s`'s project, started and waited for (stopped after the test, waited for too). */
+export async function startWorker(s: Scratch, env: Record<string, string> = s.env): Promise<ChildProcess> {
+  const worker = spawn(process.execPath, [CLI, 'worker'], { cwd: s.project, env });
+  const exited = new Promise((r) => worker.on('exit', r));
+  onTestFinished(async () => {
+    worker.kill('SIGKILL');
+    await exited;
+  });
+  let said = '';
+  worker.stderr?.on('data', (d) => (said += d));
+  await waitFor(
+    () => `the worker to start (stderr: ${said})`,
+    () => said.includes('worker on'),
+    { timeoutMs: 60_000 },
+  );
+  return worker;
 }

@@ -1,9 +1,9 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { scaled, waitFor } from '@forge/test-utils';
-import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLI, connect, exampleSpec, requireCliAndSandbox, rugGateway, runCli, type Scratch, scratch } from './helpers.js';
+import { scaled } from '@forge/test-utils';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { connect, exampleSpec, requireCliAndSandbox, rugGateway, runCli, type Scratch, scratch, startWorker } from './helpers.js';
 
 beforeAll(requireCliAndSandbox);
 
@@ -96,15 +96,7 @@ describe('hooks on every path', () => {
         0,
       );
       refuseIf(s, 'pre.d/10-limit', '"n":60', 'n=60 is not allowed here');
-      const worker = spawn(process.execPath, [CLI, 'worker'], { cwd: s.project, env: s.env });
-      onTestFinished(() => void worker.kill('SIGKILL'));
-      let said = '';
-      worker.stderr.on('data', (d) => (said += d));
-      await waitFor(
-        () => `the worker to start (stderr: ${said})`,
-        () => said.includes('worker on'),
-        { timeoutMs: 60_000 },
-      );
+      const worker = await startWorker(s);
       const o = { cwd: s.project, env: s.env, timeoutMs: 120_000 };
       const no = await runCli(['tools', 'call', 'fib', '{"n":60}', '--dispatch'], o);
       expect(no.code).toBe(1);

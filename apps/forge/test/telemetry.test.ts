@@ -1,7 +1,6 @@
 // OpenTelemetry: `forge serve` configured by OTEL_* exports its spans to a real OTLP/HTTP receiver
 // on loopback. A client's traceparent in _meta is continued: the MCP request span (server kind)
 // and under it the runner's execute_tool span, which names the call's audit entry and run.
-import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -9,7 +8,7 @@ import { join } from 'node:path';
 import { waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { telemetryChoice } from '../src/telemetry.js';
-import { CLI, connect, exampleSpec, py, requireCliAndSandbox, rugGateway, runCli, type Scratch, scratch } from './helpers.js';
+import { connect, exampleSpec, py, requireCliAndSandbox, rugGateway, runCli, type Scratch, scratch, startWorker } from './helpers.js';
 
 interface Received {
   contentType: string;
@@ -154,19 +153,7 @@ describe('OpenTelemetry across processes', () => {
     const env = { ...s.env, ...otelEnv(otlp.url, 'http/json') };
     const o = { cwd: s.project, env, timeoutMs: 120_000 };
     expect((await runCli(['tools', 'forge', '-'], { ...o, input: JSON.stringify(exampleSpec('fib')) })).code).toBe(0);
-    const worker = spawn(process.execPath, [CLI, 'worker'], { cwd: s.project, env });
-    const exited = new Promise((r) => worker.on('exit', r));
-    onTestFinished(async () => {
-      worker.kill('SIGTERM');
-      await exited;
-    });
-    let said = '';
-    worker.stderr.on('data', (d) => (said += d));
-    await waitFor(
-      () => `the worker to start (stderr: ${said})`,
-      () => said.includes('worker on'),
-      { timeoutMs: 60_000 },
-    );
+    await startWorker(s, env);
     const r = await runCli(['tools', 'call', 'fib', '{"n":10}', '--dispatch'], o);
     expect(r.code, r.stderr).toBe(0);
 

@@ -1,28 +1,14 @@
 // forge's signed checkpoints opened by code nobody here wrote, and the other way round: the Go
 // checksum database's sumdb/note (Debian's golang-golang-x-mod-dev) opens a tree checkpoint forge
 // signed with forge's verifier key, and forge opens a note Go signed (test/interop/notecheck.go).
-import { spawnSync } from 'node:child_process';
 import { createPrivateKey, createPublicKey } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { scaled } from '@forge/test-utils';
-import { expect, it, onTestFinished } from 'vitest';
+import { expect, it } from 'vitest';
 import { generateSigningKeys } from '../src/checkpoint.js';
 import { MemoryTree, treeHead } from '../src/merkle.js';
 import { formatTreeCheckpoint, noteKeyId, noteVerifierKey, openNote, parseTreeCheckpoint, signNote } from '../src/note.js';
-
-const PROGRAM = join(dirname(fileURLToPath(import.meta.url)), 'interop', 'notecheck.go');
-const GOPATH = '/usr/share/gocode';
-const NOTE = join(GOPATH, 'src/golang.org/x/mod/sumdb/note');
+import { runGo } from './helpers.js';
 
 it('Go’s sumdb/note opens forge’s signed checkpoint, and forge opens a note Go signed', () => {
-  const go = spawnSync('go', ['version'], { encoding: 'utf8' });
-  if (go.error || go.status !== 0 || !existsSync(NOTE))
-    throw new Error(
-      `this test needs Go and the Go checksum database's note package: apt-get install -y golang-go golang-golang-x-mod-dev (${go.error?.message ?? `missing ${NOTE}`})`,
-    );
   const ours = createPrivateKey(generateSigningKeys().privateKey);
   const tree = new MemoryTree();
   for (let i = 0; i < 77; i++) tree.append(Buffer.from(`{"seq":${i + 1}}`));
@@ -36,17 +22,7 @@ it('Go’s sumdb/note opens forge’s signed checkpoint, and forge opens a note 
   const skey = `PRIVATE+KEY+go.example+${id}+${Buffer.concat([Buffer.from([1]), seed]).toString('base64')}`;
   const goText = 'go.example/log\n5\n' + `${Buffer.alloc(32, 9).toString('base64')}\n`;
 
-  const work = mkdtempSync(join(tmpdir(), 'forge-note-'));
-  onTestFinished(() => rmSync(work, { recursive: true, force: true }));
-  const env: NodeJS.ProcessEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOFLAGS: '', TMPDIR: work };
-  if (!env.HOME && !env.GOCACHE) env.GOCACHE = join(work, 'cache');
-  const r = spawnSync('go', ['run', PROGRAM], {
-    input: JSON.stringify({ vkey: noteVerifierKey('forge.example/operator', ours), note, skey, text: goText }),
-    encoding: 'utf8',
-    env,
-    timeout: scaled(240_000),
-  });
-  expect(r.error, r.stderr).toBeUndefined();
+  const r = runGo('notecheck.go', 'note', { vkey: noteVerifierKey('forge.example/operator', ours), note, skey, text: goText });
   expect(r.status, r.stderr).toBe(0);
   const out = JSON.parse(r.stdout) as { opened: string; signed: string };
   expect(out.opened).toBe(text);

@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { storeUrl } from '../store.js';
+import { auditSigningKey } from './audit.js';
 
 /** The name the operator's key signs tree checkpoints under (a key name: no white space, no "+"). */
 const KEY_NAME = 'forge-operator';
@@ -31,13 +32,7 @@ export const auditProve: Command = {
     if (!asked) throw new UsageError('give the entry: its seq, or a call_id or run_id', this.usage);
     const w = await where();
     if (storeUrl(w.env)) throw new UsageError('proofs are made from the file log of this host for now', this.usage);
-    const { readAuditKey } = await import('@forge/runner');
-    let pem: string | undefined;
-    try {
-      pem = readAuditKey(w.env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
-    } catch (err) {
-      throw new EnvironmentError((err as Error).message);
-    }
+    const pem = await auditSigningKey(w.env);
     if (!pem)
       throw new EnvironmentError(
         'set FORGE_AUDIT_KEY to the private key forge signs checkpoints with: a proof is checked against a signed checkpoint',

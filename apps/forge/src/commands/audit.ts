@@ -34,6 +34,16 @@ async function behindAnchor(home: string, log: string, r: { entries: number }): 
   return `${was}; ${log} does not reach entry ${cp.entries}`;
 }
 
+/** The private key FORGE_AUDIT_KEY names (PEM), checked as the engine checks it; undefined when unset. */
+export async function auditSigningKey(env: NodeJS.ProcessEnv): Promise<string | undefined> {
+  const { readAuditKey } = await import('@forge/runner');
+  try {
+    return readAuditKey(env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
+  } catch (err) {
+    throw new EnvironmentError((err as Error).message);
+  }
+}
+
 export const auditVerify: Command = {
   words: 'audit verify',
   usage: 'forge audit verify [--key-pub FILE]',
@@ -118,13 +128,7 @@ export const auditAnchor: Command = {
     const reason = values.reason as string | undefined;
     if (!reason || reason.trim() === '')
       throw new UsageError('give --reason: what was checked and why the log is kept (it is recorded)', this.usage);
-    const { readAuditKey } = await import('@forge/runner');
-    let key: string | undefined;
-    try {
-      key = readAuditKey(w.env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
-    } catch (err) {
-      throw new EnvironmentError((err as Error).message);
-    }
+    const key = await auditSigningKey(w.env);
     if (!key)
       throw new EnvironmentError('set FORGE_AUDIT_KEY to the private key forge signs checkpoints with; an unsigned log needs no anchor');
     const log = logOf(w.home);
