@@ -61,7 +61,11 @@ describe('forge audit prove', () => {
     expect(changed.code).toBe(1);
     expect(changed.stdout).toMatch(/^NOT proven/);
     // Never over a receipt already there.
-    expect((await runCli(['audit', 'prove', runId, '--out', receipt], o)).code).not.toBe(0);
+    const again = await runCli(['audit', 'prove', runId, '--out', receipt], o);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(
+      /checkpoint and .*proof\.json already exist: a receipt is never written over another; give --out a new directory/,
+    );
 
     // A damaged log gives no receipt.
     const log = join(s.home, 'audit', 'forge.log');

@@ -45,25 +45,35 @@ export const auditProve: Command = {
       throw new EnvironmentError(
         `${log} does not verify (${verdict.first_bad?.reason} at entry ${verdict.first_bad?.seq}): no proof is made over a damaged log; run forge audit verify`,
       );
-    let seq: number | undefined;
-    if (/^[1-9][0-9]*$/.test(asked)) seq = Number(asked);
-    else
-      for await (const e of chain.tailLog(log)) {
-        const d = e.data as Record<string, unknown> | null;
-        if (!d || typeof d !== 'object' || (d.call_id !== asked && d.run_id !== asked)) continue;
-        // The call's own entry (forge.called, gateway.called) over any other naming it.
-        if (seq === undefined || e.type.endsWith('.called')) seq = e.seq;
-        if (e.type.endsWith('.called')) break;
+    const dir = values.out as string | undefined;
+    const files = dir ? [join(dir, 'checkpoint'), join(dir, 'proof.json')] : [];
+    const taken = files.filter((f) => existsSync(f));
+    if (taken.length > 0)
+      throw new EnvironmentError(
+        `${taken.join(' and ')} already exist${taken.length === 1 ? 's' : ''}: a receipt is never written over another; give --out a new directory`,
+      );
+    // One more pass over the verified log builds the tree and finds the entry: by its seq, or the
+    // call's own entry (forge.called, gateway.called) over any other naming the id.
+    const bySeq = /^[1-9][0-9]*$/.test(asked) ? Number(asked) : undefined;
+    let found: { seq: number; line: string; called: boolean } | undefined;
+    const tree = await chain.logTree(log, verdict.entries, (index, bytes) => {
+      if (bySeq !== undefined) {
+        if (index === bySeq - 1) found = { seq: bySeq, line: bytes.toString('utf8'), called: true };
+        return;
       }
-    if (seq === undefined || seq > verdict.entries)
+      if (found?.called || !bytes.includes(asked)) return;
+      const e = JSON.parse(bytes.toString('utf8')) as { type: string; data: unknown };
+      const d = e.data as Record<string, unknown> | null;
+      if (!d || typeof d !== 'object' || (d.call_id !== asked && d.run_id !== asked)) return;
+      const called = e.type.endsWith('.called');
+      if (!found || called) found = { seq: index + 1, line: bytes.toString('utf8'), called };
+    });
+    if (!found)
       throw new UsageError(
         `no entry ${asked} in ${log} (${verdict.entries} entries; a call_id or run_id names a call's entry)`,
         this.usage,
       );
-    let line = '';
-    const tree = await chain.logTree(log, verdict.entries, (index, bytes) => {
-      if (index === (seq as number) - 1) line = bytes.toString('utf8');
-    });
+    const { seq, line } = found;
     const size = tree.size;
     const key = createPrivateKey(pem);
     const checkpoint = chain.signNote(
@@ -73,11 +83,10 @@ export const auditProve: Command = {
     const hex = (xs: Uint8Array[]) => xs.map((x) => Buffer.from(x).toString('hex'));
     const proof = { inclusion: { index: seq - 1, line, proof: hex(chain.inclusionProof(tree, seq - 1, size)) } };
     const vkey = chain.noteVerifierKey(KEY_NAME, key);
-    const dir = values.out as string | undefined;
     if (dir) {
       mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, 'checkpoint'), checkpoint, { flag: 'wx' });
-      writeFileSync(join(dir, 'proof.json'), `${JSON.stringify(proof, null, 2)}\n`, { flag: 'wx' });
+      writeFileSync(files[0] as string, checkpoint, { flag: 'wx' });
+      writeFileSync(files[1] as string, `${JSON.stringify(proof, null, 2)}\n`, { flag: 'wx' });
     }
     if (out.json) out.data({ seq, size, vkey, checkpoint, proof });
     else {
