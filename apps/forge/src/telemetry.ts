@@ -2,8 +2,8 @@
  * OpenTelemetry traces, configured by the standard `OTEL_*` variables. Off unless asked for:
  * `OTEL_TRACES_EXPORTER=otlp`, or an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`,
  * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) with no exporter named; `OTEL_SDK_DISABLED=true` and
- * `OTEL_TRACES_EXPORTER=none` keep it off. Off, the SDK is not even loaded: the packages'
- * spans are the OpenTelemetry API's non-recording ones.
+ * `OTEL_TRACES_EXPORTER=none` keep it off. Off, neither the SDK nor the API is loaded: the
+ * packages load the API only once something registered with it (runner's telemetry.ts).
  *
  * On, a tracer provider with a batch processor and the OTLP/HTTP exporter is registered
  * (`OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`: `http/protobuf`, the default, or `http/json`; the
