@@ -12,6 +12,7 @@ export default packageTests({
     'test/crash.test.ts',
     'test/lock-leftovers.test.ts',
     'test/lock.test.ts',
+    'test/live-tree.test.ts',
     'test/merkle-go.test.ts',
     'test/note-go.test.ts',
     'test/proof-cli.test.ts',

@@ -1,5 +1,6 @@
 // One benchmark child process. Modes:
 //   append <log> <count> <start-file>   durable appends through the library, many in flight
+//   append-notree <log> <count>         the same without the log's Merkle tree (tree: false)
 //   plain  <file> <count> <start-file>  fs.appendFile of the same lines (no hash, no lock)
 //   verify <log>                        verifyLog on one thread, then report peak memory
 //   verify2 <log>                       the same with threads: 2
@@ -22,8 +23,8 @@ async function waitStart() {
   while (startFile && !existsSync(startFile)) await sleep(1);
 }
 
-if (mode === 'append') {
-  const log = await openAuditLog(path);
+if (mode === 'append' || mode === 'append-notree') {
+  const log = await openAuditLog(path, mode === 'append-notree' ? { tree: false } : {});
   await waitStart();
   const t0 = performance.now();
   const window = [];

@@ -75,6 +75,14 @@ try {
     plainSingle.count / (plainSingle.ms / 1000),
   );
 
+  // 1b. The same appends without the Merkle tree (leaf and node hashing, tiles written as they fill).
+  const noTree = [];
+  for (let k = 0; k < 3; k++) {
+    const r = await child(['append-notree', join(dir, `notree-${k}.log`), String(N)]);
+    noTree.push(r.count / (r.ms / 1000));
+  }
+  row('append, 1 process, with the Merkle tree and tiles', median(single), 'entries/s', { min: 60_000 }, 'no tree', median(noTree));
+
   // 2. Four processes on one log, vs four processes doing fs.appendFile on one file.
   const multi = [];
   for (let k = 0; k < 3; k++) multi.push((await together('append', join(dir, `multi-${k}.log`), PROCS, N / PROCS)).rate);

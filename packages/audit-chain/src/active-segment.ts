@@ -23,6 +23,14 @@ export interface SegmentIo {
   io: WriterIo;
   clock: () => Date;
   fileMode: number;
+  /** Told of every line written and every rotation, once durable (the log's Merkle tree). */
+  observer?: SegmentObserver;
+}
+
+/** What follows the segment's writes: lines written at a position, with their leaf hashes, and rotations. */
+export interface SegmentObserver {
+  written(segment: number, start: number, lines: readonly Buffer[], leaves: readonly Buffer[]): void;
+  rotated(sealed: number, size: number): void;
 }
 
 /** The batch write and data sync used unless a test replaces them. */
@@ -47,6 +55,7 @@ export class ActiveSegment {
   private readonly io: WriterIo;
   private readonly clock: () => Date;
   private readonly fileMode: number;
+  private readonly observer: SegmentObserver | undefined;
   private handle: FileHandle | undefined;
   private tail: Tail | undefined;
 
@@ -58,6 +67,7 @@ export class ActiveSegment {
     this.io = o.io;
     this.clock = o.clock;
     this.fileMode = o.fileMode;
+    this.observer = o.observer;
   }
 
   /** Bytes of the active segment after the last write (0 before the first refresh). */
@@ -191,13 +201,15 @@ export class ActiveSegment {
     const fh = this.handle as FileHandle;
     const ts = this.clock().toISOString();
     const lines: Buffer[] = [];
+    const leaves: Buffer[] = [];
     const results: AppendResult[] = [];
     let seq = t.seq;
     let prev = t.hash;
     for (const it of items) {
       seq++;
-      const { line, hash } = buildLine(seq, ts, it.type, it.dataJson, prev);
+      const { line, hash, leaf } = buildLine(seq, ts, it.type, it.dataJson, prev);
       lines.push(line);
+      leaves.push(leaf);
       results.push({ seq, hash, ts });
       prev = hash;
     }
@@ -218,6 +230,8 @@ export class ActiveSegment {
       throw new AuditError('write_failed', `append to ${this.path} failed and was rolled back: ${describeCause(err)}`, { cause: err });
     }
     this.tail = { ...t, size: t.size + buf.length, seq, hash: prev };
+    for (const [i, r] of results.entries()) r.leaf = (leaves[i] as Buffer).toString('hex');
+    this.observer?.written(t.segment, t.size, lines, leaves);
     return results;
   }
 
@@ -230,6 +244,7 @@ export class ActiveSegment {
     this.handle = undefined;
     await rename(this.path, sealedPath);
     await syncDir(this.files.dir);
+    this.observer?.rotated(t.segment, (this.tail as Tail).size);
     this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT | fsc.O_EXCL, this.fileMode);
     const st = await this.handle.stat();
     const sealedTail = this.tail as Tail;

@@ -69,14 +69,26 @@ export function encodeData(data: unknown): string {
   return stableStringify(data);
 }
 
-/** Builds one complete entry line (with its trailing line feed) and returns it with its hash. */
-export function buildLine(seq: number, ts: string, type: string, dataJson: string, prev: string): { line: Buffer; hash: string } {
+/**
+ * Builds one complete entry line (with its trailing line feed) and returns it with its hash and
+ * its leaf hash in the log's Merkle tree (SPEC.md section 9: SHA-256 of 0x00 and the line without
+ * its line feed, hashed from the same buffer, the prefix byte just before the line).
+ */
+export function buildLine(
+  seq: number,
+  ts: string,
+  type: string,
+  dataJson: string,
+  prev: string,
+): { line: Buffer; hash: string; leaf: Buffer } {
   const body = Buffer.from(`{"seq":${seq},"ts":"${ts}","type":"${type}","data":${dataJson},"prev":"${prev}"`);
-  const hash = sha256Hex(body);
-  const line = Buffer.allocUnsafe(body.length + SUFFIX_BYTES);
-  body.copy(line, 0);
-  line.write(`,"hash":"${hash}"}\n`, body.length, 'latin1');
-  return { line, hash };
+  const digest = sha256Hex(body);
+  const framed = Buffer.allocUnsafe(1 + body.length + SUFFIX_BYTES);
+  framed[0] = 0;
+  body.copy(framed, 1);
+  framed.write(`,"hash":"${digest}"}\n`, 1 + body.length, 'latin1');
+  const leaf = hash('sha256', framed.subarray(0, framed.length - 1), 'buffer');
+  return { line: framed.subarray(1), hash: digest, leaf };
 }
 
 /** Result of checking one complete line (the bytes include the final line feed). */

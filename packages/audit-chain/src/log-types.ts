@@ -48,6 +48,13 @@ export interface OpenAuditLogOptions {
   anchorFile?: string;
   /** Replaces the batch write and data sync (fault injection in tests). */
   io?: Partial<WriterIo>;
+  /**
+   * The log's Merkle tree (SPEC.md section 9.4): full tiles written as they complete, under
+   * `<path>.tlog/`; at each checkpoint the partial tiles and, with `signingKey`, a C2SP tree
+   * checkpoint signed as `keyName` (default "forge-audit") naming `origin` (default the host name
+   * and the log's absolute path). `false` keeps no tree (each append still reports its leaf hash).
+   */
+  tree?: false | { origin?: string; keyName?: string };
 }
 
 /** What an acknowledged append returns: the entry is durable on disk. */
@@ -55,6 +62,11 @@ export interface AppendResult {
   seq: number;
   hash: string;
   ts: string;
+  /**
+   * The entry's leaf hash in the log's Merkle tree (SPEC.md section 9), 64 hex digits: with `seq`
+   * (the leaf's index is `seq - 1`) it is the call's receipt, provable once a checkpoint covers it.
+   */
+  leaf?: string;
 }
 
 export interface RotateResult {

@@ -1,10 +1,13 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { stat } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
 import { ActiveSegment, defaultIo } from './active-segment.js';
 import { type Checkpoint, type KeyInput, latestCheckpoint, toKey } from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
 import { type AuditEntry, assertEventType, encodeData, SUFFIX_BYTES } from './format.js';
 import type { JsonValue } from './ijson.js';
+import { LiveTree, type TreeSigning } from './live-tree.js';
 import { DirLock } from './lock.js';
 import { LogAnchors } from './log-anchors.js';
 import type {
@@ -17,8 +20,12 @@ import type {
   RotateResult,
   WriterIo,
 } from './log-types.js';
+import { noteVerifierKey } from './note.js';
 import { type LogFiles, logBytes, logFiles } from './segments.js';
 import { tailLog } from './tail.js';
+
+/** The name the log's key signs tree checkpoints under, unless `tree.keyName` says otherwise. */
+const DEFAULT_KEY_NAME = 'forge-audit';
 
 /** The default of `OpenAuditLogOptions.fullVerifyBytes`: 16 MiB, read and hashed in well under 100 ms. */
 const FULL_VERIFY_BYTES = 16 * 1024 * 1024;
@@ -61,6 +68,8 @@ class Writer implements AuditLog {
   private readonly key: KeyObject | undefined;
   private readonly checkCheckpoint: boolean;
   private readonly fullVerifyBytes: number;
+  private readonly tree: LiveTree | undefined;
+  private readonly signing: TreeSigning;
   private queue: Pending[] = [];
   private scheduled = false;
   private chain: Promise<unknown> = Promise.resolve();
@@ -79,7 +88,14 @@ class Writer implements AuditLog {
     this.key = o.signingKey === undefined ? undefined : toKey(o.signingKey, 'private', 'signingKey');
     this.checkCheckpoint = o.checkCheckpoint ?? true;
     this.fullVerifyBytes = o.fullVerifyBytes ?? FULL_VERIFY_BYTES;
-    this.segment = new ActiveSegment(path, this.files, { io, clock, fileMode });
+    const keyName = o.tree === false ? DEFAULT_KEY_NAME : (o.tree?.keyName ?? DEFAULT_KEY_NAME);
+    this.signing = {
+      origin: (o.tree === false ? undefined : o.tree?.origin) ?? `${hostname()}${resolve(path)}`,
+      signer: this.key ? { name: keyName, privateKey: this.key } : undefined,
+      vkey: this.key ? noteVerifierKey(keyName, this.key) : undefined,
+    };
+    this.tree = o.tree === false ? undefined : new LiveTree(this.files, fileMode);
+    this.segment = new ActiveSegment(path, this.files, { io, clock, fileMode, ...(this.tree ? { observer: this.tree } : {}) });
     this.anchors = new LogAnchors(path, this.files, { key: this.key, anchorFile: o.anchorFile, io, clock, fileMode });
   }
 
@@ -111,6 +127,8 @@ class Writer implements AuditLog {
         // byte flipped before the newest checkpoint is refused at open too (a checkpoint vouches
         // for the entries as they were when it was written, not for what happened to them since).
         if (cp && cp.entries > 0 && (await logBytes(this.files)) <= this.fullVerifyBytes) await this.anchors.assertChainIntact(undefined);
+        // The tree resumes from the checkpoint's tiles when they match what its key signed.
+        await this.tree?.start(await this.segment.refresh(), cp, this.signing);
       }),
     );
     // What a crashed writer left beside the lock (a prepared directory, say) goes once it is old.
@@ -153,7 +171,10 @@ class Writer implements AuditLog {
     return this.serial(async () => {
       this.assertOpen();
       await this.commitQueued();
-      return this.withLock(() => this.anchors.checkpoint(this.segment));
+      return this.withLock(async () => {
+        await this.tree?.publish(await this.segment.refresh(), this.signing);
+        return this.anchors.checkpoint(this.segment);
+      });
     });
   }
 
@@ -191,6 +212,7 @@ class Writer implements AuditLog {
           ...(rejected ? { anchor_rejected: rejected } : {}),
         };
         await this.segment.write([{ type: 'audit.reanchored', dataJson: encodeData(data as JsonValue) }]);
+        await this.tree?.publish(await this.segment.refresh(), this.signing);
         const cp = await this.anchors.checkpoint(this.segment);
         return { ...data, checkpoint: cp };
       });
@@ -227,6 +249,7 @@ class Writer implements AuditLog {
     this.closed = true;
     await this.serial(async () => {
       await this.commitQueued();
+      await this.tree?.drain();
       await this.segment.close();
       await this.lock.discard();
     });
@@ -262,20 +285,29 @@ class Writer implements AuditLog {
     }
   }
 
-  /** Commits every queued append, one locked batch (one write, one data sync) at a time. */
+  /**
+   * Commits the appends queued when it starts, one locked batch (one write, one data sync) at a
+   * time. Appends queued meanwhile wait for the operation scheduled for them, after any checkpoint
+   * or rotation asked for in between: under a steady stream of appends those still run.
+   */
   private async commitQueued(): Promise<void> {
-    while (this.queue.length > 0) {
+    let left = this.queue.length;
+    while (left > 0 && this.queue.length > 0) {
       let n = 0;
       let bytes = 0;
       while (n < this.queue.length && (n === 0 || bytes + (this.queue[n] as Pending).bytes <= this.maxBatchBytes)) {
         bytes += (this.queue[n] as Pending).bytes;
         n++;
       }
+      n = Math.min(n, left);
+      left -= n;
       const batch = this.queue.splice(0, n);
       let durable = false;
       try {
         await this.withLock(async () => {
-          await this.segment.refresh();
+          const t = await this.segment.refresh();
+          // A tree that cannot follow the log does not hold its appends back: it reads the log again later.
+          await this.tree?.catchUp(t).catch(() => {});
           const r = await this.segment.write(batch.map((p) => ({ type: p.type, dataJson: p.dataJson })));
           if (this.segment.size > this.maxSegmentBytes) {
             // The batch is durable whatever happens here: a failed rotation must not reject it.
@@ -286,6 +318,8 @@ class Writer implements AuditLog {
           // operation of this writer still waits for that).
           durable = true;
           for (const [i, p] of batch.entries()) p.resolve(r[i] as AppendResult);
+          // The tiles the batch completed, written in the background.
+          this.tree?.settle();
         });
       } catch (err) {
         if (!durable) for (const p of batch) p.reject(err);

@@ -18,6 +18,10 @@ export interface WriterOptions {
   hangDatasyncMs?: number;
   holdWrite?: string;
   go?: string;
+  signingKey?: string;
+  checkpointEvery?: number;
+  rotateEvery?: number;
+  treeOrigin?: string;
 }
 
 export interface Writer {

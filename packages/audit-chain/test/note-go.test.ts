@@ -20,7 +20,7 @@ it('Go’s sumdb/note opens forge’s signed checkpoint, and forge opens a note 
   const seed = Buffer.from(theirs.export({ format: 'jwk' }).d as string, 'base64url');
   const id = noteKeyId('go.example', createPublicKey(theirs)).toString(16).padStart(8, '0');
   const skey = `PRIVATE+KEY+go.example+${id}+${Buffer.concat([Buffer.from([1]), seed]).toString('base64')}`;
-  const goText = 'go.example/log\n5\n' + `${Buffer.alloc(32, 9).toString('base64')}\n`;
+  const goText = `go.example/log\n5\n${Buffer.alloc(32, 9).toString('base64')}\n`;
 
   const r = runGo('notecheck.go', 'note', { vkey: noteVerifierKey('forge.example/operator', ours), note, skey, text: goText });
   expect(r.status, r.stderr).toBe(0);
