@@ -4,6 +4,7 @@ export default packageTests({
   // Not in the fast tier (pnpm test:fast): they start bwrap, PostgreSQL or another process, or take seconds of CPU.
   slow: [
     'test/agent-tools.test.ts',
+    'test/receipts.test.ts',
     'test/audit-damaged.test.ts',
     'test/audit-full.test.ts',
     'test/audited-runs.test.ts',

@@ -10,6 +10,7 @@ import {
   type JsonValue,
   type KeyInput,
   type LogHead,
+  leafHash,
   type PreparedAppend,
   prepareAppend,
   type RotateResult,
@@ -351,7 +352,8 @@ class PgAuditLog implements PostgresAuditLog {
         types.push(item.p.type);
         hashes.push(e.hash);
         lines.push(e.line);
-        results.push({ seq, hash: e.hash, ts });
+        // The entry's leaf in the log's Merkle tree: the same line, the same hash as the file log's.
+        results.push({ seq, hash: e.hash, ts, leaf: leafHash(Buffer.from(e.line.slice(0, -1), 'utf8')).toString('hex') });
         prev = e.hash;
       }
       const params = [ts, first, lines.join(''), types.join('\n'), hashes.join('\n'), before, batch.length, seq, prev, offset];

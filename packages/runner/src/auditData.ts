@@ -16,8 +16,20 @@ export function inputDigest(input: unknown): string {
  */
 export function outputDigest(envelope: unknown): string {
   return `sha256:${createHash('sha256')
-    .update(stableStringify(envelope ?? null))
+    .update(stableStringify(withoutReceipt(envelope) ?? null))
     .digest('hex')}`;
+}
+
+/**
+ * An answer without its receipt (`meta.audit`, receipts.ts): the receipt names the entry that
+ * records the answer's digest, so it is never part of what that digest covers, nor of what the
+ * cache keeps (a hit gets the receipt of its own entry).
+ */
+export function withoutReceipt<T>(envelope: T): T {
+  const meta = (envelope as { meta?: Record<string, unknown> } | null)?.meta;
+  if (!meta || typeof meta !== 'object' || !('audit' in meta)) return envelope;
+  const { audit: _, ...rest } = meta;
+  return { ...(envelope as object), meta: rest } as T;
 }
 
 const MAX_AUDIT_STRING = 2000;

@@ -75,11 +75,15 @@ export class AuditGate {
    * Appends one entry; resolves to undefined once it is durable, or to the failure (never
    * rejects). While the gate is closed nothing is attempted: the entry is counted as lost.
    */
-  append(type: string, data: Record<string, unknown>, appended?: (index: number) => void): Promise<AuditFailure | undefined> {
+  append(
+    type: string,
+    data: Record<string, unknown>,
+    appended?: (seq: number, leaf: string | undefined) => void,
+  ): Promise<AuditFailure | undefined> {
     if (this.failure) return this.appendWhileClosed(type, data, appended);
     return this.log.append(type, data as JsonValue).then(
       (r) => {
-        appended?.(r.seq);
+        appended?.(r.seq, r.leaf);
         return undefined;
       },
       (err) => {
@@ -92,7 +96,7 @@ export class AuditGate {
   private async appendWhileClosed(
     type: string,
     data: Record<string, unknown>,
-    appended?: (index: number) => void,
+    appended?: (seq: number, leaf: string | undefined) => void,
   ): Promise<AuditFailure | undefined> {
     // An entry that arrives while a probe is under way waits for it: lost now, it would be
     // missing from the recovery entry the probe is writing.

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { outputDigest } from './auditData.js';
+import { outputDigest, withoutReceipt } from './auditData.js';
 import { AuditedRuns, type AuditSource, type RecordedAnswer } from './auditedRuns.js';
 import type { CacheEntry, CacheStore } from './cacheStore.js';
 import type { Envelope } from './envelope.js';
@@ -131,7 +131,7 @@ export class ResultCache {
     if (recorded) this.#recorded?.note(seedRun, recorded);
     let p: Promise<void>;
     try {
-      p = this.store.set(key, envelope, seedRun);
+      p = this.store.set(key, withoutReceipt(envelope), seedRun);
     } catch (err) {
       p = Promise.reject(err);
     }

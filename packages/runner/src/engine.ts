@@ -28,6 +28,7 @@ import type {
   Setup,
   ToolLookup,
 } from './ports.js';
+import { AUDIT_KEY_NAME, activeReceipts } from './receipts.js';
 import { stopReason } from './refusal.js';
 import { defaultRunSlots, RunSlots } from './runSlots.js';
 import { fileRunStore } from './runStore.js';
@@ -150,7 +151,12 @@ async function openAuditPort(
     : readAuditKey(options.auditKey ?? env.FORGE_AUDIT_KEY, options.auditKey ? 'ForgeOptions.auditKey' : 'FORGE_AUDIT_KEY');
   const opened: EngineAudit = options.audit
     ? { log: options.audit }
-    : await openEngineAudit(paths.auditLog, signingKey ? { signingKey, anchorFile: paths.auditAnchor } : {});
+    : await openEngineAudit(paths.auditLog, {
+        ...(signingKey ? { signingKey, anchorFile: paths.auditAnchor } : {}),
+        // The log's tree checkpoints are signed under the name `forge audit prove` and
+        // `forge-audit verify-proof` know (origin: this host and the log's path).
+        tree: { keyName: AUDIT_KEY_NAME },
+      });
   const audit = opened.log;
   // A signed log starts anchored: a checkpoint of its empty state, so a crash before the first
   // scheduled checkpoint never leaves entries that nothing signed covers.
@@ -176,8 +182,19 @@ async function openAuditPort(
   });
   const write = (type: string, data: Record<string, unknown>) => {
     // An entry written under a call's span is named on it (telemetry.ts): a trace joins the log.
+    // So is its receipt (receipts.ts): the answer names the call's own entry.
     const traced = activeCallTrace();
-    const p = auditGate.append(type, data, traced && ((index) => traced.entry(type, index)));
+    const receipts = activeReceipts();
+    const p = auditGate.append(
+      type,
+      data,
+      traced || receipts
+        ? (seq, leaf) => {
+            traced?.entry(type, seq);
+            receipts?.entry(type, seq, leaf);
+          }
+        : undefined,
+    );
     checkpoints.appended();
     return track(p);
   };

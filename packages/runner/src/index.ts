@@ -41,6 +41,8 @@ export { type FoundHooks, findHooks, type HookFile, type HookStage, hookRoots } 
 export type { ArtifactInfo } from './manifest.js';
 export { type DroppedFile, type FileRef, MAX_META_FILES } from './metaFiles.js';
 export { defaultForgeHome, type ForgePaths, findProject } from './paths.js';
+/** A call's receipt (`meta.audit`), and the key name the audit log's tree checkpoints are signed under. */
+export { AUDIT_KEY_NAME, type AuditReceipt } from './receipts.js';
 export type { Refusal } from './refusal.js';
 export {
   artifactPathProblem,

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { outputDigest } from '../src/auditData.js';
 import type { CacheEntry } from '../src/cacheStore.js';
-import { example, type Fixture, failed, fakeClock, okData, py, setup, writeAtomic } from './helpers.js';
+import { example, type Fixture, failed, fakeClock, okData, py, RECEIPT, setup, writeAtomic } from './helpers.js';
 
 /** Deterministic: appends a line to an rw-bound counter file on every real run, so runs can be counted on the host. */
 // Slow enough that 8 callers overlap; each run gets its own run id, so sharing is visible.
@@ -51,7 +51,14 @@ describe('deterministic-result cache', () => {
     expect(second).toEqual({
       ok: true,
       data: { n: 20, fib: '6765' },
-      meta: { run_id: expect.any(String), cache: 'hit', seed_run: first.meta.run_id, sandbox: 'bwrap', duration_ms: expect.any(Number) },
+      meta: {
+        run_id: expect.any(String),
+        cache: 'hit',
+        seed_run: first.meta.run_id,
+        sandbox: 'bwrap',
+        duration_ms: expect.any(Number),
+        audit: RECEIPT,
+      },
     });
     expect(second.meta.run_id).not.toBe(first.meta.run_id);
     expect(fx.sandboxRuns('fib')).toHaveLength(1);

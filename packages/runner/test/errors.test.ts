@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { resolveRuntimes, runtimeNames } from '@forge/sandbox';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { example, failed, okData, py, setup, tool, writeAtomic } from './helpers.js';
+import { example, failed, okData, py, RECEIPT, setup, tool, writeAtomic } from './helpers.js';
 
 describe('forge pipeline refusals', () => {
   it('validation_failed: a spec whose input_schema is not an object schema, with every problem named', async () => {
@@ -187,7 +187,7 @@ describe('call pipeline refusals', () => {
     });
     const env = await fx.forge.callTool('csv_filter', { x: 1 }, { persona: 'analyst', session: 'sx' });
     expect(failed(env, 'unknown_tool').message).toMatch(/; propose it with forge_propose$/);
-    expect(env.meta).toEqual({ cache: 'off', duration_ms: expect.any(Number) });
+    expect(env.meta).toEqual({ cache: 'off', duration_ms: expect.any(Number), audit: RECEIPT });
     expect(seen).toEqual([['csv_filter', { persona: 'analyst', session: 'sx' }]]);
     const meta = await fx.forge.callTool('forge_call', {});
     expect(failed(meta, 'unknown_tool').message).toContain('meta-tool');

@@ -5,6 +5,7 @@ import { expect, it } from 'vitest';
  * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
  */
 const EXPORTS = [
+  'AUDIT_KEY_NAME',
   'AUDIT_RECOVERED',
   'AUDIT_TAIL_WINDOW',
   'AUDIT_UNAVAILABLE',

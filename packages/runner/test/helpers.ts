@@ -40,6 +40,9 @@ export function tool(name: string, runtime: string, impl: string, extra: Partial
   return { name, description: `test tool ${name}`, runtime, input_schema: { type: 'object' }, impl, ...extra };
 }
 
+/** A call's receipt in `meta.audit` (receipts.ts): its entry's seq and leaf index, and the leaf hash. */
+export const RECEIPT = { seq: expect.any(Number), index: expect.any(Number), leaf_hash: expect.stringMatching(/^[0-9a-f]{64}$/) };
+
 /** A python3 tool whose impl is `body` after `import json, os, sys` and `args = json.load(sys.stdin)`. */
 export function py(name: string, body: string, extra: Partial<Spec> = {}): Spec {
   return tool(name, 'python3', `import json, os, sys\nargs = json.load(sys.stdin)\n${body}\n`, extra);

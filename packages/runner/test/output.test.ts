@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { scaled } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
-import { failed, okData, py, setup } from './helpers.js';
+import { failed, okData, py, RECEIPT, setup } from './helpers.js';
 
 describe('what a run can end with', () => {
   it('timeout: a tool sleeping past timeout_ms is killed, and the run is recorded', async () => {
@@ -129,7 +129,14 @@ describe('what a run can end with', () => {
     expect(env).toEqual({
       ok: false,
       error: { kind: 'quota_exceeded', message: 'too many', limit: 3 },
-      meta: { note: 'mine', run_id: expect.not.stringMatching(/^fake$/), cache: 'off', sandbox: 'bwrap', duration_ms: expect.any(Number) },
+      meta: {
+        note: 'mine',
+        run_id: expect.not.stringMatching(/^fake$/),
+        cache: 'off',
+        sandbox: 'bwrap',
+        duration_ms: expect.any(Number),
+        audit: RECEIPT,
+      },
     });
     expect(fx.manifest(env.meta.run_id as string)).toMatchObject({ ok: false, error_kind: 'quota_exceeded' });
   });

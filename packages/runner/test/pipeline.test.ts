@@ -3,7 +3,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { outputDigest } from '../src/auditData.js';
-import { example, failed, okData, py, setup, tool } from './helpers.js';
+import { example, failed, okData, py, RECEIPT, setup, tool } from './helpers.js';
 
 const SHA = /^sha256:[0-9a-f]{64}$/;
 
@@ -41,7 +41,13 @@ describe('forge → call, the canonical examples', () => {
 
     const env = await fx.forge.callTool('fib', { n: 100 }, { session: 's1' });
     expect(okData(env)).toEqual({ n: 100, fib: '354224848179261915075' });
-    expect(env.meta).toEqual({ run_id: expect.any(String), cache: 'miss', sandbox: 'bwrap', duration_ms: expect.any(Number) });
+    expect(env.meta).toEqual({
+      run_id: expect.any(String),
+      cache: 'miss',
+      sandbox: 'bwrap',
+      duration_ms: expect.any(Number),
+      audit: RECEIPT,
+    });
     const runId = env.meta.run_id as string;
 
     const m = fx.manifest(runId);

@@ -58,7 +58,7 @@ const CORPUS = [
 
 /** An envelope without what differs between any two calls: run ids and directories, durations, the fixture's root. */
 function comparable(fx: Fixture, env: Envelope): unknown {
-  const { run_id: _r, duration_ms: _d, ...meta } = env.meta as Record<string, unknown>;
+  const { run_id: _r, duration_ms: _d, audit: _a, ...meta } = env.meta as Record<string, unknown>;
   const text = JSON.stringify({ ...env, meta })
     .replaceAll(fx.root, '<root>')
     .replaceAll(String(env.meta.run_id), '<run>')

@@ -10,6 +10,7 @@ import { sourceExecutor } from '../executors/source.js';
 import { postHooks, preHooks } from '../hooks/apply.js';
 import { newRunId } from '../manifest.js';
 import type { Clock, PolicyPort, Setup } from '../ports.js';
+import { CallReceipts, collectReceipts, withReceipt } from '../receipts.js';
 import { type SecretList, secretList } from '../redact.js';
 import { RefusalError } from '../refusal.js';
 import { traceCall } from '../telemetry.js';
@@ -55,7 +56,11 @@ export function runCall(e: Engine, executors: CallExecutors, call: Call, route: 
     call.name,
     call.caller.persona,
     parent,
-    () => callSteps(e, executors, call, route),
+    async () => {
+      const receipts = new CallReceipts();
+      const answer = await collectReceipts(receipts, () => callSteps(e, executors, call, route));
+      return { ...answer, envelope: withReceipt(answer.envelope, receipts.of(call.eventType)) };
+    },
     (answer) => ({
       envelope: answer.envelope,
       name: call.name,

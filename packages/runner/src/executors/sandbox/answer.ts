@@ -48,6 +48,7 @@ const FORGE_META_KEYS = [
   'stdout_full_artifact',
   'policy_clamped',
   'files_dropped',
+  'audit',
 ];
 
 function withoutKeys(o: Record<string, unknown>, keys: readonly string[]): Record<string, unknown> {
