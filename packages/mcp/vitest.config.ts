@@ -6,6 +6,7 @@ export default packageTests({
     'test/damaged.test.ts',
     'test/exports.test.ts',
     'test/http.test.ts',
+    'test/http-tlog.test.ts',
     'test/messages.test.ts',
     'test/modern.test.ts',
     'test/resume.test.ts',

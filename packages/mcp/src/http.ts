@@ -7,6 +7,7 @@ import { HttpAccess, type HttpCaller, type HttpTokenGrant } from './httpAccess.j
 import { fail, readJson } from './httpJson.js';
 import { ModernEntry } from './httpModern.js';
 import { SessionTable } from './httpSessions.js';
+import { serveTlog, TLOG_PREFIX } from './httpTlog.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
 import { resolveSessionLimits } from './sessionLimits.js';
@@ -98,7 +99,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   };
   const sessions = new SessionTable({ forge, inflight, maxBody, limits, naming, Transport: sdk.node.NodeStreamableHTTPServerTransport });
   const modern = new ModernEntry({ forge, inflight, maxBody, naming, sdk });
-  const server: HttpServer = { access, sessions, modern, maxBody, posting: new Set(), closing: undefined };
+  const server: HttpServer = { access, sessions, modern, maxBody, auditLog: forge.paths.auditLog, posting: new Set(), closing: undefined };
 
   const http = createServer((req, res) => {
     answer(server, req, res).catch((err: unknown) => {
@@ -132,6 +133,8 @@ interface HttpServer {
   sessions: SessionTable;
   modern: ModernEntry;
   maxBody: number;
+  /** The file log whose tree is served under /audit/log/ (httpTlog.ts). */
+  auditLog: string;
   /** Responses to POSTs of open sessions not yet ended: close() lets them finish writing. */
   posting: Set<ServerResponse>;
   /** Set once close() began. */
@@ -147,6 +150,8 @@ async function answer(server: HttpServer, req: IncomingMessage, res: ServerRespo
     return fail(res, 503, 'the forge server is shutting down: it opens no new sessions; try again once it is back');
   const caller = admit(server.access, req, res);
   if (!caller) return;
+  const path = (req.url ?? '/').split('?')[0] as string;
+  if (path.startsWith(TLOG_PREFIX)) return serveTlog(server.auditLog, path, req, res);
   let body: unknown;
   if (req.method === 'POST') {
     const read = await readJson(req, server.maxBody);
@@ -170,7 +175,8 @@ async function answer(server: HttpServer, req: IncomingMessage, res: ServerRespo
 /** The caller of a request that names the endpoint, an allowed Host and Origin, and a valid token; else answers it (404, 403, 401). */
 function admit(access: HttpAccess, req: IncomingMessage, res: ServerResponse): HttpCaller | undefined {
   const path = (req.url ?? '/').split('?')[0];
-  if (path !== '/mcp') return void fail(res, 404, `not found: the MCP endpoint is /mcp`);
+  if (path !== '/mcp' && !path?.startsWith(TLOG_PREFIX))
+    return void fail(res, 404, `not found: the MCP endpoint is /mcp (and the audit log's tree is under ${TLOG_PREFIX})`);
   if (!access.hostAllowed(req.headers.host))
     return void fail(res, 403, `Host header ${JSON.stringify(req.headers.host ?? '')} is not allowed`);
   const origin = req.headers.origin;

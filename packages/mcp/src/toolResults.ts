@@ -83,6 +83,10 @@ export function toResult(envelope: Envelope, view?: ToolView): CallToolResult {
     content: upstream ?? [{ type: 'text', text: JSON.stringify(envelope) }],
     isError: !envelope.ok,
   };
+  // The call's receipt (its audit entry and leaf hash) rides in _meta too, where a client looks
+  // for what is about the call rather than its content, whatever the structured content is.
+  const receipt = envelope.meta?.audit;
+  if (receipt !== undefined) result._meta = { forge: { audit: receipt } };
   if (!view?.structuredData) result.structuredContent = envelope as unknown as Record<string, unknown>;
   else if (envelope.ok && envelope.data !== null && typeof envelope.data === 'object' && !Array.isArray(envelope.data))
     result.structuredContent = envelope.data as Record<string, unknown>;

@@ -64,6 +64,13 @@ describe('forging and calling', () => {
     });
     const second = await call(client, 'fib', { n: 90 });
     expect(second.envelope.meta.cache).toBe('hit');
+    // Each answer's receipt: its own audit entry and leaf hash, in _meta as in the envelope.
+    for (const c of [first, second]) {
+      expect(c.result._meta).toEqual({ forge: { audit: c.envelope.meta.audit } });
+      expect(c.envelope.meta.audit).toMatchObject({ seq: expect.any(Number), leaf_hash: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    }
+    const seqOf = (c: typeof first) => (c.envelope.meta.audit as { seq: number }).seq;
+    expect(seqOf(second)).toBeGreaterThan(seqOf(first));
   });
 
   it('forge_call calls a tool in the same turn it was forged; structuredContent is the envelope', async () => {

@@ -1,0 +1,83 @@
+/**
+ * The audit log's Merkle tree served read-only beside the MCP endpoint, so a monitor or a witness
+ * can follow the log (C2SP tlog-tiles, SPEC.md section 9.4 of @forge/audit-chain):
+ *
+ *   GET /audit/log/checkpoint                 the newest signed tree checkpoint (text/plain)
+ *   GET /audit/log/tile/<L>/<N>[.p/<W>]       a tile: its hashes (application/octet-stream)
+ *
+ * Only hashes and the signed head are served: the entries themselves (C2SP's entry bundles) are
+ * forge's record of every persona's calls and are not. A request passes the same Host, Origin and
+ * token checks as /mcp. A path is taken only in its canonical spelling, and a file only when it
+ * is a regular file inside the log's tree directory (never through a link).
+ */
+import { constants as fsc } from 'node:fs';
+import { open, realpath } from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { dirname, join, sep } from 'node:path';
+
+/** Where the tree is served. */
+export const TLOG_PREFIX = '/audit/log/';
+
+/** The largest file served: a full tile (256 hashes); a checkpoint note is far smaller. */
+const MAX_BYTES = 256 * 32;
+
+const TILE_RE = /^tile\/(0|[1-9][0-9]?)\/((?:x[0-9]{3}\/)*[0-9]{3})(?:\.p\/([1-9][0-9]{0,2}))?$/;
+
+/** The file under the tree directory a request path names, when it names one in canonical form. */
+export function tlogFile(rel: string): { file: string; immutable: boolean; type: string } | undefined {
+  if (rel === 'checkpoint') return { file: 'checkpoint', immutable: false, type: 'text/plain; charset=utf-8' };
+  const m = TILE_RE.exec(rel);
+  if (!m) return undefined;
+  const groups = (m[2] as string).split('/');
+  // x-prefixed groups are the high ones: no leading group of zeros (x000/…), as tilePath writes.
+  if (groups.length > 1 && groups[0] === 'x000') return undefined;
+  if (m[3] !== undefined && Number(m[3]) > 255) return undefined;
+  return { file: rel, immutable: m[3] === undefined, type: 'application/octet-stream' };
+}
+
+/** Answers one request under {@link TLOG_PREFIX} from the tree of the file log at `log`. */
+export async function serveTlog(log: string, path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const text = (status: number, message: string, headers: Record<string, string> = {}) =>
+    void res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', ...headers }).end(`${message}\n`);
+  if (req.method !== 'GET' && req.method !== 'HEAD')
+    return text(405, `${req.method} is not served here: the audit log's tree is read-only (GET)`, { allow: 'GET, HEAD' });
+  const rel = path.slice(TLOG_PREFIX.length);
+  const target = tlogFile(rel);
+  if (!target)
+    return text(404, `not found: ${TLOG_PREFIX}checkpoint and ${TLOG_PREFIX}tile/<L>/<N>[.p/<W>] (C2SP tlog-tiles paths) are served`);
+  const root = `${log}.tlog`;
+  let realRoot: string;
+  try {
+    realRoot = await realpath(root);
+  } catch {
+    return text(404, `no tree beside the audit log (${root}): forge writes it as the log grows, when the log is a file on this host`);
+  }
+  const file = join(root, target.file);
+  let realDir: string;
+  try {
+    realDir = await realpath(dirname(file));
+  } catch {
+    return text(404, `not found: ${rel}`);
+  }
+  if (realDir !== realRoot && !realDir.startsWith(`${realRoot}${sep}`)) return text(404, `not found: ${rel}`);
+  let data: Buffer;
+  try {
+    const fh = await open(file, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+    try {
+      const st = await fh.stat();
+      if (!st.isFile() || st.size > MAX_BYTES) return text(404, `not found: ${rel}`);
+      data = await fh.readFile();
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return text(404, `not found: ${rel}`);
+  }
+  res.writeHead(200, {
+    'content-type': target.type,
+    'content-length': String(data.length),
+    'cache-control': target.immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
+    'x-content-type-options': 'nosniff',
+  });
+  res.end(req.method === 'HEAD' ? undefined : data);
+}

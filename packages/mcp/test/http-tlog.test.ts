@@ -1,0 +1,127 @@
+// The audit log's tree served beside /mcp (src/httpTlog.ts): a monitor reads the signed tree
+// checkpoint and the tiles over HTTP and proves a call's receipt from them alone; nothing but
+// canonical tile paths inside the tree directory is served, through the same Host and token checks.
+import { createPrivateKey } from 'node:crypto';
+import { symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { hostname } from 'node:os';
+import { join, resolve } from 'node:path';
+import {
+  generateSigningKeys,
+  inclusionProof,
+  logTree,
+  newTiles,
+  noteVerifierKey,
+  openNote,
+  parseTreeCheckpoint,
+  TileHashes,
+  tileData,
+  tilePath,
+  verifyInclusion,
+} from '@forge/audit-chain';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { serveHttp } from '../src/index.js';
+import { example, newForge, tempDirs } from './helpers.js';
+
+/** A GET (or another method) with the path sent as written, and the Host given. */
+function get(url: string, path: string, o: { method?: string; host?: string; token?: string } = {}) {
+  const u = new URL(url);
+  return new Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }>((done, fail) => {
+    const req = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path,
+        method: o.method ?? 'GET',
+        headers: { host: o.host ?? u.host, ...(o.token ? { authorization: `Bearer ${o.token}` } : {}) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => done({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+      },
+    );
+    req.on('error', fail);
+    req.end();
+  });
+}
+
+describe('the audit log’s tree over HTTP', () => {
+  it('serves the signed checkpoint and the tiles a monitor proves a receipt with, and nothing else', async () => {
+    const dirs = tempDirs();
+    const keys = generateSigningKeys();
+    const keyFile = join(dirs.root, 'audit.key');
+    writeFileSync(keyFile, keys.privateKey, { mode: 0o600 });
+    const forge = await newForge(dirs, { auditKey: keyFile });
+    const server = await serveHttp(forge);
+    onTestFinished(() => server.close());
+    const made = await forge.forgeTool(await example('fib'));
+    expect(made.ok).toBe(true);
+    const answers = [];
+    for (let n = 0; n < 300; n++) answers.push(await forge.callTool('fib', { n: n % 40 }));
+    const log = forge.paths.auditLog;
+    // Closing the engine writes its last checkpoint, and with it the tree's.
+    await forge.close();
+
+    const vkey = noteVerifierKey('forge-operator', createPrivateKey(keys.privateKey));
+    const cpRes = await get(server.url, '/audit/log/checkpoint');
+    expect(cpRes.status).toBe(200);
+    expect(cpRes.headers['content-type']).toBe('text/plain; charset=utf-8');
+    const opened = openNote(cpRes.body, [vkey]);
+    expect(opened.ok).toBe(true);
+    const cp = parseTreeCheckpoint((opened as { text: string }).text) as { origin: string; size: number; root: Uint8Array };
+    expect(cp.origin).toBe(`${hostname()}${resolve(log)}`);
+    expect(cp.size).toBeGreaterThan(300);
+
+    // Every tile of that size, fetched over HTTP, as the log's own lines give them.
+    const ref = await logTree(log, cp.size);
+    const fetched = new Map<string, Uint8Array>();
+    for (const tile of newTiles(0, cp.size)) {
+      const r = await get(server.url, `/audit/log/${tilePath(tile)}`);
+      expect(r.status, tilePath(tile)).toBe(200);
+      expect(r.body.equals(tileData(ref, tile))).toBe(true);
+      expect(r.headers['cache-control']).toBe(tile.width === 256 ? 'public, max-age=31536000, immutable' : 'no-cache');
+      fetched.set(tilePath(tile), r.body);
+    }
+    const fromHttp = new TileHashes((tile) => fetched.get(tilePath(tile)), cp.size);
+    const receipt = answers[123]?.meta?.audit as { index: number; leaf_hash: string };
+    const proof = inclusionProof(fromHttp, receipt.index, cp.size);
+    expect(verifyInclusion(receipt.index, cp.size, Buffer.from(receipt.leaf_hash, 'hex'), proof, cp.root)).toBe(true);
+
+    // Only canonical tile paths, only regular files inside the tree, only reading.
+    for (const path of [
+      '/audit/log/tile/0/../../forge.log',
+      '/audit/log/tile/0/%2e%2e/%2e%2e/forge.log',
+      '/audit/log/tile/0/0000',
+      '/audit/log/tile/0/x000/000',
+      '/audit/log/tile/00/000',
+      '/audit/log/tile/0/000.p/256',
+      '/audit/log/tile/0/000.p/05',
+      '/audit/log/tile/entries/000',
+      '/audit/log/checkpoint.tmp-1',
+      '/audit/log/',
+      '/audit/log/tile/0/999',
+    ]) {
+      const r = await get(server.url, path);
+      expect(r.status, path).toBe(404);
+      expect(r.body.toString()).not.toContain('"seq"');
+    }
+    const tiles = `${log}.tlog`;
+    unlinkSync(join(tiles, 'tile/0/000'));
+    symlinkSync(log, join(tiles, 'tile/0/000'));
+    expect((await get(server.url, '/audit/log/tile/0/000')).status).toBe(404);
+    expect((await get(server.url, '/audit/log/checkpoint', { method: 'POST' })).status).toBe(405);
+    expect((await get(server.url, '/audit/log/checkpoint', { host: 'evil.example' })).status).toBe(403);
+  });
+
+  it('asks for a token when the server does', async () => {
+    const dirs = tempDirs();
+    const forge = await newForge(dirs);
+    const server = await serveHttp(forge, { tokens: { 'a-long-enough-token-0123456789': { persona: 'p' } } });
+    onTestFinished(() => server.close());
+    expect((await get(server.url, '/audit/log/checkpoint')).status).toBe(401);
+    const r = await get(server.url, '/audit/log/checkpoint', { token: 'a-long-enough-token-0123456789' });
+    // No key: the tree has no signed checkpoint to serve.
+    expect(r.status).toBe(404);
+  });
+});
