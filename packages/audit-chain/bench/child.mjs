@@ -4,11 +4,12 @@
 //   plain  <file> <count> <start-file>  fs.appendFile of the same lines (no hash, no lock)
 //   verify <log>                        verifyLog on one thread, then report peak memory
 //   verify2 <log>                       the same with threads: 2
+//   verify-tiles <log>                  verifyTiles: the tiles beside the log against its entries
 // Waits until <start-file> exists so that all children start together, then prints one JSON line.
 import { existsSync, readFileSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { openAuditLog, verifyLog } from '../dist/index.js';
+import { openAuditLog, verifyLog, verifyTiles } from '../dist/index.js';
 import { entryData, plainLine } from './data.mjs';
 
 const [mode, path, countArg, startFile] = process.argv.slice(2);
@@ -50,6 +51,12 @@ if (mode === 'append' || mode === 'append-notree') {
   const ms = performance.now() - t0;
   if (!r.ok) throw new Error(`benchmark log does not verify: ${JSON.stringify(r.first_bad)}`);
   console.log(JSON.stringify({ ms, count: r.entries, peakMiB: peakMiB() }));
+} else if (mode === 'verify-tiles') {
+  const t0 = performance.now();
+  const r = await verifyTiles(path);
+  const ms = performance.now() - t0;
+  if (!r.ok) throw new Error(`benchmark tiles do not match the log: ${JSON.stringify(r.first_bad)}`);
+  console.log(JSON.stringify({ ms, count: r.size, peakMiB: peakMiB() }));
 } else if (mode === 'hash') {
   // Baseline for verify that scales with the CPU: read, split and SHA-256 every line, nothing else.
   const { hash } = await import('node:crypto');

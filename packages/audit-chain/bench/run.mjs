@@ -115,6 +115,12 @@ try {
   }
   row('verify, one thread (hash, shape, chain)', median(verifies), 'entries/s', { min: 300_000 }, 'read+split only', median(reads));
   row('  the same against SHA-256 of each line alone', median(verifies), 'entries/s', undefined, 'sha256 only', median(hashes));
+  const tiles = [];
+  for (let k = 0; k < 3; k++) {
+    const r = await child(['verify-tiles', big]);
+    tiles.push(r.count / (r.ms / 1000));
+  }
+  row('verify the tiles beside the log against its entries', median(tiles), 'entries/s', undefined, 'sha256 only', median(hashes));
   const two = [];
   let peak2 = 0;
   for (let k = 0; k < 3; k++) {

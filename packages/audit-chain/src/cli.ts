@@ -9,7 +9,7 @@ import { guardStdout } from './cli-stdout.js';
 import { AuditError } from './errors.js';
 import type { AuditEntry } from './format.js';
 import type { JsonValue } from './ijson.js';
-import { generateSigningKeys, openAuditLog, reanchorAuditLog, tailLog, verifyLog } from './index.js';
+import { generateSigningKeys, openAuditLog, reanchorAuditLog, tailLog, verifyLog, verifyTiles } from './index.js';
 import { noteVerifierKey } from './note.js';
 import { checkProof, type ProofVerdict } from './proof.js';
 
@@ -29,6 +29,9 @@ const USAGE = `usage: forge-audit <command> …
   verify-proof <checkpoint> <proof> (--vkey <key> | --key-pub <file> --name <key-name>) [--json]
                                             check an inclusion or consistency proof against a signed
                                             tree checkpoint, offline (exit 0 proven, 1 not)
+  verify-tiles <log> [--vkey <key> | --key-pub <file> --name <key-name>] [--json]
+                                            check the tiles and tree checkpoint beside the log
+                                            (<log>.tlog/) against its entries (exit 0 match, 1 not)
 
 Exit codes: 0 ok, 1 verification found a violation, 2 usage or I/O error.`;
 
@@ -281,6 +284,23 @@ async function verifyProofCommand(args: string[], values: Values): Promise<numbe
   return verdict.ok ? 0 : 1;
 }
 
+/** `verify-tiles`: the tree beside a log against its entries. */
+async function verifyTilesCommand(args: string[], values: Values): Promise<number> {
+  need(args, 1, '<log>');
+  const keys = values.vkey && values.vkey.length > 0 ? values.vkey : values['key-pub'] ? [await verifierKeyOf(values)] : [];
+  const v = await verifyTiles(args[0] as string, { verifierKeys: keys });
+  if (values.json) out(JSON.stringify(v));
+  else if (v.ok)
+    out(
+      `ok: ${count(v.size, 'entry', 'entries')}, ${count(v.tiles, 'tile', 'tiles')} as the entries give them; tree checkpoint: ${v.checkpoint}`,
+    );
+  else
+    out(
+      `MISMATCH: ${v.first_bad?.what}: ${v.first_bad?.reason} (after ${count(v.size, 'entry', 'entries')}, ${count(v.tiles, 'tile', 'tiles')})`,
+    );
+  return v.ok ? 0 : 1;
+}
+
 const COMMANDS = new Map<string, Command>([
   ['append', appendCommand],
   ['verify', verifyCommand],
@@ -291,6 +311,7 @@ const COMMANDS = new Map<string, Command>([
   ['keygen', keygenCommand],
   ['vkey', vkeyCommand],
   ['verify-proof', verifyProofCommand],
+  ['verify-tiles', verifyTilesCommand],
 ]);
 
 function formatEntry(e: AuditEntry): string {

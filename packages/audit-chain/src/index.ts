@@ -83,3 +83,5 @@ export {
 } from './tiles.js';
 export { verifyLog } from './verify.js';
 export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';
+/** Checking the tree beside a log (its tiles and tree checkpoint) against the log's own lines. */
+export { type TilesVerdict, verifyTiles } from './verify-tiles.js';

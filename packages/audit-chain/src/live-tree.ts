@@ -14,10 +14,11 @@ import { dirname, join } from 'node:path';
 import { syncDir, type Tail } from './active-segment.js';
 import { AuditError, describeCause } from './errors.js';
 import { scanLines } from './lines.js';
-import { EMPTY_ROOT, HASH_SIZE, leafHash, nodeHash } from './merkle.js';
+import { HASH_SIZE, leafHash } from './merkle.js';
 import { formatTreeCheckpoint, type NoteSigner, openNote, parseTreeCheckpoint, signNote } from './note.js';
 import { type LogFiles, segmentName } from './segments.js';
-import { TILE_HEIGHT, TILE_WIDTH, tilePath } from './tiles.js';
+import { type FullTile, TileRows } from './tile-rows.js';
+import { TILE_WIDTH, tilePath } from './tiles.js';
 
 /** A temporary tile file older than this is a dead writer's leftover. */
 const STALE_TMP_MS = 60_000;
@@ -47,27 +48,14 @@ interface Position {
   offset: number;
 }
 
-/** The hash of a complete run of hashes of one level (a power of two of them), hashed pairwise. */
-function subtree(row: readonly Uint8Array[]): Uint8Array {
-  let r = row;
-  while (r.length > 1) {
-    const next: Uint8Array[] = [];
-    for (let i = 0; i < r.length; i += 2) next.push(nodeHash(r[i] as Uint8Array, r[i + 1] as Uint8Array));
-    r = next;
-  }
-  return r[0] as Uint8Array;
-}
-
 export class LiveTree {
-  #size = 0;
+  #rows = new TileRows();
   #pos: Position = { segment: 1, offset: 0 };
-  /** Per tile level, the hashes of that level not yet in a full tile (fewer than 256). */
-  #levels: Uint8Array[][] = [[]];
   /** Full tiles being written in the background, and the first failure among them. */
   #writing: Promise<void> = Promise.resolve();
   #failed: AuditError | undefined;
   /** Full tiles completed and not yet written. */
-  #complete: { level: number; index: number; data: Buffer }[] = [];
+  #complete: FullTile[] = [];
   /** Tile files written since the last checkpoint, not yet synced. */
   #unsynced = new Set<string>();
   #madeDirs = new Set<string>();
@@ -85,7 +73,7 @@ export class LiveTree {
   }
 
   get size(): number {
-    return this.#size;
+    return this.#rows.size;
   }
 
   /**
@@ -121,7 +109,7 @@ export class LiveTree {
       this.#failed = undefined;
       this.#reset();
     }
-    if (this.#pos.segment !== t.segment || this.#pos.offset !== t.size || this.#size !== t.seq) {
+    if (this.#pos.segment !== t.segment || this.#pos.offset !== t.size || this.#rows.size !== t.seq) {
       try {
         await this.#read(t);
       } catch (err) {
@@ -181,11 +169,7 @@ export class LiveTree {
     if (this.#failed) await this.catchUp(t);
     await this.#writing;
     if (this.#failed) throw this.#failed;
-    for (const [level, row] of this.#levels.entries()) {
-      if (row.length === 0) continue;
-      const index = Math.floor(Math.floor(this.#size / TILE_WIDTH ** level) / TILE_WIDTH);
-      await this.#writeTile(tilePath({ level, index, width: row.length }), Buffer.concat(row));
-    }
+    for (const { tile, data } of this.#rows.partials()) await this.#writeTile(tilePath(tile), data);
     const dirs = new Set<string>();
     for (const file of this.#unsynced) {
       await syncFile(file);
@@ -196,7 +180,9 @@ export class LiveTree {
     // A reader of an older checkpoint reads the first hashes of the full tile instead (C2SP tlog-tiles).
     for (const p of this.#superseded.splice(0)) await rm(p, { recursive: true, force: true });
     if (!signing.signer) return undefined;
-    const note = signNote(formatTreeCheckpoint({ origin: signing.origin, size: this.#size, root: this.root() }), [signing.signer]);
+    const note = signNote(formatTreeCheckpoint({ origin: signing.origin, size: this.#rows.size, root: this.#rows.root() }), [
+      signing.signer,
+    ]);
     await mkdir(this.#dir, { recursive: true });
     await writeDurably(tlogCheckpointPath(this.files), note, this.fileMode);
     return note;
@@ -204,23 +190,7 @@ export class LiveTree {
 
   /** The tree head over every leaf the tree holds. */
   root(): Uint8Array {
-    if (this.#size === 0) return EMPTY_ROOT;
-    // The complete subtrees, largest first: each level's pending hashes, grouped by the bits of
-    // their count. Folded from the right they give RFC 6962's tree head.
-    const parts: Uint8Array[] = [];
-    for (let level = this.#levels.length - 1; level >= 0; level--) {
-      const row = this.#levels[level] as Uint8Array[];
-      let at = 0;
-      for (let bit = TILE_HEIGHT - 1; bit >= 0; bit--) {
-        const n = 2 ** bit;
-        if ((row.length & n) === 0) continue;
-        parts.push(subtree(row.slice(at, at + n)));
-        at += n;
-      }
-    }
-    let h = parts.at(-1) as Uint8Array;
-    for (let i = parts.length - 2; i >= 0; i--) h = nodeHash(parts[i] as Uint8Array, h);
-    return h;
+    return this.#rows.root();
   }
 
   /**
@@ -238,8 +208,7 @@ export class LiveTree {
     if (at && at.entries > 0 && at.entries <= t.seq) {
       const loaded = await this.#loadTiles(at.entries).catch(() => undefined);
       if (loaded) {
-        this.#levels = loaded;
-        this.#size = at.entries;
+        this.#rows = Object.assign(new TileRows(), { levels: loaded, size: at.entries });
         let trusted = !signing.vkey;
         if (signing.vkey) {
           const note = await readFile(tlogCheckpointPath(this.files)).catch(() => undefined);
@@ -255,8 +224,10 @@ export class LiveTree {
         }
       }
     }
-    // Partial tiles of earlier sizes are not trusted either: the next checkpoint writes its own.
+    // Partial tiles of earlier sizes are not trusted either, nor the checkpoint over them: the
+    // next checkpoint writes its own (until then a reader finds no checkpoint, not a stale one).
     await this.#sweep(true);
+    await rm(tlogCheckpointPath(this.files), { force: true });
     this.#reset();
     await this.catchUp(t);
     return 'log';
@@ -265,33 +236,20 @@ export class LiveTree {
   // ---- internals -------------------------------------------------------------------------
 
   #reset(): void {
-    this.#size = 0;
+    this.#rows = new TileRows();
     this.#pos = { segment: 1, offset: 0 };
-    this.#levels = [[]];
     this.#complete = [];
   }
 
   #addLeaf(leaf: Uint8Array): void {
-    this.#size++;
-    let h = leaf;
-    for (let level = 0; ; level++) {
-      const row = (this.#levels[level] ??= []);
-      row.push(h);
-      if (row.length < TILE_WIDTH) return;
-      // A full tile: 256 hashes of this level, the next level's next hash.
-      const data = Buffer.concat(row);
-      const index = Math.floor(this.#size / TILE_WIDTH ** (level + 1)) - 1;
-      this.#complete.push({ level, index, data });
-      h = subtree(row);
-      this.#levels[level] = [];
-    }
+    this.#rows.add(leaf, (t) => this.#complete.push(t));
   }
 
   /** Reads the log's lines from the tree's position to the tail `t`, each a leaf. */
   async #read(t: Tail): Promise<void> {
     const corrupt = (why: string) => new AuditError('log_corrupt', `the Merkle tree of ${this.files.active} cannot follow the log: ${why}`);
     if (this.#pos.segment > t.segment || (this.#pos.segment === t.segment && this.#pos.offset > t.size))
-      throw corrupt(`it is shorter than the ${this.#size} entries the tree holds`);
+      throw corrupt(`it is shorter than the ${this.#rows.size} entries the tree holds`);
     for (let seg = this.#pos.segment; seg <= t.segment; seg++) {
       const path = seg === t.segment ? this.files.active : join(this.files.dir, segmentName(this.files.base, seg));
       let fh: Awaited<ReturnType<typeof open>>;
@@ -323,7 +281,7 @@ export class LiveTree {
       await this.#writing;
     }
     this.#pos = { segment: t.segment, offset: t.size };
-    if (this.#size !== t.seq) throw corrupt(`it holds ${t.seq} entries but ${this.#size} lines`);
+    if (this.#rows.size !== t.seq) throw corrupt(`it holds ${t.seq} entries but ${this.#rows.size} lines`);
   }
 
   /** The pending hashes of each level at `size`, read from that size's tiles. */

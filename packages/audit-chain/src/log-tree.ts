@@ -18,11 +18,25 @@ export async function logTree(
   entries = Number.MAX_SAFE_INTEGER,
   onLeaf?: (index: number, line: Buffer) => void,
 ): Promise<MemoryTree> {
-  const files = logFiles(path);
   const tree = new MemoryTree();
+  await eachLine(path, entries, (index, line) => {
+    onLeaf?.(index, line);
+    tree.append(line);
+  });
+  return tree;
+}
+
+/**
+ * Calls `onLine` with each of the first `entries` lines of the log at `path` (every segment, in
+ * order; each without its newline, a view valid during the call) and returns how many there
+ * were; fewer than `entries` asked for (when not all) is `log_corrupt`.
+ */
+export async function eachLine(path: string, entries: number, onLine: (index: number, line: Buffer) => void): Promise<number> {
+  const files = logFiles(path);
+  let n = 0;
   const segments = [...(await listSealedSegments(files)).map((s) => s.path), files.active];
   for (const segment of segments) {
-    if (tree.size >= entries) break;
+    if (n >= entries) break;
     let fh: Awaited<ReturnType<typeof open>>;
     try {
       fh = await open(segment, 'r');
@@ -34,16 +48,14 @@ export async function logTree(
       const { size } = await fh.stat();
       await scanLines(fh, 0, size, (line) => {
         if (line.torn || line.oversized) return false;
-        const leaf = line.bytes.subarray(0, line.bytes.length - 1);
-        onLeaf?.(tree.size, leaf);
-        tree.append(leaf);
-        return tree.size < entries;
+        onLine(n++, line.bytes.subarray(0, line.bytes.length - 1));
+        return n < entries;
       });
     } finally {
       await fh.close();
     }
   }
-  if (entries !== Number.MAX_SAFE_INTEGER && tree.size < entries)
-    throw new AuditError('log_corrupt', `${path} holds ${tree.size} entries, not the ${entries} asked for`);
-  return tree;
+  if (entries !== Number.MAX_SAFE_INTEGER && n < entries)
+    throw new AuditError('log_corrupt', `${path} holds ${n} entries, not the ${entries} asked for`);
+  return n;
 }

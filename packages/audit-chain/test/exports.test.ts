@@ -48,6 +48,7 @@ const EXPORTS = [
   'verifyConsistency',
   'verifyInclusion',
   'verifyLog',
+  'verifyTiles',
   'withDirLock',
   'writeTiles',
 ];

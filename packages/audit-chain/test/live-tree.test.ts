@@ -1,9 +1,11 @@
 // The open log's Merkle tree (src/live-tree.ts, SPEC.md section 9.4): the tiles and signed tree
 // checkpoint the writer keeps as it appends, rotates, reopens, shares the log and is killed, each
 // checked against the tree read from the log's lines afterwards (logTree, a separate reader).
+
+import { spawnSync } from 'node:child_process';
 import { createPrivateKey, generateKeyPairSync, randomInt } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile, unlink as unlinkFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
@@ -13,8 +15,9 @@ import { logTree } from '../src/log-tree.js';
 import { inclusionProof, leafHash, type MemoryTree, treeHead, verifyInclusion } from '../src/merkle.js';
 import { formatTreeCheckpoint, noteVerifierKey, openNote, parseTreeCheckpoint, signNote } from '../src/note.js';
 import { TILE_WIDTH, type Tile, TileHashes, tileData, tileFiles, tilePath } from '../src/tiles.js';
+import { verifyTiles } from '../src/verify-tiles.js';
 import { checkAcks, expectCleanExit, readAcks, readChain, spawnWriter } from './children.js';
-import { tempDir } from './helpers.js';
+import { CLI, tempDir } from './helpers.js';
 
 const KEY_NAME = 'forge-audit';
 const ORIGIN = 'test.example/audit';
@@ -60,6 +63,7 @@ async function expectTilesOfLog(path: string, vkey?: string): Promise<MemoryTree
     const full = Math.floor(Math.floor(tree.size / TILE_WIDTH ** level) / TILE_WIDTH);
     for (let index = 0; index < full; index++) expect(files).toContain(tilePath({ level, index, width: TILE_WIDTH }));
   }
+  expect(await verifyTiles(path, vkey ? { verifierKeys: [vkey] } : {})).toMatchObject({ ok: true, size: tree.size });
   if (vkey) {
     const opened = openNote(await readFile(join(dir, 'checkpoint')), [vkey]);
     expect(opened.ok, JSON.stringify(opened)).toBe(true);
@@ -182,6 +186,42 @@ describe('the open log’s Merkle tree', () => {
     const line = (await lines(path))[1] as Buffer; // its proof starts with leaf 0, the hash changed
     expect(verifyInclusion(1, cp.size, leafHash(line), inclusionProof(fromTiles, 1, cp.size), cp.root)).toBe(false);
     expect(verifyInclusion(1, cp.size, leafHash(line), inclusionProof(ref, 1, cp.size), cp.root)).toBe(true);
+  });
+
+  it('verifyTiles and forge-audit verify-tiles find a tile or checkpoint changed on disk, naming it', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const k = keys();
+    const log = await openAuditLog(path, { signingKey: k.privateKey, tree });
+    await Promise.all(Array.from({ length: 1000 }, (_, i) => log.append('t.write', { i })));
+    await log.checkpoint();
+    await log.close();
+    const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, 'verify-tiles', path, ...args], { encoding: 'utf8' });
+    expect(await verifyTiles(path, { verifierKeys: [k.vkey] })).toEqual({ ok: true, size: 1000, tiles: 5, checkpoint: 'signed' });
+    const ok = cli('--vkey', k.vkey);
+    expect([ok.status, ok.stdout.trim()]).toEqual([0, 'ok: 1000 entries, 5 tiles as the entries give them; tree checkpoint: signed']);
+    const other = keys();
+    expect(await verifyTiles(path, { verifierKeys: [other.vkey] })).toMatchObject({ ok: false, first_bad: { what: 'checkpoint' } });
+
+    const tile = join(`${path}.tlog`, 'tile/0/001');
+    const bytes = await readFile(tile);
+    const changed = Buffer.from(bytes);
+    changed[40] = (changed[40] as number) ^ 1;
+    await writeFile(tile, changed);
+    expect(await verifyTiles(path)).toMatchObject({
+      ok: false,
+      checkpoint: 'unverified',
+      first_bad: { what: 'tile/0/001', reason: expect.stringMatching(/other hashes/) },
+    });
+    const bad = cli('--vkey', k.vkey);
+    expect(bad.status).toBe(1);
+    expect(bad.stdout).toMatch(/^MISMATCH: tile\/0\/001: holds other hashes/);
+    await writeFile(tile, bytes);
+    const partial = join(`${path}.tlog`, tilePath({ level: 0, index: 3, width: 1000 - 768 }));
+    await writeFile(partial, Buffer.alloc(0));
+    expect(await verifyTiles(path)).toMatchObject({ ok: false, first_bad: { what: tilePath({ level: 0, index: 3, width: 232 }) } });
+    await unlinkFile(partial);
+    expect(await verifyTiles(path)).toMatchObject({ ok: false, first_bad: { reason: 'missing' } });
   });
 
   it('starts again from the log when the checkpoint’s tiles or its note are not what the key signed', async () => {
