@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { EnvironmentError, type Parsed, parseCommand, UsageError } from './args.js';
 import type { Command, Io } from './command.js';
 import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/audit.js';
+import { auditConsistency } from './commands/audit-consistency.js';
 import { auditProve } from './commands/audit-prove.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
@@ -39,6 +40,7 @@ export const COMMANDS: readonly Command[] = [
   auditExport,
   auditAnchor,
   auditProve,
+  auditConsistency,
   policyCheck,
   ...GATEWAY_COMMANDS,
   ...TOOLSMITH_COMMANDS,

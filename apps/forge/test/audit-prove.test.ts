@@ -2,7 +2,9 @@
 // the inclusion proof of the call's entry) that `forge-audit verify-proof` checks with the public
 // key alone; a changed receipt does not check, and no receipt is made over a damaged log.
 import { spawnSync } from 'node:child_process';
+import { createPrivateKey } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { generateSigningKeys } from '@forge/audit-chain';
 import { scaled } from '@forge/test-utils';
@@ -38,6 +40,11 @@ describe('forge audit prove', () => {
     }[];
     expect(entries.find((e) => e.seq === r.seq)).toMatchObject({ type: 'forge.called', data: { run_id: runId } });
     expect(r.size).toBeGreaterThan(r.seq);
+    // The proof is against the log's own signed tree checkpoint (published beside it at close).
+    const log = join(s.home, 'audit', 'forge.log');
+    const published = readFileSync(join(`${log}.tlog`, 'checkpoint'), 'utf8');
+    expect(readFileSync(join(receipt, 'checkpoint'), 'utf8')).toBe(published);
+    expect(published.split('\n')[0]).toBe(`${hostname()}${resolve(log)}`);
 
     // forge-audit, the log's own command, with the public key alone.
     const verify = (proof: string) => {
@@ -68,11 +75,76 @@ describe('forge audit prove', () => {
     );
 
     // A damaged log gives no receipt.
-    const log = join(s.home, 'audit', 'forge.log');
     writeFileSync(log, readFileSync(log, 'utf8').replace(runId, `${runId.slice(0, -1)}x`));
     const refused = await runCli(['audit', 'prove', runId], o);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/does not verify .*no proof is made over a damaged log/);
+  });
+
+  it('consistency: the log at an older checkpoint is a prefix of it now, checked offline; a forked history is reported', async () => {
+    const s = scratch();
+    const keys = generateSigningKeys();
+    const key = join(s.root, 'audit.key');
+    writeFileSync(key, keys.privateKey, { mode: 0o600 });
+    const o = { cwd: s.project, env: { ...s.env, FORGE_AUDIT_KEY: key } };
+    expect((await runCli(['tools', 'forge', join(EXAMPLES, 'fib')], o)).code).toBe(0);
+    await runCli(['tools', 'call', 'fib', '{"n":5}'], o);
+    const log = join(s.home, 'audit', 'forge.log');
+    const old = join(s.root, 'old-checkpoint');
+    writeFileSync(old, readFileSync(join(`${log}.tlog`, 'checkpoint')));
+    for (const n of [6, 7, 8]) await runCli(['tools', 'call', 'fib', `{"n":${n}}`], o);
+
+    const out = join(s.root, 'consistency');
+    const proved = await runCli(['audit', 'consistency', old, '--out', out, '--json'], o);
+    expect(proved.code, proved.stderr).toBe(0);
+    const r = JSON.parse(proved.stdout) as { old: number; new: number; vkey: string };
+    expect(r.new).toBeGreaterThan(r.old);
+    const check = (proof: string) =>
+      spawnSync(process.execPath, [AUDIT_CLI, 'verify-proof', join(out, 'checkpoint'), proof, '--vkey', r.vkey], {
+        cwd: s.root,
+        env: s.env,
+        encoding: 'utf8',
+        timeout: scaled(60_000),
+      });
+    const ok = check(join(out, 'consistency.json'));
+    expect(ok.status, ok.stdout + ok.stderr).toBe(0);
+    expect(ok.stdout).toMatch(/is a prefix of it at size/);
+
+    // A checkpoint of another history at the old size, signed with the same key: a fork.
+    const chain = await import('@forge/audit-chain');
+    const text = chain.openNote(readFileSync(old, 'utf8'), [r.vkey]) as { text: string };
+    const cp = chain.parseTreeCheckpoint(text.text) as { origin: string; size: number; root: Uint8Array };
+    const fork = join(s.root, 'fork-checkpoint');
+    writeFileSync(
+      fork,
+      chain.signNote(chain.formatTreeCheckpoint({ ...cp, root: Buffer.alloc(32, 7) }), [
+        { name: 'forge-operator', privateKey: createPrivateKey(keys.privateKey) },
+      ]),
+    );
+    const forked = await runCli(['audit', 'consistency', fork], o);
+    expect(forked.code).toBe(1);
+    expect(forked.stdout).toMatch(/NOT CONSISTENT: .*not a prefix/);
+    expect(forked.stdout).toMatch(/a fork, or a history rewritten since/);
+    // The same forged history as the log's own checkpoint: forge audit prove refuses to prove against it.
+    writeFileSync(join(`${log}.tlog`, 'checkpoint'), readFileSync(fork));
+    const refused = await runCli(['audit', 'prove', '1'], o);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(
+      /does not match its own signed tree checkpoint .*its history changed after that checkpoint was published/,
+    );
+    // Another key's checkpoint is not taken at all.
+    const wrong = await runCli(
+      [
+        'audit',
+        'consistency',
+        old,
+        '--vkey',
+        chain.noteVerifierKey('forge-operator', createPrivateKey(chain.generateSigningKeys().privateKey)),
+      ],
+      o,
+    );
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/OLD .* is not signed by/);
   });
 
   it('needs the signing key, and an entry the log holds', async () => {

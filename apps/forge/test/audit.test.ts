@@ -1,6 +1,8 @@
+import { createPrivateKey } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { generateSigningKeys } from '@forge/audit-chain';
+import * as chain from '@forge/audit-chain';
+
 import { beforeAll, describe, expect, it } from 'vitest';
 import { EXAMPLES, requireCliAndSandbox, runCli, scratch } from './helpers.js';
 
@@ -35,7 +37,7 @@ describe('forge audit verify', () => {
 
   it('with FORGE_AUDIT_KEY the checkpoints are signed, and --key-pub trusts only those', async () => {
     const s = scratch();
-    const keys = generateSigningKeys();
+    const keys = chain.generateSigningKeys();
     const key = join(s.root, 'audit.key');
     const pub = join(s.root, 'audit.pub');
     writeFileSync(key, keys.privateKey, { mode: 0o600 });
@@ -47,9 +49,29 @@ describe('forge audit verify', () => {
     expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/checkpoint at entry \d+ \(signed\)/);
     const other = join(s.root, 'other.pub');
-    writeFileSync(other, generateSigningKeys().publicKey);
+    writeFileSync(other, chain.generateSigningKeys().publicKey);
     const wrong = JSON.parse((await runCli(['audit', 'verify', '--json', '--key-pub', other], o)).stdout);
     expect(wrong).toMatchObject({ ok: false, first_bad: { reason: 'signature_invalid' } });
+
+    // The Merkle tree beside the log is checked against the entries too, its checkpoint signed by that key.
+    expect(ok.stdout).toMatch(/its Merkle tree: \d+ tiles and the signed tree checkpoint of \d+ entries as the entries give them/);
+    const log = join(s.home, 'audit', 'forge.log');
+    const note = join(`${log}.tlog`, 'checkpoint');
+    const text = readFileSync(note, 'utf8');
+    const [origin, size, root] = text.split('\n');
+    const flipped = Buffer.from(root as string, 'base64');
+    flipped[0] = (flipped[0] as number) ^ 1;
+    const forged = chain.signNote(chain.formatTreeCheckpoint({ origin: origin as string, size: Number(size), root: flipped }), [
+      { name: 'forge-operator', privateKey: createPrivateKey(keys.privateKey) },
+    ]);
+    writeFileSync(note, forged);
+    const tree = await runCli(['audit', 'verify', '--key-pub', pub], o);
+    expect(tree.code, tree.stdout + tree.stderr).toBe(1);
+    expect(tree.stdout).toMatch(/its Merkle tree .*checkpoint: its tree head is not the head of the log's first \d+ entries/);
+    expect(JSON.parse((await runCli(['audit', 'verify', '--json', '--key-pub', pub], o)).stdout)).toMatchObject({
+      ok: false,
+      tree: { ok: false, checkpoint: 'signed', first_bad: { what: 'checkpoint' } },
+    });
   });
 
   it('a log that is not there fails (exit 1, naming the path), whether forge never ran or the log was removed', async () => {

@@ -1,14 +1,40 @@
 import { createPrivateKey } from 'node:crypto';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { storeUrl } from '../store.js';
-import { auditSigningKey } from './audit.js';
+import { auditSigningKey, AUDIT_KEY_NAME as KEY_NAME } from './audit.js';
 
-/** The name the operator's key signs tree checkpoints under (a key name: no white space, no "+"). */
-const KEY_NAME = 'forge-operator';
+/** The origin line of the log's tree checkpoints: this host and the log's path (as the log names itself). */
+export function logOrigin(log: string): string {
+  return `${hostname()}${resolve(log)}`;
+}
+
+/**
+ * The tree checkpoint the log published beside it (`<log>.tlog/checkpoint`), when `vkey` signed
+ * it for `origin`; undefined when there is none or it is not that.
+ */
+export async function publishedCheckpoint(
+  log: string,
+  vkey: string,
+  origin: string,
+): Promise<{ note: string; size: number; root: Uint8Array; file: string } | undefined> {
+  const chain = await import('@forge/audit-chain');
+  const file = join(`${log}.tlog`, 'checkpoint');
+  let note: string;
+  try {
+    note = readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+  const opened = chain.openNote(note, [vkey]);
+  if (!opened.ok) return undefined;
+  const cp = chain.parseTreeCheckpoint(opened.text);
+  if (typeof cp === 'string' || cp.origin !== origin) return undefined;
+  return { note, size: cp.size, root: cp.root, file };
+}
 
 /**
  * `forge audit prove ENTRY`: a receipt for one entry of the verified file log (SPEC.md section
@@ -21,6 +47,7 @@ export const auditProve: Command = {
   summary: 'prove one entry is in the audit log: a signed tree checkpoint and the inclusion proof, checkable offline',
   details: [
     'ENTRY    the entry: its seq, or the call_id or run_id a call entry names',
+    'The proof is against the log’s own signed tree checkpoint when it covers the entry, else a new one.',
     '--out D  write D/checkpoint and D/proof.json (never over existing files); else they are printed',
     'The log is verified first; the checkpoint is signed with the key FORGE_AUDIT_KEY names.',
     'Check it anywhere with: forge-audit verify-proof checkpoint proof.json --vkey KEY (KEY is printed).',
@@ -74,15 +101,29 @@ export const auditProve: Command = {
         this.usage,
       );
     const { seq, line } = found;
-    const size = tree.size;
     const key = createPrivateKey(pem);
-    const checkpoint = chain.signNote(
-      chain.formatTreeCheckpoint({ origin: `${hostname()}${resolve(log)}`, size, root: chain.treeHead(tree, size) }),
-      [{ name: KEY_NAME, privateKey: key }],
-    );
+    const vkey = chain.noteVerifierKey(KEY_NAME, key);
+    const origin = logOrigin(log);
+    // The log's own checkpoint when it covers the entry (the one witnesses and monitors see),
+    // else a new one over the whole log. One that the log no longer matches is a changed history.
+    const published = await publishedCheckpoint(log, vkey, origin);
+    let checkpoint: string;
+    let size: number;
+    if (published && published.size <= tree.size && !Buffer.from(chain.treeHead(tree, published.size)).equals(published.root))
+      throw new EnvironmentError(
+        `${log} does not match its own signed tree checkpoint of ${published.size} entries (${published.file}): its history changed after that checkpoint was published; run forge audit verify, and compare with what witnesses cosigned`,
+      );
+    if (published && published.size >= seq && published.size <= tree.size) {
+      checkpoint = published.note;
+      size = published.size;
+    } else {
+      size = tree.size;
+      checkpoint = chain.signNote(chain.formatTreeCheckpoint({ origin, size, root: chain.treeHead(tree, size) }), [
+        { name: KEY_NAME, privateKey: key },
+      ]);
+    }
     const hex = (xs: Uint8Array[]) => xs.map((x) => Buffer.from(x).toString('hex'));
     const proof = { inclusion: { index: seq - 1, line, proof: hex(chain.inclusionProof(tree, seq - 1, size)) } };
-    const vkey = chain.noteVerifierKey(KEY_NAME, key);
     if (dir) {
       mkdirSync(dir, { recursive: true });
       writeFileSync(files[0] as string, checkpoint, { flag: 'wx' });

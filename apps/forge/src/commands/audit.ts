@@ -1,3 +1,4 @@
+import { createPublicKey } from 'node:crypto';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type { AuditEntry } from '@forge/audit-chain';
@@ -93,12 +94,25 @@ export const auditVerify: Command = {
         first_bad: { seq: r.entries + 1, line: 0, reason: 'behind_anchor', file: basename(log), message: anchor },
       } as unknown as typeof r;
     }
-    if (out.json) out.data({ log, ...r });
-    else if (r.ok) {
+    // The tree beside the log, once it has published a checkpoint: its tiles and head against the
+    // entries (with --key-pub, the checkpoint must be signed by that key).
+    const tree = r.ok ? await verifyTree(log, publicKey) : undefined;
+    if (tree && !tree.ok) r = { ...r, ok: false } as typeof r;
+    if (out.json) out.data({ log, ...r, ...(tree ? { tree } : {}) });
+    else if (tree && !tree.ok) {
+      out.line(`${out.style.green('✓')} ${log}: ${r.entries} entries intact`);
+      out.line(
+        `${out.style.red('✗')} its Merkle tree (${log}.tlog): ${tree.first_bad?.what}: ${out.style.red(tree.first_bad?.reason ?? '')}; the tiles are derived from the entries: a writer started on a log whose tree it does not trust rebuilds them`,
+      );
+    } else if (r.ok) {
       const cp = r.checkpoint
         ? `, checkpoint at entry ${r.checkpoint.entries}${r.checkpoint.signed ? ' (signed)' : ''}${r.uncheckpointed ? ` (+${r.uncheckpointed} after it)` : ''}`
         : ', no checkpoint';
       out.line(`${out.style.green('✓')} ${log}: ${r.entries} entries intact, head ${r.head.slice(0, 12)}…${cp}`);
+      if (tree)
+        out.line(
+          `${out.style.green('✓')} its Merkle tree: ${tree.tiles} tiles and the ${tree.checkpoint} tree checkpoint of ${tree.size} entries as the entries give them`,
+        );
     } else if (r.first_bad) {
       const b = r.first_bad;
       out.line(`${out.style.red('✗')} ${log}: entry ${b.seq} (${b.file} line ${b.line}) ${out.style.red(b.reason)}: ${b.message}`);
@@ -107,6 +121,17 @@ export const auditVerify: Command = {
     return r.ok ? 0 : 1;
   },
 };
+
+/** The name forge's key signs the audit log's tree checkpoints under (the runner's AUDIT_KEY_NAME). */
+export const AUDIT_KEY_NAME = 'forge-operator';
+
+/** The tree beside the file log checked against it, when it has a tree checkpoint (else undefined). */
+async function verifyTree(log: string, publicKey: string | undefined) {
+  if (!existsSync(`${log}.tlog/checkpoint`)) return undefined;
+  const chain = await import('@forge/audit-chain');
+  const keys = publicKey ? [chain.noteVerifierKey(AUDIT_KEY_NAME, createPublicKey(publicKey))] : [];
+  return chain.verifyTiles(log, { verifierKeys: keys });
+}
 
 export const auditAnchor: Command = {
   words: 'audit anchor',
