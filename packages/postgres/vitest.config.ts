@@ -4,6 +4,7 @@ export default packageTests({
   // Not in the fast tier (pnpm test:fast): they start bwrap, PostgreSQL or another process, or take seconds of CPU.
   slow: [
     'test/audit-store.test.ts',
+    'test/audit-tree.test.ts',
     'test/audit.test.ts',
     'test/cache-audit-pg.test.ts',
     'test/cache-pg.test.ts',

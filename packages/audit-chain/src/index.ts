@@ -68,6 +68,8 @@ export {
 /** Checking an inclusion or consistency proof against a signed tree checkpoint, offline. */
 export { type ConsistencyProofDoc, checkProof, type InclusionProofDoc, type ProofDoc, type ProofVerdict } from './proof.js';
 export { type TailOptions, tailLog } from './tail.js';
+/** A growing tree kept as C2SP tiles fill (the right edge per tile level): what a store of the log's tree keeps between appends. */
+export { type FullTile, subtree, TileRows } from './tile-rows.js';
 /** The tree's hashes as C2SP tlog-tiles: paths, the tiles a growth adds, writing them, reading a tree from them. */
 export {
   newTiles,

@@ -1,3 +1,4 @@
+import { createPrivateKey } from 'node:crypto';
 import {
   type AppendResult,
   type AuditEntry,
@@ -11,12 +12,14 @@ import {
   type KeyInput,
   type LogHead,
   leafHash,
+  type NoteSigner,
   type PreparedAppend,
   prepareAppend,
   type RotateResult,
 } from '@forge/audit-chain';
 import type pg from 'pg';
 import { AUDIT_CHANNEL, asStoreError, readEntries } from './audit-read.js';
+import { advanceTree, recordTreeCheckpoint, type TreeColumns } from './audit-tree.js';
 import { describeError, PostgresStoreError } from './errors.js';
 import { assertMigrated, migrate } from './migrate.js';
 import { checkConnection, type PoolHandle, poolFor } from './pool.js';
@@ -60,6 +63,11 @@ export interface PostgresAuditLogOptions {
   notify?: boolean;
   /** Called after each committed batch, with its size (for metrics and tests). */
   onBatch?: (batch: { entries: number; firstSeq: number; lastSeq: number }) => void;
+  /**
+   * The tree checkpoints signed with `signingKey` at each checkpoint (audit-tree.ts): the origin
+   * line naming the log (default `postgres <host/database>`) and the key name (default "forge-audit").
+   */
+  tree?: { origin?: string; keyName?: string };
 }
 
 interface Pending {
@@ -70,7 +78,10 @@ interface Pending {
 
 const SELECT_HEAD = 'SELECT seq, hash, bytes FROM forge_audit_head WHERE id = 1';
 /** The head, and the batch transaction's id (to learn its outcome should the connection drop at COMMIT). */
-const SELECT_HEAD_XID = 'SELECT seq, hash, bytes, pg_current_xact_id()::text AS xid FROM forge_audit_head WHERE id = 1';
+const SELECT_HEAD_XID =
+  'SELECT seq, hash, bytes, tree_size, tree_rows, pg_current_xact_id()::text AS xid FROM forge_audit_head WHERE id = 1';
+/** The head with the tree's right edge (audit-tree.ts). */
+const SELECT_HEAD_TREE = 'SELECT seq, hash, bytes, tree_size, tree_rows FROM forge_audit_head WHERE id = 1';
 /**
  * The batch's rows and the new head in one statement. Lines, types and hashes travel as three texts
  * split on line feeds (an entry line holds none but its last byte), which costs the client and the
@@ -86,7 +97,7 @@ const INSERT_BATCH = `WITH ins AS (
   JOIN string_to_table($5, E'\\n') WITH ORDINALITY c(h, ord) USING (ord)
   WHERE a.ord <= $7
 )
-UPDATE forge_audit_head SET seq = $8, hash = $9, bytes = $10 WHERE id = 1`;
+UPDATE forge_audit_head SET seq = $8, hash = $9, bytes = $10, tree_size = $8, tree_rows = $11 WHERE id = 1`;
 
 interface HeadRow {
   seq: string;
@@ -191,6 +202,8 @@ class PgAuditLog implements PostgresAuditLog {
   private readonly maxEntryBytes: number;
   private readonly maxBatchEntries: number;
   private readonly maxBatchBytes: number;
+  private readonly treeOrigin: string;
+  private readonly treeSigner: NoteSigner | undefined;
   private queue: Pending[] = [];
   private running: Promise<void> | undefined;
   private closed = false;
@@ -208,6 +221,12 @@ class PgAuditLog implements PostgresAuditLog {
     this.maxBatchBytes = Math.max(o.maxBatchBytes ?? 4 << 20, this.maxEntryBytes);
     if (o.signingKey !== undefined)
       encodeCheckpoint({ entries: 0, head: '0'.repeat(64), segment: 1, offset: 0, time: new Date(0).toISOString() }, o); // invalid_key now, not at the first checkpoint
+    this.treeOrigin = o.tree?.origin ?? `postgres ${h.label}`;
+    const key = o.signingKey;
+    this.treeSigner =
+      key === undefined
+        ? undefined
+        : { name: o.tree?.keyName ?? 'forge-audit', privateKey: typeof key === 'string' ? createPrivateKey(key) : key };
   }
 
   append(type: string, data: JsonValue = null): Promise<AppendResult> {
@@ -239,7 +258,13 @@ class PgAuditLog implements PostgresAuditLog {
     this.assertOpen();
     await this.flush();
     return this.transaction(async (c) => {
-      const row = (await c.query<HeadRow>(`${SELECT_HEAD} FOR UPDATE`)).rows[0] as HeadRow;
+      const row = (await c.query<HeadRow & TreeColumns>(`${SELECT_HEAD_TREE} FOR UPDATE`)).rows[0] as HeadRow & TreeColumns;
+      if (row.tree_size !== row.seq) {
+        // Entries an older forge appended before the tree: counted now.
+        const cols = await advanceTree(c, row, []);
+        await c.query('UPDATE forge_audit_head SET tree_size = seq, tree_rows = $1 WHERE id = 1', [cols]);
+        Object.assign(row, { tree_size: row.seq, tree_rows: cols });
+      }
       const time = this.clock().toISOString();
       const fields = { entries: Number(row.seq), head: row.hash, segment: 1, offset: Number(row.bytes), time };
       const { checkpoint, line } = encodeCheckpoint(fields, this.o.signingKey === undefined ? {} : { signingKey: this.o.signingKey });
@@ -251,6 +276,7 @@ class PgAuditLog implements PostgresAuditLog {
         checkpoint.key_id ?? null,
         line,
       ]);
+      await recordTreeCheckpoint(c, row, this.treeOrigin, this.treeSigner);
       return checkpoint;
     }, 'recording a checkpoint');
   }
@@ -331,7 +357,9 @@ class PgAuditLog implements PostgresAuditLog {
     let xid: string | undefined;
     try {
       client = await this.h.pool.connect();
-      const r = (await client.query(`BEGIN; ${SELECT_HEAD_XID} FOR UPDATE`)) as unknown as pg.QueryResult<HeadRow & { xid: string }>[];
+      const r = (await client.query(`BEGIN; ${SELECT_HEAD_XID} FOR UPDATE`)) as unknown as pg.QueryResult<
+        HeadRow & TreeColumns & { xid: string }
+      >[];
       const row = r[1]?.rows[0];
       xid = row?.xid;
       if (!row) throw new Error('the forge_audit_head row is missing');
@@ -344,6 +372,7 @@ class PgAuditLog implements PostgresAuditLog {
       const types: string[] = [];
       const hashes: string[] = [];
       const lines: string[] = [];
+      const leaves: Buffer[] = [];
       results = [];
       for (const item of batch) {
         seq++;
@@ -353,10 +382,13 @@ class PgAuditLog implements PostgresAuditLog {
         hashes.push(e.hash);
         lines.push(e.line);
         // The entry's leaf in the log's Merkle tree: the same line, the same hash as the file log's.
-        results.push({ seq, hash: e.hash, ts, leaf: leafHash(Buffer.from(e.line.slice(0, -1), 'utf8')).toString('hex') });
+        const leaf = leafHash(Buffer.from(e.line.slice(0, -1), 'utf8'));
+        leaves.push(leaf);
+        results.push({ seq, hash: e.hash, ts, leaf: leaf.toString('hex') });
         prev = e.hash;
       }
-      const params = [ts, first, lines.join(''), types.join('\n'), hashes.join('\n'), before, batch.length, seq, prev, offset];
+      const treeRows = await advanceTree(client, row, leaves);
+      const params = [ts, first, lines.join(''), types.join('\n'), hashes.join('\n'), before, batch.length, seq, prev, offset, treeRows];
       await client.query(INSERT_BATCH, params);
       last = { seq, hash: prev };
       sentCommit = true;

@@ -11,6 +11,8 @@ export {
   type PostgresAuditLogOptions,
   type PostgresEntriesOptions,
 } from './audit.js';
+/** The audit log's Merkle tree kept in the database: C2SP tiles and tree checkpoints, byte for byte the file log's. */
+export { type PostgresTiles, postgresTiles } from './audit-tree.js';
 export {
   CACHE_RUNS_MIGRATIONS,
   CACHE_TABLE,

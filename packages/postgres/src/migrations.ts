@@ -1,3 +1,4 @@
+import { AUDIT_TREE_MIGRATION } from './audit-tree.js';
 import { CACHE_RUNS_MIGRATIONS } from './cache-runs-schema.js';
 import type { Migration } from './migration.js';
 import { PRESENCE_MIGRATIONS } from './presence.js';
@@ -60,6 +61,7 @@ export const AUDIT_MIGRATIONS: readonly Migration[] = [
         FOR EACH STATEMENT EXECUTE FUNCTION forge_audit_append_only();
     `,
   },
+  AUDIT_TREE_MIGRATION,
 ];
 
 /**

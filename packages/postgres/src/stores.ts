@@ -82,7 +82,12 @@ export async function openPostgresStores(url: string, o: OpenStoresOptions = {})
   try {
     await checkConnection(h);
     await migrate(h.pool);
-    const audit = await openPostgresAuditLog(h.pool, { migrate: false, ...(o.signingKey ? { signingKey: o.signingKey } : {}) });
+    // forge's tree checkpoints are signed under the name forge's tools know (runner AUDIT_KEY_NAME).
+    const audit = await openPostgresAuditLog(h.pool, {
+      migrate: false,
+      tree: { keyName: 'forge-operator' },
+      ...(o.signingKey ? { signingKey: o.signingKey } : {}),
+    });
     opened.push(audit);
     // The queue installs its engine's schema (forge's migrations are applied already: a no-op there).
     const queue = await openPostgresQueue(h.pool, { ...o.queue, where: url });

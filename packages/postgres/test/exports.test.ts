@@ -33,6 +33,7 @@ const EXPORTS = [
   'postgresPresence',
   'postgresProposalStore',
   'postgresRunStore',
+  'postgresTiles',
   'postgresToolStore',
   'redactText',
   'redactUrl',
