@@ -8,6 +8,7 @@ export default packageTests({
     'test/audit-damaged.test.ts',
     'test/audit-full.test.ts',
     'test/audit-prove.test.ts',
+    'test/witness.test.ts',
     'test/audit.test.ts',
     'test/cli.test.ts',
     'test/contention.test.ts',

@@ -23,5 +23,6 @@ export default packageTests({
     'test/tail-follow.test.ts',
     'test/threads.test.ts',
     'test/vectors.test.ts',
+    'test/witness.test.ts',
   ],
 });

@@ -5,6 +5,7 @@ import type { Command, Io } from './command.js';
 import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/audit.js';
 import { auditConsistency } from './commands/audit-consistency.js';
 import { auditProve } from './commands/audit-prove.js';
+import { auditWitness } from './commands/audit-witness.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
 import { toolsExport, toolsLog } from './commands/export.js';
@@ -15,6 +16,7 @@ import { serve } from './commands/serve.js';
 import { status } from './commands/status.js';
 import { toolsCall, toolsForge, toolsList, toolsPromote, toolsRemove, toolsShow } from './commands/tools.js';
 import { TOOLSMITH_COMMANDS } from './commands/toolsmith.js';
+import { witnessServe } from './commands/witness.js';
 import { worker } from './commands/worker.js';
 import { commandHelp, globalHelp, groupHelp } from './help.js';
 import { createOutput } from './output.js';
@@ -41,6 +43,8 @@ export const COMMANDS: readonly Command[] = [
   auditAnchor,
   auditProve,
   auditConsistency,
+  auditWitness,
+  witnessServe,
   policyCheck,
   ...GATEWAY_COMMANDS,
   ...TOOLSMITH_COMMANDS,

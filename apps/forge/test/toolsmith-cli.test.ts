@@ -139,7 +139,11 @@ describe('forge toolsmith', () => {
     writePolicy(s);
     const c = await serveAs(s);
     const one = await propose(c, reverseBlueprint());
+    // The server learns of another process's approval from its watch: v2 is proposed once it has
+    // (a proposal made against a view without v1 says it replaces nothing, and its approval is refused).
+    const live = c.nextListChanged(20_000);
     expect((await forge(s, ['toolsmith', 'approve', one.proposal.id, '--as', 'alice'])).code).toBe(0);
+    await live;
     const broken = await propose(c, reverseBlueprint({ examples: [{ input: { text: 'x' }, expect: { reversed: 'y' } }] }));
     expect(broken.proposal.state).toBe('failed');
     const two = await propose(c, reverseBlueprint({ impl: V2_IMPL }));

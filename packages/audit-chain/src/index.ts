@@ -53,6 +53,8 @@ export {
 } from './merkle.js';
 /** Signed notes (C2SP signed-note) and the tree checkpoints they carry (C2SP tlog-checkpoint). */
 export {
+  cosignerVerifierKey,
+  cosignNote,
   formatTreeCheckpoint,
   type NoteSignature,
   type NoteSigner,
@@ -87,3 +89,15 @@ export { verifyLog } from './verify.js';
 export type { FirstBad, VerifyOptions, VerifyResult } from './verify-result.js';
 /** Checking the tree beside a log (its tiles and tree checkpoint) against the log's own lines. */
 export { type TilesVerdict, verifyTiles } from './verify-tiles.js';
+/** A witness (C2SP tlog-witness) and a log asking witnesses to cosign its checkpoints. */
+export {
+  addCheckpointBody,
+  MAX_WITNESS_REQUEST_BYTES,
+  openWitness,
+  type Witness,
+  type WitnessAnswer,
+  type WitnessedLog,
+  type WitnessOptions,
+  type WitnessRecord,
+} from './witness.js';
+export { type CosignResult, checkWitnessed, requestCosignatures, type WitnessEndpoint } from './witness-client.js';

@@ -335,7 +335,7 @@ class Writer implements AuditLog {
  */
 export async function reanchorAuditLog(
   path: string,
-  o: { signingKey: KeyInput; reason: string; anchorFile?: string; clock?: () => Date },
+  o: { signingKey: KeyInput; reason: string; anchorFile?: string; clock?: () => Date; tree?: OpenAuditLogOptions['tree'] },
 ): Promise<Reanchored> {
   if (typeof o.reason !== 'string' || o.reason.trim() === '') {
     throw new AuditError(
@@ -348,6 +348,7 @@ export async function reanchorAuditLog(
     checkCheckpoint: false,
     ...(o.anchorFile ? { anchorFile: o.anchorFile } : {}),
     ...(o.clock ? { clock: o.clock } : {}),
+    ...(o.tree !== undefined ? { tree: o.tree } : {}),
   });
   await writer.open();
   try {

@@ -16,6 +16,8 @@ import { createHash, createPublicKey, type KeyObject, sign, verify } from 'node:
 import { HASH_SIZE } from './merkle.js';
 
 const ED25519 = 1;
+/** A C2SP tlog-cosignature (cosignature/v1): Ed25519 over a header, a time line and the text. */
+const COSIGNATURE_V1 = 4;
 const SIGNATURE_PREFIX = '\u2014 ';
 /** Most signature lines a note may carry (more is refused unread). */
 const MAX_SIGNATURES = 100;
@@ -32,18 +34,51 @@ function rawPublic(key: KeyObject): Buffer {
   return Buffer.from(jwk.x, 'base64url');
 }
 
-/** The key ID of an Ed25519 key under `name`. */
-export function noteKeyId(name: string, publicKey: KeyObject): number {
-  const encoded = Buffer.concat([Buffer.from([ED25519]), rawPublic(publicKey)]);
+/** The key ID of an Ed25519 key under `name` (as a cosigner's with `alg` 4). */
+export function noteKeyId(name: string, publicKey: KeyObject, alg: number = ED25519): number {
+  const encoded = Buffer.concat([Buffer.from([alg]), rawPublic(publicKey)]);
   return createHash('sha256').update(`${name}\n`).update(encoded).digest().readUInt32BE(0);
 }
 
 /** The verifier key (`name+keyid+base64`) of an Ed25519 public key, or of the private key's. */
 export function noteVerifierKey(name: string, key: KeyObject): string {
+  return verifierKey(name, key, ED25519);
+}
+
+/**
+ * The verifier key of a cosigner (a witness): its Ed25519 key with signature type 4, whose
+ * signatures are C2SP tlog-cosignature `cosignature/v1` (a time, then Ed25519).
+ */
+export function cosignerVerifierKey(name: string, key: KeyObject): string {
+  return verifierKey(name, key, COSIGNATURE_V1);
+}
+
+function verifierKey(name: string, key: KeyObject, alg: number): string {
   if (!validName(name)) throw new TypeError(`"${name}" is not a key name (no white space, no "+", not empty)`);
   const pub = key.type === 'private' ? createPublicKey(key) : key;
-  const encoded = Buffer.concat([Buffer.from([ED25519]), rawPublic(pub)]);
-  return `${name}+${noteKeyId(name, pub).toString(16).padStart(8, '0')}+${encoded.toString('base64')}`;
+  const encoded = Buffer.concat([Buffer.from([alg]), rawPublic(pub)]);
+  return `${name}+${noteKeyId(name, pub, alg).toString(16).padStart(8, '0')}+${encoded.toString('base64')}`;
+}
+
+/** What a cosignature/v1 signs: the header, the time line, then the note's text. */
+function cosignedMessage(text: string, time: number): Buffer {
+  return Buffer.from(`cosignature/v1\ntime ${time}\n${text}`, 'utf8');
+}
+
+/**
+ * A cosignature line (C2SP tlog-cosignature, `cosignature/v1`) on a note's `text` by `signer` at
+ * `time` (seconds since the epoch): `— <name> base64(key ID ‖ u64 time ‖ Ed25519 signature)`.
+ */
+export function cosignNote(text: string, signer: NoteSigner, time: number): string {
+  const problem = textProblem(text);
+  if (problem) throw new TypeError(`a note's text ${problem}`);
+  if (!validName(signer.name)) throw new TypeError(`"${signer.name}" is not a key name (no white space, no "+", not empty)`);
+  if (!Number.isSafeInteger(time) || time < 0) throw new TypeError(`a cosignature's time is whole seconds ≥ 0 (got ${time})`);
+  const head = Buffer.alloc(12);
+  head.writeUInt32BE(noteKeyId(signer.name, createPublicKey(signer.privateKey), COSIGNATURE_V1), 0);
+  head.writeBigUInt64BE(BigInt(time), 4);
+  const sig = sign(null, cosignedMessage(text, time), signer.privateKey);
+  return `${SIGNATURE_PREFIX}${signer.name} ${Buffer.concat([head, sig]).toString('base64')}\n`;
 }
 
 /** A note signer: the key's name and its Ed25519 private key. */
@@ -77,10 +112,11 @@ function textProblem(text: string): string | undefined {
   return undefined;
 }
 
-/** A signature on a note, by key name and ID. */
+/** A signature on a note, by key name and ID; a cosignature's carries its time (seconds). */
 export interface NoteSignature {
   name: string;
   keyId: number;
+  time?: number;
 }
 
 /** An opened note: its text, the signatures of known keys that verified, and the others. */
@@ -93,6 +129,8 @@ interface Verifier {
   name: string;
   keyId: number;
   key: KeyObject;
+  /** 1: a signer's Ed25519 signature; 4: a cosigner's cosignature/v1. */
+  alg: number;
 }
 
 /** Parses a verifier key (`name+keyid+base64(0x01 ‖ public key)`), or says why it is not one. */
@@ -106,11 +144,13 @@ export function parseVerifierKey(vkey: string): Verifier | string {
   if (!name || !hex || !b64 || !validName(name) || !/^[0-9a-f]{8}$/i.test(hex) || Buffer.from(b64, 'base64').toString('base64') !== b64)
     return 'is not name+keyid+key (8 hex digits, then the base64 key)';
   const encoded = Buffer.from(b64, 'base64');
-  if (encoded.length !== 33 || encoded[0] !== ED25519) return 'is not an Ed25519 verifier key (algorithm byte 1 and 32 bytes)';
+  const alg = encoded[0] as number;
+  if (encoded.length !== 33 || (alg !== ED25519 && alg !== COSIGNATURE_V1))
+    return 'is not an Ed25519 verifier key (algorithm byte 1, or 4 for a cosigner, and 32 bytes)';
   const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: encoded.subarray(1).toString('base64url') }, format: 'jwk' });
   const keyId = Number.parseInt(hex, 16);
-  if (noteKeyId(name, key) !== keyId) return 'has a key ID that is not its key’s';
-  return { name, keyId, key };
+  if (noteKeyId(name, key, alg) !== keyId) return 'has a key ID that is not its key’s';
+  return { name, keyId, key, alg };
 }
 
 /** Opens a signed note, checking every signature by a key in `verifierKeys`; at least one must verify. */
@@ -151,12 +191,19 @@ export function openNote(message: string | Uint8Array, verifierKeys: readonly st
       continue;
     }
     if (verified.some((s) => s.name === name && s.keyId === keyId)) continue;
-    if (!verify(null, Buffer.from(text, 'utf8'), v.key, raw.subarray(4)))
-      return {
-        ok: false,
-        reason: 'bad_signature',
-        message: `the signature of ${name} (key ${keyId.toString(16).padStart(8, '0')}) does not verify`,
-      };
+    const bad: OpenedNote = {
+      ok: false,
+      reason: 'bad_signature',
+      message: `the ${v.alg === COSIGNATURE_V1 ? 'cosignature' : 'signature'} of ${name} (key ${keyId.toString(16).padStart(8, '0')}) does not verify`,
+    };
+    if (v.alg === COSIGNATURE_V1) {
+      if (raw.length !== 4 + 8 + 64) return bad;
+      const time = raw.readBigUInt64BE(4);
+      if (time > BigInt(Number.MAX_SAFE_INTEGER) || !verify(null, cosignedMessage(text, Number(time)), v.key, raw.subarray(12))) return bad;
+      verified.push({ name, keyId, time: Number(time) });
+      continue;
+    }
+    if (!verify(null, Buffer.from(text, 'utf8'), v.key, raw.subarray(4))) return bad;
     verified.push({ name, keyId });
   }
   if (verified.length === 0)

@@ -47,13 +47,20 @@ export async function auditSigningKey(env: NodeJS.ProcessEnv): Promise<string | 
 
 export const auditVerify: Command = {
   words: 'audit verify',
-  usage: 'forge audit verify [--key-pub FILE]',
+  usage: 'forge audit verify [--key-pub FILE [--witness VKEY]… [--quorum N] [--witnessed FILE]]',
   summary: "verify forge's audit log ($FORGE_HOME/audit/forge.log); exit 1 naming the first bad entry",
   details: [
     '--key-pub FILE   trust only checkpoints signed by this Ed25519 public key (PEM; forge signs',
     '                 with the private key named by FORGE_AUDIT_KEY); at least one must exist',
+    '--witness VKEY   a witness whose cosignatures count: the log must hold the history the witnessed checkpoint',
+    '                 names ($FORGE_HOME/audit.witnessed, or --witnessed FILE), cosigned by --quorum of them (default all)',
   ],
-  options: { 'key-pub': { type: 'string' } },
+  options: {
+    'key-pub': { type: 'string' },
+    witness: { type: 'string', multiple: true },
+    quorum: { type: 'string' },
+    witnessed: { type: 'string' },
+  },
   async run({ values }, { out, where }) {
     const w = await where();
     if (storeUrl(w.env)) return verifyDatabase(w, out);
@@ -98,8 +105,23 @@ export const auditVerify: Command = {
     // entries (with --key-pub, the checkpoint must be signed by that key).
     const tree = r.ok ? await verifyTree(log, publicKey) : undefined;
     if (tree && !tree.ok) r = { ...r, ok: false } as typeof r;
-    if (out.json) out.data({ log, ...r, ...(tree ? { tree } : {}) });
-    else if (tree && !tree.ok) {
+    const witnessKeys = (values.witness as string[] | undefined) ?? [];
+    let witnessed: Awaited<ReturnType<typeof checkAgainstWitnesses>> | undefined;
+    if (witnessKeys.length > 0) {
+      if (!publicKey)
+        throw new UsageError('--witness needs --key-pub: a witnessed checkpoint counts only when the log’s key signed it', this.usage);
+      const quorum = values.quorum === undefined ? witnessKeys.length : Number(values.quorum);
+      if (!Number.isInteger(quorum) || quorum < 1 || quorum > witnessKeys.length)
+        throw new UsageError(`--quorum must be a whole number from 1 to ${witnessKeys.length} (the witnesses given)`, this.usage);
+      const file = (values.witnessed as string | undefined) ?? join(w.home, 'audit.witnessed');
+      witnessed = r.ok ? await checkAgainstWitnesses(log, r.entries, file, publicKey, witnessKeys, quorum) : undefined;
+      if (witnessed && !witnessed.ok) r = { ...r, ok: false } as typeof r;
+    }
+    if (out.json) out.data({ log, ...r, ...(tree ? { tree } : {}), ...(witnessed ? { witnessed } : {}) });
+    else if (witnessed && !witnessed.ok) {
+      out.line(`${out.style.green('✓')} ${log}: ${r.entries} entries chain intact`);
+      out.line(`${out.style.red('✗')} against the witnesses: ${out.style.red(witnessed.reason)}`);
+    } else if (tree && !tree.ok) {
       out.line(`${out.style.green('✓')} ${log}: ${r.entries} entries intact`);
       out.line(
         `${out.style.red('✗')} its Merkle tree (${log}.tlog): ${tree.first_bad?.what}: ${out.style.red(tree.first_bad?.reason ?? '')}; the tiles are derived from the entries: a writer started on a log whose tree it does not trust rebuilds them`,
@@ -113,6 +135,8 @@ export const auditVerify: Command = {
         out.line(
           `${out.style.green('✓')} its Merkle tree: ${tree.tiles} tiles and the ${tree.checkpoint} tree checkpoint of ${tree.size} entries as the entries give them`,
         );
+      if (witnessed?.ok)
+        out.line(`${out.style.green('✓')} it holds the history of ${witnessed.size} entries cosigned by ${witnessed.cosigners.join(', ')}`);
     } else if (r.first_bad) {
       const b = r.first_bad;
       out.line(`${out.style.red('✗')} ${log}: entry ${b.seq} (${b.file} line ${b.line}) ${out.style.red(b.reason)}: ${b.message}`);
@@ -124,6 +148,46 @@ export const auditVerify: Command = {
 
 /** The name forge's key signs the audit log's tree checkpoints under (the runner's AUDIT_KEY_NAME). */
 export const AUDIT_KEY_NAME = 'forge-operator';
+
+/**
+ * The log against a checkpoint witnesses cosigned (`file`): signed by the log's key, cosigned by
+ * `quorum` of `witnessKeys`, and the log's first entries are the history it names.
+ */
+async function checkAgainstWitnesses(
+  log: string,
+  entries: number,
+  file: string,
+  publicKey: string,
+  witnessKeys: string[],
+  quorum: number,
+): Promise<{ ok: true; size: number; cosigners: string[] } | { ok: false; reason: string }> {
+  const chain = await import('@forge/audit-chain');
+  let note: string;
+  try {
+    note = readFileSync(file, 'utf8');
+  } catch {
+    return { ok: false, reason: `no witnessed checkpoint at ${file} (forge audit witness keeps one; a copy from a receipt serves too)` };
+  }
+  let w: ReturnType<typeof chain.checkWitnessed>;
+  try {
+    w = chain.checkWitnessed(note, [chain.noteVerifierKey(AUDIT_KEY_NAME, createPublicKey(publicKey))], witnessKeys, quorum);
+  } catch (err) {
+    throw new UsageError(`--witness: ${(err as Error).message}`, auditVerify.usage);
+  }
+  if (!w.ok) return { ok: false, reason: `${file}: ${w.reason}` };
+  if (entries < w.size)
+    return {
+      ok: false,
+      reason: `the log holds ${entries} entries, fewer than the ${w.size} the witnesses cosigned: it was cut after they saw it`,
+    };
+  const tree = await chain.logTree(log, w.size);
+  if (!Buffer.from(chain.treeHead(tree, w.size)).equals(Buffer.from(w.root)))
+    return {
+      ok: false,
+      reason: `the log's first ${w.size} entries are not the history the witnesses cosigned: it was rewritten after they saw it`,
+    };
+  return { ok: true, size: w.size, cosigners: w.cosigners };
+}
 
 /** The tree beside the file log checked against it, when it has a tree checkpoint (else undefined). */
 async function verifyTree(log: string, publicKey: string | undefined) {
@@ -159,7 +223,7 @@ export const auditAnchor: Command = {
     const log = logOf(w.home);
     if (!existsSync(log)) throw new EnvironmentError(`no audit log at ${log}: nothing to anchor`);
     const { reanchorAuditLog } = await import('@forge/audit-chain');
-    const r = await reanchorAuditLog(log, { signingKey: key, reason, anchorFile: anchorOf(w.home) });
+    const r = await reanchorAuditLog(log, { signingKey: key, reason, anchorFile: anchorOf(w.home), tree: { keyName: AUDIT_KEY_NAME } });
     if (out.json) out.data({ file: log, ...r });
     else {
       const last = r.last_signed_checkpoint;
