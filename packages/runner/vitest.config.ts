@@ -5,6 +5,7 @@ export default packageTests({
   slow: [
     'test/agent-tools.test.ts',
     'test/receipts.test.ts',
+    'test/witnessing.test.ts',
     'test/audit-damaged.test.ts',
     'test/audit-full.test.ts',
     'test/audited-runs.test.ts',

@@ -100,4 +100,4 @@ export {
   type WitnessOptions,
   type WitnessRecord,
 } from './witness.js';
-export { type CosignResult, checkWitnessed, requestCosignatures, type WitnessEndpoint } from './witness-client.js';
+export { type CosignResult, checkWitnessed, requestCosignatures, type WitnessEndpoint, witnessLog } from './witness-client.js';

@@ -5,8 +5,14 @@
  * against the witness's verifier key before it is kept. A checkpoint is witnessed once `quorum`
  * witnesses cosigned it.
  */
+import { open, readFile, rename } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { syncDir } from './active-segment.js';
+import { AuditError } from './errors.js';
+import { withDirLock } from './lock.js';
 import { consistencyProof, type TreeHashes } from './merkle.js';
 import { openNote, parseTreeCheckpoint } from './note.js';
+import { TileHashes, tileFiles } from './tiles.js';
 import { addCheckpointBody } from './witness.js';
 
 /** A witness: its submission prefix (`https://witness.example/w1`) and cosigner verifier key. */
@@ -116,4 +122,61 @@ export function checkWitnessed(
   const cp = parseTreeCheckpoint(byLog.text);
   if (typeof cp === 'string') return { ok: false, reason: cp };
   return { ok: true, size: cp.size, root: cp.root, origin: cp.origin, cosigners: names };
+}
+
+/**
+ * Has the newest tree checkpoint beside the log at `path` (`<path>.tlog/checkpoint`, signed by
+ * `logVkey`) cosigned by `witnesses`, with proofs from the log's tiles. Once the quorum cosigned,
+ * the cosigned checkpoint is written to `keepFile` (when given) and replaces the log's own, when
+ * that is still the one sent (a newer one written meanwhile is left alone). Throws when the log
+ * has no such checkpoint.
+ */
+export async function witnessLog(
+  path: string,
+  o: { logVkey: string; witnesses: readonly WitnessEndpoint[]; quorum: number; keepFile?: string; timeoutMs?: number },
+): Promise<CosignResult & { size: number }> {
+  const noteFile = join(`${path}.tlog`, 'checkpoint');
+  const note = await readFile(noteFile, 'utf8').catch(() => undefined);
+  const opened = note ? openNote(note, [o.logVkey]) : undefined;
+  const cp = opened?.ok ? parseTreeCheckpoint(opened.text) : undefined;
+  if (!note || !opened?.ok || typeof cp !== 'object')
+    throw new AuditError(
+      'log_unanchored',
+      `no tree checkpoint signed by ${o.logVkey.split('+')[0]} at ${noteFile}: the log writes one at each checkpoint`,
+    );
+  // Only the log's own signatures are sent: cosignatures of an earlier round are the witnesses' to give again.
+  const own = note
+    .slice(note.lastIndexOf('\n\n') + 2)
+    .split('\n')
+    .filter((l) => l !== '' && openNote(`${opened.text}\n${l}\n`, [o.logVkey]).ok)
+    .map((l) => `${l}\n`)
+    .join('');
+  const r = await requestCosignatures({
+    note: `${opened.text}\n${own}`,
+    hashes: new TileHashes(tileFiles(`${path}.tlog`), cp.size),
+    witnesses: o.witnesses,
+    quorum: o.quorum,
+    ...(o.timeoutMs ? { timeoutMs: o.timeoutMs } : {}),
+  });
+  if (r.witnessed) {
+    await withDirLock(`${path}.lock`, async () => {
+      if ((await readFile(noteFile, 'utf8').catch(() => undefined)) === note) await replaceFile(noteFile, r.note);
+    });
+    if (o.keepFile) await replaceFile(o.keepFile, r.note);
+  }
+  return { ...r, size: cp.size };
+}
+
+/** Writes `text` to `file` through a synced temporary file renamed into place. */
+async function replaceFile(file: string, text: string): Promise<void> {
+  const tmp = `${file}.tmp-${process.pid}`;
+  const fh = await open(tmp, 'w', 0o600);
+  try {
+    await fh.writeFile(text);
+    await fh.datasync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, file);
+  await syncDir(dirname(file));
 }

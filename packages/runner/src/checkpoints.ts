@@ -20,12 +20,15 @@ export class CheckpointSchedule {
   #since = 0;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  readonly #after: (() => Promise<void>) | undefined;
 
   /** `track` is handed each background checkpoint, so the owner can wait for it. */
-  constructor(log: AuditLog, o: { onError: (err: Error) => void; track: (p: Promise<void>) => void }) {
+  /** `after` runs after each scheduled checkpoint (not the last, at close): the witnesses' round. */
+  constructor(log: AuditLog, o: { onError: (err: Error) => void; track: (p: Promise<void>) => void; after?: () => Promise<void> }) {
     this.#log = log;
     this.#onError = o.onError;
     this.#track = o.track;
+    this.#after = o.after;
   }
 
   /** One entry was queued for the log. */
@@ -48,7 +51,8 @@ export class CheckpointSchedule {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#since = 0;
-    this.#track(this.#log.checkpoint().then(() => {}, this.#onError));
+    const after = this.#after;
+    this.#track(this.#log.checkpoint().then(() => after?.().catch(this.#onError), this.#onError));
   }
 }
 

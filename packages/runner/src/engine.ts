@@ -35,6 +35,7 @@ import { fileRunStore } from './runStore.js';
 import { sandboxModule } from './sandboxModule.js';
 import { activeCallTrace } from './telemetry.js';
 import { createToolLookup } from './toolLookup.js';
+import { witnessRound } from './witnessing.js';
 
 export type { Ctx } from './caller.js';
 export type { EngineState } from './ports.js';
@@ -179,6 +180,7 @@ async function openAuditPort(
   const checkpoints = new CheckpointSchedule(audit, {
     onError: (err) => process.emitWarning(`forge: audit checkpoint failed: ${err.message}`),
     track: (p) => void track(p),
+    ...(signingKey && !options.audit ? witnessRound(paths, signingKey) : {}),
   });
   const write = (type: string, data: Record<string, unknown>) => {
     // An entry written under a call's span is named on it (telemetry.ts): a trace joins the log.

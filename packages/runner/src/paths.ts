@@ -42,6 +42,9 @@ export interface ForgePaths {
   auditLog: string;
   /** The newest signed checkpoint of the audit log, kept outside its directory (with a signing key). */
   auditAnchor: string;
+  /** The witnesses that cosign the audit log's checkpoints (`<home>/witnesses.json`), and the newest checkpoint they cosigned (`<home>/audit.witnessed`). */
+  witnesses: string;
+  auditWitnessed: string;
   cacheDir: string;
   runsDir: string;
   /** Content-addressed copies of tool implementations, mounted read-only into runs. */
@@ -72,6 +75,8 @@ export function forgePaths(home: string, project: string, env: NodeJS.ProcessEnv
     auditDir: join(home, 'audit'),
     auditLog: join(home, 'audit', 'forge.log'),
     auditAnchor: join(home, 'audit.anchor'),
+    witnesses: join(home, 'witnesses.json'),
+    auditWitnessed: join(home, 'audit.witnessed'),
     cacheDir: join(home, 'cache'),
     runsDir: join(projectForge, 'runs'),
     codeDir: join(home, 'code'),

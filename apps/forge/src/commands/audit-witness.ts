@@ -1,5 +1,5 @@
 import { createPrivateKey, createPublicKey } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
@@ -61,38 +61,18 @@ export const auditWitness: Command = {
     if (!pem) throw new EnvironmentError('set FORGE_AUDIT_KEY: witnesses cosign only checkpoints the log signed');
     const chain = await import('@forge/audit-chain');
     const log = join(w.home, 'audit', 'forge.log');
-    const noteFile = join(`${log}.tlog`, 'checkpoint');
-    const vkey = chain.noteVerifierKey(AUDIT_KEY_NAME, createPublicKey(createPrivateKey(pem)));
-    const note = existsSync(noteFile) ? readFileSync(noteFile, 'utf8') : undefined;
-    const opened = note ? chain.openNote(note, [vkey]) : undefined;
-    const cp = opened?.ok ? chain.parseTreeCheckpoint(opened.text) : undefined;
-    if (!note || !opened?.ok || typeof cp !== 'object')
-      throw new EnvironmentError(
-        `no tree checkpoint signed by FORGE_AUDIT_KEY at ${noteFile}: forge writes one at each checkpoint of the log`,
+    const logVkey = chain.noteVerifierKey(AUDIT_KEY_NAME, createPublicKey(createPrivateKey(pem)));
+    let r: Awaited<ReturnType<typeof chain.witnessLog>>;
+    try {
+      r = await out.progress(
+        'asking the witnesses',
+        chain.witnessLog(log, { logVkey, witnesses: config.witnesses, quorum: config.quorum, keepFile: join(w.home, 'audit.witnessed') }),
       );
-    // Only the log's own signature is sent: cosignatures of an earlier round are the witnesses' to give again.
-    const own = `${opened.text}\n${note
-      .slice(note.lastIndexOf('\n\n') + 2)
-      .split('\n')
-      .filter((l) => l !== '' && chain.openNote(`${opened.text}\n${l}\n`, [vkey]).ok)
-      .map((l) => `${l}\n`)
-      .join('')}`;
-    const hashes = new chain.TileHashes(chain.tileFiles(`${log}.tlog`), cp.size);
-    const r = await out.progress(
-      'asking the witnesses',
-      chain.requestCosignatures({ note: own, hashes, witnesses: config.witnesses, quorum: config.quorum }),
-    );
-    if (r.witnessed) {
-      const keep = join(w.home, 'audit.witnessed');
-      writeFileSync(`${keep}.tmp`, r.note, { mode: 0o600 });
-      renameSync(`${keep}.tmp`, keep);
-      // The log's own checkpoint gains the cosignatures, unless a newer one was written meanwhile.
-      await chain.withDirLock(`${log}.lock`, async () => {
-        if (readFileSync(noteFile, 'utf8') !== note) return;
-        writeFileSync(`${noteFile}.tmp-${process.pid}`, r.note);
-        renameSync(`${noteFile}.tmp-${process.pid}`, noteFile);
-      });
+    } catch (err) {
+      if ((err as { code?: string }).code === 'log_unanchored') throw new EnvironmentError((err as Error).message);
+      throw err;
     }
+    const cp = { size: r.size };
     if (out.json) out.data({ size: cp.size, witnessed: r.witnessed, quorum: config.quorum, cosigned: r.cosigned, refused: r.refused });
     else {
       for (const c of r.cosigned) out.line(`${out.style.green('✓')} ${c.vkey.split('+')[0]} cosigned size ${c.size}`);
