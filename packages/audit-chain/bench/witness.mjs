@@ -23,6 +23,7 @@ import {
   requestCosignatures,
   signNote,
   treeHead,
+  witnessHttpHandler,
 } from '../dist/index.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 100);
@@ -51,7 +52,13 @@ try {
       servers.push(s);
       s.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${s.address().port}`));
     });
-  const witnessUrl = await serve((body) => witness.addCheckpoint(body));
+  const listen = (handler) =>
+    new Promise((resolve) => {
+      const s = createServer(handler);
+      servers.push(s);
+      s.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${s.address().port}`));
+    });
+  const witnessUrl = await listen(witnessHttpHandler(witness));
   const echoUrl = await serve(async () => ({ status: 200, contentType: 'text/plain', body: 'ok\n' }));
 
   const tree = new MemoryTree();

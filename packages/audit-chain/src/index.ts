@@ -99,5 +99,6 @@ export {
   type WitnessedLog,
   type WitnessOptions,
   type WitnessRecord,
+  witnessHttpHandler,
 } from './witness.js';
 export { type CosignResult, checkWitnessed, requestCosignatures, type WitnessEndpoint, witnessLog } from './witness-client.js';

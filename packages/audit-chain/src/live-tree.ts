@@ -370,7 +370,7 @@ async function syncFile(path: string): Promise<void> {
 }
 
 /** Writes `text` to `path` through a synced temporary file renamed into place, then syncs the directory. */
-async function writeDurably(path: string, text: string, mode: number): Promise<void> {
+export async function writeDurably(path: string, text: string, mode: number): Promise<void> {
   const tmp = `${path}.tmp-${process.pid}`;
   const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC, mode);
   try {

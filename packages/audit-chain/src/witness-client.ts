@@ -5,10 +5,10 @@
  * against the witness's verifier key before it is kept. A checkpoint is witnessed once `quorum`
  * witnesses cosigned it.
  */
-import { open, readFile, rename } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
-import { syncDir } from './active-segment.js';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { AuditError } from './errors.js';
+import { writeDurably } from './live-tree.js';
 import { withDirLock } from './lock.js';
 import { consistencyProof, type TreeHashes } from './merkle.js';
 import { openNote, parseTreeCheckpoint } from './note.js';
@@ -160,23 +160,9 @@ export async function witnessLog(
   });
   if (r.witnessed) {
     await withDirLock(`${path}.lock`, async () => {
-      if ((await readFile(noteFile, 'utf8').catch(() => undefined)) === note) await replaceFile(noteFile, r.note);
+      if ((await readFile(noteFile, 'utf8').catch(() => undefined)) === note) await writeDurably(noteFile, r.note, 0o600);
     });
-    if (o.keepFile) await replaceFile(o.keepFile, r.note);
+    if (o.keepFile) await writeDurably(o.keepFile, r.note, 0o600);
   }
   return { ...r, size: cp.size };
-}
-
-/** Writes `text` to `file` through a synced temporary file renamed into place. */
-async function replaceFile(file: string, text: string): Promise<void> {
-  const tmp = `${file}.tmp-${process.pid}`;
-  const fh = await open(tmp, 'w', 0o600);
-  try {
-    await fh.writeFile(text);
-    await fh.datasync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, file);
-  await syncDir(dirname(file));
 }

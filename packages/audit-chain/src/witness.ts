@@ -14,6 +14,7 @@
 import { createHash, type KeyObject } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
 import { mkdir, open, readFile, rename } from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { syncDir } from './active-segment.js';
 import { withDirLock } from './lock.js';
@@ -166,6 +167,34 @@ function parseRequest(body: string): { old: number; proof: Buffer[]; note: strin
   }
   if (note === '') return 'no checkpoint after the empty line';
   return { old: Number(m[1]), proof, note };
+}
+
+/**
+ * A Node HTTP request listener serving `witness`: `POST /add-checkpoint` (bodies up to
+ * {@link MAX_WITNESS_REQUEST_BYTES}, 413 past it); 404 for another path, 405 for another method.
+ */
+export function witnessHttpHandler(witness: Witness): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    const send = (a: WitnessAnswer) => void res.writeHead(a.status, { 'content-type': a.contentType }).end(a.body);
+    if ((req.url ?? '/').split('?')[0] !== '/add-checkpoint') return send(text(404, 'not found: the endpoint is POST /add-checkpoint'));
+    if (req.method !== 'POST') return send(text(405, 'POST a checkpoint to /add-checkpoint'));
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size <= MAX_WITNESS_REQUEST_BYTES) chunks.push(c);
+      else if (!res.headersSent) {
+        send(text(413, `a request is at most ${MAX_WITNESS_REQUEST_BYTES} bytes`));
+        req.destroy();
+      }
+    });
+    req.on('end', () => {
+      if (res.headersSent) return;
+      witness
+        .addCheckpoint(Buffer.concat(chunks).toString('utf8'))
+        .then(send, (err: unknown) => send(text(500, `the witness could not decide: ${(err as Error).message}`)));
+    });
+  };
 }
 
 /** The body of an add-checkpoint request: `old <size>`, the proof lines, an empty line, the signed checkpoint. */

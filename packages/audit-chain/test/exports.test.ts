@@ -59,6 +59,7 @@ const EXPORTS = [
   'verifyLog',
   'verifyTiles',
   'withDirLock',
+  'witnessHttpHandler',
   'witnessLog',
   'writeTiles',
 ];

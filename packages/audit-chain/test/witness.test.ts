@@ -10,7 +10,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { generateSigningKeys } from '../src/checkpoint.js';
 import { consistencyProof, MemoryTree, treeHead } from '../src/merkle.js';
 import { formatTreeCheckpoint, noteVerifierKey, openNote, signNote } from '../src/note.js';
-import { addCheckpointBody, openWitness, type Witness } from '../src/witness.js';
+import { addCheckpointBody, openWitness, type Witness, witnessHttpHandler } from '../src/witness.js';
 import { checkWitnessed, requestCosignatures } from '../src/witness-client.js';
 import { tempDir } from './helpers.js';
 
@@ -35,12 +35,7 @@ function checkpointOf(t: MemoryTree, size: number, key: KeyObject, origin = ORIG
 async function servedWitness(name: string, logs: { origin: string; vkeys: string[] }[]): Promise<{ witness: Witness; url: string }> {
   const dir = await tempDir();
   const witness = await openWitness({ name, privateKey: generateKeyPairSync('ed25519').privateKey, logs, dir: join(dir, 'state') });
-  const server: Server = createServer(async (req, res) => {
-    let body = '';
-    for await (const c of req) body += c;
-    const a = await witness.addCheckpoint(body);
-    res.writeHead(a.status, { 'content-type': a.contentType }).end(a.body);
-  });
+  const server: Server = createServer(witnessHttpHandler(witness));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   onTestFinished(() => new Promise<void>((r) => server.close(() => r())));
   return { witness, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
@@ -118,6 +113,9 @@ describe('a witness', () => {
       `old 60\n${'AAAA\n'.repeat(64)}\n`,
     ])
       expect((await post(url, body)).status, JSON.stringify(body.slice(0, 30))).toBe(400);
+    expect((await post(url, 'x'.repeat(70 * 1024))).status).toBe(413);
+    expect((await fetch(`${url}/add-checkpoint`)).status).toBe(405);
+    expect((await fetch(`${url}/other`, { method: 'POST', body: 'x' })).status).toBe(404);
     // A good proof still moves it on.
     const ok = await post(url, addCheckpointBody(60, consistencyProof(tree, 60, 100), checkpointOf(tree, 100, log.key)));
     expect(ok.status).toBe(200);

@@ -4,7 +4,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
-import { checkWitnessed, generateSigningKeys, noteVerifierKey, openWitness } from '@forge/audit-chain';
+import { checkWitnessed, generateSigningKeys, noteVerifierKey, openWitness, witnessHttpHandler } from '@forge/audit-chain';
 import { waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { example, setup } from './helpers.js';
@@ -29,12 +29,7 @@ describe('witnessing', () => {
       logs: [{ origin: `${hostname()}${resolve(log)}`, vkeys: [logVkey] }],
       dir: join(fx.root, 'witness'),
     });
-    const server = createServer(async (req, res) => {
-      let body = '';
-      for await (const c of req) body += c;
-      const a = await witness.addCheckpoint(body);
-      res.writeHead(a.status, { 'content-type': a.contentType }).end(a.body);
-    });
+    const server = createServer(witnessHttpHandler(witness));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     onTestFinished(() => new Promise<void>((r) => server.close(() => r())));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -74,29 +74,7 @@ export const witnessServe: Command = {
       logs: [...logs].map(([origin, vkeys]) => ({ origin, vkeys })),
       dir: join(dir, 'logs'),
     });
-    const server = createServer((req, res) => {
-      const path = (req.url ?? '/').split('?')[0];
-      const send = (status: number, body: string, type = 'text/plain; charset=utf-8') =>
-        void res.writeHead(status, { 'content-type': type }).end(body.endsWith('\n') ? body : `${body}\n`);
-      if (path !== '/add-checkpoint') return send(404, 'not found: the endpoint is POST /add-checkpoint');
-      if (req.method !== 'POST') return send(405, 'POST a checkpoint to /add-checkpoint');
-      const chunks: Buffer[] = [];
-      let size = 0;
-      req.on('data', (c: Buffer) => {
-        size += c.length;
-        if (size > chain.MAX_WITNESS_REQUEST_BYTES) {
-          send(413, `a request is at most ${chain.MAX_WITNESS_REQUEST_BYTES} bytes`);
-          req.destroy();
-        } else chunks.push(c);
-      });
-      req.on('end', () => {
-        if (res.headersSent) return;
-        witness.addCheckpoint(Buffer.concat(chunks).toString('utf8')).then(
-          (a) => send(a.status, a.body, a.contentType),
-          (err: unknown) => send(500, `the witness could not decide: ${(err as Error).message}`),
-        );
-      });
-    });
+    const server = createServer(chain.witnessHttpHandler(witness));
     await new Promise<void>((ok, fail) => {
       server.once('error', (err: NodeJS.ErrnoException) =>
         fail(new EnvironmentError(`cannot listen on ${host}:${port}: ${err.code ?? err.message}`)),
