@@ -11,7 +11,7 @@
  * is a regular file inside the log's tree directory (never through a link).
  */
 import { constants as fsc } from 'node:fs';
-import { open, realpath } from 'node:fs/promises';
+import { lstat, open, realpath } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, join, sep } from 'node:path';
 
@@ -48,6 +48,8 @@ export async function serveTlog(log: string, path: string, req: IncomingMessage,
   const root = `${log}.tlog`;
   let realRoot: string;
   try {
+    // The tree's directory itself, not what a link in its place points to.
+    if ((await lstat(root)).isSymbolicLink()) throw new Error('a link');
     realRoot = await realpath(root);
   } catch {
     return text(404, `no tree beside the audit log (${root}): forge writes it as the log grows, when the log is a file on this host`);

@@ -2,7 +2,7 @@
 // checkpoint and the tiles over HTTP and proves a call's receipt from them alone; nothing but
 // canonical tile paths inside the tree directory is served, through the same Host and token checks.
 import { createPrivateKey } from 'node:crypto';
-import { symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -110,6 +110,10 @@ describe('the audit log’s tree over HTTP', () => {
     unlinkSync(join(tiles, 'tile/0/000'));
     symlinkSync(log, join(tiles, 'tile/0/000'));
     expect((await get(server.url, '/audit/log/tile/0/000')).status).toBe(404);
+    // The tree's directory swapped for a link to another directory that holds a "checkpoint".
+    renameSync(tiles, `${tiles}.moved`);
+    symlinkSync(`${tiles}.moved`, tiles);
+    expect((await get(server.url, '/audit/log/checkpoint')).status).toBe(404);
     expect((await get(server.url, '/audit/log/checkpoint', { method: 'POST' })).status).toBe(405);
     expect((await get(server.url, '/audit/log/checkpoint', { host: 'evil.example' })).status).toBe(403);
   });
