@@ -127,8 +127,9 @@ class Writer implements AuditLog {
         // byte flipped before the newest checkpoint is refused at open too (a checkpoint vouches
         // for the entries as they were when it was written, not for what happened to them since).
         if (cp && cp.entries > 0 && (await logBytes(this.files)) <= this.fullVerifyBytes) await this.anchors.assertChainIntact(undefined);
-        // The tree resumes from the checkpoint's tiles when they match what its key signed.
-        await this.tree?.start(await this.segment.refresh(), cp, this.signing);
+        // The tree resumes from the checkpoint's tiles when they match what its key signed. One
+        // that cannot start does not keep the log from opening: it reads the log at the next batch.
+        await this.tree?.start(await this.segment.refresh(), cp, this.signing).catch(() => {});
       }),
     );
     // What a crashed writer left beside the lock (a prepared directory, say) goes once it is old.
@@ -172,8 +173,20 @@ class Writer implements AuditLog {
       this.assertOpen();
       await this.commitQueued();
       return this.withLock(async () => {
-        await this.tree?.publish(await this.segment.refresh(), this.signing);
-        return this.anchors.checkpoint(this.segment);
+        // The chain's checkpoint is written even when the tree's cannot be (it is what catches a
+        // cut log); the failure is then reported, after it.
+        const treeFailed = await this.tree?.publish(await this.segment.refresh(), this.signing).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        const cp = await this.anchors.checkpoint(this.segment);
+        if (treeFailed)
+          throw new AuditError(
+            'write_failed',
+            `checkpoint of ${cp.entries} entries recorded, but the tree checkpoint beside it was not: ${describeCause(treeFailed)}`,
+            { cause: treeFailed },
+          );
+        return cp;
       });
     });
   }

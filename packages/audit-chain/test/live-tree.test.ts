@@ -224,6 +224,30 @@ describe('the open log’s Merkle tree', () => {
     expect(await verifyTiles(path)).toMatchObject({ ok: false, first_bad: { reason: 'missing' } });
   });
 
+  it('never holds the log back: appends go on and the chain’s checkpoint is written while the tree cannot be', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const k = keys();
+    // A file where the tree's directory goes: no tile can be written under it.
+    await writeFile(`${path}.tlog`, 'not a directory');
+    const log = await openAuditLog(path, { signingKey: k.privateKey, tree });
+    const first = await log.checkpoint().catch((err: Error) => err);
+    expect(first).toMatchObject({
+      code: 'write_failed',
+      message: expect.stringMatching(/^checkpoint of 0 entries recorded, but the tree checkpoint/),
+    });
+    const acks = await Promise.all(Array.from({ length: 600 }, (_, i) => log.append('t.write', { i })));
+    expect(acks.map((a) => a.seq)).toEqual(Array.from({ length: 600 }, (_, i) => i + 1));
+    await expect(log.checkpoint()).rejects.toMatchObject({ message: expect.stringMatching(/^checkpoint of 600 entries recorded/) });
+    expect((await readFile(`${path}.checkpoints`, 'utf8')).trim().split('\n').at(-1)).toContain('"entries":600');
+    // Once it can be written again, the tree is rebuilt from the log.
+    await unlinkFile(`${path}.tlog`);
+    await log.append('t.write', { after: true });
+    await log.checkpoint();
+    await log.close();
+    await expectTilesOfLog(path, k.vkey);
+  });
+
   it('starts again from the log when the checkpoint’s tiles or its note are not what the key signed', async () => {
     for (const damage of ['partial tile', 'note by another key', 'note missing', 'note of another size'] as const) {
       const dir = await tempDir();
