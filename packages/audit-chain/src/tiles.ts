@@ -100,15 +100,24 @@ export function writeTiles(root: string, hashes: TreeHashes, from: number, size:
 /** Reads a tile's bytes, or undefined when the store has no such tile. */
 export type TileSource = (tile: Tile) => Uint8Array | undefined;
 
-/** Tiles as files under `root` (what {@link writeTiles} wrote). */
+/**
+ * Tiles as files under `root` (what {@link writeTiles} and a log's tree write). A partial tile
+ * that is gone because its tile has since filled is read as the first hashes of the full tile
+ * (C2SP tlog-tiles), so a reader of an older size is not caught out by the log growing.
+ */
 export function tileFiles(root: string): TileSource {
-  return (tile) => {
+  const read = (path: string) => {
     try {
-      return readFileSync(join(root, tilePath(tile)));
+      return readFileSync(join(root, path));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw err;
     }
+  };
+  return (tile) => {
+    const data = read(tilePath(tile));
+    if (data || tile.width === TILE_WIDTH) return data;
+    return read(tilePath({ ...tile, width: TILE_WIDTH }))?.subarray(0, tile.width * HASH_SIZE);
   };
 }
 

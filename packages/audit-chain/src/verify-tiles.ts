@@ -11,7 +11,7 @@ import { eachLine } from './log-tree.js';
 import { leafHash } from './merkle.js';
 import { openNote, parseTreeCheckpoint, type TreeCheckpoint } from './note.js';
 import { TileRows } from './tile-rows.js';
-import { tilePath } from './tiles.js';
+import { tileFiles, tilePath } from './tiles.js';
 
 /** What {@link verifyTiles} found. */
 export interface TilesVerdict {
@@ -65,12 +65,16 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
   let tiles = 0;
   let first: { what: string; reason: string } | undefined;
   // Each tile's digest, not its bytes, until it is read back: memory stays small for a long log.
-  const pending: { path: string; digest: string }[] = [];
+  const pending: { path: string; digest: string; level: number; index: number; width: number }[] = [];
   const check = async () => {
     for (const t of pending.splice(0)) {
       if (first) return;
       tiles++;
-      const on = await readFile(join(dir, t.path)).catch(() => undefined);
+      // A partial tile gone because its tile filled since: the full tile's first hashes (tiles.ts).
+      const on =
+        t.width < 256
+          ? tileFiles(dir)({ level: t.level, index: t.index, width: t.width })
+          : await readFile(join(dir, t.path)).catch(() => undefined);
       if (!on) first = { what: t.path, reason: 'missing' };
       else if (sha256Hex(on) !== t.digest) first = { what: t.path, reason: 'holds other hashes than the log’s entries give' };
     }
@@ -79,7 +83,13 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
   try {
     size = await eachLine(path, cp?.size ?? Number.MAX_SAFE_INTEGER, (_, line) => {
       rows.add(leafHash(line), (t) =>
-        pending.push({ path: tilePath({ level: t.level, index: t.index, width: 256 }), digest: sha256Hex(t.data) }),
+        pending.push({
+          path: tilePath({ level: t.level, index: t.index, width: 256 }),
+          digest: sha256Hex(t.data),
+          level: t.level,
+          index: t.index,
+          width: 256,
+        }),
       );
     });
   } catch (err) {
@@ -91,7 +101,8 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
   if (cp) {
     if (!Buffer.from(rows.root()).equals(Buffer.from(cp.root)))
       return bad(size, tiles, 'checkpoint', `its tree head is not the head of the log's first ${cp.size} entries`);
-    for (const { tile, data } of rows.partials()) pending.push({ path: tilePath(tile), digest: sha256Hex(data) });
+    for (const { tile, data } of rows.partials())
+      pending.push({ path: tilePath(tile), digest: sha256Hex(data), level: tile.level, index: tile.index, width: tile.width });
     await check();
     if (first) return { ok: false, size, tiles, checkpoint, first_bad: first };
   }

@@ -224,6 +224,26 @@ describe('the open log’s Merkle tree', () => {
     expect(await verifyTiles(path)).toMatchObject({ ok: false, first_bad: { reason: 'missing' } });
   });
 
+  it('a reader of an older checkpoint whose partial tiles are gone (their tiles filled since) reads the full tiles’ first hashes', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const k = keys();
+    const log = await openAuditLog(path, { signingKey: k.privateKey, tree });
+    await Promise.all(Array.from({ length: 700 }, (_, i) => log.append('t.write', { i })));
+    await log.checkpoint();
+    const older = await readFile(join(`${path}.tlog`, 'checkpoint'), 'utf8');
+    await Promise.all(Array.from({ length: 100 }, (_, i) => log.append('t.write', { i })));
+    await log.checkpoint();
+    await log.close();
+    expect(existsSync(join(`${path}.tlog`, 'tile/0/002.p'))).toBe(false);
+    const cp = parseTreeCheckpoint((openNote(older, [k.vkey]) as { text: string }).text) as { size: number; root: Uint8Array };
+    const fromTiles = new TileHashes(tileFiles(`${path}.tlog`), cp.size);
+    const line = (await lines(path))[650] as Buffer;
+    expect(verifyInclusion(650, cp.size, leafHash(line), inclusionProof(fromTiles, 650, cp.size), cp.root)).toBe(true);
+    await writeFile(join(`${path}.tlog`, 'checkpoint'), older);
+    expect(await verifyTiles(path, { verifierKeys: [k.vkey] })).toMatchObject({ ok: true, size: cp.size });
+  });
+
   it('never holds the log back: appends go on and the chain’s checkpoint is written while the tree cannot be', async () => {
     const dir = await tempDir();
     const path = join(dir, 'audit.log');

@@ -54,27 +54,12 @@ export async function serveTlog(log: string, path: string, req: IncomingMessage,
   } catch {
     return text(404, `no tree beside the audit log (${root}): forge writes it as the log grows, when the log is a file on this host`);
   }
-  const file = join(root, target.file);
-  let realDir: string;
-  try {
-    realDir = await realpath(dirname(file));
-  } catch {
-    return text(404, `not found: ${rel}`);
-  }
-  if (realDir !== realRoot && !realDir.startsWith(`${realRoot}${sep}`)) return text(404, `not found: ${rel}`);
-  let data: Buffer;
-  try {
-    const fh = await open(file, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
-    try {
-      const st = await fh.stat();
-      if (!st.isFile() || st.size > MAX_BYTES) return text(404, `not found: ${rel}`);
-      data = await fh.readFile();
-    } finally {
-      await fh.close();
-    }
-  } catch {
-    return text(404, `not found: ${rel}`);
-  }
+  // A partial tile gone because its tile filled since is the full tile's first hashes (C2SP tlog-tiles).
+  const partial = /^(.*)\.p\/([0-9]+)$/.exec(target.file);
+  const data =
+    (await readInside(realRoot, join(root, target.file))) ??
+    (partial ? (await readInside(realRoot, join(root, partial[1] as string)))?.subarray(0, Number(partial[2]) * 32) : undefined);
+  if (!data || (partial && data.length !== Number(partial[2]) * 32)) return text(404, `not found: ${rel}`);
   res.writeHead(200, {
     'content-type': target.type,
     'content-length': String(data.length),
@@ -82,4 +67,22 @@ export async function serveTlog(log: string, path: string, req: IncomingMessage,
     'x-content-type-options': 'nosniff',
   });
   res.end(req.method === 'HEAD' ? undefined : data);
+}
+
+/** The bytes of `file` when it is a regular file of at most a tile's size inside `realRoot` (no link followed); else undefined. */
+async function readInside(realRoot: string, file: string): Promise<Buffer | undefined> {
+  try {
+    const realDir = await realpath(dirname(file));
+    if (realDir !== realRoot && !realDir.startsWith(`${realRoot}${sep}`)) return undefined;
+    const fh = await open(file, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+    try {
+      const st = await fh.stat();
+      if (!st.isFile() || st.size > MAX_BYTES) return undefined;
+      return await fh.readFile();
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return undefined;
+  }
 }

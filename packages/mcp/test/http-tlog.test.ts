@@ -83,6 +83,9 @@ describe('the audit log’s tree over HTTP', () => {
       expect(r.headers['cache-control']).toBe(tile.width === 256 ? 'public, max-age=31536000, immutable' : 'no-cache');
       fetched.set(tilePath(tile), r.body);
     }
+    // A partial tile of an older size whose tile has filled since: served as the full tile's first hashes.
+    const older = await get(server.url, '/audit/log/tile/0/000.p/7');
+    expect([older.status, older.body.equals(tileData(ref, { level: 0, index: 0, width: 7 }))]).toEqual([200, true]);
     const fromHttp = new TileHashes((tile) => fetched.get(tilePath(tile)), cp.size);
     const receipt = answers[123]?.meta?.audit as { index: number; leaf_hash: string };
     const proof = inclusionProof(fromHttp, receipt.index, cp.size);
