@@ -132,10 +132,12 @@ describe('forge tools export: a tool directory', () => {
     await waitFor('the call in word_count.d/log', () =>
       / default {2}ok {2}\d+ ms {2}\S+\n$/.test(readFileSync(join(dir, 'word_count.d', 'log'), 'utf8')),
     );
-    expect(JSON.parse(readFileSync(join(dir, 'word_count.d', 'status'), 'utf8')).last_call).toMatchObject({
-      persona: 'default',
-      outcome: 'ok',
+    // The control files are written one after another (log before status): wait for status too.
+    const status = await waitFor('the call in word_count.d/status', () => {
+      const last = JSON.parse(readFileSync(join(dir, 'word_count.d', 'status'), 'utf8')).last_call;
+      return last ?? undefined;
     });
+    expect(status).toMatchObject({ persona: 'default', outcome: 'ok' });
     const rm = await runCli(['tools', 'remove', 'fib'], { cwd: s.project, env: s.env });
     expect(rm.code, rm.stderr).toBe(0);
     await waitFor('fib to be removed', () => !existsSync(join(dir, 'fib')));
