@@ -4,7 +4,8 @@
 //   plain  <file> <count> <start-file>  fs.appendFile of the same lines (no hash, no lock)
 //   verify <log>                        verifyLog on one thread, then report peak memory
 //   verify2 <log>                       the same with threads: 2
-//   verify-tiles <log>                  verifyTiles: the tiles beside the log against its entries
+//   verify-tiles <log>                  verifyTiles, threads: 2: the tiles beside the log against its entries
+//   verify-tiles1 <log>                 the same on one thread
 // Waits until <start-file> exists so that all children start together, then prints one JSON line.
 import { existsSync, readFileSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
@@ -51,9 +52,9 @@ if (mode === 'append' || mode === 'append-notree') {
   const ms = performance.now() - t0;
   if (!r.ok) throw new Error(`benchmark log does not verify: ${JSON.stringify(r.first_bad)}`);
   console.log(JSON.stringify({ ms, count: r.entries, peakMiB: peakMiB() }));
-} else if (mode === 'verify-tiles') {
+} else if (mode === 'verify-tiles' || mode === 'verify-tiles1') {
   const t0 = performance.now();
-  const r = await verifyTiles(path);
+  const r = await verifyTiles(path, { threads: mode === 'verify-tiles' ? 2 : 1 });
   const ms = performance.now() - t0;
   if (!r.ok) throw new Error(`benchmark tiles do not match the log: ${JSON.stringify(r.first_bad)}`);
   console.log(JSON.stringify({ ms, count: r.size, peakMiB: peakMiB() }));

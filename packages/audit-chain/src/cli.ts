@@ -29,7 +29,7 @@ const USAGE = `usage: forge-audit <command> …
   verify-proof <checkpoint> <proof> (--vkey <key> | --key-pub <file> --name <key-name>) [--json]
                                             check an inclusion or consistency proof against a signed
                                             tree checkpoint, offline (exit 0 proven, 1 not)
-  verify-tiles <log> [--vkey <key> | --key-pub <file> --name <key-name>] [--json]
+  verify-tiles <log> [--vkey <key> | --key-pub <file> --name <key-name>] [--threads 2] [--json]
                                             check the tiles and tree checkpoint beside the log
                                             (<log>.tlog/) against its entries (exit 0 match, 1 not)
 
@@ -108,13 +108,18 @@ async function appendCommand(args: string[], values: Values): Promise<number> {
   return 0;
 }
 
+/** `--threads`: 1 (the default) or 2 (a helper thread hashes too, for a large log). */
+function threadsOf(values: Values): 1 | 2 {
+  const threads = values.threads === undefined ? 1 : Number(values.threads);
+  if (threads !== 1 && threads !== 2) throw new UsageError(`--threads must be 1 or 2 (got ${values.threads})`);
+  return threads;
+}
+
 /** `verify`: the chain and its checkpoints; exit 0 intact, 1 with the first bad entry. */
 async function verifyCommand(args: string[], values: Values): Promise<number> {
   need(args, 1, '<log>');
   const publicKey = values['key-pub'] ? await loadKey(values['key-pub'], 'public') : undefined;
-  const threads = values.threads === undefined ? 1 : Number(values.threads);
-  if (threads !== 1 && threads !== 2) throw new UsageError(`--threads must be 1 or 2 (got ${values.threads})`);
-  const r = await verifyLog(args[0] as string, { threads, ...(publicKey ? { publicKey } : {}) });
+  const r = await verifyLog(args[0] as string, { threads: threadsOf(values), ...(publicKey ? { publicKey } : {}) });
   if (values.json) {
     const { ok, entries, head, first_bad } = r;
     out(
@@ -288,7 +293,7 @@ async function verifyProofCommand(args: string[], values: Values): Promise<numbe
 async function verifyTilesCommand(args: string[], values: Values): Promise<number> {
   need(args, 1, '<log>');
   const keys = values.vkey && values.vkey.length > 0 ? values.vkey : values['key-pub'] ? [await verifierKeyOf(values)] : [];
-  const v = await verifyTiles(args[0] as string, { verifierKeys: keys });
+  const v = await verifyTiles(args[0] as string, { verifierKeys: keys, threads: threadsOf(values) });
   if (values.json) out(JSON.stringify(v));
   else if (v.ok)
     out(

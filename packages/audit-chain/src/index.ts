@@ -23,6 +23,8 @@ export {
 export { AUDIT_ERROR_CODES, AuditError, type AuditErrorCode } from './errors.js';
 export { type AuditEntry, GENESIS_HASH, VERIFY_REASONS, type VerifyReason } from './format.js';
 export type { JsonValue } from './ijson.js';
+/** A growing tree kept as C2SP tiles fill (the right edge per tile level): what a store of the log's tree keeps between appends. */
+export { logTreeHead } from './leaf-scan.js';
 export { DirLock, type LockOptions, withDirLock } from './lock.js';
 export { openAuditLog, reanchorAuditLog } from './log.js';
 /** A log file's Merkle tree, read from its segments' lines. */
@@ -70,7 +72,6 @@ export {
 /** Checking an inclusion or consistency proof against a signed tree checkpoint, offline. */
 export { type ConsistencyProofDoc, checkProof, type InclusionProofDoc, type ProofDoc, type ProofVerdict } from './proof.js';
 export { type TailOptions, tailLog } from './tail.js';
-/** A growing tree kept as C2SP tiles fill (the right edge per tile level): what a store of the log's tree keeps between appends. */
 export { type FullTile, subtree, TileRows } from './tile-rows.js';
 /** The tree's hashes as C2SP tlog-tiles: paths, the tiles a growth adds, writing them, reading a tree from them. */
 export {

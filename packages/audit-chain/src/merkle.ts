@@ -18,13 +18,31 @@ import { createHash, hash } from 'node:crypto';
 /** The length of every hash here (SHA-256). */
 export const HASH_SIZE = 32;
 
-const LEAF_PREFIX = Buffer.from([0]);
-/** An inner node's hashed bytes, filled in place (one-shot hashing, no allocation but the digest). */
+/** An inner node's hashed bytes, filled in place. */
 const node = Buffer.alloc(1 + 2 * HASH_SIZE, 1);
+/** A leaf's hashed bytes (prefix and line), for lines shorter than it (grown once, to 128 KiB, for longer ones). */
+let leafBytes = Buffer.alloc(4096);
+
+/*
+ * Digests are asked for as latin1 ("binary") strings and written into buffers from those: a
+ * one-shot hash to a string costs about half of one to a Buffer (which allocates a Buffer per
+ * hash), and the tree hashes one node per leaf besides the leaf, so this is most of its cost.
+ * Runs of hashes join their strings and write them once.
+ */
+function digest(data: Uint8Array): Buffer {
+  return Buffer.from(hash('sha256', data, 'binary'), 'latin1');
+}
 
 /** The leaf hash of one entry's line (its bytes without the newline). */
 export function leafHash(line: Uint8Array): Buffer {
-  return hash('sha256', Buffer.concat([LEAF_PREFIX, line]), 'buffer');
+  if (line.length >= leafBytes.length) {
+    // A long line is hashed from a copy of its own; the shared buffer stays small.
+    if (line.length >= 1 << 16) return digest(Buffer.concat([Buffer.alloc(1), line]));
+    leafBytes = Buffer.alloc(1 << 17);
+  }
+  leafBytes[0] = 0;
+  leafBytes.set(line, 1);
+  return digest(leafBytes.subarray(0, 1 + line.length));
 }
 
 /** The hash of an inner node. */
@@ -33,7 +51,25 @@ export function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
     return createHash('sha256').update(node.subarray(0, 1)).update(left).update(right).digest();
   node.set(left, 1);
   node.set(right, 1 + HASH_SIZE);
-  return hash('sha256', node, 'buffer');
+  return digest(node);
+}
+
+/**
+ * Hashes a complete row of `count` hashes (a power of two) pairwise up to their subtree's hash,
+ * in place. The row starts at `row[1]`; `row[0]` is spare: the byte before each pair holds the
+ * node prefix while it is hashed (that byte is spent by then), so no pair is copied. The result
+ * is left at `row[1…33)`.
+ */
+export function foldRow(row: Buffer, count: number): void {
+  for (let n = count; n > 1; n >>= 1) {
+    let digests = '';
+    for (let p = 0; p < n >> 1; p++) {
+      const at = p * 2 * HASH_SIZE;
+      row[at] = 1;
+      digests += hash('sha256', new Uint8Array(row.buffer, row.byteOffset + at, 1 + 2 * HASH_SIZE), 'binary');
+    }
+    row.write(digests, 1, (n >> 1) * HASH_SIZE, 'latin1');
+  }
 }
 
 /** The tree head of the empty tree. */

@@ -3,7 +3,8 @@
  * That is all a growing tree needs to hash its next leaves, name each tile as it completes, give
  * the partial tiles of its size and its tree head: at most 255 hashes per level.
  */
-import { EMPTY_ROOT, nodeHash } from './merkle.js';
+import type { TileFolds } from './leaves.js';
+import { EMPTY_ROOT, foldRow, HASH_SIZE, nodeHash } from './merkle.js';
 import { TILE_HEIGHT, TILE_WIDTH, type Tile } from './tiles.js';
 
 /** A tile whose 256 hashes are all known, with its bytes. */
@@ -15,14 +16,15 @@ export interface FullTile {
 
 /** The hash of a complete run of hashes of one level (a power of two of them), hashed pairwise. */
 export function subtree(row: readonly Uint8Array[]): Uint8Array {
-  let r = row;
-  while (r.length > 1) {
-    const next: Uint8Array[] = [];
-    for (let i = 0; i < r.length; i += 2) next.push(nodeHash(r[i] as Uint8Array, r[i + 1] as Uint8Array));
-    r = next;
-  }
-  return r[0] as Uint8Array;
+  if (row.length === 1) return row[0] as Uint8Array;
+  const b = Buffer.concat([SPARE, ...row]);
+  foldRow(b, row.length);
+  return b.subarray(1, 1 + HASH_SIZE);
 }
+
+const SPARE = Buffer.alloc(1);
+/** A full tile's hashes (after a spare byte), folded in place to the next level's hash. */
+const folding = Buffer.alloc(1 + TILE_WIDTH * HASH_SIZE);
 
 export class TileRows {
   size = 0;
@@ -32,15 +34,52 @@ export class TileRows {
   /** Adds the next leaf hash; `full` sees each tile it completes, lowest level first. */
   add(leaf: Uint8Array, full: (t: FullTile) => void): void {
     this.size++;
-    let h = leaf;
-    for (let level = 0; ; level++) {
-      const row = (this.levels[level] ??= []);
-      row.push(h);
-      if (row.length < TILE_WIDTH) return;
-      // 256 hashes of this level: a full tile, and the next level's next hash.
-      full({ level, index: Math.floor(this.size / TILE_WIDTH ** (level + 1)) - 1, data: Buffer.concat(row) });
-      h = subtree(row);
-      this.levels[level] = [];
+    const row = this.levels[0] as Uint8Array[];
+    row.push(leaf);
+    if (row.length === TILE_WIDTH) {
+      this.levels[0] = [];
+      this.#full(0, Buffer.concat(row), full);
+    }
+  }
+
+  /**
+   * Adds `count` leaf hashes held one after another in `hashes` (as {@link add} would, one by
+   * one); a run that starts a tile hands its 256 hashes on without splitting them up. The tiles
+   * `full` sees may be views of `hashes`. `folded` gives the hashes of those tiles where they
+   * were computed already (chunkLeaves, on another thread): they are taken as given.
+   */
+  addRun(hashes: Buffer, count: number, full: (t: FullTile) => void, folded?: TileFolds): void {
+    let i = 0;
+    while (i < count) {
+      const row = this.levels[0] as Uint8Array[];
+      if (row.length === 0 && count - i >= TILE_WIDTH) {
+        this.size += TILE_WIDTH;
+        this.#full(0, hashes.subarray(i * HASH_SIZE, (i + TILE_WIDTH) * HASH_SIZE), full, foldedAt(folded, i));
+        i += TILE_WIDTH;
+      } else {
+        this.add(hashes.subarray(i * HASH_SIZE, (i + 1) * HASH_SIZE), full);
+        i++;
+      }
+    }
+  }
+
+  /**
+   * A full tile of `level` (its bytes in `data`): hands it on, and adds its hash (`hashed`, when
+   * known) one level up.
+   */
+  #full(level: number, data: Buffer, full: (t: FullTile) => void, hashed?: Uint8Array): void {
+    for (let l = level; ; l++) {
+      full({ level: l, index: Math.floor(this.size / TILE_WIDTH ** (l + 1)) - 1, data });
+      const up = (this.levels[l + 1] ??= []);
+      if (l === level && hashed) up.push(hashed);
+      else {
+        data.copy(folding, 1);
+        foldRow(folding, TILE_WIDTH);
+        up.push(Buffer.from(folding.subarray(1, 1 + HASH_SIZE)));
+      }
+      if (up.length < TILE_WIDTH) return;
+      this.levels[l + 1] = [];
+      data = Buffer.concat(up);
     }
   }
 
@@ -75,4 +114,13 @@ export class TileRows {
     for (let i = parts.length - 2; i >= 0; i--) h = nodeHash(parts[i] as Uint8Array, h);
     return h;
   }
+}
+
+/** The hash `folded` gives for the tile whose leaves start at leaf `i` of the run, if it gives one. */
+function foldedAt(folded: TileFolds | undefined, i: number): Uint8Array | undefined {
+  if (!folded) return undefined;
+  const k = i - folded.start;
+  if (k < 0 || k % TILE_WIDTH !== 0) return undefined;
+  const at = (k / TILE_WIDTH) * HASH_SIZE;
+  return at + HASH_SIZE <= folded.hashes.length ? folded.hashes.subarray(at, at + HASH_SIZE) : undefined;
 }

@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
+import { type ChunkLeaves, chunkLeaves } from './leaves.js';
 import type { SealedSegment } from './segments.js';
 import { type ChunkResult, verifyChunk } from './verify-chunk.js';
 
@@ -9,21 +10,31 @@ export const CHUNK_BYTES = 1 << 20;
 /** Logs at least this large are verified on two threads (when the machine has two cores). */
 const PARALLEL_MIN_BYTES = 32 << 20;
 
-/** A helper thread that verifies one chunk at a time (see verify-worker.ts). */
+/** What a helper does with a chunk: verify its lines, or hash them as leaves from byte 1 on. */
+export type HelperJob = 'verify' | 'leaves';
+
+/** A helper thread that works on one chunk at a time (see verify-worker.ts). */
 export interface Helper {
-  idle: boolean;
-  run(buf: Buffer, length: number): Promise<{ result: ChunkResult; buf: Buffer }>;
+  /** Chunks handed to it and not yet back. */
+  pending: number;
+  run<R>(buf: Buffer, length: number, job: HelperJob, at?: { from: number; first: number }): Promise<{ result: R; buf: Buffer }>;
   close(): Promise<void>;
 }
 
-/**
- * Starts a helper thread for a large log. Verification is CPU-bound (a SHA-256 and a JSON scan
- * per line), so a second core nearly doubles throughput. The helper's heap is capped so that the
- * whole process stays small; without a built worker file (running from source) there is none.
- */
-export async function startHelper(snap: { sealed: SealedSegment[]; activeSize: number }, marks: number[]): Promise<Helper | undefined> {
+/** The bytes a walk over this snapshot reads. */
+export async function snapshotBytes(snap: { sealed: SealedSegment[]; activeSize: number }): Promise<number> {
   let total = snap.activeSize;
   for (const seg of snap.sealed) total += (await stat(seg.path).catch(() => ({ size: 0 }))).size;
+  return total;
+}
+
+/**
+ * Starts a helper thread for a large log (`total` bytes to read). Verification and leaf hashing
+ * are CPU-bound (a SHA-256 per line, and for verification a JSON scan), so a second core nearly
+ * doubles throughput. The helper's heap is capped so that the
+ * whole process stays small; without a built worker file (running from source) there is none.
+ */
+export async function startHelper(total: number, marks: number[]): Promise<Helper | undefined> {
   if (total < PARALLEL_MIN_BYTES) return undefined;
   const file = new URL('./verify-worker.js', import.meta.url);
   if (!existsSync(file)) return undefined;
@@ -34,10 +45,11 @@ export async function startHelper(snap: { sealed: SealedSegment[]; activeSize: n
     resourceLimits: { maxYoungGenerationSizeMb: 4, maxOldGenerationSizeMb: 256 },
   });
   worker.unref();
-  const waiting = new Map<number, { resolve(v: { result: ChunkResult; buf: Buffer }): void; reject(e: unknown): void }>();
+  // biome-ignore lint/suspicious/noExplicitAny: each waiter knows its own job's result type
+  const waiting = new Map<number, { resolve(v: { result: any; buf: Buffer }): void; reject(e: unknown): void }>();
   let failure: unknown;
-  worker.on('message', (m: { id: number; result: ChunkResult; buf: ArrayBuffer }) => {
-    helper.idle = true;
+  worker.on('message', (m: { id: number; result: unknown; buf: ArrayBuffer }) => {
+    helper.pending--;
     waiting.get(m.id)?.resolve({ result: m.result, buf: Buffer.from(m.buf) });
     waiting.delete(m.id);
   });
@@ -48,14 +60,14 @@ export async function startHelper(snap: { sealed: SealedSegment[]; activeSize: n
   });
   let ids = 0;
   const helper: Helper = {
-    idle: true,
-    run(buf, length) {
+    pending: 0,
+    run(buf, length, job, at) {
       if (failure) return Promise.reject(failure);
-      helper.idle = false;
+      helper.pending++;
       const id = ids++;
       return new Promise((resolve, reject) => {
         waiting.set(id, { resolve, reject });
-        worker.postMessage({ id, buf: buf.buffer, length }, [buf.buffer as ArrayBuffer]);
+        worker.postMessage({ id, buf: buf.buffer, length, job, ...at }, [buf.buffer as ArrayBuffer]);
       });
     },
     async close() {
@@ -89,8 +101,8 @@ export class ChunkPool {
 
   /** Verifies `buf[0, length)` on the helper when it is idle, else here and now. */
   verify(buf: Buffer, length: number, marks: ReadonlySet<number>): Promise<ChunkResult> {
-    if (this.helper?.idle) {
-      return this.helper.run(buf, length).then(({ result, buf: back }) => {
+    if (this.helper?.pending === 0) {
+      return this.helper.run<ChunkResult>(buf, length, 'verify').then(({ result, buf: back }) => {
         this.give(back);
         return result;
       });
@@ -100,7 +112,30 @@ export class ChunkPool {
     return Promise.resolve(result);
   }
 
+  /**
+   * The leaf hashes of the lines in `buf[from, end)`, the first being entry `first`, and the
+   * hashes of the full tiles among them (see chunkLeaves): on the helper while it has at
+   * most one waiting (so it never idles while this thread hashes), else here and now.
+   */
+  leaves(buf: Buffer, from: number, end: number, first: number): Promise<ChunkLeaves> {
+    if (this.helper && this.helper.pending < 2) {
+      return this.helper.run<ChunkLeaves>(buf, end, 'leaves', { from, first }).then(({ result, buf: back }) => {
+        this.give(back);
+        // Structured cloning hands the hashes back as plain Uint8Arrays over the moved memory.
+        const { count, hashes, tiles } = result;
+        return { count, hashes: asBuffer(hashes), ...(tiles ? { tiles: { start: tiles.start, hashes: asBuffer(tiles.hashes) } } : {}) };
+      });
+    }
+    const result = chunkLeaves(buf, from, end, first);
+    this.give(buf);
+    return Promise.resolve(result);
+  }
+
   async close(): Promise<void> {
     await this.helper?.close();
   }
+}
+
+function asBuffer(b: Uint8Array): Buffer {
+  return Buffer.from(b.buffer, b.byteOffset, b.byteLength);
 }

@@ -6,12 +6,13 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { sha256Hex } from './format.js';
-import { eachLine } from './log-tree.js';
-import { leafHash } from './merkle.js';
+import { eachLeafRun } from './leaf-scan.js';
 import { openNote, parseTreeCheckpoint, type TreeCheckpoint } from './note.js';
-import { TileRows } from './tile-rows.js';
+import { type FullTile, TileRows } from './tile-rows.js';
 import { tileFiles, tilePath } from './tiles.js';
+
+/** Ends the scan of the entries at the first tile that differs. */
+class TileMismatch extends Error {}
 
 /** What {@link verifyTiles} found. */
 export interface TilesVerdict {
@@ -29,9 +30,10 @@ export interface TilesVerdict {
 /**
  * Checks the tiles and the tree checkpoint under `<path>.tlog/` against the log at `path`. With
  * `verifierKeys`, the checkpoint must be signed by one of them; without, its text is taken as it
- * is (the tiles are still checked against the entries).
+ * is (the tiles are still checked against the entries). With `threads: 2` a large log's entries
+ * are hashed on a second thread as well.
  */
-export async function verifyTiles(path: string, o: { verifierKeys?: readonly string[] } = {}): Promise<TilesVerdict> {
+export async function verifyTiles(path: string, o: { verifierKeys?: readonly string[]; threads?: 1 | 2 } = {}): Promise<TilesVerdict> {
   const dir = `${path}.tlog`;
   let cp: TreeCheckpoint | undefined;
   let checkpoint: TilesVerdict['checkpoint'] = 'none';
@@ -63,47 +65,47 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
   }
   const rows = new TileRows();
   let tiles = 0;
+  // Each tile is read and compared as the entries complete it (the reads are small and few, one
+  // per 256 entries): memory stays small for a long log, and the first that differs is the lowest.
   let first: { what: string; reason: string } | undefined;
-  // Each tile's digest, not its bytes, until it is read back: memory stays small for a long log.
-  const pending: { path: string; digest: string; level: number; index: number; width: number }[] = [];
-  const check = async () => {
-    for (const t of pending.splice(0)) {
-      if (first) return;
-      tiles++;
-      // A partial tile gone because its tile filled since: the full tile's first hashes (tiles.ts).
-      const on =
-        t.width < 256
-          ? tileFiles(dir)({ level: t.level, index: t.index, width: t.width })
-          : await readFile(join(dir, t.path)).catch(() => undefined);
-      if (!on) first = { what: t.path, reason: 'missing' };
-      else if (sha256Hex(on) !== t.digest) first = { what: t.path, reason: 'holds other hashes than the log’s entries give' };
+  const read = tileFiles(dir);
+  const compare = (tile: { level: number; index: number; width: number }, expect: Buffer) => {
+    tiles++;
+    // A partial tile gone because its tile filled since is read as the full tile's first hashes.
+    let on: Uint8Array | undefined;
+    try {
+      on = read(tile);
+    } catch (err) {
+      first = { what: tilePath(tile), reason: `cannot be read: ${(err as Error).message}` };
+      return;
     }
+    if (!on) first = { what: tilePath(tile), reason: 'missing' };
+    else if (!Buffer.from(on.buffer, on.byteOffset, on.byteLength).equals(expect))
+      first = { what: tilePath(tile), reason: 'holds other hashes than the log’s entries give' };
   };
   let size: number;
   try {
-    size = await eachLine(path, cp?.size ?? Number.MAX_SAFE_INTEGER, (_, line) => {
-      rows.add(leafHash(line), (t) =>
-        pending.push({
-          path: tilePath({ level: t.level, index: t.index, width: 256 }),
-          digest: sha256Hex(t.data),
-          level: t.level,
-          index: t.index,
-          width: 256,
-        }),
-      );
-    });
+    size = await eachLeafRun(
+      path,
+      cp?.size ?? Number.MAX_SAFE_INTEGER,
+      (hashes, count, folded) => {
+        // Tiles are compared as they complete; the first that differs ends the check.
+        const onFull = (t: FullTile) => {
+          if (!first) compare({ level: t.level, index: t.index, width: 256 }, t.data);
+        };
+        rows.addRun(hashes, count, onFull, folded);
+        if (first) throw new TileMismatch();
+      },
+      { threads: o.threads ?? 1 },
+    );
   } catch (err) {
+    if (err instanceof TileMismatch) return { ok: false, size: rows.size, tiles, checkpoint, first_bad: first };
     return bad(rows.size, tiles, 'checkpoint', (err as Error).message);
   }
-  // Full tiles are few (one per 256 entries): read once the lines are, in order.
-  await check();
-  if (first) return { ok: false, size, tiles, checkpoint, first_bad: first };
   if (cp) {
     if (!Buffer.from(rows.root()).equals(Buffer.from(cp.root)))
       return bad(size, tiles, 'checkpoint', `its tree head is not the head of the log's first ${cp.size} entries`);
-    for (const { tile, data } of rows.partials())
-      pending.push({ path: tilePath(tile), digest: sha256Hex(data), level: tile.level, index: tile.index, width: tile.width });
-    await check();
+    for (const { tile, data } of rows.partials()) if (!first) compare(tile, data);
     if (first) return { ok: false, size, tiles, checkpoint, first_bad: first };
   }
   return { ok: true, size, tiles, checkpoint };

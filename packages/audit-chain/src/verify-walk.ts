@@ -6,7 +6,7 @@ import { GENESIS_HASH, isHex64, type VerifyReason } from './format.js';
 import { MAX_LINE_BYTES } from './lines.js';
 import { type LogFiles, segmentName } from './segments.js';
 import { brokenLinkMessage, type ChunkResult, type EntryFacts, PREV_NOT_HEX, seqGapMessage } from './verify-chunk.js';
-import { CHUNK_BYTES, ChunkPool, startHelper } from './verify-pool.js';
+import { CHUNK_BYTES, ChunkPool, snapshotBytes, startHelper } from './verify-pool.js';
 import type { FirstBad, UsedCheckpoint, VerifyResult } from './verify-result.js';
 import type { Snapshot, WalkStart } from './verify-start.js';
 
@@ -38,7 +38,7 @@ export async function walk(
   const helper =
     o.threads === 2
       ? await startHelper(
-          snap,
+          await snapshotBytes(snap),
           o.used.map((c) => c.entries),
         )
       : undefined;

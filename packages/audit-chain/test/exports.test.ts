@@ -34,6 +34,7 @@ const EXPORTS = [
   'inclusionProof',
   'leafHash',
   'logTree',
+  'logTreeHead',
   'newTiles',
   'nodeHash',
   'noteKeyId',

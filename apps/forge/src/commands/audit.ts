@@ -180,8 +180,8 @@ async function checkAgainstWitnesses(
       ok: false,
       reason: `the log holds ${entries} entries, fewer than the ${w.size} the witnesses cosigned: it was cut after they saw it`,
     };
-  const tree = await chain.logTree(log, w.size);
-  if (!Buffer.from(chain.treeHead(tree, w.size)).equals(Buffer.from(w.root)))
+  const head = await chain.logTreeHead(log, w.size, { threads: 2 });
+  if (!Buffer.from(head.root).equals(Buffer.from(w.root)))
     return {
       ok: false,
       reason: `the log's first ${w.size} entries are not the history the witnesses cosigned: it was rewritten after they saw it`,
@@ -194,7 +194,7 @@ async function verifyTree(log: string, publicKey: string | undefined) {
   if (!existsSync(`${log}.tlog/checkpoint`)) return undefined;
   const chain = await import('@forge/audit-chain');
   const keys = publicKey ? [chain.noteVerifierKey(AUDIT_KEY_NAME, createPublicKey(publicKey))] : [];
-  return chain.verifyTiles(log, { verifierKeys: keys });
+  return chain.verifyTiles(log, { verifierKeys: keys, threads: 2 });
 }
 
 export const auditAnchor: Command = {
