@@ -27,6 +27,8 @@ export interface Store {
   check?(): Promise<import('@forge/postgres').StoreCheck>;
   /** Verifies the database's audit log inside it. */
   verifyAudit?(): Promise<import('@forge/postgres').PostgresVerifyResult>;
+  /** The database's audit tree (tiles and tree checkpoints), served as the file log's tiles are. */
+  auditTree?(): import('@forge/mcp').AuditTreeSource;
   /** Exports the database's audit log to a file `verifyLog` accepts byte for byte. */
   exportAudit?(path: string): Promise<{ entries: number; checkpoints: number; bytes: number }>;
   close(): Promise<void>;
@@ -113,6 +115,7 @@ async function openDatabase(w: Where, url: string): Promise<Store> {
     toolsmithStores: () => ({ gapStore: stores.gapStore, proposalStore: stores.proposalStore }),
     check: () => stores.check(),
     verifyAudit: () => pgs.verifyPostgresAuditLog(stores.pool),
+    auditTree: () => pgs.postgresTiles(stores.pool),
     exportAudit: async (path) => {
       const r = await pgs.exportAuditLog(stores.pool, path);
       return { entries: r.entries, checkpoints: r.checkpoints, bytes: r.bytes };

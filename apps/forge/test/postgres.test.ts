@@ -1,7 +1,18 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { createPrivateKey } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import {
+  generateSigningKeys,
+  leafHash,
+  MemoryTree,
+  noteVerifierKey,
+  openNote,
+  parseTreeCheckpoint,
+  tilePath,
+  treeHead,
+} from '@forge/audit-chain';
 import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -435,5 +446,69 @@ describe('a database restart under a front-end and a worker', () => {
     const okAnswers = answers.filter((e) => e.ok).length + 1;
     expect(called.filter((e) => e.data.ok).length, JSON.stringify(answers.slice(0, 2))).toBe(okAnswers);
     expect(new Set(called.map((e) => e.data.call_id)).size).toBe(called.length);
+  });
+});
+
+describe('the audit tree of a database served over HTTP', () => {
+  it('forge serve --http with --store postgres serves the database’s tiles and signed tree checkpoint, as the entries give them', {
+    timeout: scaled(180_000),
+  }, async () => {
+    const url = await server.database();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    onTestFinished(() => pool.end());
+    const h = host(url);
+    const keys = generateSigningKeys();
+    h.env.FORGE_AUDIT_KEY = join(h.root, 'audit.key');
+    writeFileSync(h.env.FORGE_AUDIT_KEY, keys.privateKey, { mode: 0o600 });
+    const vkey = noteVerifierKey('forge-operator', createPrivateKey(keys.privateKey));
+    const { url: mcp } = await serveHttp(h);
+    const client = new Client({ name: 'tree', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(mcp));
+    onTestFinished(() => client.close());
+    expect(
+      (await client.callTool({ name: 'forge_tool', arguments: py('echo', 'print(json.dumps({"ok": True, "data": args}))') })).isError,
+    ).toBe(false);
+    for (let i = 0; i < 5; i++) expect((await client.callTool({ name: 'echo', arguments: { i } })).isError).toBe(false);
+    const get = (rel: string) => fetch(new URL(`/audit/log/${rel}`, mcp));
+    // The entries in the database, as leaves: the tree a monitor must find.
+    const lines = (await pool.query<{ line: string }>('SELECT line FROM forge_audit_entries ORDER BY seq')).rows.map((r) =>
+      r.line.slice(0, -1),
+    );
+    const tree = new MemoryTree();
+    for (const l of lines) tree.append(Buffer.from(l, 'utf8'));
+    const size = (await pool.query<{ tree_size: string }>('SELECT tree_size FROM forge_audit_head WHERE id = 1')).rows[0]?.tree_size;
+    expect(Number(size)).toBe(lines.length);
+    expect(lines.length).toBeLessThan(256);
+    const partial = await get(tilePath({ level: 0, index: 0, width: lines.length }));
+    expect(partial.status).toBe(200);
+    expect(Buffer.from(await partial.arrayBuffer()).equals(Buffer.concat(lines.map((l) => leafHash(Buffer.from(l, 'utf8')))))).toBe(true);
+    // Past what the tree holds, and a full tile it does not have yet: not found.
+    expect((await get(tilePath({ level: 0, index: 0, width: lines.length + 1 }))).status).toBe(404);
+    expect((await get(tilePath({ level: 0, index: 0, width: 256 }))).status).toBe(404);
+    // The checkpoint is the newest the database recorded (the server writes one within seconds
+    // of an append), signed by the operator's key, and its head is the head of the entries it covers.
+    const newest = async () =>
+      (await pool.query<{ note: string; size: string }>('SELECT note, size FROM forge_audit_tree_checkpoints ORDER BY id DESC LIMIT 1'))
+        .rows[0];
+    await until(
+      async () => Number((await newest())?.size ?? 0) >= lines.length,
+      scaled(60_000),
+      () => 'a tree checkpoint covering the calls in the database',
+    );
+    const note = (await newest())?.note;
+    const now = (await pool.query<{ line: string }>('SELECT line FROM forge_audit_entries ORDER BY seq')).rows.map((r) =>
+      r.line.slice(0, -1),
+    );
+    for (const l of now.slice(tree.size)) tree.append(Buffer.from(l, 'utf8'));
+    const served = await get('checkpoint');
+    expect(served.status).toBe(200);
+    const text = await served.text();
+    expect(text).toBe(note);
+    const opened = openNote(text, [vkey]);
+    expect(opened.ok).toBe(true);
+    const cp = parseTreeCheckpoint((opened as { text: string }).text);
+    if (typeof cp === 'string') throw new Error(cp);
+    expect(Buffer.from(cp.root).equals(Buffer.from(treeHead(tree, cp.size)))).toBe(true);
+    expect((await fetch(new URL('/audit/log/checkpoint', mcp), { method: 'POST' })).status).toBe(405);
   });
 });

@@ -7,7 +7,7 @@ import { HttpAccess, type HttpCaller, type HttpTokenGrant } from './httpAccess.j
 import { fail, readJson } from './httpJson.js';
 import { ModernEntry } from './httpModern.js';
 import { SessionTable } from './httpSessions.js';
-import { serveTlog, TLOG_PREFIX } from './httpTlog.js';
+import { type AuditTreeSource, serveTlog, TLOG_PREFIX } from './httpTlog.js';
 import { Inflight } from './inflight.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, paramsNotObject } from './jsonrpc.js';
 import { resolveSessionLimits } from './sessionLimits.js';
@@ -17,6 +17,11 @@ import type { ToolsmithSurface } from './toolsmithTools.js';
 export interface ServeHttpOptions {
   /** Address to bind (default `127.0.0.1`). Anything but loopback requires `tokens`. */
   host?: string;
+  /**
+   * Where the audit log's tree served under `/audit/log/` is read (default: the tiles beside the
+   * file log, `forge.paths.auditLog`); a database store's own (`postgresTiles`).
+   */
+  auditTree?: AuditTreeSource;
   /** Port (default 0: an ephemeral port, see the returned `url`). */
   port?: number;
   /** Bearer tokens → callers. Required (non-empty) when `host` is not loopback; when given, every request needs one. */
@@ -99,7 +104,15 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
   };
   const sessions = new SessionTable({ forge, inflight, maxBody, limits, naming, Transport: sdk.node.NodeStreamableHTTPServerTransport });
   const modern = new ModernEntry({ forge, inflight, maxBody, naming, sdk });
-  const server: HttpServer = { access, sessions, modern, maxBody, auditLog: forge.paths.auditLog, posting: new Set(), closing: undefined };
+  const server: HttpServer = {
+    access,
+    sessions,
+    modern,
+    maxBody,
+    auditLog: options.auditTree ?? forge.paths.auditLog,
+    posting: new Set(),
+    closing: undefined,
+  };
 
   const http = createServer((req, res) => {
     answer(server, req, res).catch((err: unknown) => {
@@ -133,8 +146,8 @@ interface HttpServer {
   sessions: SessionTable;
   modern: ModernEntry;
   maxBody: number;
-  /** The file log whose tree is served under /audit/log/ (httpTlog.ts). */
-  auditLog: string;
+  /** The tree served under /audit/log/ (httpTlog.ts): the file log's, or its store's. */
+  auditLog: string | AuditTreeSource;
   /** Responses to POSTs of open sessions not yet ended: close() lets them finish writing. */
   posting: Set<ServerResponse>;
   /** Set once close() began. */

@@ -9,6 +9,7 @@ export { APPROVE_TOOL_DEFINITION } from './approveTool.js';
 export { FORGE_MCP_ERROR_CODES, ForgeMcpError, type ForgeMcpErrorCode } from './errors.js';
 export { type HttpServerHandle, type ServeHttpOptions, serveHttp } from './http.js';
 export { type HttpTokenGrant, isLoopback } from './httpAccess.js';
+export type { AuditTreeSource } from './httpTlog.js';
 export { META_TOOL_DEFINITIONS } from './metaTools.js';
 export { createForgeMcpServer, type ForgeMcpServerOptions } from './server.js';
 export { type ServeStdioOptions, type StdioServerHandle, serveStdio } from './stdio.js';

@@ -129,6 +129,7 @@ export const serve: Command = {
               name: 'forge',
               version: VERSION,
               toolsmith: engine.toolsmith,
+              ...(served.auditTree ? { auditTree: served.auditTree } : {}),
             });
           } catch (err) {
             throw new EnvironmentError(`cannot serve on ${values.http}: ${(err as Error).message}`);
@@ -256,6 +257,8 @@ async function openServed(w: Where, o: { workers: number; dispatch: boolean; gra
     );
   return {
     engine,
+    /** The tree served under /audit/log/ when the log is a database's (undefined: the file log's tiles). */
+    auditTree: store.auditTree?.(),
     async close() {
       try {
         await engine.close({ graceMs });
