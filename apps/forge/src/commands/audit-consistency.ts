@@ -1,11 +1,11 @@
 import { createPrivateKey } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
 import type { Command } from '../command.js';
 import { storeUrl } from '../store.js';
 import { auditSigningKey, AUDIT_KEY_NAME as KEY_NAME } from './audit.js';
-import { logOrigin, publishedCheckpoint } from './audit-prove.js';
+import { logOrigin, publishedCheckpoint, signedCheckpoint } from './audit-prove.js';
 
 /**
  * `forge audit consistency OLD [NEW]`: that the log at an older signed tree checkpoint (a
@@ -41,23 +41,15 @@ export const auditConsistency: Command = {
     if (typeof chain.parseVerifierKey(vkey) === 'string')
       throw new UsageError(`--vkey ${vkey} is not a verifier key (name+hash+key)`, this.usage);
     const origin = logOrigin(log);
-    const signed = (file: string, which: string) => {
-      let note: string;
-      try {
-        note = readFileSync(file, 'utf8');
-      } catch (err) {
-        throw new UsageError(`cannot read ${which} ${file}: ${(err as Error).message}`, this.usage);
-      }
-      const opened = chain.openNote(note, [vkey as string]);
-      if (!opened.ok) throw new EnvironmentError(`${which} ${file} is not signed by ${vkey}: ${opened.message}`);
-      const cp = chain.parseTreeCheckpoint(opened.text);
-      if (typeof cp === 'string') throw new EnvironmentError(`${which} ${file} holds no tree checkpoint: ${cp}`);
-      if (cp.origin !== origin) throw new EnvironmentError(`${which} ${file} is of the log ${cp.origin}, not ${origin}`);
-      return { note, ...cp };
+    const signed = async (file: string, which: string) => {
+      const cp = await signedCheckpoint(file, vkey as string, origin);
+      if (!('problem' in cp)) return cp;
+      if (cp.problem === 'unreadable') throw new UsageError(`${which} ${cp.message}`, this.usage);
+      throw new EnvironmentError(`${which} ${cp.message}`);
     };
-    const old = signed(positionals[0] as string, 'OLD');
+    const old = await signed(positionals[0] as string, 'OLD');
     let newer: { note: string; size: number; root: Uint8Array };
-    if (positionals[1]) newer = signed(positionals[1], 'NEW');
+    if (positionals[1]) newer = await signed(positionals[1], 'NEW');
     else {
       const own = await publishedCheckpoint(log, vkey, origin);
       if (!own) throw new EnvironmentError(`the log has no tree checkpoint signed by ${vkey} (${log}.tlog/checkpoint): give NEW`);

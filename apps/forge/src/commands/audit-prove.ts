@@ -12,28 +12,42 @@ export function logOrigin(log: string): string {
   return `${hostname()}${resolve(log)}`;
 }
 
+/** A signed tree checkpoint read from a file: the note as written, its size and head. */
+export interface SignedCheckpoint {
+  note: string;
+  size: number;
+  root: Uint8Array;
+  file: string;
+}
+
 /**
- * The tree checkpoint the log published beside it (`<log>.tlog/checkpoint`), when `vkey` signed
- * it for `origin`; undefined when there is none or it is not that.
+ * The tree checkpoint in `file` when it is signed by `vkey` and is of the log `origin`; else what
+ * it is instead (`unreadable`: no such file or not readable; `rejected`: not such a checkpoint).
  */
-export async function publishedCheckpoint(
-  log: string,
+export async function signedCheckpoint(
+  file: string,
   vkey: string,
   origin: string,
-): Promise<{ note: string; size: number; root: Uint8Array; file: string } | undefined> {
+): Promise<SignedCheckpoint | { problem: 'unreadable' | 'rejected'; message: string }> {
   const chain = await import('@forge/audit-chain');
-  const file = join(`${log}.tlog`, 'checkpoint');
   let note: string;
   try {
     note = readFileSync(file, 'utf8');
-  } catch {
-    return undefined;
+  } catch (err) {
+    return { problem: 'unreadable', message: `cannot read ${file}: ${(err as Error).message}` };
   }
   const opened = chain.openNote(note, [vkey]);
-  if (!opened.ok) return undefined;
+  if (!opened.ok) return { problem: 'rejected', message: `${file} is not signed by ${vkey}: ${opened.message}` };
   const cp = chain.parseTreeCheckpoint(opened.text);
-  if (typeof cp === 'string' || cp.origin !== origin) return undefined;
+  if (typeof cp === 'string') return { problem: 'rejected', message: `${file} holds no tree checkpoint: ${cp}` };
+  if (cp.origin !== origin) return { problem: 'rejected', message: `${file} is of the log ${cp.origin}, not ${origin}` };
   return { note, size: cp.size, root: cp.root, file };
+}
+
+/** The log's own tree checkpoint (`<log>.tlog/checkpoint`) when it is one {@link signedCheckpoint} accepts. */
+export async function publishedCheckpoint(log: string, vkey: string, origin: string): Promise<SignedCheckpoint | undefined> {
+  const cp = await signedCheckpoint(join(`${log}.tlog`, 'checkpoint'), vkey, origin);
+  return 'problem' in cp ? undefined : cp;
 }
 
 /**
