@@ -29,6 +29,10 @@ describe('forge (commands)', () => {
       [['tools', 'call', 'fib', '{not json'], /the input is not valid JSON/],
       [['serve', '--http', 'nope'], /--http expects \[host:\]port/],
       [['serve', '--token', 'abc=ann'], /--token applies to --http only/],
+      [
+        ['serve', '--http', '127.0.0.1:0', '--token', 'a-long-enough-token-0123456789=ann', '--audit-reader', 'mon'],
+        /--audit-reader mon: no --token serves persona "mon"/,
+      ],
     ];
     for (const [args, re] of cases) {
       const r = await runCli(args, o);

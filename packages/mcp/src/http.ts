@@ -22,6 +22,12 @@ export interface ServeHttpOptions {
    * file log, `forge.paths.auditLog`); a database store's own (`postgresTiles`).
    */
   auditTree?: AuditTreeSource;
+  /**
+   * Personas whose tokens may read the audit log's tree under `/audit/log/` (a monitor's, a
+   * witness's). The tree is derived from every persona's calls, so with tokens it is served to
+   * these alone (403 for any other); without tokens (loopback) the one local caller reads it.
+   */
+  auditReaders?: readonly string[];
   /** Port (default 0: an ephemeral port, see the returned `url`). */
   port?: number;
   /** Bearer tokens → callers. Required (non-empty) when `host` is not loopback; when given, every request needs one. */
@@ -110,6 +116,7 @@ export async function serveHttp(forge: Forge, options: ServeHttpOptions = {}): P
     modern,
     maxBody,
     auditLog: options.auditTree ?? forge.paths.auditLog,
+    auditReaders: new Set(options.auditReaders ?? []),
     posting: new Set(),
     closing: undefined,
   };
@@ -148,6 +155,8 @@ interface HttpServer {
   maxBody: number;
   /** The tree served under /audit/log/ (httpTlog.ts): the file log's, or its store's. */
   auditLog: string | AuditTreeSource;
+  /** Personas whose tokens may read it (with tokens; see ServeHttpOptions.auditReaders). */
+  auditReaders: ReadonlySet<string>;
   /** Responses to POSTs of open sessions not yet ended: close() lets them finish writing. */
   posting: Set<ServerResponse>;
   /** Set once close() began. */
@@ -164,7 +173,16 @@ async function answer(server: HttpServer, req: IncomingMessage, res: ServerRespo
   const caller = admit(server.access, req, res);
   if (!caller) return;
   const path = (req.url ?? '/').split('?')[0] as string;
-  if (path.startsWith(TLOG_PREFIX)) return serveTlog(server.auditLog, path, req, res);
+  if (path.startsWith(TLOG_PREFIX)) {
+    const persona = caller.ctx.persona;
+    if (caller.principal !== 'loopback' && !(persona !== undefined && server.auditReaders.has(persona)))
+      return fail(
+        res,
+        403,
+        `the audit log's tree records every persona's calls: it is served to the tokens of the personas named as its readers (forge serve --audit-reader PERSONA), not to ${caller.who}`,
+      );
+    return serveTlog(server.auditLog, path, req, res);
+  }
   let body: unknown;
   if (req.method === 'POST') {
     const read = await readJson(req, server.maxBody);

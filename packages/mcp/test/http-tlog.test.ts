@@ -121,14 +121,25 @@ describe('the audit log’s tree over HTTP', () => {
     expect((await get(server.url, '/audit/log/checkpoint', { host: 'evil.example' })).status).toBe(403);
   });
 
-  it('asks for a token when the server does', async () => {
+  it('with tokens, serves the tree to the personas named as its readers alone', async () => {
     const dirs = tempDirs();
     const forge = await newForge(dirs);
-    const server = await serveHttp(forge, { tokens: { 'a-long-enough-token-0123456789': { persona: 'p' } } });
+    const agent = 'a-long-enough-token-0123456789';
+    const monitor = 'the-monitors-token-0123456789';
+    const server = await serveHttp(forge, {
+      tokens: { [agent]: { persona: 'agent' }, [monitor]: { persona: 'monitor' } },
+      auditReaders: ['monitor'],
+    });
     onTestFinished(() => server.close());
     expect((await get(server.url, '/audit/log/checkpoint')).status).toBe(401);
-    const r = await get(server.url, '/audit/log/checkpoint', { token: 'a-long-enough-token-0123456789' });
-    // No key: the tree has no signed checkpoint to serve.
-    expect(r.status).toBe(404);
+    // Another persona's token: the tree is derived from every persona's calls, so not to it.
+    const refused = await get(server.url, '/audit/log/checkpoint', { token: agent });
+    expect(refused.status).toBe(403);
+    expect(JSON.parse(refused.body.toString()).error.message).toMatch(
+      /served to the tokens of the personas named as its readers .*persona "agent"/,
+    );
+    expect((await get(server.url, '/audit/log/tile/0/000.p/1', { token: agent })).status).toBe(403);
+    // The reader's token passes; no key here, so the tree has no signed checkpoint to serve.
+    expect((await get(server.url, '/audit/log/checkpoint', { token: monitor })).status).toBe(404);
   });
 });

@@ -21,12 +21,14 @@ const shutdownReason = (signal: string): string => `forge is shutting down (${si
 export const serve: Command = {
   words: 'serve',
   usage:
-    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N] [--tool-dir DIR]',
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--audit-reader PERSONA ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N] [--tool-dir DIR]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
     '--token T=persona    a bearer token and the persona it serves (repeat; required off loopback);',
     '                     T=persona:a,b also limits that token to tools a and b',
+    '--audit-reader P     the tokens of persona P may read the audit log’s tree at /audit/log/ (a',
+    '                     monitor’s, a witness’s; repeat); with tokens no other persona may',
     '--allow-origin O     a browser Origin allowed besides loopback ones (repeat)',
     '--max-sessions N     most HTTP sessions open at once (default 256); past it: 503',
     '--max-sessions-per-principal N',
@@ -52,6 +54,7 @@ export const serve: Command = {
   options: {
     http: { type: 'string' },
     token: { type: 'string', multiple: true },
+    'audit-reader': { type: 'string', multiple: true },
     'allow-origin': { type: 'string', multiple: true },
     'grace-ms': { type: 'string' },
     workers: { type: 'string' },
@@ -68,6 +71,14 @@ export const serve: Command = {
     if (tokenArgs.length > 0 && !listen)
       throw new UsageError('--token applies to --http only (stdio has one client: its parent)', this.usage);
     const tokens = parseTokens(tokenArgs);
+    const auditReaders = (values['audit-reader'] as string[] | undefined) ?? [];
+    const personas = new Set(Object.values(tokens).map((g) => g.persona));
+    for (const p of auditReaders)
+      if (!personas.has(p))
+        throw new UsageError(
+          `--audit-reader ${p}: no --token serves persona "${p}" (without tokens the loopback caller reads the tree already)`,
+          this.usage,
+        );
     const origins = (values['allow-origin'] as string[] | undefined) ?? [];
     const graceMs = values['grace-ms'] === undefined ? 10_000 : Number(values['grace-ms']);
     if (!Number.isInteger(graceMs) || graceMs < 0)
@@ -122,6 +133,7 @@ export const serve: Command = {
             http = await mcp.serveHttp(forge, {
               ...listen,
               ...(tokenArgs.length ? { tokens } : {}),
+              ...(auditReaders.length ? { auditReaders } : {}),
               ...(origins.length ? { allowedOrigins: origins } : {}),
               ...limits,
               ...(maxMessageBytes !== undefined ? { maxBodyBytes: maxMessageBytes } : {}),
