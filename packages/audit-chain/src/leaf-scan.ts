@@ -90,7 +90,7 @@ async function segmentLeaves(
     while (reads.length < READ_AHEAD && next < size) {
       const at = next;
       next += READ_BYTES;
-      const buf = pool.take(1 + HEADROOM + READ_BYTES);
+      const buf = pool.take(1 + HEADROOM + READ_BYTES, 1 + HEADROOM + READ_BYTES);
       reads.push(fh.read(buf, 1 + HEADROOM, Math.min(READ_BYTES, size - at), at).then(({ bytesRead }) => ({ buf, bytesRead })));
     }
   };

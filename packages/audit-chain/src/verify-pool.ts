@@ -87,16 +87,20 @@ export class ChunkPool {
     return this.helper ? 2 : 0;
   }
 
-  /** A buffer of at least `min` bytes that owns its whole ArrayBuffer (so it can move threads). */
-  take(min: number): Buffer {
+  /**
+   * A buffer of at least `min` bytes that owns its whole ArrayBuffer (so it can move threads); a
+   * new one is `size` bytes (default: room for a carried partial line plus a whole chunk, so one
+   * buffer serves chunk after chunk).
+   */
+  take(min: number, size = Math.max(min, 2 * CHUNK_BYTES)): Buffer {
     const b = this.free.pop();
     if (b && b.length >= min) return b;
-    // Room for a carried partial line plus a whole chunk, so one buffer serves chunk after chunk.
-    return Buffer.from(new ArrayBuffer(Math.max(min, 2 * CHUNK_BYTES)));
+    return Buffer.from(new ArrayBuffer(Math.max(min, size)));
   }
 
+  /** Keeps `b` for a later take(): as many as a walk has in flight at once (reads ahead, chunks on threads). */
   give(b: Buffer): void {
-    if (this.free.length < 4) this.free.push(b);
+    if (this.free.length < 8) this.free.push(b);
   }
 
   /** Verifies `buf[0, length)` on the helper when it is idle, else here and now. */

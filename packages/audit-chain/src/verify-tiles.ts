@@ -4,12 +4,14 @@
  * What a tile or checkpoint changed on disk, or a log changed under them, comes out here, naming
  * the first thing that differs.
  */
+import { closeSync, openSync, readSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { eachLeafRun } from './leaf-scan.js';
+import { HASH_SIZE } from './merkle.js';
 import { openNote, parseTreeCheckpoint, type TreeCheckpoint } from './note.js';
 import { type FullTile, TileRows } from './tile-rows.js';
-import { tileFiles, tilePath } from './tiles.js';
+import { TILE_WIDTH, tileFiles, tilePath } from './tiles.js';
 
 /** Ends the scan of the entries at the first tile that differs. */
 class TileMismatch extends Error {}
@@ -74,7 +76,7 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
     // A partial tile gone because its tile filled since is read as the full tile's first hashes.
     let on: Uint8Array | undefined;
     try {
-      on = read(tile);
+      on = tile.width === TILE_WIDTH ? readFull(join(dir, tilePath(tile))) : read(tile);
     } catch (err) {
       first = { what: tilePath(tile), reason: `cannot be read: ${(err as Error).message}` };
       return;
@@ -109,4 +111,24 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
     if (first) return { ok: false, size, tiles, checkpoint, first_bad: first };
   }
   return { ok: true, size, tiles, checkpoint };
+}
+
+/** A full tile's bytes read into one buffer reused for every tile (a tile is compared, then dropped); undefined when it is missing. */
+const fullTile = Buffer.alloc(TILE_WIDTH * HASH_SIZE + 1);
+function readFull(file: string): Buffer | undefined {
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  try {
+    // One byte more than a tile: a longer file is not the tile.
+    let n = 0;
+    for (let r = 1; r > 0 && n < fullTile.length; n += r) r = readSync(fd, fullTile, n, fullTile.length - n, n);
+    return fullTile.subarray(0, n);
+  } finally {
+    closeSync(fd);
+  }
 }

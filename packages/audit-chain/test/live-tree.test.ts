@@ -5,7 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { createPrivateKey, generateKeyPairSync, randomInt } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, unlink as unlinkFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rmdir, unlink as unlinkFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { waitFor } from '@forge/test-utils';
 import { describe, expect, it } from 'vitest';
@@ -216,6 +216,19 @@ describe('the open log’s Merkle tree', () => {
     const bad = cli('--vkey', k.vkey);
     expect(bad.status).toBe(1);
     expect(bad.stdout).toMatch(/^MISMATCH: tile\/0\/001: holds other hashes/);
+    // A tile with a hash too many, and a directory where a tile goes.
+    await writeFile(tile, Buffer.concat([bytes, bytes.subarray(0, 32)]));
+    expect(await verifyTiles(path)).toMatchObject({
+      ok: false,
+      first_bad: { what: 'tile/0/001', reason: expect.stringMatching(/other hashes/) },
+    });
+    await unlinkFile(tile);
+    await mkdir(tile);
+    expect(await verifyTiles(path)).toMatchObject({
+      ok: false,
+      first_bad: { what: 'tile/0/001', reason: expect.stringMatching(/^cannot be read/) },
+    });
+    await rmdir(tile);
     await writeFile(tile, bytes);
     const partial = join(`${path}.tlog`, tilePath({ level: 0, index: 3, width: 1000 - 768 }));
     await writeFile(partial, Buffer.alloc(0));
