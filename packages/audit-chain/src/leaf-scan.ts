@@ -85,13 +85,14 @@ async function segmentLeaves(
   // in the headroom, just before them, and the spare byte before that holds the first line's
   // leaf prefix while it is hashed.
   let next = 0;
-  const reads: Promise<{ buf: Buffer; bytesRead: number }>[] = [];
+  const reads: Promise<{ buf: Buffer; bytesRead: number; asked: number }>[] = [];
   const readAhead = () => {
     while (reads.length < READ_AHEAD && next < size) {
       const at = next;
       next += READ_BYTES;
+      const asked = Math.min(READ_BYTES, size - at);
       const buf = pool.take(1 + HEADROOM + READ_BYTES, 1 + HEADROOM + READ_BYTES);
-      reads.push(fh.read(buf, 1 + HEADROOM, Math.min(READ_BYTES, size - at), at).then(({ bytesRead }) => ({ buf, bytesRead })));
+      reads.push(fh.read(buf, 1 + HEADROOM, asked, at).then(({ bytesRead }) => ({ buf, bytesRead, asked })));
     }
   };
   let carry = Buffer.alloc(0);
@@ -99,12 +100,15 @@ async function segmentLeaves(
   try {
     readAhead();
     while (reads.length > 0) {
-      const { buf: read, bytesRead } = await (reads.shift() as (typeof reads)[number]);
-      readAhead();
+      const { buf: read, bytesRead, asked } = await (reads.shift() as (typeof reads)[number]);
       if (bytesRead === 0) {
         pool.give(read);
         break;
       }
+      // A span read short is the file's end now (cut while it is read): no span after it is
+      // joined to it (those read ahead are dropped); the lines complete here are its last.
+      const short = bytesRead < asked;
+      if (!short) readAhead();
       let buf = read;
       let from = 1 + HEADROOM - carry.length;
       if (carry.length <= HEADROOM) carry.copy(buf, from);
@@ -121,7 +125,7 @@ async function segmentLeaves(
       if (nl < from) {
         carry = Buffer.from(buf.subarray(from, filled));
         if (buf === read) pool.give(read);
-        if (carry.length >= MAX_LINE_BYTES) break; // past 16 MiB: the segment's reading ends here
+        if (carry.length >= MAX_LINE_BYTES || short) break; // past 16 MiB, or cut: the segment's reading ends here
         continue;
       }
       carry = Buffer.from(buf.subarray(nl + 1, filled));
@@ -131,7 +135,7 @@ async function segmentLeaves(
       queue.push(pool.leaves(buf, from, nl + 1, first));
       // Up to two chunks on the helper and one here: results wait to be handed on in order.
       await deliver(2 * pool.depth);
-      if (n >= entries) break;
+      if (n >= entries || short) break;
     }
   } finally {
     // Never close the file under a read in flight.
