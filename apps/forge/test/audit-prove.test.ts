@@ -74,6 +74,17 @@ describe('forge audit prove', () => {
       /checkpoint and .*proof\.json already exist: a receipt is never written over another; give --out a new directory/,
     );
 
+    // Made from the tiles beside the log; a tile changed on disk does not change the proof (it is
+    // made from the entries instead, since the tiles' proof does not reach the signed head).
+    const tile = join(`${log}.tlog`, 'tile', '0', `000.p`, String(r.size));
+    const tileBytes = readFileSync(tile);
+    writeFileSync(tile, Buffer.alloc(tileBytes.length, 7));
+    const second = join(s.root, 'receipt2');
+    const proved2 = await runCli(['audit', 'prove', runId, '--out', second], o);
+    expect(proved2.code, proved2.stderr).toBe(0);
+    expect(readFileSync(join(second, 'proof.json'), 'utf8')).toBe(readFileSync(join(receipt, 'proof.json'), 'utf8'));
+    writeFileSync(tile, tileBytes);
+
     // A damaged log gives no receipt.
     writeFileSync(log, readFileSync(log, 'utf8').replace(runId, `${runId.slice(0, -1)}x`));
     const refused = await runCli(['audit', 'prove', runId], o);

@@ -28,7 +28,7 @@ export { logTreeHead } from './leaf-scan.js';
 export { DirLock, type LockOptions, withDirLock } from './lock.js';
 export { openAuditLog, reanchorAuditLog } from './log.js';
 /** A log file's Merkle tree, read from its segments' lines. */
-export { logTree } from './log-tree.js';
+export { eachLine as eachLogLine, logTree } from './log-tree.js';
 export type {
   AppendResult,
   AuditLog,

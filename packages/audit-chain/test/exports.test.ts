@@ -26,6 +26,7 @@ const EXPORTS = [
   'cosignerVerifierKey',
   'decodeCheckpoint',
   'decodeEntry',
+  'eachLogLine',
   'encodeCheckpoint',
   'encodeEntry',
   'encodePrepared',

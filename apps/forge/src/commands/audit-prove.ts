@@ -93,11 +93,11 @@ export const auditProve: Command = {
       throw new EnvironmentError(
         `${taken.join(' and ')} already exist${taken.length === 1 ? 's' : ''}: a receipt is never written over another; give --out a new directory`,
       );
-    // One more pass over the verified log builds the tree and finds the entry: by its seq, or the
-    // call's own entry (forge.called, gateway.called) over any other naming the id.
+    // One more pass over the verified log finds the entry: by its seq, or the call's own entry
+    // (forge.called, gateway.called) over any other naming the id.
     const bySeq = /^[1-9][0-9]*$/.test(asked) ? Number(asked) : undefined;
     let found: { seq: number; line: string; called: boolean } | undefined;
-    const tree = await chain.logTree(log, verdict.entries, (index, bytes) => {
+    await chain.eachLogLine(log, verdict.entries, (index, bytes) => {
       if (bySeq !== undefined) {
         if (index === bySeq - 1) found = { seq: bySeq, line: bytes.toString('utf8'), called: true };
         return;
@@ -121,23 +121,39 @@ export const auditProve: Command = {
     // The log's own checkpoint when it covers the entry (the one witnesses and monitors see),
     // else a new one over the whole log. One that the log no longer matches is a changed history.
     const published = await publishedCheckpoint(log, vkey, origin);
+    if (published && published.size <= verdict.entries) {
+      const head = await out.progress('hashing the audit log', chain.logTreeHead(log, published.size, { threads: 2 }));
+      if (!Buffer.from(head.root).equals(Buffer.from(published.root)))
+        throw new EnvironmentError(
+          `${log} does not match its own signed tree checkpoint of ${published.size} entries (${published.file}): its history changed after that checkpoint was published; run forge audit verify, and compare with what witnesses cosigned`,
+        );
+    }
+    const leaf = chain.leafHash(Buffer.from(line, 'utf8'));
     let checkpoint: string;
     let size: number;
-    if (published && published.size <= tree.size && !Buffer.from(chain.treeHead(tree, published.size)).equals(published.root))
-      throw new EnvironmentError(
-        `${log} does not match its own signed tree checkpoint of ${published.size} entries (${published.file}): its history changed after that checkpoint was published; run forge audit verify, and compare with what witnesses cosigned`,
-      );
-    if (published && published.size >= seq && published.size <= tree.size) {
+    let inclusion: Uint8Array[] | undefined;
+    if (published && published.size >= seq && published.size <= verdict.entries) {
       checkpoint = published.note;
       size = published.size;
+      // From the tiles beside the log, in bounded memory; taken only when it proves the entry
+      // against the signed head (tiles changed on disk fall back to the entries themselves).
+      try {
+        const proof = chain.inclusionProof(new chain.TileHashes(chain.tileFiles(`${log}.tlog`), size), seq - 1, size);
+        if (chain.verifyInclusion(seq - 1, size, leaf, proof, published.root)) inclusion = proof;
+      } catch {
+        inclusion = undefined;
+      }
+      inclusion ??= chain.inclusionProof(await chain.logTree(log, size), seq - 1, size);
     } else {
+      const tree = await chain.logTree(log, verdict.entries);
       size = tree.size;
       checkpoint = chain.signNote(chain.formatTreeCheckpoint({ origin, size, root: chain.treeHead(tree, size) }), [
         { name: KEY_NAME, privateKey: key },
       ]);
+      inclusion = chain.inclusionProof(tree, seq - 1, size);
     }
     const hex = (xs: Uint8Array[]) => xs.map((x) => Buffer.from(x).toString('hex'));
-    const proof = { inclusion: { index: seq - 1, line, proof: hex(chain.inclusionProof(tree, seq - 1, size)) } };
+    const proof = { inclusion: { index: seq - 1, line, proof: hex(inclusion) } };
     if (dir) {
       mkdirSync(dir, { recursive: true });
       writeFileSync(files[0] as string, checkpoint, { flag: 'wx' });
