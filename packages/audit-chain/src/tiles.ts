@@ -8,7 +8,7 @@
  * written in groups of three digits, all but the last prefixed with `x` (`x001/x234/067`). A
  * tile's bytes are its hashes, 32 bytes each, in order.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { HASH_SIZE, nodeHash, type TreeHashes } from './merkle.js';
 
@@ -97,6 +97,33 @@ export function writeTiles(root: string, hashes: TreeHashes, from: number, size:
   return tiles;
 }
 
+/** The bytes of a full tile. */
+const TILE_BYTES = TILE_WIDTH * HASH_SIZE;
+
+/**
+ * Reads the tile file `file` into `into` (at most its length) and returns how many bytes it
+ * holds; undefined when there is no such file. Anything but a regular file there (a FIFO, a
+ * device, a directory) throws rather than being read: whoever can write the tree's directory
+ * cannot make a reader wait forever.
+ */
+export function readTileFile(file: string, into: Buffer): number | undefined {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  try {
+    if (!fstatSync(fd).isFile()) throw new Error(`${file} is not a regular file`);
+    let n = 0;
+    for (let r = 1; r > 0 && n < into.length; n += r) r = readSync(fd, into, n, into.length - n, n);
+    return n;
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** Reads a tile's bytes, or undefined when the store has no such tile. */
 export type TileSource = (tile: Tile) => Uint8Array | undefined;
 
@@ -107,12 +134,9 @@ export type TileSource = (tile: Tile) => Uint8Array | undefined;
  */
 export function tileFiles(root: string): TileSource {
   const read = (path: string) => {
-    try {
-      return readFileSync(join(root, path));
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-      throw err;
-    }
+    const buf = Buffer.alloc(TILE_BYTES + 1);
+    const n = readTileFile(join(root, path), buf);
+    return n === undefined ? undefined : buf.subarray(0, n);
   };
   return (tile) => {
     const data = read(tilePath(tile));

@@ -4,14 +4,13 @@
  * What a tile or checkpoint changed on disk, or a log changed under them, comes out here, naming
  * the first thing that differs.
  */
-import { closeSync, openSync, readSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { eachLeafRun } from './leaf-scan.js';
 import { HASH_SIZE } from './merkle.js';
 import { openNote, parseTreeCheckpoint, type TreeCheckpoint } from './note.js';
 import { type FullTile, TileRows } from './tile-rows.js';
-import { TILE_WIDTH, tileFiles, tilePath } from './tiles.js';
+import { readTileFile, TILE_WIDTH, tileFiles, tilePath } from './tiles.js';
 
 /** Ends the scan of the entries at the first tile that differs. */
 class TileMismatch extends Error {}
@@ -113,22 +112,10 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
   return { ok: true, size, tiles, checkpoint };
 }
 
-/** A full tile's bytes read into one buffer reused for every tile (a tile is compared, then dropped); undefined when it is missing. */
+/** A full tile's bytes, read into one buffer reused for every tile (each is compared, then dropped). */
 const fullTile = Buffer.alloc(TILE_WIDTH * HASH_SIZE + 1);
 function readFull(file: string): Buffer | undefined {
-  let fd: number;
-  try {
-    fd = openSync(file, 'r');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
-  try {
-    // One byte more than a tile: a longer file is not the tile.
-    let n = 0;
-    for (let r = 1; r > 0 && n < fullTile.length; n += r) r = readSync(fd, fullTile, n, fullTile.length - n, n);
-    return fullTile.subarray(0, n);
-  } finally {
-    closeSync(fd);
-  }
+  // One byte more than a tile: a longer file is not the tile.
+  const n = readTileFile(file, fullTile);
+  return n === undefined ? undefined : fullTile.subarray(0, n);
 }

@@ -229,6 +229,13 @@ describe('the open log’s Merkle tree', () => {
       first_bad: { what: 'tile/0/001', reason: expect.stringMatching(/^cannot be read/) },
     });
     await rmdir(tile);
+    // A FIFO where a tile goes is not waited on.
+    expect(spawnSync('mkfifo', [tile]).status).toBe(0);
+    expect(await verifyTiles(path)).toMatchObject({
+      ok: false,
+      first_bad: { what: 'tile/0/001', reason: expect.stringMatching(/not a regular file/) },
+    });
+    await unlinkFile(tile);
     await writeFile(tile, bytes);
     const partial = join(`${path}.tlog`, tilePath({ level: 0, index: 3, width: 1000 - 768 }));
     await writeFile(partial, Buffer.alloc(0));
