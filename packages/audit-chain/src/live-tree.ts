@@ -9,13 +9,14 @@
  * Every method runs under the writers' lock, so one writer at a time touches the tiles.
  */
 import { constants as fsc } from 'node:fs';
-import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { syncDir, type Tail } from './active-segment.js';
 import { AuditError, describeCause } from './errors.js';
 import { scanLines } from './lines.js';
 import { HASH_SIZE, leafHash } from './merkle.js';
 import { formatTreeCheckpoint, type NoteSigner, openNote, parseTreeCheckpoint, signNote } from './note.js';
+import { readRegularFile } from './regular-file.js';
 import { type LogFiles, segmentName } from './segments.js';
 import { type FullTile, TileRows } from './tile-rows.js';
 import { TILE_WIDTH, tilePath } from './tiles.js';
@@ -211,7 +212,7 @@ export class LiveTree {
         this.#rows = Object.assign(new TileRows(), { levels: loaded, size: at.entries });
         let trusted = !signing.vkey;
         if (signing.vkey) {
-          const note = await readFile(tlogCheckpointPath(this.files)).catch(() => undefined);
+          const note = await readRegularFile(tlogCheckpointPath(this.files)).catch(() => undefined);
           const opened = note ? openNote(note, [signing.vkey]) : undefined;
           const cp = opened?.ok ? parseTreeCheckpoint(opened.text) : undefined;
           trusted =
@@ -292,7 +293,7 @@ export class LiveTree {
       const width = nodes % TILE_WIDTH;
       const row: Uint8Array[] = [];
       if (width > 0) {
-        const data = await readFile(join(this.#dir, tilePath({ level, index: Math.floor(nodes / TILE_WIDTH), width })));
+        const data = await readRegularFile(join(this.#dir, tilePath({ level, index: Math.floor(nodes / TILE_WIDTH), width })));
         if (data.length !== width * HASH_SIZE) throw new Error('a tile of the wrong length');
         for (let i = 0; i < width; i++) row.push(data.subarray(i * HASH_SIZE, (i + 1) * HASH_SIZE));
       }

@@ -1,6 +1,6 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
-import { open, readFile, rename, unlink } from 'node:fs/promises';
+import { open, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { ActiveSegment } from './active-segment.js';
 import { syncDir } from './active-segment.js';
@@ -15,6 +15,7 @@ import {
 import { AuditError, describeCause } from './errors.js';
 import { lastLine } from './lines.js';
 import type { WriterIo } from './log-types.js';
+import { readRegularFile } from './regular-file.js';
 import type { LogFiles } from './segments.js';
 import { verifyAfterCheckpoint } from './verify.js';
 import type { FirstBad } from './verify-result.js';
@@ -174,7 +175,7 @@ function brokenChain(path: string, bad: FirstBad): AuditError {
 async function readAnchor(path: string, pub: KeyObject): Promise<Checkpoint | undefined> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = (await readRegularFile(path)).toString('utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new AuditError('io_error', `cannot read the audit anchor ${path}: ${describeCause(err)}`, { cause: err });

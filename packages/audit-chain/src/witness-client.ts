@@ -5,13 +5,13 @@
  * against the witness's verifier key before it is kept. A checkpoint is witnessed once `quorum`
  * witnesses cosigned it.
  */
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AuditError } from './errors.js';
 import { writeDurably } from './live-tree.js';
 import { withDirLock } from './lock.js';
 import { consistencyProof, type TreeHashes } from './merkle.js';
 import { openNote, parseTreeCheckpoint } from './note.js';
+import { readRegularFile } from './regular-file.js';
 import { TileHashes, tileFiles } from './tiles.js';
 import { addCheckpointBody } from './witness.js';
 
@@ -136,7 +136,10 @@ export async function witnessLog(
   o: { logVkey: string; witnesses: readonly WitnessEndpoint[]; quorum: number; keepFile?: string; timeoutMs?: number },
 ): Promise<CosignResult & { size: number }> {
   const noteFile = join(`${path}.tlog`, 'checkpoint');
-  const note = await readFile(noteFile, 'utf8').catch(() => undefined);
+  const note = await readRegularFile(noteFile).then(
+    (b) => b.toString('utf8'),
+    () => undefined,
+  );
   const opened = note ? openNote(note, [o.logVkey]) : undefined;
   const cp = opened?.ok ? parseTreeCheckpoint(opened.text) : undefined;
   if (!note || !opened?.ok || typeof cp !== 'object')
@@ -160,7 +163,13 @@ export async function witnessLog(
   });
   if (r.witnessed) {
     await withDirLock(`${path}.lock`, async () => {
-      if ((await readFile(noteFile, 'utf8').catch(() => undefined)) === note) await writeDurably(noteFile, r.note, 0o600);
+      if (
+        (await readRegularFile(noteFile).then(
+          (b) => b.toString('utf8'),
+          () => undefined,
+        )) === note
+      )
+        await writeDurably(noteFile, r.note, 0o600);
     });
     if (o.keepFile) await writeDurably(o.keepFile, r.note, 0o600);
   }

@@ -13,13 +13,14 @@
  */
 import { createHash, type KeyObject } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
-import { mkdir, open, readFile, rename } from 'node:fs/promises';
+import { mkdir, open, rename } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { syncDir } from './active-segment.js';
 import { withDirLock } from './lock.js';
 import { EMPTY_ROOT, HASH_SIZE, verifyConsistency } from './merkle.js';
 import { cosignerVerifierKey, cosignNote, openNote, parseTreeCheckpoint } from './note.js';
+import { readRegularFile } from './regular-file.js';
 
 /** A log the witness cosigns for: its origin line and the verifier keys that sign its checkpoints. */
 export interface WitnessedLog {
@@ -83,10 +84,13 @@ export async function openWitness(o: WitnessOptions): Promise<Witness> {
   const now = o.now ?? (() => Math.floor(Date.now() / 1000));
   const fileOf = (origin: string) => join(o.dir, `${createHash('sha256').update(origin).digest('hex')}.json`);
   const read = async (origin: string): Promise<WitnessRecord | undefined> => {
-    const raw = await readFile(fileOf(origin), 'utf8').catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return undefined;
-      throw err;
-    });
+    const raw = await readRegularFile(fileOf(origin)).then(
+      (b) => b.toString('utf8'),
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT') return undefined;
+        throw err;
+      },
+    );
     if (raw === undefined) return undefined;
     const r = JSON.parse(raw) as { origin?: unknown; size?: unknown; root?: unknown };
     if (r.origin !== origin || !Number.isSafeInteger(r.size) || typeof r.root !== 'string')

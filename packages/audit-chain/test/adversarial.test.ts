@@ -2,6 +2,7 @@
  * Adversarial tests: every way of damaging the files of a log (SPEC.md sections 4, 5 and 9) must
  * be reported at the right entry, line, file and with the right reason. Real files, no mocks.
  */
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { appendFile, copyFile, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -682,6 +683,23 @@ describe('edit and rehash the rest', () => {
     expect(r.checkpoint).toMatchObject({ entries: 20, signed: true });
     // Without the key every checkpoint is used: the latest is the unsigned one.
     expect(await verifyLog(path)).toMatchObject({ ok: true, checkpoints_ignored: 0, uncheckpointed: 0 });
+  });
+
+  it('with a key, a FIFO where the anchor file goes refuses the log’s opening, naming it, instead of waiting on it', async () => {
+    const keys = generateSigningKeys();
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const anchorFile = join(dir, 'anchor');
+    const log = await openAuditLog(path, { signingKey: keys.privateKey, anchorFile });
+    await log.append('t.write', {});
+    await log.checkpoint();
+    await log.close();
+    await rm(anchorFile);
+    expect(spawnSync('mkfifo', [anchorFile]).status).toBe(0);
+    await expect(openAuditLog(path, { signingKey: keys.privateKey, anchorFile })).rejects.toMatchObject({
+      code: 'io_error',
+      message: expect.stringMatching(/cannot read the audit anchor .*anchor: .*is not a regular file/),
+    });
   });
 
   it('with a key, checkpoints signed only by another key mean no checkpoint signed by this key', async () => {

@@ -288,8 +288,16 @@ describe('the open log’s Merkle tree', () => {
     await expectTilesOfLog(path, k.vkey);
   });
 
-  it('starts again from the log when the checkpoint’s tiles or its note are not what the key signed', async () => {
-    for (const damage of ['partial tile', 'note by another key', 'note missing', 'note of another size'] as const) {
+  it('starts again from the log when the checkpoint’s tiles or its note are not what the key signed (or not files at all)', async () => {
+    const damages = [
+      'partial tile',
+      'note by another key',
+      'note missing',
+      'note of another size',
+      'note a FIFO',
+      'partial tile a FIFO',
+    ] as const;
+    for (const damage of damages) {
       const dir = await tempDir();
       const path = join(dir, 'audit.log');
       const k = keys();
@@ -301,11 +309,16 @@ describe('the open log’s Merkle tree', () => {
       const full = join(tiles, 'tile/0/000');
       await writeFile(full, Buffer.alloc(TILE_WIDTH * 32));
       const note = join(tiles, 'checkpoint');
-      if (damage === 'partial tile') {
-        const p = join(tiles, tilePath({ level: 0, index: Math.floor(at.entries / TILE_WIDTH), width: at.entries % TILE_WIDTH }));
-        const bytes = Buffer.from(await readFile(p));
+      const partial = join(tiles, tilePath({ level: 0, index: Math.floor(at.entries / TILE_WIDTH), width: at.entries % TILE_WIDTH }));
+      if (damage === 'note a FIFO' || damage === 'partial tile a FIFO') {
+        // Put where forge reads its own file: never waited on (it would hold the log's opening forever).
+        const at = damage === 'note a FIFO' ? note : partial;
+        await unlinkFile(at);
+        expect(spawnSync('mkfifo', [at]).status).toBe(0);
+      } else if (damage === 'partial tile') {
+        const bytes = Buffer.from(await readFile(partial));
         bytes[0] = (bytes[0] as number) ^ 1;
-        await writeFile(p, bytes);
+        await writeFile(partial, bytes);
       } else if (damage === 'note missing') {
         await writeFile(note, '');
       } else {

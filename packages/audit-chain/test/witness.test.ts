@@ -2,7 +2,8 @@
 // witness over real HTTP cosigns a log's checkpoints only while each is consistent with the last
 // it cosigned, and refuses rollbacks, forks, unknown logs and foreign signatures with the status
 // the specification names; a log reaches its quorum; a cut and re-signed history is refused.
-import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { createHash, createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -133,5 +134,27 @@ describe('a witness', () => {
     expect(answers.map((x) => x.status).sort()).toEqual([200, 409, 409, 409]);
     const won = [16, 32, 48, 64][answers.findIndex((x) => x.status === 200)];
     expect(await witness.record(ORIGIN)).toMatchObject({ size: won });
+  });
+
+  it('a FIFO where its record of a log goes is an error answered at once, never waited on', async () => {
+    const log = logKey();
+    const dir = await tempDir();
+    const state = join(dir, 'state');
+    const witness = await openWitness({
+      name: 'w.example/w',
+      privateKey: generateKeyPairSync('ed25519').privateKey,
+      logs: [{ origin: ORIGIN, vkeys: [log.vkey] }],
+      dir: state,
+    });
+    expect(spawnSync('mkfifo', [join(state, `${createHash('sha256').update(ORIGIN).digest('hex')}.json`)]).status).toBe(0);
+    await expect(witness.record(ORIGIN)).rejects.toMatchObject({ message: expect.stringMatching(/is not a regular file/) });
+    const server: Server = createServer(witnessHttpHandler(witness));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    onTestFinished(() => new Promise<void>((r) => server.close(() => r())));
+    const r = await post(
+      `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      addCheckpointBody(0, [], checkpointOf(treeOf(4), 4, log.key)),
+    );
+    expect(r.status).toBeGreaterThanOrEqual(500);
   });
 });
