@@ -6,6 +6,7 @@ import { AuditError, describeCause } from './errors.js';
 import { buildLine, checkLine, encodeData, GENESIS_HASH, sha256Hex } from './format.js';
 import { lastLine } from './lines.js';
 import type { AppendResult, RotateResult, WriterIo } from './log-types.js';
+import { assertRegular, openRegular } from './regular-file.js';
 import { type LogFiles, listSealedSegments, segmentName } from './segments.js';
 
 /** What the writer knows of the active segment, valid while (dev, ino, size) are unchanged. */
@@ -104,8 +105,12 @@ export class ActiveSegment {
     this.handle = undefined;
     this.tail = undefined;
     try {
-      this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
+      // Without blocking, and only a regular file: a FIFO or device put in the log's place is refused.
+      this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT | fsc.O_NONBLOCK, this.fileMode);
+      await assertRegular(this.handle, this.path);
     } catch (err) {
+      await this.handle?.close();
+      this.handle = undefined;
       throw new AuditError('io_error', `cannot open ${this.path} for appending: ${describeCause(err)}`, { cause: err });
     }
     const sealed = await listSealedSegments(this.files);
@@ -151,7 +156,7 @@ export class ActiveSegment {
   private async sealedTail(n: number): Promise<{ seq: number; hash: string }> {
     if (n === 0) return { seq: 0, hash: GENESIS_HASH };
     const path = join(this.files.dir, segmentName(this.files.base, n));
-    const fh = await open(path, 'r');
+    const fh = await openRegular(path);
     try {
       const t = await lastLine(fh, (await fh.stat()).size);
       const c = t && !t.torn ? checkLine(t.line) : undefined;

@@ -1,8 +1,9 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
-import { type FileHandle, open, readFile } from 'node:fs/promises';
+import { type FileHandle, readFile } from 'node:fs/promises';
 import { AuditError, describeCause } from './errors.js';
 import { GENESIS_HASH, isHex64, sha256Hex } from './format.js';
 import { lastLine } from './lines.js';
+import { openRegular } from './regular-file.js';
 
 /** One checkpoint: the log had `entries` entries and the last one's hash was `head`. */
 export interface Checkpoint {
@@ -139,7 +140,7 @@ export function generateSigningKeys(): { privateKey: string; publicKey: string }
 export async function latestCheckpoint(path: string, signedBy?: KeyObject): Promise<Checkpoint | undefined> {
   let fh: FileHandle;
   try {
-    fh = await open(path, 'r');
+    fh = await openRegular(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new AuditError('io_error', `cannot read checkpoints ${path}: ${describeCause(err)}`, { cause: err });

@@ -2,10 +2,11 @@
  * The leaf hashes of a log's entries (SPEC.md section 9), read in large chunks and hashed on two
  * threads when the log is large: what checking a tree against its log costs is mostly hashing.
  */
-import { type FileHandle, open, stat } from 'node:fs/promises';
+import { type FileHandle, stat } from 'node:fs/promises';
 import { AuditError } from './errors.js';
 import type { ChunkLeaves, TileFolds } from './leaves.js';
 import { MAX_LINE_BYTES } from './lines.js';
+import { openRegular } from './regular-file.js';
 import { listSealedSegments, logFiles } from './segments.js';
 import { TileRows } from './tile-rows.js';
 import { ChunkPool, snapshotBytes, startHelper } from './verify-pool.js';
@@ -35,7 +36,7 @@ export async function eachLeafRun(
       if (n >= entries) break;
       let fh: FileHandle;
       try {
-        fh = await open(segment, 'r');
+        fh = await openRegular(segment);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT' && segment === files.active) break;
         throw new AuditError('io_error', `cannot read ${segment}: ${(err as Error).message}`);

@@ -16,7 +16,7 @@ import { AuditError, describeCause } from './errors.js';
 import { scanLines } from './lines.js';
 import { HASH_SIZE, leafHash } from './merkle.js';
 import { formatTreeCheckpoint, type NoteSigner, openNote, parseTreeCheckpoint, signNote } from './note.js';
-import { readRegularFile } from './regular-file.js';
+import { openRegular, readRegularFile } from './regular-file.js';
 import { type LogFiles, segmentName } from './segments.js';
 import { type FullTile, TileRows } from './tile-rows.js';
 import { TILE_WIDTH, tilePath } from './tiles.js';
@@ -255,7 +255,7 @@ export class LiveTree {
       const path = seg === t.segment ? this.files.active : join(this.files.dir, segmentName(this.files.base, seg));
       let fh: Awaited<ReturnType<typeof open>>;
       try {
-        fh = await open(path, 'r');
+        fh = await openRegular(path);
       } catch (err) {
         throw corrupt(`segment ${path} cannot be read (${describeCause(err)})`);
       }
@@ -362,7 +362,7 @@ function alive(pid: number): boolean {
 }
 
 async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, 'r');
+  const fh = await openRegular(path);
   try {
     await fh.datasync();
   } finally {

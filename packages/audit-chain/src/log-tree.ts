@@ -3,10 +3,11 @@
  * each complete line is the next leaf. What is read is not verified here: verify the log first
  * (`verifyLog`) when the tree is to vouch for it.
  */
-import { open } from 'node:fs/promises';
+import type { open } from 'node:fs/promises';
 import { AuditError } from './errors.js';
 import { scanLines } from './lines.js';
 import { MemoryTree } from './merkle.js';
+import { openRegular } from './regular-file.js';
 import { listSealedSegments, logFiles } from './segments.js';
 
 /**
@@ -39,7 +40,7 @@ export async function eachLine(path: string, entries: number, onLine: (index: nu
     if (n >= entries) break;
     let fh: Awaited<ReturnType<typeof open>>;
     try {
-      fh = await open(segment, 'r');
+      fh = await openRegular(segment);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT' && segment === files.active) break;
       throw new AuditError('io_error', `cannot read ${segment}: ${(err as Error).message}`);

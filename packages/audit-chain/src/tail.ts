@@ -1,9 +1,10 @@
 import { type FSWatcher, watch } from 'node:fs';
-import { type FileHandle, open, stat } from 'node:fs/promises';
+import { type FileHandle, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AuditError } from './errors.js';
 import { type AuditEntry, checkLine, GENESIS_HASH } from './format.js';
 import { scanLines } from './lines.js';
+import { openRegular } from './regular-file.js';
 import { listSealedSegments, logFiles, segmentName } from './segments.js';
 
 export interface TailOptions {
@@ -172,7 +173,7 @@ export async function* tailLog(path: string, options: TailOptions = {}): AsyncGe
 
 async function tryOpen(file: string): Promise<FileHandle | undefined> {
   try {
-    return await open(file, 'r');
+    return await openRegular(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new AuditError('io_error', `cannot read ${file}: ${(err as Error).message}`, { cause: err });
@@ -183,7 +184,7 @@ async function tryOpen(file: string): Promise<FileHandle | undefined> {
 async function lastLinesStart(file: string, n: number): Promise<{ offset: number; lines: number }> {
   let fh: FileHandle;
   try {
-    fh = await open(file, 'r');
+    fh = await openRegular(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { offset: 0, lines: 0 };
     throw new AuditError('io_error', `cannot read ${file}: ${(err as Error).message}`, { cause: err });

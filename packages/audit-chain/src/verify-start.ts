@@ -1,9 +1,10 @@
-import { type FileHandle, open } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import type { Checkpoint } from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
 import { checkLine, type VerifyReason } from './format.js';
 import { lastLine, scanLines } from './lines.js';
 import { DirLock } from './lock.js';
+import { openRegular } from './regular-file.js';
 import { type LogFiles, listSealedSegments, type SealedSegment, segmentName } from './segments.js';
 import type { EntryFacts } from './verify-chunk.js';
 import type { FirstBad } from './verify-result.js';
@@ -42,7 +43,7 @@ export async function snapshot(files: LogFiles, takeLock: boolean): Promise<Snap
     const sealed = await listSealedSegments(files);
     let active: FileHandle | undefined;
     try {
-      active = await open(files.active, 'r');
+      active = await openRegular(files.active);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
         throw new AuditError('io_error', `cannot read ${files.active}: ${describeCause(err)}`, { cause: err });
@@ -93,7 +94,7 @@ export async function startAfter(files: LogFiles, snap: Snapshot, cp: Checkpoint
     const seg = snap.sealed.find((x) => x.n === cp.segment);
     if (!seg) return bad('segment_missing', `sealed segment ${file} is missing`);
     try {
-      fh = await open(seg.path, 'r');
+      fh = await openRegular(seg.path);
       size = (await fh.stat()).size;
     } catch (err) {
       throw new AuditError('io_error', `cannot read ${seg.path}: ${describeCause(err)}`, { cause: err });

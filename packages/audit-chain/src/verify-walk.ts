@@ -1,9 +1,10 @@
-import { type FileHandle, open } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import type { Checkpoint } from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
 import { GENESIS_HASH, isHex64, type VerifyReason } from './format.js';
 import { MAX_LINE_BYTES } from './lines.js';
+import { openRegular } from './regular-file.js';
 import { type LogFiles, segmentName } from './segments.js';
 import { brokenLinkMessage, type ChunkResult, type EntryFacts, PREV_NOT_HEX, seqGapMessage } from './verify-chunk.js';
 import { CHUNK_BYTES, ChunkPool, snapshotBytes, startHelper } from './verify-pool.js';
@@ -107,7 +108,7 @@ class ChainWalk {
         fh = snap.active;
       } else {
         try {
-          fh = await open(seg.path, 'r');
+          fh = await openRegular(seg.path);
         } catch (err) {
           throw new AuditError('io_error', `cannot read ${seg.path}: ${describeCause(err)}`, { cause: err });
         }

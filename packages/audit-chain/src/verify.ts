@@ -1,9 +1,10 @@
 import type { KeyObject } from 'node:crypto';
-import { open, stat } from 'node:fs/promises';
+import { type open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { type Checkpoint, keyId, latestCheckpoint, parseCheckpoint, toKey, verifyCheckpointSignature } from './checkpoint.js';
 import { AuditError, describeCause } from './errors.js';
 import { scanLines } from './lines.js';
+import { openRegular } from './regular-file.js';
 import { type LogFiles, logFiles } from './segments.js';
 import { type FirstBad, failed, newResult, type UsedCheckpoint, type VerifyOptions, type VerifyResult } from './verify-result.js';
 import { snapshot, startAfter, type WalkStart } from './verify-start.js';
@@ -88,7 +89,7 @@ async function readCheckpoints(
   const used: UsedCheckpoint[] = [];
   let fh: Awaited<ReturnType<typeof open>>;
   try {
-    fh = await open(path, 'r');
+    fh = await openRegular(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
       throw new AuditError('io_error', `cannot read ${path}: ${describeCause(err)}`, { cause: err });

@@ -14,10 +14,13 @@ import {
   GENESIS_HASH,
   generateSigningKeys,
   type JsonValue,
+  logTree,
   openAuditLog,
+  tailLog,
   VERIFY_REASONS,
   type VerifyReason,
   verifyLog,
+  verifyTiles,
 } from '../src/index.js';
 import { tempDir } from './helpers.js';
 
@@ -683,6 +686,35 @@ describe('edit and rehash the rest', () => {
     expect(r.checkpoint).toMatchObject({ entries: 20, signed: true });
     // Without the key every checkpoint is used: the latest is the unsigned one.
     expect(await verifyLog(path)).toMatchObject({ ok: true, checkpoints_ignored: 0, uncheckpointed: 0 });
+  });
+
+  it('a FIFO in place of the log or of a sealed segment is refused by every reader and the writer, naming it, never waited on', async () => {
+    const dir = await tempDir();
+    const path = join(dir, 'audit.log');
+    const log = await openAuditLog(path);
+    await log.append('t.write', { i: 1 });
+    await log.rotate();
+    await log.append('t.write', { i: 2 });
+    await log.close();
+    const notRegular = expect.stringMatching(/is not a regular file/);
+    for (const victim of [path, join(dir, 'audit.log.000001')]) {
+      const bytes = await readFile(victim);
+      await rm(victim);
+      expect(spawnSync('mkfifo', [victim]).status).toBe(0);
+      if (victim === path) await expect(openAuditLog(path)).rejects.toMatchObject({ code: 'io_error', message: notRegular });
+      await expect(verifyLog(path)).rejects.toMatchObject({ message: notRegular });
+      await expect(logTree(path)).rejects.toMatchObject({ message: notRegular });
+      expect(await verifyTiles(path)).toMatchObject({ ok: false, first_bad: { reason: notRegular } });
+      await expect(
+        (async () => {
+          for await (const _ of tailLog(path)) {
+          }
+        })(),
+      ).rejects.toMatchObject({ message: notRegular });
+      await rm(victim);
+      await writeFile(victim, bytes);
+    }
+    expect(await verifyLog(path)).toMatchObject({ ok: true, entries: 4 });
   });
 
   it('with a key, a FIFO where the anchor file goes refuses the log’s opening, naming it, instead of waiting on it', async () => {
