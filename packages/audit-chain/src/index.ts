@@ -71,6 +71,7 @@ export {
 } from './note.js';
 /** Checking an inclusion or consistency proof against a signed tree checkpoint, offline. */
 export { type ConsistencyProofDoc, checkProof, type InclusionProofDoc, type ProofDoc, type ProofVerdict } from './proof.js';
+export { readRegularFile } from './regular-file.js';
 export { type TailOptions, tailLog } from './tail.js';
 export { type FullTile, subtree, TileRows } from './tile-rows.js';
 /** The tree's hashes as C2SP tlog-tiles: paths, the tiles a growth adds, writing them, reading a tree from them. */

@@ -47,6 +47,7 @@ const EXPORTS = [
   'parseTreeCheckpoint',
   'parseVerifierKey',
   'prepareAppend',
+  'readRegularFile',
   'reanchorAuditLog',
   'requestCosignatures',
   'signNote',

@@ -7,8 +7,7 @@
  * is not held back, and `forge audit witness` and `forge audit verify --witness` say more.
  */
 import { createPublicKey } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
-import { noteVerifierKey, parseVerifierKey, witnessLog } from '@forge/audit-chain';
+import { noteVerifierKey, parseVerifierKey, readRegularFile, witnessLog } from '@forge/audit-chain';
 import type { ForgePaths } from './paths.js';
 import { AUDIT_KEY_NAME } from './receipts.js';
 
@@ -20,10 +19,13 @@ export function witnessRound(
   const logVkey = noteVerifierKey(AUDIT_KEY_NAME, createPublicKey(signingKey));
   return {
     async after() {
-      const raw = await readFile(paths.witnesses, 'utf8').catch((err: NodeJS.ErrnoException) => {
-        if (err.code === 'ENOENT') return undefined;
-        throw err;
-      });
+      const raw = await readRegularFile(paths.witnesses).then(
+        (b) => b.toString('utf8'),
+        (err: NodeJS.ErrnoException) => {
+          if (err.code === 'ENOENT') return undefined;
+          throw err;
+        },
+      );
       if (raw === undefined) return;
       const config = JSON.parse(raw) as { quorum?: number; witnesses?: { url: string; vkey: string }[] };
       const witnesses = config.witnesses ?? [];

@@ -1,5 +1,5 @@
 import { createPrivateKey } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { EnvironmentError, UsageError } from '../args.js';
@@ -32,7 +32,8 @@ export async function signedCheckpoint(
   const chain = await import('@forge/audit-chain');
   let note: string;
   try {
-    note = readFileSync(file, 'utf8');
+    // Only a regular file, opened without blocking: the log's own checkpoint is forge's state.
+    note = (await chain.readRegularFile(file)).toString('utf8');
   } catch (err) {
     return { problem: 'unreadable', message: `cannot read ${file}: ${(err as Error).message}` };
   }
