@@ -19,7 +19,9 @@ import {
   tilePath,
   verifyInclusion,
 } from '@forge/audit-chain';
+import fc from 'fast-check';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { tlogFile } from '../src/httpTlog.js';
 import { serveHttp } from '../src/index.js';
 import { example, newForge, tempDirs } from './helpers.js';
 
@@ -141,5 +143,54 @@ describe('the audit log’s tree over HTTP', () => {
     expect((await get(server.url, '/audit/log/tile/0/000.p/1', { token: agent })).status).toBe(403);
     // The reader's token passes; no key here, so the tree has no signed checkpoint to serve.
     expect((await get(server.url, '/audit/log/checkpoint', { token: monitor })).status).toBe(404);
+  });
+
+  it('takes a tile path only in the one spelling tilePath writes, whatever is asked (property)', () => {
+    const tile = fc.record({
+      level: fc.integer({ min: 0, max: 63 }),
+      index: fc.oneof(fc.integer({ min: 0, max: 2000 }), fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER })),
+      width: fc.integer({ min: 1, max: 256 }),
+    });
+    // Every tile's own path is taken, and names that tile.
+    fc.assert(
+      fc.property(tile, (t) => {
+        expect(tlogFile(tilePath(t))?.tile).toEqual(t);
+      }),
+    );
+    // Anything else asked is a tile path's canonical spelling or nothing: never another file.
+    const pieces = fc.constantFrom(
+      'tile/',
+      '0',
+      '1',
+      '9',
+      '00',
+      'x',
+      'x0',
+      '/',
+      '.p/',
+      '..',
+      '.',
+      '%2e',
+      '//',
+      'checkpoint',
+      '000',
+      '255',
+      '256',
+      '-1',
+      ' ',
+      '\\',
+    );
+    fc.assert(
+      fc.property(
+        fc.array(pieces, { maxLength: 12 }).map((xs) => xs.join('')),
+        (rel) => {
+          const t = tlogFile(rel);
+          if (!t) return;
+          if (rel === 'checkpoint') return;
+          expect(t.tile && tilePath(t.tile)).toBe(rel);
+        },
+      ),
+      { numRuns: 2000 },
+    );
   });
 });
