@@ -3,10 +3,9 @@
  * threads when the log is large: what checking a tree against its log costs is mostly hashing.
  */
 import { type FileHandle, stat } from 'node:fs/promises';
-import { AuditError } from './errors.js';
 import type { ChunkLeaves, TileFolds } from './leaves.js';
 import { MAX_LINE_BYTES } from './lines.js';
-import { openRegular } from './regular-file.js';
+import { eachSegment } from './log-tree.js';
 import { listSealedSegments, logFiles } from './segments.js';
 import { TileRows } from './tile-rows.js';
 import { ChunkPool, snapshotBytes, startHelper } from './verify-pool.js';
@@ -30,29 +29,11 @@ export async function eachLeafRun(
   const activeSize = (await stat(files.active).catch(() => ({ size: 0 }))).size;
   const helper = o.threads === 2 ? await startHelper(await snapshotBytes({ sealed, activeSize }), []) : undefined;
   const pool = new ChunkPool(helper);
-  let n = 0;
   try {
-    for (const segment of [...sealed.map((s) => s.path), files.active]) {
-      if (n >= entries) break;
-      let fh: FileHandle;
-      try {
-        fh = await openRegular(segment);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT' && segment === files.active) break;
-        throw new AuditError('io_error', `cannot read ${segment}: ${(err as Error).message}`);
-      }
-      try {
-        n = await segmentLeaves(fh, pool, n, entries, onRun);
-      } finally {
-        await fh.close();
-      }
-    }
+    return await eachSegment(path, entries, (fh, before) => segmentLeaves(fh, pool, before, entries, onRun));
   } finally {
     await pool.close();
   }
-  if (entries !== Number.MAX_SAFE_INTEGER && n < entries)
-    throw new AuditError('log_corrupt', `${path} holds ${n} entries, not the ${entries} asked for`);
-  return n;
 }
 
 /** Bytes read per chunk: a few milliseconds of hashing, so that the two threads finish close together. */

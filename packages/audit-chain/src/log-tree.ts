@@ -3,7 +3,7 @@
  * each complete line is the next leaf. What is read is not verified here: verify the log first
  * (`verifyLog`) when the tree is to vouch for it.
  */
-import type { open } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { AuditError } from './errors.js';
 import { scanLines } from './lines.js';
 import { MemoryTree } from './merkle.js';
@@ -33,12 +33,34 @@ export async function logTree(
  * were; fewer than `entries` asked for (when not all) is `log_corrupt`.
  */
 export async function eachLine(path: string, entries: number, onLine: (index: number, line: Buffer) => void): Promise<number> {
+  return eachSegment(path, entries, async (fh, from) => {
+    let n = from;
+    const { size } = await fh.stat();
+    await scanLines(fh, 0, size, (line) => {
+      if (line.torn || line.oversized) return false;
+      onLine(n++, line.bytes.subarray(0, line.bytes.length - 1));
+      return n < entries;
+    });
+    return n;
+  });
+}
+
+/**
+ * Opens the log's segments in order (the sealed ones, then the active one; a missing active one
+ * ends the log) while fewer than `entries` were read: `read` gets each open segment and the
+ * count before it, and returns the count past it. Fewer than `entries` asked for (when not all)
+ * is `log_corrupt`.
+ */
+export async function eachSegment(
+  path: string,
+  entries: number,
+  read: (fh: FileHandle, before: number) => Promise<number>,
+): Promise<number> {
   const files = logFiles(path);
   let n = 0;
-  const segments = [...(await listSealedSegments(files)).map((s) => s.path), files.active];
-  for (const segment of segments) {
+  for (const segment of [...(await listSealedSegments(files)).map((s) => s.path), files.active]) {
     if (n >= entries) break;
-    let fh: Awaited<ReturnType<typeof open>>;
+    let fh: FileHandle;
     try {
       fh = await openRegular(segment);
     } catch (err) {
@@ -46,12 +68,7 @@ export async function eachLine(path: string, entries: number, onLine: (index: nu
       throw new AuditError('io_error', `cannot read ${segment}: ${(err as Error).message}`);
     }
     try {
-      const { size } = await fh.stat();
-      await scanLines(fh, 0, size, (line) => {
-        if (line.torn || line.oversized) return false;
-        onLine(n++, line.bytes.subarray(0, line.bytes.length - 1));
-        return n < entries;
-      });
+      n = await read(fh, n);
     } finally {
       await fh.close();
     }

@@ -14,6 +14,14 @@ import { DIST } from './helpers.js';
 
 const lib = (await import(DIST)) as typeof Lib;
 
+/** The log's bytes, and where each of its lines starts. */
+async function linesOf(path: string): Promise<{ original: Buffer; lineStarts: number[] }> {
+  const original = await readFile(path);
+  const lineStarts = [0];
+  for (let at = original.indexOf(10); at >= 0 && at < original.length - 1; at = original.indexOf(10, at + 1)) lineStarts.push(at + 1);
+  return { original, lineStarts };
+}
+
 describe('verifyLog with threads: 2', () => {
   let dir: string;
   let path: string;
@@ -32,9 +40,7 @@ describe('verifyLog with threads: 2', () => {
     }
     await log.checkpoint();
     await log.close();
-    original = await readFile(path);
-    lineStarts = [0];
-    for (let at = original.indexOf(10); at >= 0 && at < original.length - 1; at = original.indexOf(10, at + 1)) lineStarts.push(at + 1);
+    ({ original, lineStarts } = await linesOf(path));
   }, scaled(120_000));
   afterAll(() => rm(dir, { recursive: true, force: true }));
 
@@ -103,9 +109,7 @@ describe('verifyTiles with threads: 2', () => {
     }
     await log.checkpoint();
     await log.close();
-    original = await readFile(path);
-    lineStarts = [0];
-    for (let at = original.indexOf(10); at >= 0 && at < original.length - 1; at = original.indexOf(10, at + 1)) lineStarts.push(at + 1);
+    ({ original, lineStarts } = await linesOf(path));
   }, scaled(120_000));
   afterAll(() => rm(dir, { recursive: true, force: true }));
 
