@@ -105,8 +105,9 @@ export class ActiveSegment {
     this.handle = undefined;
     this.tail = undefined;
     try {
-      // Without blocking, and only a regular file: a FIFO or device put in the log's place is refused.
-      this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT | fsc.O_NONBLOCK, this.fileMode);
+      // Only a regular file: a FIFO or device put in the log's place is refused (opened read-write,
+      // a FIFO does not block the open on Linux; O_NONBLOCK is not kept on the log's own writes).
+      this.handle = await open(this.path, fsc.O_RDWR | fsc.O_APPEND | fsc.O_CREAT, this.fileMode);
       await assertRegular(this.handle, this.path);
     } catch (err) {
       await this.handle?.close();
