@@ -157,6 +157,13 @@ export interface DispatchOptions {
    * budget; past it the call is withdrawn and refused as `timeout`, naming the queue.
    */
   startWithinMs?: number;
+  /**
+   * After a call's cancel reached the worker running it, how long this front-end waits for that
+   * worker to stop the run and record it (ms, default 15 000). Past it the caller is answered
+   * `cancelled` saying the worker has not finished yet, recorded as `dispatch.unanswered`; the
+   * worker still records the call when it stops. A host whose disk is slow to sync can give more.
+   */
+  cancelGraceMs?: number;
 }
 
 /** How a worker takes jobs (see {@link Forge.work}). */

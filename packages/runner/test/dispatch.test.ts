@@ -15,12 +15,19 @@ const sleeper = py('sleeper', 'import time\ntime.sleep(float(args.get("s", 20)))
 });
 
 /** A front-end (dispatching) and a worker (in this process) over one project's file queue. */
-async function frontAndWorker(o: { leaseMs?: number; startWithinMs?: number; worker?: boolean } = {}) {
+async function frontAndWorker(o: { leaseMs?: number; startWithinMs?: number; cancelGraceMs?: number; worker?: boolean } = {}) {
   const fx = await setup();
   const dir = join(fx.project, '.forge', 'queue');
   const queues = [await openFileQueue(dir, { leaseMs: o.leaseMs ?? 15_000 })];
   const front = await fx.reopen({
-    dispatch: { queue: queues[0] as (typeof queues)[0], ...(o.startWithinMs !== undefined ? { startWithinMs: o.startWithinMs } : {}) },
+    dispatch: {
+      queue: queues[0] as (typeof queues)[0],
+      ...(o.startWithinMs !== undefined ? { startWithinMs: o.startWithinMs } : {}),
+      // A worker that was told to stop records the call through a few syncs of the disk: on a
+      // busy machine (the ordinary-user pass of CI, beside that user's load) those took longer
+      // than the default 15 s once.
+      cancelGraceMs: o.cancelGraceMs ?? scaled(40_000),
+    },
   });
   const ac = new AbortController();
   const working: Promise<void>[] = [];
@@ -162,6 +169,22 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
     const called = fx.entries('forge.called');
     expect(called).toHaveLength(1);
     expect(called[0]?.data).toMatchObject({ kind: 'cancelled', call_id: expect.any(String), exit: 'signal' });
+  });
+
+  it('a worker that has not stopped within the cancel grace: the caller is answered cancelled, saying so, and the worker still records the call once', async () => {
+    const { fx, front } = await frontAndWorker({ cancelGraceMs: 1 });
+    expect((await front.forgeTool(sleeper)).ok).toBe(true);
+    const ac = new AbortController();
+    const call = front.callTool('sleeper', {}, { signal: ac.signal });
+    await runStarted(front.paths.runsDir);
+    ac.abort(new Error('the client cancelled the request'));
+    const env = await call;
+    expect(failed(env, 'cancelled').message).toMatch(
+      /^the client cancelled the request; the worker running it was told to stop and has not finished it within 1 ms; it records the call when it does \(call_id \S+\)$/,
+    );
+    expect(fx.entries('dispatch.unanswered')).toMatchObject([{ data: { kind: 'cancelled' } }]);
+    await waitFor('the worker to record the call it stopped', () => fx.entries('forge.called').length > 0 || undefined);
+    expect(fx.entries('forge.called')).toMatchObject([{ data: { kind: 'cancelled', exit: 'signal' } }]);
   });
 
   it('a worker checks the job itself: a tool changed since the front-end resolved it, or a caller its ACL refuses, is refused and recorded there', async () => {

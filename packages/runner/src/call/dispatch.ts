@@ -14,7 +14,7 @@ import type { RunOutcome } from './record.js';
 import type { Target } from './resolve.js';
 
 const DEFAULT_START_WITHIN_MS = 30_000;
-/** After a cancel reaches a running job, how long its worker has to stop the run and record it. */
+/** After a cancel reaches a running job, how long its worker has to stop the run and record it (default). */
 const CANCEL_GRACE_MS = 15_000;
 /** On top of the call's own time budget: the worker's sandbox set-up, record and finish. */
 const RUN_GRACE_MS = 10_000;
@@ -64,6 +64,7 @@ export async function dispatchCall(
   const startWithin = d.startWithinMs ?? DEFAULT_START_WITHIN_MS;
   const { budget } = clampBudget(snap, plan.budget);
   const limit = startWithin + budget.timeout_ms + RUN_GRACE_MS;
+  const cancelGrace = d.cancelGraceMs ?? CANCEL_GRACE_MS;
   /**
    * The queue could not be read while the call is in it: the call may still run, and its worker
    * records it (one forge.called per call), so this front-end records only that it lost sight
@@ -94,14 +95,14 @@ export async function dispatchCall(
         `no worker took the call within ${startWithin} ms (${where}${stats ? `: ${stats.pending} pending, ${stats.claimed} running` : ''}); start workers with \`forge worker\` or \`forge serve --workers N\`, or try again`,
       );
     }
-    result = await (c === 'finished' ? queue.result(id) : waitRecovering(e, queue, id, CANCEL_GRACE_MS)).catch((err: unknown) => {
+    result = await (c === 'finished' ? queue.result(id) : waitRecovering(e, queue, id, cancelGrace)).catch((err: unknown) => {
       throw lostSight('reading the answer of', err);
     });
     if (!result) {
       // A live worker holds it (its lease is renewed: a dead one's would have been recovered and
       // withdrawn above) and records the call when it stops; this answer is recorded as unanswered.
       const kind = cancelled ? 'cancelled' : 'timeout';
-      const message = `${why}; the worker running it was told to stop and has not finished it within ${CANCEL_GRACE_MS} ms; it records the call when it does (call_id ${id})`;
+      const message = `${why}; the worker running it was told to stop and has not finished it within ${cancelGrace} ms; it records the call when it does (call_id ${id})`;
       const meta = { cache: 'off' as const, duration_ms: e.now() - call.started };
       const f = await e.record('dispatch.unanswered', { ok: false, name: stored.name, ...call.caller, kind, message, call_id: id });
       const envelope = f
