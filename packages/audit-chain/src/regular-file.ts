@@ -34,7 +34,12 @@ export async function openRegular(path: string): Promise<FileHandle> {
 /** Throws (code `ENOTREG`) unless the open file is a regular file. */
 export async function assertRegular(fh: FileHandle, path: string): Promise<void> {
   if (!(await fh.stat()).isFile())
-    throw Object.assign(new Error(`${path} is not a regular file (a log's files are plain files; something else was put there)`), {
-      code: 'ENOTREG',
-    });
+    throw Object.assign(
+      new Error(
+        `${path} is not a regular file (a log's files are plain files; something else was put there): remove it and restore the file from a copy, or check the log with forge audit verify`,
+      ),
+      {
+        code: 'ENOTREG',
+      },
+    );
 }

@@ -115,7 +115,8 @@ export function readTileFile(file: string, into: Buffer): number | undefined {
     throw err;
   }
   try {
-    if (!fstatSync(fd).isFile()) throw new Error(`${file} is not a regular file`);
+    if (!fstatSync(fd).isFile())
+      throw new Error(`${file} is not a regular file: remove it (the log's writer rebuilds the tree from the entries)`);
     let n = 0;
     for (let r = 1; r > 0 && n < into.length; n += r) r = readSync(fd, into, n, into.length - n, n);
     return n;

@@ -4,11 +4,11 @@
  * What a tile or checkpoint changed on disk, or a log changed under them, comes out here, naming
  * the first thing that differs.
  */
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { eachLeafRun } from './leaf-scan.js';
 import { HASH_SIZE } from './merkle.js';
 import { openNote, parseTreeCheckpoint, type TreeCheckpoint } from './note.js';
+import { readRegularFile } from './regular-file.js';
 import { type FullTile, TileRows } from './tile-rows.js';
 import { readTileFile, TILE_WIDTH, tileFiles, tilePath } from './tiles.js';
 
@@ -38,7 +38,14 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
   const dir = `${path}.tlog`;
   let cp: TreeCheckpoint | undefined;
   let checkpoint: TilesVerdict['checkpoint'] = 'none';
-  const note = await readFile(join(dir, 'checkpoint'), 'utf8').catch(() => undefined);
+  // The tree's own file: read only as a regular file (a FIFO there is reported, never waited on).
+  let note: string | undefined;
+  let unreadable: string | undefined;
+  try {
+    note = (await readRegularFile(join(dir, 'checkpoint'))).toString('utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') unreadable = (err as Error).message;
+  }
   const bad = (size: number, tiles: number, what: string, reason: string): TilesVerdict => ({
     ok: false,
     size,
@@ -46,6 +53,7 @@ export async function verifyTiles(path: string, o: { verifierKeys?: readonly str
     checkpoint,
     first_bad: { what, reason },
   });
+  if (unreadable !== undefined) return bad(0, 0, 'checkpoint', `cannot be read: ${unreadable}`);
   if (note !== undefined) {
     let text: string;
     if (o.verifierKeys && o.verifierKeys.length > 0) {

@@ -237,6 +237,17 @@ describe('the open log’s Merkle tree', () => {
     });
     await unlinkFile(tile);
     await writeFile(tile, bytes);
+    // A FIFO where the tree checkpoint goes: reported, not waited on.
+    const note = join(`${path}.tlog`, 'checkpoint');
+    const noteBytes = await readFile(note);
+    await unlinkFile(note);
+    expect(spawnSync('mkfifo', [note]).status).toBe(0);
+    expect(await verifyTiles(path)).toMatchObject({
+      ok: false,
+      first_bad: { what: 'checkpoint', reason: expect.stringMatching(/not a regular file/) },
+    });
+    await unlinkFile(note);
+    await writeFile(note, noteBytes);
     const partial = join(`${path}.tlog`, tilePath({ level: 0, index: 3, width: 1000 - 768 }));
     await writeFile(partial, Buffer.alloc(0));
     expect(await verifyTiles(path)).toMatchObject({ ok: false, first_bad: { what: tilePath({ level: 0, index: 3, width: 232 }) } });
