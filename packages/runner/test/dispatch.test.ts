@@ -14,6 +14,16 @@ const sleeper = py('sleeper', 'import time\ntime.sleep(float(args.get("s", 20)))
   meta: { timeout_ms: 60_000 },
 });
 
+/** The sleeper forged through `front`, called, and cancelled by its caller once its run started; the answer. */
+async function cancelledOnceRunning(front: Forge) {
+  expect((await front.forgeTool(sleeper)).ok).toBe(true);
+  const ac = new AbortController();
+  const call = front.callTool('sleeper', {}, { signal: ac.signal });
+  await runStarted(front.paths.runsDir);
+  ac.abort(new Error('the client cancelled the request'));
+  return call;
+}
+
 /** A front-end (dispatching) and a worker (in this process) over one project's file queue. */
 async function frontAndWorker(o: { leaseMs?: number; startWithinMs?: number; cancelGraceMs?: number; worker?: boolean } = {}) {
   const fx = await setup();
@@ -159,12 +169,7 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
 
   it("cancelling a running call reaches the worker's sandbox: cancelled, recorded once by the worker", async () => {
     const { fx, front } = await frontAndWorker();
-    expect((await front.forgeTool(sleeper)).ok).toBe(true);
-    const ac = new AbortController();
-    const call = front.callTool('sleeper', {}, { signal: ac.signal });
-    await runStarted(front.paths.runsDir);
-    ac.abort(new Error('the client cancelled the request'));
-    const env = await call;
+    const env = await cancelledOnceRunning(front);
     expect(failed(env, 'cancelled').message).toBe('the client cancelled the request; the tool was killed');
     const called = fx.entries('forge.called');
     expect(called).toHaveLength(1);
@@ -173,12 +178,7 @@ describe('dispatch: a front-end hands calls to workers through the job queue', (
 
   it('a worker that has not stopped within the cancel grace: the caller is answered cancelled, saying so, and the worker still records the call once', async () => {
     const { fx, front } = await frontAndWorker({ cancelGraceMs: 1 });
-    expect((await front.forgeTool(sleeper)).ok).toBe(true);
-    const ac = new AbortController();
-    const call = front.callTool('sleeper', {}, { signal: ac.signal });
-    await runStarted(front.paths.runsDir);
-    ac.abort(new Error('the client cancelled the request'));
-    const env = await call;
+    const env = await cancelledOnceRunning(front);
     expect(failed(env, 'cancelled').message).toMatch(
       /^the client cancelled the request; the worker running it was told to stop and has not finished it within 1 ms; it records the call when it does \(call_id \S+\)$/,
     );
