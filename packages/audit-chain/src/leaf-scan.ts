@@ -8,6 +8,7 @@ import { MAX_LINE_BYTES } from './lines.js';
 import { eachSegment } from './log-tree.js';
 import { listSealedSegments, logFiles } from './segments.js';
 import { TileRows } from './tile-rows.js';
+import { TILE_WIDTH } from './tiles.js';
 import { ChunkPool, snapshotBytes, startHelper } from './verify-pool.js';
 
 /**
@@ -37,9 +38,9 @@ export async function eachLeafRun(
 }
 
 /** Bytes read per chunk: a few milliseconds of hashing, so that the two threads finish close together. */
-const READ_BYTES = 512 << 10;
+const READ_BYTES = 1 << 20;
 /** Room before each chunk's bytes for the partial line carried from the chunk before. */
-const HEADROOM = 64 << 10;
+const HEADROOM = 256 << 10;
 /** Chunks read ahead of the one being handed out, so that neither thread waits for the disk. */
 const READ_AHEAD = 3;
 
@@ -67,14 +68,15 @@ async function segmentLeaves(
   // in the headroom, just before them, and the spare byte before that holds the first line's
   // leaf prefix while it is hashed.
   let next = 0;
-  const reads: Promise<{ buf: Buffer; bytesRead: number; asked: number }>[] = [];
+  const reads: Promise<{ buf: Buffer; bytesRead: number; asked: number; last: boolean }>[] = [];
   const readAhead = () => {
     while (reads.length < READ_AHEAD && next < size) {
       const at = next;
       next += READ_BYTES;
+      const last = next >= size;
       const asked = Math.min(READ_BYTES, size - at);
       const buf = pool.take(1 + HEADROOM + READ_BYTES, 1 + HEADROOM + READ_BYTES);
-      reads.push(fh.read(buf, 1 + HEADROOM, asked, at).then(({ bytesRead }) => ({ buf, bytesRead, asked })));
+      reads.push(fh.read(buf, 1 + HEADROOM, asked, at).then(({ bytesRead }) => ({ buf, bytesRead, asked, last })));
     }
   };
   let carry = Buffer.alloc(0);
@@ -82,7 +84,7 @@ async function segmentLeaves(
   try {
     readAhead();
     while (reads.length > 0) {
-      const { buf: read, bytesRead, asked } = await (reads.shift() as (typeof reads)[number]);
+      const { buf: read, bytesRead, asked, last } = await (reads.shift() as (typeof reads)[number]);
       if (bytesRead === 0) {
         pool.give(read);
         break;
@@ -110,13 +112,30 @@ async function segmentLeaves(
         if (carry.length >= MAX_LINE_BYTES || short) break; // past 16 MiB, or cut: the segment's reading ends here
         continue;
       }
-      carry = Buffer.from(buf.subarray(nl + 1, filled));
       const first = dispatched;
       // Counted before the chunk is handed on: a buffer moved to the helper reads as empty here.
-      for (let i = buf.indexOf(0x0a, from); i >= 0 && i <= nl; i = buf.indexOf(0x0a, i + 1)) dispatched++;
-      queue.push(pool.leaves(buf, from, nl + 1, first));
-      // Up to two chunks on the helper and one here: results wait to be handed on in order.
-      await deliver(2 * pool.depth);
+      // The chunk ends at the last tile boundary inside it when what follows fits the headroom,
+      // so that every full tile is folded by whichever thread hashed its leaves.
+      let cut = nl;
+      let lines = 0;
+      let atBoundary = -1;
+      let boundaryLines = 0;
+      for (let i = buf.indexOf(0x0a, from); i >= 0 && i <= nl; i = buf.indexOf(0x0a, i + 1)) {
+        lines++;
+        if ((first + lines) % TILE_WIDTH === 0) {
+          atBoundary = i;
+          boundaryLines = lines;
+        }
+      }
+      if (!short && !last && atBoundary >= 0 && filled - (atBoundary + 1) <= HEADROOM) {
+        cut = atBoundary;
+        lines = boundaryLines;
+      }
+      dispatched += lines;
+      carry = Buffer.from(buf.subarray(cut + 1, filled));
+      queue.push(pool.leaves(buf, from, cut + 1, first));
+      // Results wait to be handed on in order, while the helper works through its queue.
+      await deliver(pool.leafWindow);
       if (n >= entries || short) break;
     }
   } finally {

@@ -10,7 +10,10 @@ export const CHUNK_BYTES = 1 << 20;
 /** Logs at least this large are verified on two threads (when the machine has two cores). */
 const PARALLEL_MIN_BYTES = 32 << 20;
 
-/** What a helper does with a chunk: verify its lines, or hash them as leaves from byte 1 on. */
+/** Leaf chunks kept queued on the helper (measured: fewer leaves it idle while this thread reads). */
+const HELPER_QUEUE = 4;
+
+/** What a helper does with a chunk: verify its lines, or hash them as leaves from a given byte on. */
 export type HelperJob = 'verify' | 'leaves';
 
 /** A helper thread that works on one chunk at a time (see verify-worker.ts). */
@@ -88,6 +91,14 @@ export class ChunkPool {
   }
 
   /**
+   * How many chunks of leaf hashes may wait to be handed on, in order: enough that this thread
+   * never waits for the oldest while the helper works through its queue (see leaves()).
+   */
+  get leafWindow(): number {
+    return this.helper ? 4 * HELPER_QUEUE : 0;
+  }
+
+  /**
    * A buffer of at least `min` bytes that owns its whole ArrayBuffer (so it can move threads); a
    * new one is `size` bytes (default: room for a carried partial line plus a whole chunk, so one
    * buffer serves chunk after chunk).
@@ -100,7 +111,7 @@ export class ChunkPool {
 
   /** Keeps `b` for a later take(): as many as a walk has in flight at once (reads ahead, chunks on threads). */
   give(b: Buffer): void {
-    if (this.free.length < 8) this.free.push(b);
+    if (this.free.length < 12) this.free.push(b);
   }
 
   /** Verifies `buf[0, length)` on the helper when it is idle, else here and now. */
@@ -118,11 +129,12 @@ export class ChunkPool {
 
   /**
    * The leaf hashes of the lines in `buf[from, end)`, the first being entry `first`, and the
-   * hashes of the full tiles among them (see chunkLeaves): on the helper while it has at
-   * most one waiting (so it never idles while this thread hashes), else here and now.
+   * hashes of the full tiles among them (see chunkLeaves): on the helper while fewer than
+   * HELPER_QUEUE wait there, else here and now. The helper so gets the larger share: this
+   * thread also reads the file, counts the lines and hands the hashes on.
    */
   leaves(buf: Buffer, from: number, end: number, first: number): Promise<ChunkLeaves> {
-    if (this.helper && this.helper.pending < 2) {
+    if (this.helper && this.helper.pending < HELPER_QUEUE) {
       return this.helper.run<ChunkLeaves>(buf, end, 'leaves', { from, first }).then(({ result, buf: back }) => {
         this.give(back);
         // Structured cloning hands the hashes back as plain Uint8Arrays over the moved memory.

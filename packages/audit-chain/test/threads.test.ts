@@ -86,10 +86,12 @@ describe('verifyTiles with threads: 2', () => {
   let original: Buffer;
   let lineStarts: number[];
   const ENTRIES = 80_500;
-  // Lines longer than the room kept for a carried line (64 KiB) and than one read (512 KiB).
+  // Lines within the room kept for a carried line (256 KiB), longer than it, and nearly one
+  // read (1 MiB): chunks end at a tile boundary only while what follows fits that room.
   const LONG = new Map([
-    [30_001, 100_000],
-    [50_000, 700_000],
+    [20_000, 100_000],
+    [30_001, 300_000],
+    [50_000, 1_000_000],
   ]);
 
   beforeAll(async () => {
@@ -140,6 +142,12 @@ describe('verifyTiles with threads: 2', () => {
       expect((await both()).first_bad).toEqual({ what: tileOf(entry), reason: 'holds other hashes than the log’s entries give' });
     },
   );
+
+  it('agrees with one thread on a forged line longer than two reads, naming its tile', async () => {
+    const at = lineStarts[40_000 - 1] as number;
+    await writeFile(path, Buffer.concat([original.subarray(0, at), Buffer.from(`${'x'.repeat(2_500_000)}\n`), original.subarray(at)]));
+    expect((await both()).first_bad).toEqual({ what: tileOf(40_000), reason: 'holds other hashes than the log’s entries give' });
+  });
 
   it('agrees with one thread on a changed tile, naming the lowest when two are changed', async () => {
     await writeFile(path, original);
