@@ -6,6 +6,7 @@ export default packageTests({
     'test/binds.test.ts',
     'test/busy-user.test.ts',
     'test/cgroup.test.ts',
+    'test/descriptors.test.ts',
     'test/egress-node.test.ts',
     'test/egress-proxy.test.ts',
     'test/egress.test.ts',

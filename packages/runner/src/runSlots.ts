@@ -10,6 +10,8 @@ import { availableParallelism } from 'node:os';
 export class RunSlots {
   #free: number;
   readonly #waiting: (() => void)[] = [];
+  /** Holders waiting for another run's end (afterAnotherEnds), each woken by the next release. */
+  readonly #stalled = new Set<() => void>();
 
   constructor(readonly size: number) {
     this.#free = size;
@@ -46,11 +48,38 @@ export class RunSlots {
     return this.#waiting.length;
   }
 
+  /**
+   * For a holder whose run the system would not start (out of descriptors or processes: other
+   * runs and the process's connections hold them): resolves true at the next end of a run, or
+   * false at once when no other holder is running (then the shortage is not one that an end will
+   * cure) and when `signal` aborts. A holder waiting here does not count as running, so two that
+   * wait on each other cannot both wait.
+   */
+  afterAnotherEnds(signal?: AbortSignal): Promise<boolean> {
+    const running = this.size - this.#free - this.#stalled.size - 1;
+    if (running <= 0 || signal?.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const onAbort = () => {
+        this.#stalled.delete(wake);
+        resolve(false);
+      };
+      const wake = () => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve(true);
+      };
+      this.#stalled.add(wake);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
   #releaser(): () => void {
     let done = false;
     return () => {
       if (done) return;
       done = true;
+      // The run's descriptors are free now: whoever waits for them tries again.
+      for (const wake of this.#stalled) wake();
+      this.#stalled.clear();
       const next = this.#waiting.shift();
       if (next) next();
       else this.#free++;

@@ -45,6 +45,50 @@ describe('RunSlots', () => {
     again();
   });
 
+  it('a holder the system would not start waits for another run to end, never for one that waits too', async () => {
+    const slots = new RunSlots(3);
+    const a = await slots.take();
+    // Alone: no end to wait for, the refusal stands.
+    expect(await slots.afterAnotherEnds()).toBe(false);
+    const b = await slots.take();
+    const c = await slots.take();
+    // b waits for a run's end (a and c run); c waits too (a runs); then a ends: both go again.
+    const bAgain = slots.afterAnotherEnds();
+    const cAgain = slots.afterAnotherEnds();
+    let settled = 0;
+    void Promise.all([bAgain, cAgain]).then(() => settled++);
+    await Promise.resolve();
+    expect(settled).toBe(0);
+    a();
+    expect(await bAgain).toBe(true);
+    expect(await cAgain).toBe(true);
+    // Both hold a slot, neither runs: the second to stall has no running holder to wait for.
+    const b2 = slots.afterAnotherEnds();
+    expect(await slots.afterAnotherEnds()).toBe(false);
+    c();
+    expect(await b2).toBe(true);
+    // A release handed to a run waiting for a slot wakes a stalled holder as well.
+    const d = slots.take();
+    const e = slots.take();
+    const g = slots.take();
+    expect(slots.waiting).toBe(1);
+    const ac = new AbortController();
+    const stalled = slots.afterAnotherEnds(ac.signal);
+    (await d)();
+    expect(await stalled).toBe(true);
+    expect(slots.waiting).toBe(0);
+    (await g)();
+    // An abort ends the wait with false; the next release then finds nothing to wake.
+    const aborted = slots.afterAnotherEnds(ac.signal);
+    ac.abort();
+    expect(await aborted).toBe(false);
+    (await e)();
+    b();
+    expect(slots.waiting).toBe(0);
+    const all = await Promise.all([slots.take(), slots.take(), slots.take()]);
+    for (const r of all) r();
+  });
+
   it('the default is at least 2 and at most four per core', () => {
     const n = defaultRunSlots();
     expect(n).toBeGreaterThanOrEqual(2);

@@ -21,9 +21,15 @@ export type SandboxErrorCode = (typeof SANDBOX_ERROR_CODES)[number];
 export class SandboxError extends Error {
   override readonly name = 'SandboxError';
   readonly code: SandboxErrorCode;
+  /**
+   * True when the system was short of descriptors or processes and nothing was started: the same
+   * run may start once other runs of this process have ended and freed theirs.
+   */
+  readonly transient: boolean;
 
-  constructor(code: SandboxErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: SandboxErrorCode, message: string, options?: { cause?: unknown; transient?: boolean }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
+    this.transient = options?.transient === true;
   }
 }

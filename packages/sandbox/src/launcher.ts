@@ -1,4 +1,5 @@
-import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
+import { type ChildProcess, type SpawnOptions, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { acquireRunCgroup, type CgroupLimits, type PidsCgroups, type RunCgroup, releaseRunCgroup, setRunLimits } from './cgroup.js';
 import { SandboxError } from './errors.js';
@@ -124,11 +125,48 @@ export function notStarted(child: ChildProcess): boolean {
   return true;
 }
 
-/** The refusal of a run whose launcher the system would not start. */
-export function launcherRefused(): SandboxError {
+/**
+ * Starts a launcher process: `spawn`, or undefined when the system would not start it. Node
+ * reports some refusals later (EMFILE, ENFILE, EAGAIN: see notStarted) and throws others at once
+ * (EINVAL when descriptors run short while the child's are set up); both are a launcher that
+ * never ran, never an exception out of a background refill. `refused.code` keeps a thrown one's.
+ */
+export function startLauncher(
+  file: string,
+  args: string[],
+  options: SpawnOptions,
+  refused: { code?: string } = {},
+): ChildProcess | undefined {
+  let child: ChildProcess;
+  try {
+    child = spawn(file, args, options);
+  } catch (err) {
+    const e = err as { syscall?: string; code?: string };
+    if (typeof e.syscall !== 'string' || !e.syscall.startsWith('spawn')) throw err;
+    if (e.code !== undefined) refused.code = e.code;
+    return undefined;
+  }
+  return notStarted(child) ? undefined : child;
+}
+
+/** 'EMFILE' or 'ENFILE' when this process cannot open one more file right now, else undefined. */
+export function descriptorsShort(): 'EMFILE' | 'ENFILE' | undefined {
+  try {
+    closeSync(openSync('/dev/null', 'r'));
+    return undefined;
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    return code === 'EMFILE' || code === 'ENFILE' ? code : undefined;
+  }
+}
+
+/** The refusal of a run whose launcher the system would not start (`code`: the system's reason, when known). */
+export function launcherRefused(code?: string): SandboxError {
   return new SandboxError(
     'sandbox_unavailable',
-    'the system would not start the sandbox (no new process or no free file descriptor: EMFILE, ENFILE or EAGAIN); nothing was run — fix: raise the open-files limit (`ulimit -n`) or the process limit of the user running forge, or lower the calls running at once (maxConcurrentRuns)',
+    `the system would not start the sandbox (no new process or no free file descriptor: ${code ?? 'EMFILE, ENFILE or EAGAIN'}); nothing was run — fix: raise the open-files limit (\`ulimit -n\`) or the process limit of the user running forge, or lower the calls running at once (maxConcurrentRuns)`,
+    // Out of descriptors or processes for now: other runs' ends free them. Another reason stays.
+    { transient: code === undefined || code === 'EMFILE' || code === 'ENFILE' || code === 'EAGAIN' },
   );
 }
 
@@ -168,8 +206,8 @@ function prepare(cg: PidsCgroups, limits: CgroupLimits, seccomp: Buffer, extra: 
   if (!cgroup) return false;
   const script = `${PRELUDE}; ${joinCgroup(cgroup)} && IFS= read -r line <&5 && exec 5<&- && eval "$line"`;
   const stdio = withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...extra], ARGS_FD);
-  const child = spawn('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
-  if (notStarted(child)) {
+  const child = startLauncher('/bin/sh', ['-c', script, 'sandbox-launcher'], { stdio, detached: true, env: {} });
+  if (!child) {
     releaseRunCgroup(cgroup);
     return false;
   }
@@ -261,15 +299,21 @@ export function launch(spec: LaunchSpec): Launched | undefined {
     ...spec.bindFds,
   ];
   // The steps name descriptors up to the one below bwrap's arguments.
-  const child = spawn(shellFor(spec.argsFd - 1), ['-c', script, 'sandbox-launcher'], {
-    stdio: withPipeAt([...fixed, ...spec.cover(fixed.length)], spec.argsFd),
-    detached: true, // its own process group: the wall-clock kill reaches everything
-    env: {},
-  });
-  if (notStarted(child)) {
+  const refused: { code?: string } = {};
+  const child = startLauncher(
+    shellFor(spec.argsFd - 1),
+    ['-c', script, 'sandbox-launcher'],
+    {
+      stdio: withPipeAt([...fixed, ...spec.cover(fixed.length)], spec.argsFd),
+      detached: true, // its own process group: the wall-clock kill reaches everything
+      env: {},
+    },
+    refused,
+  );
+  if (!child) {
     if (spec.cgroups) inFlight--;
     if (cgroup) releaseRunCgroup(cgroup);
-    throw launcherRefused();
+    throw launcherRefused(refused.code);
   }
   (child.stdio[4] as Writable).on('error', () => {});
   (child.stdio[4] as Writable).end(spec.seccomp);

@@ -1,4 +1,4 @@
-import { type StdioNull, spawn } from 'node:child_process';
+import type { StdioNull } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   closeSync,
@@ -23,10 +23,10 @@ import {
   holdRun,
   joinCgroup,
   type Launched,
-  notStarted,
   PRELUDE,
   setHeld,
   shellQuote,
+  startLauncher,
   streams,
   withPipeAt,
 } from './launcher.js';
@@ -249,12 +249,12 @@ export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b:
   const argsFd = argsFdFor(BIND_FD + opens.length);
   const inner = shape.warm?.inner ?? INNER_COMMAND;
   const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...inner])}`;
-  const child = spawn(shellFor(argsFd - 1), ['-c', script, 'sandbox-launcher'], {
+  const child = startLauncher(shellFor(argsFd - 1), ['-c', script, 'sandbox-launcher'], {
     stdio: withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)], argsFd),
     detached: true, // its own process group, as every launcher
     env: {},
   });
-  if (notStarted(child)) {
+  if (!child) {
     // The system would not start it (out of descriptors or processes): runs start cold.
     planned.remove();
     if (cgroup) releaseRunCgroup(cgroup);

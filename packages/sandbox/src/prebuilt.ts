@@ -142,13 +142,19 @@ function warmHeld(): number {
 
 /** Builds one sandbox for `pool`'s shape into its waiting list; false when it cannot. */
 function build(pool: Pool): boolean {
-  const built = buildSandbox(pool.shape, {
-    up: (ms) => pool.demand.built(ms),
-    exited: (b) => {
-      const i = pool.ready.indexOf(b);
-      if (i >= 0) pool.ready.splice(i, 1);
-    },
-  });
+  let built: ReturnType<typeof buildSandbox>;
+  try {
+    built = buildSandbox(pool.shape, {
+      up: (ms) => pool.demand.built(ms),
+      exited: (b) => {
+        const i = pool.ready.indexOf(b);
+        if (i >= 0) pool.ready.splice(i, 1);
+      },
+    });
+  } catch {
+    // Building ahead is a saving, never a duty: what failed here fails again, named, in a run.
+    return false;
+  }
   if (!built) return false;
   pool.ready.push(built);
   return true;

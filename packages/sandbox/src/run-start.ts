@@ -11,7 +11,19 @@ import { EGRESS_PORTS } from './egress/inside.js';
 import { type PreloadFile, preloadFile } from './egress/preload.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
-import { ARGS_FD, argsFdFor, BIND_FD, HOLDER_FD, holdRun, type Launched, launch, PRELUDE, shellQuote } from './launcher.js';
+import {
+  ARGS_FD,
+  argsFdFor,
+  BIND_FD,
+  descriptorsShort,
+  HOLDER_FD,
+  holdRun,
+  type Launched,
+  launch,
+  launcherRefused,
+  PRELUDE,
+  shellQuote,
+} from './launcher.js';
 import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
 import {
   coverInherited,
@@ -330,7 +342,11 @@ export function launchRun(host: ReadyHost, plan: RunPlan, claim: PrebuiltClaim |
     throw err;
   }
   if (!launched) {
+    // Out of descriptors right now (looked at before the run's own are given back): the run's
+    // cgroup files could not be opened, a shortage like a launcher the system would not start.
+    const short = descriptorsShort();
     giveBack(holdings, preload);
+    if (short) throw launcherRefused(short);
     const bases = host.cgroups?.bases.join(', ') ?? 'the cgroup hierarchies';
     throw new SandboxError(
       'sandbox_unavailable',

@@ -126,17 +126,18 @@ export const requireSandbox = (): Promise<void> => requireSandboxOn(probe);
  * Runs `body` in a separate node process, with this package's source loaded as `module` (through
  * vite, as the tests load it), the way an embedding process uses the sandbox; `module` also has
  * `launcherStats` and test-utils' `waitFor` (see child-module.ts). `extraStdio` are the child's
- * descriptors past 0–2; `node` another node binary. Resolves once the child closed, with its exit
- * code, output and the process (for its pid). Killed when the test finishes.
+ * descriptors past 0–2; `node` another node binary; `wrap` a command that execs it (`prlimit …
+ * --`). Resolves once the child closed, with its exit code, output and the process (for its
+ * pid). Killed when the test finishes.
  */
 export function runInChild(
   body: string,
-  o: { extraStdio?: (StdioPipe | StdioNull | number)[]; node?: string } = {},
+  o: { extraStdio?: (StdioPipe | StdioNull | number)[]; node?: string; wrap?: string[] } = {},
 ): Promise<{ code: number | null; out: string; err: string; child: ChildProcess }> {
   const entry = fileURLToPath(new URL('./child-module.ts', import.meta.url));
   const src = fileURLToPath(new URL('../src/index.ts', import.meta.url));
   return nodeChild(`const { module } = await runnerImport(${JSON.stringify(entry)});\n${body}`, {
-    argv: [o.node ?? process.execPath],
+    argv: [...(o.wrap ?? []), o.node ?? process.execPath],
     cwd: dirname(src),
     extraStdio: o.extraStdio ?? [],
   });

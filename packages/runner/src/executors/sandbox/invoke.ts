@@ -20,6 +20,7 @@ import { EventReader, type EventSummary } from '../../events.js';
 import type { RunJob } from '../../executor.js';
 import { redactTextFolded, redactWithFragments, type SecretList } from '../../redact.js';
 import { stopReason } from '../../refusal.js';
+import type { RunSlots } from '../../runSlots.js';
 import { type SandboxModule, sandboxModule } from '../../sandboxModule.js';
 import type { SandboxFailure } from './classify.js';
 
@@ -39,7 +40,7 @@ export interface InvokePorts {
   /** Where each tool's impl is written, named by its digest; `made` once the directory exists. */
   code: { dir: string; made: () => boolean; markMade: () => void };
   /** The bound on sandboxes at once (runSlots.ts). */
-  runSlots: { take(signal?: AbortSignal): Promise<() => void> };
+  runSlots: Pick<RunSlots, 'take' | 'afterAnotherEnds'>;
   /** Sandboxes running now, aborted when forge closes. */
   running: Set<AbortController>;
   record: (type: string, data: Record<string, unknown>, secrets: SecretList) => Promise<unknown>;
@@ -118,7 +119,7 @@ export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: 
       ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, r.runtime) } } : {}),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
     };
-    outcome = { ran: true, result: await lib.runSandboxed(sandbox, options) };
+    outcome = { ran: true, result: await runWhenStarted(ports.runSlots, () => lib.runSandboxed(sandbox, options), ac.signal) };
   } catch (err) {
     const code = (err as { code?: string }).code;
     // The sandbox's message may quote the end of stderr, cut before forge could redact it.
@@ -134,6 +135,22 @@ export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: 
   }
   if (!outcome.ran) return { ...setup, events: summary, ...outcome };
   return { ...setup, events: summary, ...outcome, cancelled: ac.signal.aborted ? stopReason(ac.signal) : undefined };
+}
+
+/**
+ * `run()`, tried again each time another run ends while the system will not start this one for
+ * want of descriptors or processes (the error says `transient`: nothing was started). A burst of
+ * calls over HTTP holds a socket per call besides the runs' own descriptors; the run waits for
+ * those to be freed rather than fail. With no other run going, the refusal stands.
+ */
+async function runWhenStarted<T>(slots: InvokePorts['runSlots'], run: () => Promise<T>, signal: AbortSignal): Promise<T> {
+  for (;;) {
+    try {
+      return await run();
+    } catch (err) {
+      if ((err as { transient?: boolean }).transient !== true || !(await slots.afterAnotherEnds(signal))) throw err;
+    }
+  }
 }
 
 /** The run's artifacts directory made, the tool's impl written, its command and mounts. */

@@ -1,0 +1,77 @@
+/**
+ * A process short of file descriptors (a burst of calls over HTTP holds a socket each, besides
+ * the runs' own pipes): a run the system will not start is refused, named and marked transient
+ * (the runner then waits for another run's end), nothing is left behind, and the process lives
+ * on — including when the refusal comes while building a sandbox ahead, off any caller's path.
+ */
+import { describe, expect, it } from 'vitest';
+import { requireSandbox, runInChild, tempDir } from './helpers.js';
+
+/** The child's open-files limit: small, so that it runs short quickly. */
+const LIMIT = 128;
+const prlimit = ['prlimit', `--nofile=${LIMIT}:${LIMIT}`, '--'];
+
+describe('short of file descriptors', () => {
+  it('a run is refused sandbox_unavailable, transient, naming EMFILE; once descriptors are back, runs run', async () => {
+    await requireSandbox();
+    const stageDir = tempDir();
+    const { code, out, err } = await runInChild(
+      `
+      const { openSync, closeSync, readdirSync } = await import('node:fs');
+      const echo = (s) => ({ command: ['/bin/echo', s] });
+      const opts = { prebuild: { stageDir: ${JSON.stringify(stageDir)} } };
+      const first = await module.runSandboxed(echo('first'), opts);
+      const held = [];
+      for (;;) {
+        try { held.push(openSync('/dev/null', 'r')); } catch (e) { if (e.code !== 'EMFILE') throw e; break; }
+      }
+      const refused = await module.runSandboxed(echo('short'), opts).then(
+        (r) => ({ ran: r.reason }),
+        (e) => ({ code: e.code, transient: e.transient, message: e.message }),
+      );
+      for (const fd of held) closeSync(fd);
+      const again = await module.runSandboxed(echo('again'), opts);
+      console.log(JSON.stringify({ first: first.stdout.toString(), held: held.length, refused, again: again.stdout.toString() }));
+      `,
+      { wrap: prlimit },
+    );
+    expect(code, err).toBe(0);
+    const seen = JSON.parse(out) as { first: string; held: number; refused: Record<string, unknown>; again: string };
+    expect(seen.first).toBe('first\n');
+    expect(seen.held).toBeGreaterThan(0);
+    expect(seen.refused).toMatchObject({ code: 'sandbox_unavailable', transient: true, message: expect.stringMatching(/EMFILE/) });
+    expect(seen.again).toBe('again\n');
+  });
+
+  it('an inherited descriptor above the limit: runs are refused for good (EINVAL), building ahead fails quietly, the process lives on', async () => {
+    await requireSandbox();
+    const stageDir = tempDir();
+    // Descriptor LIMIT + 20 open in the child from its start (inherited): each launcher would
+    // have to cover it, and the system refuses at once (Node throws, where EMFILE is emitted).
+    const extraStdio: ('ignore' | 'pipe')[] = Array.from({ length: LIMIT + 20 - 2 }, () => 'ignore');
+    extraStdio[LIMIT + 20 - 3] = 'pipe';
+    const { code, out, err } = await runInChild(
+      `
+      const opts = { prebuild: { stageDir: ${JSON.stringify(stageDir)} } };
+      const tries = [];
+      for (let i = 0; i < 3; i++) {
+        tries.push(await module.runSandboxed({ command: ['/bin/true'] }, opts).then(
+          (r) => ({ ran: r.reason }),
+          (e) => ({ code: e.code, transient: e.transient, message: e.message }),
+        ));
+        // Building ahead is scheduled with setImmediate once a run asked: let it run first.
+        await new Promise((r) => setImmediate(r));
+        await new Promise((r) => setImmediate(r));
+      }
+      console.log(JSON.stringify({ tries, stats: module.prebuiltStats() }));
+      `,
+      { wrap: prlimit, extraStdio },
+    );
+    expect(code, err).toBe(0);
+    const seen = JSON.parse(out) as { tries: Record<string, unknown>[]; stats: { ready: number } };
+    for (const t of seen.tries) {
+      expect(t).toMatchObject({ code: 'sandbox_unavailable', transient: false, message: expect.stringMatching(/EINVAL/) });
+    }
+    expect(seen.stats.ready).toBe(0);
+  });
+});
