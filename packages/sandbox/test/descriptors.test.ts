@@ -16,6 +16,7 @@ const LIMIT = 128;
 const limited = (keep = 0) => [
   'bash',
   '-c',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion
   'k=$1; shift; for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 2 ] && [ "$n" != "$k" ]; then eval "exec $n<&-"; fi; done; exec "$@"',
   'limited',
   String(keep),
