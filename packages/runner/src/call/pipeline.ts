@@ -7,7 +7,7 @@ import { type Envelope, failure } from '../envelope.js';
 import type { Executor, RunJob, RunPlan } from '../executor.js';
 import { sandboxExecutor } from '../executors/sandbox.js';
 import { sourceExecutor } from '../executors/source.js';
-import { postHooks, preHooks } from '../hooks/apply.js';
+import { decidePost, type PostDecisions, postHooks, preHooks } from '../hooks/apply.js';
 import { newRunId } from '../manifest.js';
 import type { Clock, PolicyPort, Setup } from '../ports.js';
 import { CallReceipts, collectReceipts, withReceipt } from '../receipts.js';
@@ -141,12 +141,15 @@ async function validateExecuteRecord(
     const runOnce =
       remote && target.kind === 'forged'
         ? () => dispatchCall(e, call, target, plan, gate.snap, remote)
-        : () => execute(e, call, target, plan, gate.snap, executor);
+        : () => execute(e, call, target, plan, gate.snap, executor, (ran) => decidePost(e, call, target, ran, gate.snap));
     const r = plan.cacheKey
       ? await cachedOrRun(e, call, target, { ...plan, cacheKey: plan.cacheKey }, gate.snap, runOnce)
       : await runOnce();
     outcome = r.outcome;
-    return await answer({ envelope: await postHooks(e, call, target, r.envelope, gate.snap), outcome });
+    // The post hooks ran before the record when this call ran the tool here (see execute), else now.
+    const early = (r as Partial<RunOutcome>).answered;
+    const answered = early ?? (await postHooks(e, call, target, r.envelope, gate.snap));
+    return await answer({ envelope: answered, outcome });
   } catch (err) {
     if (err instanceof RefusalError) {
       const eventType = err.eventType === 'forge.called' ? call.eventType : err.eventType;
@@ -170,6 +173,8 @@ export async function execute(
   plan: RunPlan,
   snap: PolicySnapshot,
   executor: Executor,
+  /** The post hooks, run on the answer before it is recorded (their decisions join its entry). */
+  post?: (answer: Envelope) => Promise<PostDecisions>,
 ): Promise<RunOutcome> {
   const allowed = checkSecrets(snap, call.ctx.persona, plan.secretNames);
   if (!allowed.ok) throw new RefusalError(allowed.kind, allowed.message, 'acl.persona_secret_denied');
@@ -199,5 +204,15 @@ export async function execute(
     startedAt,
   };
   const exec = await executor.run(job);
-  return recordRun(e, job, exec);
+  // The run is recorded whatever the post hooks do (a throw is the call's internal failure after).
+  let decisions: PostDecisions | undefined;
+  let thrown: { err: unknown } | undefined;
+  try {
+    decisions = post && (await post(exec.envelope));
+  } catch (err) {
+    thrown = { err };
+  }
+  const recorded = await recordRun(e, job, exec, decisions);
+  if (thrown) throw thrown.err;
+  return recorded;
 }

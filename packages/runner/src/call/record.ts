@@ -3,6 +3,7 @@ import { AUDIT_UNAVAILABLE } from '../auditGate.js';
 import type { Caller } from '../caller.js';
 import { type Envelope, failure } from '../envelope.js';
 import type { Execution, RunJob } from '../executor.js';
+import type { PostDecisions } from '../hooks/apply.js';
 import type { AuditPort, CachePort, RunsPort } from '../ports.js';
 import { redactValue } from '../redact.js';
 import type { Target } from './resolve.js';
@@ -14,6 +15,12 @@ export interface RunOutcome {
   outcome: 'success' | 'failure' | 'none';
   /** False when nothing ran (the host could not sandbox, the upstream never answered). */
   ran: boolean;
+  /**
+   * The answer this call's caller gets, when its post hooks ran before the record (recordRun's
+   * `post`); `envelope` stays the tool's own answer (what is cached, and what a call sharing
+   * this run gets before its own post hooks).
+   */
+  answered?: Envelope;
 }
 
 /** The ports the record step writes to: the log, the run store and call counts, the cache. */
@@ -38,7 +45,7 @@ export function calledFacts(target: Target, caller: Caller, inputDigest: string)
  * is cached, and its entry records the cache key and the answer's digest (`output_digest`), so a
  * later hit names a seed run the log shows and serves only the answer the log recorded.
  */
-export async function recordRun(e: RecordPorts, job: RunJob, exec: Execution): Promise<RunOutcome> {
+export async function recordRun(e: RecordPorts, job: RunJob, exec: Execution, post?: PostDecisions): Promise<RunOutcome> {
   const { call, target, plan, secrets, runId, runDir } = job;
   const { envelope } = exec;
   const cache = envelope.meta.cache ?? 'off';
@@ -92,8 +99,11 @@ export async function recordRun(e: RecordPorts, job: RunJob, exec: Execution): P
     if (injected) entries.push({ type: 'tool.secrets_injected', data: injected });
     await call.dispatched.beforeRecord(entries, envelope, exec.outcome);
   }
+  const recorded = e.record(call.eventType, calledData, secrets);
+  // The post hooks' decisions, appended right behind the call's entry: one durable write for both.
+  const posted = post?.record();
   const [unrecorded] = await Promise.all([
-    e.record(call.eventType, calledData, secrets),
+    recorded,
     // Redacted whole (artifact names, network hosts a tool chose), never cut before that.
     manifest && e.runs.writeManifest(runId, redactValue(manifest, secrets) as Record<string, unknown>, { runDir }),
   ]);
@@ -115,9 +125,11 @@ export async function recordRun(e: RecordPorts, job: RunJob, exec: Execution): P
         { runDir },
       );
     }
-    return { envelope: failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta), runId, outcome: exec.outcome, ran: exec.ran };
+    await posted;
+    const withheld = failure(AUDIT_UNAVAILABLE, lost.message, envelope.meta);
+    return { envelope: withheld, runId, outcome: exec.outcome, ran: exec.ran, ...(posted ? { answered: withheld } : {}) };
   }
   // A worker's answer is cached by the front-end that asked (dispatch.ts), where the calls look.
   if (answered && e.cache && !call.dispatched) await e.cache.set(answered.cache_key, envelope, runId, answered);
-  return { envelope, runId, outcome: exec.outcome, ran: exec.ran };
+  return { envelope, runId, outcome: exec.outcome, ran: exec.ran, ...(posted ? { answered: await posted } : {}) };
 }

@@ -79,16 +79,50 @@ async function firstLost(written: readonly Promise<Denied | undefined>[]): Promi
   return (await Promise.all(written)).find((d) => d !== undefined);
 }
 
-/** Runs the post hooks on `answer`: the answer the caller gets. */
+/** Runs the post hooks on `answer`, each decision durable: the answer the caller gets. */
 export async function postHooks(e: HookEngine, call: Call, target: Target, answer: Envelope, snap: PolicySnapshot): Promise<Envelope> {
-  if (call.dispatched) return answer;
+  return (await decidePost(e, call, target, answer, snap)).record();
+}
+
+/** The post hooks' verdicts on an answer, their decisions not yet written. */
+export interface PostDecisions {
+  /**
+   * Appends every decision at once, in order, and settles with the answer the caller gets (the
+   * refusal when a hook said no or a decision was not taken). Called right after the call's own
+   * entry is appended, the two go out in one durable write (see recordRun).
+   */
+  record(): Promise<Envelope>;
+}
+
+const NO_POST_HOOKS = (answer: Envelope): PostDecisions => ({ record: () => Promise.resolve(answer) });
+
+/**
+ * Runs the post hooks on `answer` (each on the answer the one before left; none after one that
+ * refused or failed) and returns their decisions to write: a call's post hooks run while its own
+ * entry waits, so that it and their decisions take one durable write, not two in a row.
+ */
+export async function decidePost(
+  e: HookEngine,
+  call: Call,
+  target: Target,
+  answer: Envelope,
+  snap: PolicySnapshot,
+): Promise<PostDecisions> {
+  if (call.dispatched) return NO_POST_HOOKS(answer);
   const found = findHooks(hookRoots(e.paths, snap), call.name, 'post');
   if (!found.ok) {
-    const no = await untrusted(e, call, 'post', found);
-    return failure(no.kind, no.message, answer.meta);
+    return {
+      async record() {
+        const no = await untrusted(e, call, 'post', found);
+        return failure(no.kind, no.message, answer.meta);
+      },
+    };
   }
+  if (found.hooks.length === 0) return NO_POST_HOOKS(answer);
   let current = answer;
+  let refused: Denied | undefined;
   const hidden = redactedOf(target, call.input);
+  const decisions: { hook: HookFile; verdict: HookVerdict; extra: Record<string, unknown> }[] = [];
   for (const hook of found.hooks) {
     const v = hiddenFrom(
       await runHook(hook, eventOf('post', call, { run_id: answer.meta.run_id, envelope: current }), 'envelope', ports(e, call, hook, snap)),
@@ -96,15 +130,21 @@ export async function postHooks(e: HookEngine, call: Call, target: Target, answe
     );
     const next = v.verdict === 'allow' && v.rewrite ? envelopeOf(v.rewrite.envelope, current, target) : undefined;
     const verdict: HookVerdict = typeof next === 'string' ? { verdict: 'fail', reason: next, ms: v.ms } : v;
-    const no = await decided(e, call, 'post', hook, verdict, typeof next === 'object' ? { ok: next.ok } : {}, hidden);
-    if (no) return failure(no.kind, no.message, answer.meta);
+    decisions.push({ hook, verdict, extra: typeof next === 'object' ? { ok: next.ok } : {} });
     if (verdict.verdict !== 'allow') {
-      const r = refusal(hook, verdict);
-      return failure(r.kind, r.message, answer.meta);
+      refused = refusal(hook, verdict);
+      break;
     }
     if (typeof next === 'object') current = next;
   }
-  return current;
+  return {
+    async record() {
+      // Appended one after another in this turn: one batch of the log.
+      const lost = await firstLost(decisions.map((d) => decided(e, call, 'post', d.hook, d.verdict, d.extra, hidden)));
+      const no = lost ?? refused;
+      return no ? failure(no.kind, no.message, answer.meta) : current;
+    },
+  };
 }
 
 /**
