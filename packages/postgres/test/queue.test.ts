@@ -14,9 +14,12 @@ import { bundleForNode, type NodeBundle } from './bundle.js';
 let server: PostgresServer;
 let child: NodeBundle;
 
+/** The application name of a crash-test child's sessions, followed by its pid. */
+const CHILD_APP = 'forge-queue-child-';
 /** The child's source (bundled by bundleForNode): `openQueueChild(spec, options)` with the crash hook armed, and a worker mode. */
 const CHILD_SOURCE = `
   import { openPostgresQueue } from './src/queue.ts';
+  const CHILD_APP = ${JSON.stringify(CHILD_APP)};
   export function openQueueChild(spec, options) {
     const at = process.env.FORGE_QUEUE_CRASH_AT;
     let skip = Number(process.env.FORGE_QUEUE_CRASH_SKIP ?? 0);
@@ -25,7 +28,9 @@ const CHILD_SOURCE = `
       if (skip-- > 0) return;
       process.kill(process.pid, 'SIGKILL');
     };
-    return openPostgresQueue(spec.url, { ...options, ...(at ? { onStep } : {}) });
+    // Named, so that the parent can see its session end once it is killed (releasedBy).
+    const url = spec.url + (spec.url.includes('?') ? '&' : '?') + 'application_name=' + CHILD_APP + process.pid;
+    return openPostgresQueue(url, { ...options, ...(at ? { onStep } : {}) });
   }
   // Run directly (node child.mjs worker <url> <name> <leaseMs>): a worker that takes jobs with
   // next(); a job with payload {hang: true} is noted and held forever on its first attempt.
@@ -101,6 +106,12 @@ describeJobQueue('postgres queue (openPostgresQueue, pg-boss)', async () => {
       }
       return states;
     },
+    releasedBy: async (pid) => {
+      const r = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [
+        `${CHILD_APP}${pid}`,
+      ]);
+      return r.rows[0]?.n === 0;
+    },
     cleanup: () => pool.end(),
   };
 });
@@ -155,6 +166,18 @@ describe('postgres queue: beyond the suite', () => {
       await a?.publish({ id: `j-${round}`, payload: { round } });
       expect(await b?.claim('w')).toMatchObject({ id: `j-${round}`, payload: { round } });
     }
+  });
+
+  it("a crash test's child names its sessions, so the suite sees them end (releasedBy)", async () => {
+    const url = await server.database();
+    const q = await openOn(`${url}${url.includes('?') ? '&' : '?'}application_name=${CHILD_APP}0`);
+    await q.stats();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    onTestFinished(() => pool.end());
+    const named = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [
+      `${CHILD_APP}0`,
+    ]);
+    expect(named.rows[0]?.n).toBeGreaterThan(0);
   });
 
   it('where and every error name the database with its password masked', async () => {
