@@ -57,6 +57,7 @@ export {
   type SandboxProfile,
 } from './profile.js';
 export { type EndReason, type RunOptions, type RunOutput, type RunResult, runSandboxed, sandboxesGone } from './run.js';
+export type { PrebuildOptions } from './run-start.js';
 export { type ResolveRuntimesOptions, type Runtime, type RuntimeTable, resolveRuntimes, runtimeNames } from './runtimes.js';
 export { buildSeccompFilter, hostSeccompArch, SECCOMP_RULES, type SeccompArch, type SeccompRule } from './seccomp.js';
 export { type SpawnExit, type SpawnedSandbox, type SpawnOptions, spawnSandboxed } from './spawn.js';

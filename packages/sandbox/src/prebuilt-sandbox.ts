@@ -15,7 +15,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Writable } from 'node:stream';
-import { acquireRunCgroup, isAlive, type PidsCgroups, type RunCgroup, releaseRunCgroup } from './cgroup.js';
+import { acquireRunCgroup, type CgroupLimits, isAlive, type PidsCgroups, type RunCgroup, releaseRunCgroup } from './cgroup.js';
 import {
   argsFdFor,
   BIND_FD,
@@ -56,9 +56,31 @@ import { processTempDir } from './tmp.js';
 // it is up on it, then reads its run's line from it, and stays as the run's holder, on it (see
 // {@link runLine}). The shell reads that line a byte at a time (as any shell reads a socket), so
 // what every run's line would spell out the same is defined here, once, as functions.
-const INNER = `${PRELUDE}; ${START_FUNCTIONS}; forge_hold() ${holdRun('command "$@" 5>&-', 5)}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
+//
+// `forge_source` is the holder of a run that is a script for the waiting shell itself (see
+// {@link sourcedCommand}): the script is read by a subshell of it (a fork, no exec), which first
+// drops what the waiting shell defined, as a new shell would not have it.
+const SOURCE = `( unset -f forge_hold forge_source forge_runnable forge_readable forge_started; unset line NL; set --; . "$0" )`;
+const INNER = `${PRELUDE}; ${START_FUNCTIONS}; forge_hold() ${holdRun('command "$@" 5>&-', 5)}; forge_source() ${holdRun(`${SOURCE} 5>&-`, 5)}; echo >&5 && IFS= read -r line <&5 && eval "$line"`;
 /** The command a sandbox built ahead is built with: say it is built, read one line, become the run. */
 export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbox'];
+
+/**
+ * The script of a command `/bin/sh SCRIPT` (the shell a sandbox built ahead waits in, no option,
+ * one operand that is an absolute path), which that shell can read itself; undefined for any other.
+ */
+export function sourcedScript(command: readonly string[]): string | undefined {
+  const [sh, script, ...more] = command;
+  return sh === INNER_COMMAND[0] && script?.startsWith('/') && more.length === 0 ? script : undefined;
+}
+
+/**
+ * The command a sandbox built ahead for `script` ({@link sourcedScript}) is built with: the
+ * waiting shell's `$0` is the script, as under `/bin/sh SCRIPT`.
+ */
+export function sourcedCommand(script: string): readonly string[] {
+  return [...INNER_COMMAND.slice(0, -1), script];
+}
 
 /**
  * The line a sandbox built ahead runs: its steps (which may call the start functions,
@@ -69,6 +91,11 @@ export const INNER_COMMAND: readonly string[] = ['/bin/sh', '-c', INNER, 'sandbo
  */
 export function runLine(steps: readonly string[], argv: readonly string[]): string {
   return [...steps, `forge_hold ${argv.map(shellQuote).join(' ')}`].join(' && ');
+}
+
+/** The line of a run whose script the waiting shell reads itself ({@link sourcedCommand}). */
+export function sourcedLine(steps: readonly string[]): string {
+  return [...steps, 'forge_source'].join(' && ');
 }
 
 /** Largest per-run read-only file copied into a sandbox built ahead. */
@@ -101,6 +128,8 @@ export interface Shape {
    * interpreter, and the loader's bytes, put in the script's slot until a run takes it.
    */
   warm?: { inner: readonly string[]; slot: number; loader: string; poolBytes?: number; processes?: number };
+  /** The command it is built with, when not {@link INNER_COMMAND} ({@link sourcedCommand}). */
+  inner?: readonly string[];
 }
 
 /** What the warm-up of the sandbox that served a run cost (see {@link WarmOptions}). */
@@ -197,7 +226,7 @@ export function dropStageRoot(stageDir: string, inUse: boolean): void {
  * Builds one sandbox of `shape`; undefined when it cannot (no cgroup left, stage not writable).
  * `up` is told how long it took to be up; `exited`, that it exited before a run took it.
  */
-export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b: Built): void }): Built | undefined {
+export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b: Built): void }, last?: CgroupLimits): Built | undefined {
   let dir = '';
   const paths: string[] = [];
   const inodes: number[] = [];
@@ -225,10 +254,7 @@ export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b:
   }
   let cgroup: RunCgroup | undefined;
   if (shape.cgroups) {
-    // Room for what building takes (bwrap, its namespace's init, the waiting shell) and, warm, for
-    // the interpreter's threads under the run's own limit (Node starts several); the run's limit
-    // is set when a run takes it.
-    cgroup = acquireRunCgroup(shape.cgroups, { processes: BUILD_PROCESSES + (shape.warm?.processes ?? 0) });
+    cgroup = acquireRunCgroup(shape.cgroups, buildLimits(shape, last));
     if (!cgroup) {
       rmSync(dir, { recursive: true, force: true });
       return undefined;
@@ -247,7 +273,7 @@ export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b:
   // 3: the run's events pipe (made now: the sandbox is built with it), 4: seccomp, 5: control,
   // the descriptor mounts' sources from BIND_FD (opened by `opens`), then bwrap's arguments.
   const argsFd = argsFdFor(BIND_FD + opens.length);
-  const inner = shape.warm?.inner ?? INNER_COMMAND;
+  const inner = shape.warm?.inner ?? shape.inner ?? INNER_COMMAND;
   const script = `${PRELUDE}; ${controlLine(steps, [...prefix, ...shape.bwrap, '--args', String(argsFd), '--', ...inner])}`;
   const child = startLauncher(shellFor(argsFd - 1), ['-c', script, 'sandbox-launcher'], {
     stdio: withPipeAt<number>(['pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ...shape.cover(6)], argsFd),
@@ -296,6 +322,28 @@ export function buildSandbox(shape: Shape, on: { up(ms: number): void; exited(b:
   setHeld(child, false);
   return built;
 }
+
+/**
+ * The cgroup limits a sandbox is built and waits under: room for what building takes (bwrap, its
+ * namespace's init, the waiting shell) and, warm, for the interpreter's threads under the run's own
+ * limit (Node starts several). A run sets its own when it takes one; when the shape's last run had
+ * limits that leave that room (a call's hooks always do), the sandbox is built with them, and a
+ * run with the same limits then has none to write. Nothing of a run executes before it takes the
+ * sandbox, so its limits are not loosened by this: they are in place before its line is sent.
+ */
+function buildLimits(shape: Shape, last: CgroupLimits | undefined): CgroupLimits {
+  const processes = BUILD_PROCESSES + (shape.warm?.processes ?? 0);
+  const roomy =
+    last !== undefined &&
+    !shape.warm &&
+    last.processes >= processes &&
+    (last.memoryBytes === undefined || last.memoryBytes >= BUILD_MEMORY) &&
+    (last.cpuCores === undefined || last.cpuCores >= 1);
+  return roomy ? last : { processes };
+}
+
+/** The least memory limit a sandbox is built under (see buildLimits; and at least a core of CPU): bwrap and a shell take far less. */
+const BUILD_MEMORY = 64 << 20;
 
 /** Whether a sandbox came up: settled by its first word on the channel, or by its exit. */
 function upWatch(): { settle: (up: boolean) => void; wait: Built['upOrGone'] } {

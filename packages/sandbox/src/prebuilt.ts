@@ -9,7 +9,17 @@ import { DEFAULT_WARM_POOL_BYTES, DEMAND, Demand, WARM_BYTES_GUESS, warmBudget }
 import { setHeld } from './launcher.js';
 import { type Built, buildSandbox, cleanUp, discard, dropStageRoot, fill, gone, type Shape, type Warmup } from './prebuilt-sandbox.js';
 
-export { INNER_COMMAND, MAX_STAGED_FILE, makeStageDir, runLine, type Shape, type Warmup } from './prebuilt-sandbox.js';
+export {
+  INNER_COMMAND,
+  MAX_STAGED_FILE,
+  makeStageDir,
+  runLine,
+  type Shape,
+  sourcedCommand,
+  sourcedLine,
+  sourcedScript,
+  type Warmup,
+} from './prebuilt-sandbox.js';
 
 /** Shapes remembered (with how many of each to keep) before idle ones are forgotten. */
 const MAX_POOLS = 32;
@@ -33,6 +43,8 @@ interface Pool {
   idle?: ReturnType<typeof setTimeout>;
   /** When a run last asked for this shape (a counter), to pick which pool gives way. */
   used: number;
+  /** The cgroup limits its last run had: its next sandboxes are built with them (see buildSandbox). */
+  limits?: CgroupLimits;
 }
 
 const pools = new Map<string, Pool>();
@@ -144,13 +156,17 @@ function warmHeld(): number {
 function build(pool: Pool): boolean {
   let built: ReturnType<typeof buildSandbox>;
   try {
-    built = buildSandbox(pool.shape, {
-      up: (ms) => pool.demand.built(ms),
-      exited: (b) => {
-        const i = pool.ready.indexOf(b);
-        if (i >= 0) pool.ready.splice(i, 1);
+    built = buildSandbox(
+      pool.shape,
+      {
+        up: (ms) => pool.demand.built(ms),
+        exited: (b) => {
+          const i = pool.ready.indexOf(b);
+          if (i >= 0) pool.ready.splice(i, 1);
+        },
       },
-    });
+      pool.limits,
+    );
   } catch {
     // Building ahead is a saving, never a duty: what failed here fails again, named, in a run.
     return false;
@@ -252,6 +268,7 @@ export async function takePrebuilt(
   const pool = poolFor(shape);
   const now = performance.now();
   pool.used = ++clock;
+  pool.limits = limits;
   pool.poolBytes = shape.warm?.poolBytes ?? DEFAULT_WARM_POOL_BYTES;
   pool.inFlight++;
   pool.demand.take(now);

@@ -41,10 +41,11 @@ export class OutputCopy {
   }
 
   /**
-   * Copies the directories out when the holder says the tool is done, releases it, then tells
-   * `onDone` what it said.
+   * Copies the directories out when the holder says the tool is done, tells `onDone` what it
+   * said, then releases it: at once, or once the promise `onDone` returns settles (the sandbox is
+   * kept until then, see run-keep.ts).
    */
-  listen(channel: Duplex | null | undefined, onDone?: (done: HolderDone) => void): void {
+  listen(channel: Duplex | null | undefined, onDone?: (done: HolderDone) => PromiseLike<void> | undefined): void {
     if (!channel) return;
     let heard = '';
     channel.on('error', () => {});
@@ -56,8 +57,9 @@ export class OutputCopy {
       if (!said) return;
       channel.off('data', onData);
       this.copy();
-      channel.end('\n');
-      onDone?.({ status: Number(said[1]), alone: said[2] === '2' });
+      const kept = onDone?.({ status: Number(said[1]), alone: said[2] === '2' });
+      if (kept) void kept.then(() => channel.end('\n'));
+      else channel.end('\n');
     };
     channel.on('data', onData);
   }
@@ -65,6 +67,10 @@ export class OutputCopy {
   /** Copies what the directories hold now, once; a no-op before the sandbox has a process to read through. */
   copy(): void {
     if (this.#copied) return;
+    if (this.#outputs.length === 0) {
+      this.#copied = [];
+      return;
+    }
     const pid = this.#child.pid ? sandboxPid(this.#child.pid) : undefined;
     if (!pid) return;
     this.#copied = this.#outputs.map((m) => {

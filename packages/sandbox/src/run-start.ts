@@ -24,7 +24,17 @@ import {
   PRELUDE,
   shellQuote,
 } from './launcher.js';
-import { finishPrebuilt, INNER_COMMAND, type PrebuiltClaim, runLine, type Shape, takePrebuilt } from './prebuilt.js';
+import {
+  finishPrebuilt,
+  INNER_COMMAND,
+  type PrebuiltClaim,
+  runLine,
+  type Shape,
+  sourcedCommand,
+  sourcedLine,
+  sourcedScript,
+  takePrebuilt,
+} from './prebuilt.js';
 import {
   coverInherited,
   hostLayout,
@@ -151,19 +161,34 @@ function holderCommand(start: readonly string[]): string[] {
   return ['/bin/sh', '-c', `${start.join(' && ')} && ${run}`, 'sandbox'];
 }
 
+/** How a run is served by a sandbox built ahead (see {@link RunOptions.prebuild}). */
+export interface PrebuildOptions {
+  stageDir: string;
+  warm?: WarmOptions;
+  /**
+   * Keep at least this many sandboxes of the run's shape waiting (at most four), for a caller
+   * that runs the shape several times in a row, faster than one is built (a call's hooks).
+   */
+  ready?: number;
+  /**
+   * A run whose command is `/bin/sh SCRIPT` (no option, SCRIPT an absolute path) is read by the
+   * shell already waiting in its sandbox, in a subshell of it, instead of by a new shell: one
+   * exec less. The script runs as under `/bin/sh SCRIPT` (`$0` is SCRIPT, no positional
+   * parameters, nothing the waiting shell defined, the run's environment, limits and
+   * descriptors), except that `$$` and `$PPID` are the waiting shell's (a subshell keeps its
+   * parent's). For short scripts run often (a call's hooks). Ignored with `warm`.
+   */
+  shell?: boolean;
+}
+
 /**
  * A sandbox built ahead for the run, when it fits one: its shape is everything bwrap is told but
  * the command, the environment and the per-run mounts' sources. Undefined when the run does not
  * fit (network, binds, or a per-run file too large to copy in, which is bound as it is: a sandbox
  * built ahead would keep the inode it was built with, not this run's).
  */
-export async function claimPrebuilt(
-  plan: RunPlan,
-  stageDir: string,
-  warm?: WarmOptions,
-  signal?: AbortSignal,
-  ready?: number,
-): Promise<PrebuiltClaim | undefined> {
+export async function claimPrebuilt(plan: RunPlan, prebuild: PrebuildOptions, signal?: AbortSignal): Promise<PrebuiltClaim | undefined> {
+  const { stageDir, warm, ready } = prebuild;
   const { profile, mounts, given, cgroups } = plan;
   if (plan.network || plan.binds.length > 0 || !mounts.every((m, i) => m.perRun === given[i]?.perRun)) return undefined;
   const perRun = mounts.filter((m) => m.perRun && m.mode === 'ro');
@@ -175,6 +200,9 @@ export async function claimPrebuilt(
     true,
   );
   const warmShape = warm ? warmFor(plan, perRun, warm) : undefined;
+  // A `/bin/sh SCRIPT` run its waiting shell reads itself, when asked: its sandboxes are built
+  // with the script as the shell's $0.
+  const script = prebuild.shell && !warmShape ? sourcedScript(plan.toolCommand) : undefined;
   const shape: Shape = {
     key: [
       ...plan.bwrapArgv,
@@ -185,6 +213,7 @@ export async function claimPrebuilt(
       ...(warmShape
         ? ['\0warm', String(warmShape.shape.slot), String(warmShape.shape.processes), ...warmShape.preload, '\0', ...warmShape.shape.inner]
         : []),
+      ...(script !== undefined ? ['\0sourced', script] : []),
     ].join('\0'),
     label: basename(plan.toolCommand[0] ?? ''),
     stageDir,
@@ -195,6 +224,7 @@ export async function claimPrebuilt(
     seccomp: plan.seccomp,
     cover: coverInherited,
     ...(warmShape ? { warm: warmShape.shape } : {}),
+    ...(script !== undefined ? { inner: sourcedCommand(script) } : {}),
   };
   if (warmShape) {
     const line = warmLine(warmShape.startKeys, sandboxEnv(profile), plan.limits.cpuSeconds);
@@ -203,8 +233,9 @@ export async function claimPrebuilt(
   const env = Object.entries(sandboxEnv(profile)).map(([k, v]) => `${k}=${shellQuote(v)}`);
   // The waiting shell started with bwrap's environment (only PWD, from --chdir), as a command
   // bwrap starts itself does; it adds the run's own.
-  const start = startCalls(shellQuote(plan.toolCommand[0] as string), plan.processes);
-  const line = runLine([`export ${env.join(' ')}`, ...plan.steps, ...start], plan.toolCommand);
+  const start = startCalls(shellQuote(plan.toolCommand[0] as string), plan.processes, script && shellQuote(script));
+  const steps = [`export ${env.join(' ')}`, ...plan.steps, ...start];
+  const line = script !== undefined ? sourcedLine(steps) : runLine(steps, plan.toolCommand);
   return takePrebuilt(shape, staged, line, plan.cgroupLimits, undefined, ready);
 }
 

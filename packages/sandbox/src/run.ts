@@ -9,11 +9,11 @@ import { finishPrebuilt, type Warmup } from './prebuilt.js';
 import { assertHostReady, type Egress, type EndReason, endOf, startEgress, Tail, watchCgroupLimits } from './prepare.js';
 import { probe } from './probe.js';
 import type { Limits, Mount, SandboxProfile } from './profile.js';
+import { keepUntil, keptSandboxes, letKeptGo } from './run-keep.js';
 import { OutputCopy, type RunOutput } from './run-outputs.js';
-import { type ColdArgs, claimPrebuilt, launchRun, planRun, type StartedRun } from './run-start.js';
+import { type ColdArgs, claimPrebuilt, launchRun, type PrebuildOptions, planRun, type StartedRun } from './run-start.js';
 import { StdoutKeeper } from './run-stdout.js';
 import { launchFailure, StartWatch, userTasks } from './start.js';
-import type { WarmOptions } from './warm.js';
 
 export type { EndReason, RunOutput };
 
@@ -42,15 +42,18 @@ export interface RunOptions {
    * limit are the run's own, on top of what the warm-up used ({@link RunResult.warmup}). Other
    * runs are served as without it.
    */
-  prebuild?: {
-    stageDir: string;
-    warm?: WarmOptions;
-    /**
-     * Keep at least this many sandboxes of the run's shape waiting (at most four), for a caller
-     * that runs the shape several times in a row, faster than one is built (a call's hooks).
-     */
-    ready?: number;
-  };
+  prebuild?: PrebuildOptions;
+  /**
+   * Keeps the sandbox of a run answered at its holder's word (its tool done, nothing of it left
+   * but the holder and the sandbox's init) until this settles, and lets it go then: its teardown,
+   * which the kernel does on this host's CPUs, then comes after what this settles on instead of
+   * beside the caller's next run (a call's hooks and its tool run one after another for one
+   * answer: settle it with that answer). At most 4 are kept at once, each for at most 5 s
+   * (run-keep.ts); past that, and for a run answered with its sandbox's end, it goes at
+   * once. A kept sandbox holds its processes (waiting), its cgroup and one descriptor of this
+   * process. {@link sandboxesGone} lets every kept one go.
+   */
+  teardownAfter?: PromiseLike<unknown>;
   /**
    * Gives the tool descriptor {@link EVENTS_FD} (3) as the write end of a pipe this process reads,
    * and calls this with each chunk written to it, as it arrives. Chunks are not split at line or
@@ -119,9 +122,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const host = await probe(options.bwrapPath ? { bwrapPath: options.bwrapPath } : {});
   assertHostReady(host);
   const plan = planRun(host, profile, Boolean(options.events));
-  const claim = options.prebuild
-    ? await claimPrebuilt(plan, options.prebuild.stageDir, options.prebuild.warm, options.signal, options.prebuild.ready)
-    : undefined;
+  const claim = options.prebuild ? await claimPrebuilt(plan, options.prebuild, options.signal) : undefined;
   const run = launchRun(host, plan, claim);
   const { child, cgroup } = run.launched;
   // The relay sends the two listening sockets; once both are held here, it may let the tool start.
@@ -135,7 +136,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const copy = plan.hold || claim?.built ? new OutputCopy(child, plan.outputs, plan.limits.outputDirBytes) : undefined;
   const closed = exitOf(child, run, plan.identity.uid);
   const sinks: Sinks = {};
-  const over = copy ? holderOver(child, copy, claim?.built ? 5 : HOLDER_FD, sinks) : undefined;
+  const over = copy ? holderOver(child, copy, claim?.built ? 5 : HOLDER_FD, sinks, options.teardownAfter) : undefined;
   const watch = watchRun(child, cgroup, plan.limits, options.signal, () => copy?.copy());
   const stdout = new StdoutKeeper(child.stdout, plan.limits, options.stdoutFile, () => watch.kill('output_cap'));
   const events = relayEvents(child, options.events);
@@ -149,7 +150,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   // the tool is done and nothing else of it is left: the sandbox's teardown (its namespaces going
   // away, most of a short run's tail) then goes on after the answer, and what the run held is given
   // back once it is through.
-  const { code, signal, early } = await (over ? Promise.race([closed, over]) : closed).finally(async () => {
+  const { code, signal, early, kept } = await (over ? Promise.race([closed, over]) : closed).finally(async () => {
     watch.stop();
     plan.preload?.remove();
     // The tool is gone: so are its connections, and the sockets in its namespace. Each has
@@ -166,6 +167,9 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const cpuUsec = cgroup ? runCpuUsec(cgroup) : undefined;
   if (early) {
     ends.early++;
+    // Kept: everything the tool wrote has been read, and nothing of it is left to write more; of
+    // its pipes only the holder's channel stays open here until it goes.
+    if (kept) for (const p of [child.stdout, child.stderr, child.stdio[EVENTS_FD] as Readable | null]) p?.destroy();
     // The binds go back now, before the answer: nothing of the tool is left to write to them, the
     // caller may use them as soon as it has the answer, and they are named by this run's
     // descriptors (of the checked binds), which the caller closes once it has it.
@@ -210,9 +214,13 @@ const ends = { early: 0 };
 /** The teardowns of sandboxes whose runs were answered at their holder's word, until each is through. */
 const tearing = new Set<Promise<void>>();
 
-/** How many runs were answered at their holder's word, before their sandbox's teardown (for tests and diagnostics). */
-export function runEnds(): { early: number; tearing: number } {
-  return { ...ends, tearing: tearing.size };
+/**
+ * How many runs were answered at their holder's word, before their sandbox's teardown, how many
+ * of those teardowns are not through yet, and how many of those sandboxes are kept (for tests and
+ * diagnostics).
+ */
+export function runEnds(): { early: number; tearing: number; kept: number } {
+  return { ...ends, tearing: tearing.size, kept: keptSandboxes() };
 }
 
 /**
@@ -223,6 +231,7 @@ export function runEnds(): { early: number; tearing: number } {
  * this first.
  */
 export async function sandboxesGone(): Promise<void> {
+  letKeptGo();
   while (tearing.size > 0) await Promise.all([...tearing]);
 }
 
@@ -300,7 +309,13 @@ interface Sinks {
  * faster than the disk takes it), or whose descriptor is not known, leaves the run to end with its
  * launcher, as does a holder not alone.
  */
-function holderOver(child: ChildProcess, copy: OutputCopy, fd: number, sinks: Sinks): Promise<Exit> {
+function holderOver(
+  child: ChildProcess,
+  copy: OutputCopy,
+  fd: number,
+  sinks: Sinks,
+  keep: PromiseLike<unknown> | undefined,
+): Promise<Exit> {
   return new Promise((resolve) => {
     copy.listen((child.stdio as unknown as (Duplex | null)[])[fd], (done) => {
       if (!done.alone) return;
@@ -312,7 +327,9 @@ function holderOver(child: ChildProcess, copy: OutputCopy, fd: number, sinks: Si
       const open = pipes.filter(([p]) => p && !p.readableEnded && !p.destroyed) as [Readable, ((chunk: Buffer) => void) | undefined][];
       if (open.some(([p, sink]) => !sink || p.isPaused() || p.readableLength > 0 || descriptorOf(p) === undefined)) return;
       for (const [p, sink] of open) drain(descriptorOf(p) as number, sink as (chunk: Buffer) => void);
-      resolve({ code: done.status, signal: null, early: true });
+      const kept = keepUntil(keep);
+      resolve({ code: done.status, signal: null, early: true, kept: kept !== undefined });
+      return kept;
     });
   });
 }
@@ -369,6 +386,8 @@ interface Exit {
   signal: NodeJS.Signals | null;
   /** The run ended at its holder's word, before its launcher closed ({@link holderOver}). */
   early?: boolean;
+  /** Its sandbox is kept until {@link RunOptions.teardownAfter} settles. */
+  kept?: boolean;
 }
 
 /**

@@ -39,18 +39,30 @@ function runnable(cmd0: string): string {
   return `{ [ -x ${cmd0} ] || { printf 'forge-sandbox: %s is not in the sandbox or not executable there\\n' ${cmd0} >&2; exit 127; }; }`;
 }
 
+/** The step that refuses a script the waiting shell cannot read (`script`: its path, as shell text). */
+function readable(script: string): string {
+  return `{ [ -r ${script} ] || { printf 'forge-sandbox: %s is not in the sandbox or not readable there\\n' ${script} >&2; exit 127; }; }`;
+}
+
 const MARK = `printf '${STARTED.replace('\u001e', '\\036').replace('\n', '\\n')}' >&2`;
 
 /**
- * The {@link startSteps} as shell functions (`forge_runnable CMD`, `forge_started`), defined once
- * by a sandbox built ahead, so that the line it reads for its run (a byte at a time: the shell
- * reads a socket no faster) names them instead of spelling them out.
+ * The {@link startSteps} as shell functions (`forge_runnable CMD`, `forge_readable SCRIPT`,
+ * `forge_started`), defined once by a sandbox built ahead, so that the line it reads for its run
+ * (a byte at a time: the shell reads a socket no faster) names them instead of spelling them out.
  */
-export const START_FUNCTIONS = `forge_runnable() ${runnable('"$1"')}; forge_started() { ${MARK}; }`;
+export const START_FUNCTIONS = `forge_runnable() ${runnable('"$1"')}; forge_readable() ${readable('"$1"')}; forge_started() { ${MARK}; }`;
 
-/** The {@link startSteps} in a sandbox that defined {@link START_FUNCTIONS}. */
-export function startCalls(cmd0: string, processes: number | undefined): string[] {
-  return [`forge_runnable ${cmd0}`, ...(processes === undefined ? [] : [`ulimit -p ${processes}`]), 'forge_started'];
+/**
+ * The {@link startSteps} in a sandbox that defined {@link START_FUNCTIONS}; `script`: the run is a
+ * script its waiting shell reads itself, which must be readable rather than `cmd0` executable.
+ */
+export function startCalls(cmd0: string, processes: number | undefined, script?: string): string[] {
+  return [
+    script === undefined ? `forge_runnable ${cmd0}` : `forge_readable ${script}`,
+    ...(processes === undefined ? [] : [`ulimit -p ${processes}`]),
+    'forge_started',
+  ];
 }
 
 /** `command` behind a shell that takes the {@link startSteps} and then becomes it (one exec more). */

@@ -23,6 +23,7 @@ import {
   type SandboxProfile,
   sandboxesGone,
 } from '../src/index.js';
+import { runEnds } from '../src/run.js';
 import { builtSoon, descendants, introspect, requireSandbox, runInChild, stage } from './helpers.js';
 
 let host: HostInfo;
@@ -245,6 +246,101 @@ describe('a run in a sandbox built ahead', () => {
     const large = await secondRun({ ...tmpSize, limits: { tmpBytes: 12 << 20 } }, stageDir);
     expect(small.stdout.toString().trim()).toBe(String(4 << 10));
     expect(large.stdout.toString().trim()).toBe(String(12 << 10));
+  });
+});
+
+describe('a /bin/sh script its waiting shell reads itself (prebuild.shell)', () => {
+  // What a script can tell of how it was started, but for $$ (the waiting shell's, when read by it).
+  const SCRIPT = [
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion
+    'echo "0=$0 #=$# 1=${1-unset}"',
+    'for f in forge_hold forge_source forge_runnable forge_readable forge_started; do command -v "$f" >/dev/null && echo "has $f"; done',
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions
+    'echo "line=${line-unset} NL=${NL-unset} VAR=$TOOL_VAR"',
+    'echo "stdin=$(cat)"',
+    'ls /proc/self/fd | tr "\\n" " "; echo',
+    'ulimit -n; ulimit -t',
+    '(set -e; false; echo "set -e ignored")',
+    'if tr "\\0" " " </proc/$$/cmdline | grep -q forge_source; then echo read-by-waiting-shell >&2; fi',
+    'echo done >&2; exit 7',
+  ].join('\n');
+
+  it('runs as under /bin/sh SCRIPT: $0, no arguments, nothing of the waiting shell, its stdin, limits and descriptors, its exit', async () => {
+    const { stageDir, root } = await stage();
+    const code = join(root, 'hook.sh');
+    writeFileSync(code, SCRIPT);
+    const profile: SandboxProfile = {
+      command: ['/bin/sh', '/forge/hook/main'],
+      env: { TOOL_VAR: 'v' },
+      mounts: [{ source: code, target: '/forge/hook/main', mode: 'ro', perRun: true }],
+      limits: { openFiles: 77, cpuSeconds: 9 },
+    };
+    const fresh = await runSandboxed(profile, { stdin: 'event' });
+    await runSandboxed(profile, { stdin: 'event', prebuild: { stageDir, shell: true } });
+    await builtSoon();
+    const read = await runSandboxed(profile, { stdin: 'event', prebuild: { stageDir, shell: true } });
+    expect(read.prebuilt, describeRun(read)).toBe(true);
+    expect(read.exitCode, describeRun(read)).toBe(7);
+    expect(read.stdout.toString()).toBe(fresh.stdout.toString());
+    // The comparison means something: it holds $0, the variable, stdin and the limits.
+    expect(read.stdout.toString()).toBe('0=/forge/hook/main #=0 1=unset\nline=unset NL=unset VAR=v\nstdin=event\n0 1 2 3 \n77\n9\n');
+    expect(fresh.stderrTail).toBe('done\n');
+    // It was read by the waiting shell (whose command line names forge_source), not by a new one.
+    expect(read.stderrTail).toBe('read-by-waiting-shell\ndone\n');
+  });
+
+  it('a script that is not there is refused, naming it; a command of another form runs as without the option', async () => {
+    const { stageDir, root } = await stage();
+    const code = join(root, 'hook.sh');
+    writeFileSync(code, 'echo ran');
+    const at = (target: string, command: string[]): SandboxProfile => ({
+      command,
+      mounts: [{ source: code, target, mode: 'ro', perRun: true }],
+    });
+    await runSandboxed(at('/forge/hook/main', ['/bin/sh', '/forge/hook/missing']), { prebuild: { stageDir, shell: true } }).catch(() => {});
+    await builtSoon();
+    await expect(
+      runSandboxed(at('/forge/hook/main', ['/bin/sh', '/forge/hook/missing']), { prebuild: { stageDir, shell: true } }),
+    ).rejects.toMatchObject({
+      code: 'sandbox_unavailable',
+      message: expect.stringContaining('forge-sandbox: /forge/hook/missing is not in the sandbox or not readable there'),
+    });
+    // Options or more operands: a new shell, as asked.
+    const r = await secondRun(at('/forge/hook/main', ['/bin/sh', '-e', '/forge/hook/main']), stageDir);
+    expect(r.stdout.toString(), describeRun(r)).toBe('ran\n');
+  });
+});
+
+describe('a sandbox kept until its caller is done (teardownAfter)', () => {
+  it('waits, holding its processes, until the promise settles; at most four wait; sandboxesGone lets them go', async () => {
+    const { stageDir } = await stage();
+    const profile: SandboxProfile = { command: ['/bin/true'], limits: { tmpBytes: 6 << 20 } };
+    await runSandboxed(profile, { prebuild: { stageDir, ready: 2 } });
+    await builtSoon();
+    let settle = () => {};
+    const answered = new Promise<void>((resolve) => {
+      settle = resolve;
+    });
+    const r = await runSandboxed(profile, { prebuild: { stageDir }, teardownAfter: answered });
+    expect(r.prebuilt, describeRun(r)).toBe(true);
+    // Kept: its launcher has not closed (its teardown is not through), and does not while kept.
+    expect(runEnds()).toMatchObject({ kept: 1, tearing: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 50)); // Lets time pass: a sandbox let go would be gone by now.
+    expect(runEnds()).toMatchObject({ kept: 1, tearing: 1 });
+    settle();
+    await waitFor(
+      () => `the kept sandbox to go (${JSON.stringify(runEnds())})`,
+      () => runEnds().kept === 0 && runEnds().tearing === 0,
+    );
+    // Never settled: four are kept, the fifth goes at once; sandboxesGone lets all go.
+    const never = new Promise<void>(() => {});
+    for (let i = 0; i < 5; i++) {
+      await builtSoon();
+      await runSandboxed(profile, { prebuild: { stageDir }, teardownAfter: never });
+    }
+    expect(runEnds().kept).toBe(4);
+    await sandboxesGone();
+    expect(runEnds()).toMatchObject({ kept: 0, tearing: 0 });
   });
 });
 

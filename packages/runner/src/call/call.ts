@@ -29,6 +29,12 @@ export interface Call {
    * appended, so a second delivery of the job appends what is missing and never twice.
    */
   dispatched?: DispatchedCall;
+  /**
+   * Settles once the call is answered (runCall): the sandboxes its hooks and its tool ran in are
+   * kept until then, so that their teardowns come after the answer, not beside its next run
+   * (the sandbox's `teardownAfter`).
+   */
+  answered?: PromiseLike<void>;
 }
 
 /** What a worker's call does before its entries go to the log (see {@link Call.dispatched}). */

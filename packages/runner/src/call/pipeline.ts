@@ -57,9 +57,17 @@ export function runCall(e: Engine, executors: CallExecutors, call: Call, route: 
     call.caller.persona,
     parent,
     async () => {
-      const receipts = new CallReceipts();
-      const answer = await collectReceipts(receipts, () => callSteps(e, executors, call, route));
-      return { ...answer, envelope: withReceipt(answer.envelope, receipts.of(call.eventType)) };
+      let settle = () => {};
+      call.answered = new Promise<void>((resolve) => {
+        settle = resolve;
+      });
+      try {
+        const receipts = new CallReceipts();
+        const answer = await collectReceipts(receipts, () => callSteps(e, executors, call, route));
+        return { ...answer, envelope: withReceipt(answer.envelope, receipts.of(call.eventType)) };
+      } finally {
+        settle();
+      }
     },
     (answer) => ({
       envelope: answer.envelope,

@@ -224,6 +224,7 @@ function ports(e: HookEngine, call: Call, hook: HookFile, snap: PolicySnapshot):
     },
     ...(e.options.bwrapPath ? { bwrapPath: e.options.bwrapPath } : {}),
     ...(call.ctx.signal ? { signal: call.ctx.signal } : {}),
+    ...(call.answered ? { teardownAfter: call.answered } : {}),
   };
 }
 

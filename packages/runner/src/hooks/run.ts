@@ -30,6 +30,8 @@ export interface HookPorts {
   runtimes(): Promise<RuntimeTable>;
   bwrapPath?: string;
   signal?: AbortSignal;
+  /** Keeps the hook's sandbox until this settles (the call's answer): its teardown comes after the call's next runs. */
+  teardownAfter?: PromiseLike<void>;
   /** Where sandboxes built ahead wait (as for tools), when the engine builds them; hooks then take one. */
   stageDir?: (lib: SandboxModule) => string;
   /** Warm interpreters (as for tools): a Python hook is served by one when given. */
@@ -153,8 +155,10 @@ export async function runHook(
       stdin: JSON.stringify(event),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
       ...(ports.signal ? { signal: ports.signal } : {}),
+      ...(ports.teardownAfter ? { teardownAfter: ports.teardownAfter } : {}),
       // A call runs its hooks one after another, faster than a sandbox is built: two of a shape wait.
-      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, cmd), ready: 2 } } : {}),
+      // A `#!/bin/sh` hook is read by the shell already waiting in its sandbox (one exec less).
+      ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, cmd), ready: 2, shell: true } } : {}),
     });
   } catch (err) {
     return { verdict: 'fail', reason: `could not be run: ${(err as Error).message}`, ms: ms() };

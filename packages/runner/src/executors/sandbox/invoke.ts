@@ -116,6 +116,8 @@ export async function invokeSandbox(ports: InvokePorts, job: RunJob<Forged>, r: 
       stdoutFile: setup.spill,
       signal: ac.signal,
       events: (chunk) => events.push(chunk),
+      // Its teardown after the call's answer (its post hooks, its record), not beside them.
+      ...(job.call.answered ? { teardownAfter: job.call.answered } : {}),
       ...(ports.stageDir ? { prebuild: { stageDir: ports.stageDir(lib), ...warmFor(ports, r.runtime) } } : {}),
       ...(ports.bwrapPath ? { bwrapPath: ports.bwrapPath } : {}),
     };
