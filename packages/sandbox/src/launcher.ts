@@ -162,6 +162,15 @@ export function descriptorsShort(): 'EMFILE' | 'ENFILE' | undefined {
 
 /** The refusal of a run whose launcher the system would not start (`code`: the system's reason, when known). */
 export function launcherRefused(code?: string): SandboxError {
+  if (code === 'EINVAL') {
+    // Not a shortage: a descriptor this process holds (inherited, most often) is numbered at or
+    // above its open-files limit, where the launcher's cover of it cannot be placed.
+    return new SandboxError(
+      'sandbox_unavailable',
+      `the system would not start the sandbox (EINVAL: this process holds a file descriptor numbered at or above its open-files limit, which a sandbox's launcher cannot cover); nothing was run — fix: start forge without that descriptor (close it in the program or shell that starts forge: \`ls /proc/<pid>/fd\` lists them) or with an open-files limit above it (\`ulimit -n\`)`,
+      { transient: false },
+    );
+  }
   return new SandboxError(
     'sandbox_unavailable',
     `the system would not start the sandbox (no new process or no free file descriptor: ${code ?? 'EMFILE, ENFILE or EAGAIN'}); nothing was run — fix: raise the open-files limit (\`ulimit -n\`) or the process limit of the user running forge, or lower the calls running at once (maxConcurrentRuns)`,

@@ -84,7 +84,13 @@ describe('short of file descriptors', () => {
     expect(code, err).toBe(0);
     const seen = JSON.parse(out) as { tries: Record<string, unknown>[]; stats: { ready: number } };
     for (const t of seen.tries) {
-      expect(t).toMatchObject({ code: 'sandbox_unavailable', transient: false, message: expect.stringMatching(/EINVAL/) });
+      expect(t).toMatchObject({
+        code: 'sandbox_unavailable',
+        transient: false,
+        message: expect.stringMatching(
+          /EINVAL: this process holds a file descriptor numbered at or above its open-files limit.*fix: start forge without that descriptor/,
+        ),
+      });
     }
     expect(seen.stats.ready).toBe(0);
   });
