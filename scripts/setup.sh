@@ -44,6 +44,11 @@ fi
 if ! $demo && ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   apt_missing+=(postgresql)
 fi
+# The egress proxy's run certificates are checked by real TLS clients (curl, OpenSSL's verify).
+if ! $demo; then
+  command -v curl >/dev/null 2>&1 || apt_missing+=(curl)
+  command -v openssl >/dev/null 2>&1 || apt_missing+=(openssl)
+fi
 # The audit log's Merkle proofs are checked by the Go checksum database's own code (sumdb/tlog).
 if ! $demo; then
   command -v go >/dev/null 2>&1 || apt_missing+=(golang-go)

@@ -7,6 +7,7 @@ export default packageTests({
     'test/busy-user.test.ts',
     'test/cgroup.test.ts',
     'test/descriptors.test.ts',
+    'test/egress-ca.test.ts',
     'test/egress-node.test.ts',
     'test/egress-proxy.test.ts',
     'test/egress.test.ts',

@@ -322,7 +322,9 @@ function holderOver(
       const pipes: [Readable | null | undefined, ((chunk: Buffer) => void) | undefined][] = [
         [child.stdout, sinks.stdout],
         [child.stderr, sinks.stderr],
-        [child.stdio[EVENTS_FD] as Readable | null | undefined, sinks.events],
+        // Without an events sink, the run's pipe (a sandbox built ahead has one) was closed before
+        // its tool started: nothing in it is the tool's, and it is read only to find it empty.
+        [child.stdio[EVENTS_FD] as Readable | null | undefined, sinks.events ?? ignore],
       ];
       const open = pipes.filter(([p]) => p && !p.readableEnded && !p.destroyed) as [Readable, ((chunk: Buffer) => void) | undefined][];
       if (open.some(([p, sink]) => !sink || p.isPaused() || p.readableLength > 0 || descriptorOf(p) === undefined)) return;
@@ -333,6 +335,8 @@ function holderOver(
     });
   });
 }
+
+const ignore = (_chunk: Buffer): void => {};
 
 /** The descriptor under a pipe's stream (Node's libuv handle), when it says. */
 function descriptorOf(stream: Readable): number | undefined {
