@@ -8,6 +8,7 @@ export default packageTests({
     'test/cgroup.test.ts',
     'test/descriptors.test.ts',
     'test/egress-ca.test.ts',
+    'test/egress-intercept.test.ts',
     'test/egress-node.test.ts',
     'test/egress-proxy.test.ts',
     'test/egress.test.ts',

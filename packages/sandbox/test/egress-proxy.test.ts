@@ -136,7 +136,7 @@ describe('HTTP absolute-form requests', () => {
     const res = await readUntil(s);
     expect(res).toMatch(/^HTTP\/1\.1 200 /);
     expect(res).toContain(`GET /a?b=1 host=allowed.test:${target.port} auth=-`);
-    expect(f.events.map((e) => `${e.type} ${e.protocol} ${e.host}`)).toEqual([
+    expect(f.events.map((e) => `${e.type} ${'protocol' in e ? e.protocol : '-'} ${e.host}`)).toEqual([
       'network.allowed http allowed.test',
       'network.closed http allowed.test',
     ]);

@@ -10,6 +10,7 @@ import {
   type NetworkGrant,
   type Resolver,
 } from './guard.js';
+import { intercept, intercepts, placedWrong, placeholderIn, type SecretEvent, type Substitution } from './intercept.js';
 
 /** How a connection reached the proxy. */
 export type EgressProtocol = 'http' | 'connect' | 'socks5';
@@ -56,7 +57,8 @@ export type NetworkEvent =
       durationMs: number;
       /** Why it failed, when it did (`ECONNREFUSED`, `idle timeout`, …). */
       error?: string;
-    };
+    }
+  | SecretEvent;
 
 /** What a run's network did, in the run result. */
 export interface NetworkUsage {
@@ -77,6 +79,8 @@ export interface EgressProxyOptions {
   connectTimeoutMs: number;
   /** Canonical addresses of this host (see `hostAddresses()`). */
   hostAddresses: ReadonlySet<string>;
+  /** Secrets delivered by placeholder: connections to their hosts are intercepted (intercept.ts). */
+  substitution?: Substitution;
 }
 
 type Allowed = Extract<Decision, { ok: true }>;
@@ -245,7 +249,7 @@ export class EgressProxy {
   }
 
   /** Connects to the checked addresses in order (never resolving again); the first that answers wins. */
-  async #open(protocol: EgressProtocol, d: Allowed): Promise<Opened> {
+  async #open(protocol: EgressProtocol, d: Allowed, tunnel = protocol !== 'http'): Promise<Opened> {
     const id = ++this.#ids;
     this.#emit({
       type: 'network.allowed',
@@ -262,7 +266,7 @@ export class EgressProxy {
       if (this.#closed) break;
       // Tunnels read the destination into one large reused buffer; plain HTTP hands the socket
       // to the http client, which needs its usual 'data' events.
-      const down: DownSink | undefined = protocol === 'http' ? undefined : { early: [] };
+      const down: DownSink | undefined = tunnel ? { early: [] } : undefined;
       const socket = connect({
         host: address,
         port: d.port,
@@ -370,14 +374,16 @@ export class EgressProxy {
     if (!target) return refuse('400 Bad Request', `forge egress proxy: CONNECT needs host:port (got ${JSON.stringify(req.url)})`);
     const d = await this.#decide('connect', target.host, target.port);
     if (!d.ok) return refuse(d.rule === 'resolve_failed' ? '502 Bad Gateway' : '403 Forbidden', d.message, d.rule);
+    const intercepted = intercepts(this.#options.substitution, d.host);
     let opened: Opened;
     try {
-      opened = await this.#open('connect', d);
+      opened = await this.#open('connect', d, !intercepted);
     } catch (err) {
       return refuse('502 Bad Gateway', (err as Error).message);
     }
     if (this.#closed || client.destroyed) return void opened.socket.destroy();
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (intercepted) return this.#intercept('connect', client, head, d, opened);
     if (head.length > 0) opened.socket.write(head);
     this.#splice(client, opened.socket, opened.done, opened.down);
   }
@@ -397,6 +403,13 @@ export class EgressProxy {
       return text(400, 'forge egress proxy: send absolute-form http:// requests, or CONNECT host:port (for https and anything else)');
     }
     const port = url.port ? Number(url.port) : 80;
+    // A placeholder is put in only over TLS to its hosts: in plain HTTP it is refused wherever it is.
+    const misplaced = placeholderIn(this.#options.substitution?.rules, [req.url, ...req.rawHeaders].join('\n'));
+    if (misplaced) {
+      const message = placedWrong(misplaced, 'in a plain http:// request');
+      this.#emit({ type: 'secret.refused', secret: misplaced.name, host: url.hostname, port, where: 'http request', message });
+      return text(403, `forge egress proxy: ${message}`, 'secret_placeholder');
+    }
     const d = await this.#decide('http', url.hostname, port);
     if (!d.ok) return text(d.rule === 'resolve_failed' ? 502 : 403, d.message, d.rule);
     let opened: Opened;
@@ -483,16 +496,32 @@ export class EgressProxy {
       return reply(
         d.rule === 'resolve_failed' ? SOCKS_REPLY.host : d.rule === 'invalid_target' ? SOCKS_REPLY.address : SOCKS_REPLY.ruleset,
       );
+    const intercepted = intercepts(this.#options.substitution, d.host);
     let opened: Opened;
     try {
-      opened = await this.#open('socks5', d);
+      opened = await this.#open('socks5', d, !intercepted);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       return reply(code === 'ECONNREFUSED' ? SOCKS_REPLY.refused : code === 'ENETUNREACH' ? SOCKS_REPLY.network : SOCKS_REPLY.host);
     }
     if (this.#closed || client.destroyed) return void opened.socket.destroy();
     reply(SOCKS_REPLY.ok);
+    if (intercepted) return this.#intercept('socks5', client, Buffer.alloc(0), d, opened);
     this.#splice(client, opened.socket, opened.done, opened.down);
+  }
+
+  /** Serves a connection to a host of a placeholder secret (intercept.ts) instead of tunnelling it. */
+  #intercept(protocol: 'connect' | 'socks5', client: Socket, head: Buffer, d: Allowed, opened: Opened): void {
+    client.setTimeout(0);
+    intercept(client, head, {
+      substitution: this.#options.substitution as Substitution,
+      host: d.host,
+      port: d.port,
+      first: opened.socket, // and each further one its requests need, to the addresses checked, audited:
+      reopen: async () => (await this.#open(protocol, d, false)).socket,
+      idleTimeoutMs: this.#options.idleTimeoutMs,
+      onEvent: (e) => this.#emit(e),
+    });
   }
 }
 
