@@ -10,6 +10,7 @@ export default packageTests({
     'test/egress-ca.test.ts',
     'test/egress-intercept.test.ts',
     'test/egress-node.test.ts',
+    'test/egress-secrets.test.ts',
     'test/egress-proxy.test.ts',
     'test/egress.test.ts',
     'test/escape-prebuilt.test.ts',

@@ -26,6 +26,7 @@ export { DEFAULT_WARM_POOL_BYTES, warmBudget } from './demand.js';
 export { type AddressClass, type AddressKind, classifyAddress } from './egress/address.js';
 export type { AllowRule, DenyRule, NetworkGrant, Resolver } from './egress/guard.js';
 export { EGRESS_PORTS } from './egress/inside.js';
+export { newPlaceholder, type SecretEvent, type SecretRule } from './egress/intercept.js';
 export type { EgressProtocol, NetworkEvent, NetworkUsage } from './egress/proxy.js';
 export { SANDBOX_ERROR_CODES, SandboxError, type SandboxErrorCode } from './errors.js';
 export { EVENTS_FD } from './launcher.js';

@@ -22,10 +22,14 @@ import {
 import { Server } from 'node:net';
 import { constants } from 'node:os';
 import { basename, join } from 'node:path';
+import { rootCertificates } from 'node:tls';
 import type { CheckedBind } from './binds.js';
 import { overRunLimit, type RunCgroup } from './cgroup.js';
+import { mintRunCa } from './egress/ca.js';
 import { checkGrant, hostAddresses } from './egress/guard.js';
-import { EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
+import { CA_PATH, EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
+import type { SecretRule, Substitution } from './egress/intercept.js';
+import { type PreloadFile, preloadFile } from './egress/preload.js';
 import { EgressProxy } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { BIND_FD, EVENTS_FD, shellQuote } from './launcher.js';
@@ -166,7 +170,59 @@ export function resolveNetwork(access: NetworkAccess | undefined): (NetworkAcces
       throw new SandboxError('invalid_profile', `network.${k} must be a positive integer (got ${JSON.stringify(out[k])})`);
     }
   }
+  (access.placeholders ?? []).forEach((r, i) => {
+    const bad = badPlaceholder(r);
+    if (bad) throw new SandboxError('invalid_profile', `network.placeholders[${i}]${r?.name ? ` (${r.name})` : ''}: ${bad}`);
+  });
   return out;
+}
+
+/**
+ * What a run with network needs on the host before its launch: the egress preload (written just
+ * before, removed once the sandbox mounted it) and, when it has placeholder secrets, its trust
+ * store beside it (the host's roots and a CA of the run's own, for their hosts only) and what its
+ * proxy substitutes. The CA's key stays in this process, and goes with the run.
+ */
+export function egressKit(network: NonNullable<ReturnType<typeof resolveNetwork>>): { preload: PreloadFile; substitution?: Substitution } {
+  const rules = network.placeholders ?? [];
+  if (rules.length === 0) return { preload: preloadFile(EGRESS_PORTS.http) };
+  const ca = mintRunCa([...new Set(rules.flatMap((r) => r.hosts))]);
+  return {
+    preload: preloadFile(EGRESS_PORTS.http, `${systemRoots()}\n${ca.certPem}`),
+    substitution: { ca, rules, ...(network.upstreamCa ? { upstreamCa: network.upstreamCa } : {}) },
+  };
+}
+
+/** The host's trusted roots (PEM), as its OpenSSL reads them, else Node's own. */
+function systemRoots(): string {
+  for (const file of ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt']) {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch {
+      // not this distribution's place
+    }
+  }
+  return rootCertificates.join('\n');
+}
+
+/** Why a placeholder secret cannot be delivered as given, or undefined. */
+function badPlaceholder(r: SecretRule): string | undefined {
+  if (typeof r?.name !== 'string' || r.name === '') return 'name must be a non-empty string';
+  if (typeof r.placeholder !== 'string' || r.placeholder.length < 16)
+    return 'placeholder must be a string of at least 16 characters (unguessable: see newPlaceholder)';
+  if (typeof r.value !== 'string' || r.value === '') return 'value must be a non-empty string';
+  if (r.value.includes(r.placeholder) || r.placeholder.includes(r.value)) return 'placeholder and value must not contain each other';
+  if (!Array.isArray(r.hosts) || r.hosts.length === 0 || !r.hosts.every((h) => typeof h === 'string' && h === h.toLowerCase() && h !== ''))
+    return 'hosts must be a non-empty list of lower-case host names or IP addresses';
+  if (
+    !Array.isArray(r.headers) ||
+    r.headers.length === 0 ||
+    !r.headers.every((h) => typeof h === 'string' && /^[a-z0-9!#$%&'*+.^_`|~-]+$/.test(h))
+  )
+    return 'headers must be a non-empty list of lower-case header names';
+  if (typeof r.format !== 'string' || r.format.split('{}').length !== 2 || /[\r\n]/.test(r.format))
+    return 'format must hold "{}" exactly once (where the value goes: "Bearer {}"), on one line';
+  return undefined;
 }
 
 /**
@@ -174,7 +230,7 @@ export function resolveNetwork(access: NetworkAccess | undefined): (NetworkAcces
  * binary this process runs on, mounted read-only when it lives outside /usr), the proxy
  * variables, and the preload (the host file `preload`).
  */
-export function withEgress(profile: SandboxProfile, preload: string): SandboxProfile {
+export function withEgress(profile: SandboxProfile, preload: PreloadFile): SandboxProfile {
   const cmd = profile.command;
   if (cmd.length === 0 || !(cmd[0] as string).startsWith('/')) {
     throw new SandboxError('invalid_profile', `command[0] must be an absolute path (got ${JSON.stringify(cmd[0])})`);
@@ -183,12 +239,13 @@ export function withEgress(profile: SandboxProfile, preload: string): SandboxPro
   return {
     ...profile,
     command: wrapCommand(node, cmd),
-    env: egressEnv(profile.env ?? {}, profile.network?.grant ?? { loopback: 'deny' }),
+    env: egressEnv(profile.env ?? {}, profile.network?.grant ?? { loopback: 'deny' }, preload.caPath !== undefined),
     mounts: [
       // The relay's node before the profile's own mounts, so that one of those at its path wins.
       ...(node.startsWith('/usr/') ? [] : [{ source: node, mode: 'ro' as const }]),
       ...(profile.mounts ?? []),
-      { source: preload, target: PRELOAD_PATH, mode: 'ro' },
+      { source: preload.path, target: PRELOAD_PATH, mode: 'ro' },
+      ...(preload.caPath ? [{ source: preload.caPath, target: CA_PATH, mode: 'ro' as const }] : []),
     ],
   };
 }
@@ -383,8 +440,14 @@ export interface Egress {
  * launcher's IPC channel; once both are held here, the relay may let the tool start. `onStarted`
  * runs then (bwrap has mounted everything). Close the proxy when the sandbox is gone.
  */
-export function startEgress(child: ChildProcess, network: NonNullable<ReturnType<typeof resolveNetwork>>, onStarted: () => void): Egress {
+export function startEgress(
+  child: ChildProcess,
+  network: NonNullable<ReturnType<typeof resolveNetwork>>,
+  onStarted: () => void,
+  substitution?: Substitution,
+): Egress {
   const p = new EgressProxy({
+    ...(substitution ? { substitution } : {}),
     grant: network.grant,
     ...(network.resolver ? { resolver: network.resolver } : {}),
     ...(network.onEvent ? { onEvent: network.onEvent } : {}),

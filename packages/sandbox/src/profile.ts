@@ -1,6 +1,7 @@
 import { isAbsolute } from 'node:path';
 import type { CheckedBind } from './binds.js';
 import type { NetworkGrant, Resolver } from './egress/guard.js';
+import type { SecretRule } from './egress/intercept.js';
 import type { NetworkEvent } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import type { RootEntry } from './host-roots.js';
@@ -129,6 +130,14 @@ export interface NetworkAccess {
   idleTimeoutMs?: number;
   /** Time allowed to connect to a destination. Default 10 000. */
   connectTimeoutMs?: number;
+  /**
+   * Secrets the tool holds only as placeholders: the proxy puts each real value into the headers
+   * it names, for its hosts only, and the run trusts a CA of its own that answers for those hosts
+   * (egress/intercept.ts). The caller puts each placeholder where the tool reads it (its env).
+   */
+  placeholders?: readonly SecretRule[];
+  /** Certificates (PEM) trusted for the placeholder secrets' real hosts besides the system's roots. */
+  upstreamCa?: readonly string[];
 }
 
 /** Host facts the argv depends on (from `probe()` and the prepared /etc directory). */

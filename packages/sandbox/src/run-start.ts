@@ -7,8 +7,8 @@ import { basename } from 'node:path';
 import type { CheckedBind } from './binds.js';
 import type { CgroupLimits, RunCgroups } from './cgroup.js';
 import { DEFAULT_WARM_POOL_BYTES } from './demand.js';
-import { EGRESS_PORTS } from './egress/inside.js';
-import { type PreloadFile, preloadFile } from './egress/preload.js';
+import type { Substitution } from './egress/intercept.js';
+import type { PreloadFile } from './egress/preload.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
 import {
@@ -37,6 +37,7 @@ import {
 } from './prebuilt.js';
 import {
   coverInherited,
+  egressKit,
   hostLayout,
   type ProcessLimitBy,
   perRunMounts,
@@ -88,6 +89,8 @@ export interface RunPlan {
   processes: number | undefined;
   /** The egress preload's host file, for a run with network. */
   preload: PreloadFile | undefined;
+  /** What its egress proxy substitutes, for a run with placeholder secrets. */
+  substitution?: Substitution;
   binds: readonly CheckedBind[];
   identity: SandboxIdentity;
   layout: HostLayout;
@@ -117,8 +120,9 @@ export function planRun(host: ReadyHost, profile: SandboxProfile, events: boolea
   const hold = (profile.mounts ?? []).some((m) => m.perRun && m.mode === 'rw');
   if (!hold) profile = { ...profile, command: startCommand(toolCommand, processes) };
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
-  const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
-  if (preload) profile = withEgress(profile, preload.path);
+  const kit = network ? egressKit(network) : undefined;
+  const preload = kit?.preload;
+  if (preload) profile = withEgress(profile, preload);
   const given = profile.mounts ?? [];
   profile = { ...profile, mounts: perRunMounts(given) };
   const mounts = profile.mounts ?? [];
@@ -136,6 +140,7 @@ export function planRun(host: ReadyHost, profile: SandboxProfile, events: boolea
     pidsBy,
     processes,
     preload,
+    ...(kit?.substitution ? { substitution: kit.substitution } : {}),
     binds: profile.binds ?? [],
     identity: host.identity,
     layout: hostLayout(host),

@@ -127,7 +127,7 @@ export async function runSandboxed(profile: SandboxProfile, options: RunOptions 
   const { child, cgroup } = run.launched;
   // The relay sends the two listening sockets; once both are held here, it may let the tool start.
   const egress = plan.network
-    ? startEgress(child, plan.network, () => plan.preload?.remove()) // the relay runs: bwrap has mounted everything
+    ? startEgress(child, plan.network, () => plan.preload?.remove(), plan.substitution) // the relay runs: bwrap has mounted everything
     : undefined;
   feed(child, run.cold, options.stdin ?? '');
   // The holder says `done <status> <processes>` on its channel once the tool has exited; its

@@ -1,8 +1,7 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunCgroup } from './cgroup.js';
-import { EGRESS_PORTS } from './egress/inside.js';
-import { type PreloadFile, preloadFile } from './egress/preload.js';
+import type { PreloadFile } from './egress/preload.js';
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
@@ -12,6 +11,7 @@ import {
   coverInherited,
   type Egress,
   type EndReason,
+  egressKit,
   endOf,
   hostLayout,
   type MountPlan,
@@ -122,8 +122,9 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
   const pidsBy = processLimitBy(host);
   profile = { ...profile, command: startCommand(profile.command, runProcessLimit(limits, pidsBy)) };
   // The preload's host file exists only from just before the launch until the sandbox has mounted it.
-  const preload = network ? preloadFile(EGRESS_PORTS.http) : undefined;
-  if (preload) profile = withEgress(profile, preload.path);
+  const kit = network ? egressKit(network) : undefined;
+  const preload = kit?.preload;
+  if (preload) profile = withEgress(profile, preload);
   const spawned = launchSpawn(host, profile, limits, { preload, ipc: network !== undefined });
   const { child, cgroup } = spawned.launched;
   const started = performance.now();
@@ -139,10 +140,15 @@ export async function spawnSandboxed(profile: SandboxProfile, options: SpawnOpti
     relayUp = resolve;
   });
   const egress: Egress | undefined = network
-    ? startEgress(child, network, () => {
-        preload?.remove(); // the relay runs: bwrap has mounted everything
-        relayUp();
-      })
+    ? startEgress(
+        child,
+        network,
+        () => {
+          preload?.remove(); // the relay runs: bwrap has mounted everything
+          relayUp();
+        },
+        kit?.substitution,
+      )
     : undefined;
 
   const watch = new SpawnWatch(child, cgroup, limits.cpuSeconds * 1e6, options.signal);

@@ -33,6 +33,7 @@ const EXPORTS = [
   'hostSeccompArch',
   'launchFailure',
   'makeStageDir',
+  'newPlaceholder',
   'prebuiltStats',
   'probe',
   'resolveLimits',

@@ -20,6 +20,8 @@ export const EGRESS_PORTS = { http: 3128, socks5: 1080 } as const;
 
 /** Where the Node preload is mounted inside. */
 export const PRELOAD_PATH = '/run/forge-egress/preload.cjs';
+/** Where a run with placeholder secrets finds its trust store: the host's roots and the run's own CA. */
+export const CA_PATH = '/run/forge-egress/ca.pem';
 
 /** The message the host answers once it holds both listening sockets. */
 export const READY = 'forge-egress-ready';
@@ -74,7 +76,11 @@ const PROXY_VARS = /^(https?|all|no)_proxy$/i;
  * the host's loopback, which is what the grant says. A tool that serves itself on loopback then
  * reaches its own server only by ignoring the proxy (a raw socket, or its own NO_PROXY).
  */
-export function egressEnv(existing: Readonly<Record<string, string>>, grant: Pick<NetworkGrant, 'loopback'>): Record<string, string> {
+export function egressEnv(
+  existing: Readonly<Record<string, string>>,
+  grant: Pick<NetworkGrant, 'loopback'>,
+  ca = false,
+): Record<string, string> {
   const http = `http://127.0.0.1:${EGRESS_PORTS.http}`;
   const vars: Record<string, string> = {
     HTTP_PROXY: http,
@@ -82,12 +88,18 @@ export function egressEnv(existing: Readonly<Record<string, string>>, grant: Pic
     ALL_PROXY: `socks5h://127.0.0.1:${EGRESS_PORTS.socks5}`,
     ...(grant.loopback === 'allow' ? {} : { NO_PROXY: LOOPBACK_NAMES }),
   };
+  // The run's trust store, as OpenSSL (Python's ssl, curl's OpenSSL build), requests, curl and
+  // Node read it: its CA answers for the hosts of its placeholder secrets.
+  const trust: Record<string, string> = ca
+    ? { SSL_CERT_FILE: CA_PATH, REQUESTS_CA_BUNDLE: CA_PATH, CURL_CA_BUNDLE: CA_PATH, NODE_EXTRA_CA_CERTS: CA_PATH }
+    : {};
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(existing)) if (!PROXY_VARS.test(k)) out[k] = v;
   for (const [k, v] of Object.entries(vars)) {
     out[k] = v;
     out[k.toLowerCase()] = v;
   }
+  Object.assign(out, trust);
   // Without the trap handler, WebAssembly (fetch's HTTP parser is) needs no 10 GiB reservation
   // per memory, which the sandbox's address-space limit would refuse. Node >= 20.15 / 22.2.
   out.NODE_OPTIONS = [existing.NODE_OPTIONS, '--disable-wasm-trap-handler', `--require ${PRELOAD_PATH}`].filter(Boolean).join(' ');

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Agent, createServer, type IncomingMessage, type OutgoingHttpHeaders, request, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { Transform, type TransformCallback } from 'node:stream';
@@ -51,6 +52,14 @@ export interface Substitution {
   rules: readonly SecretRule[];
   /** Certificates (PEM) trusted for the real hosts besides the system's roots (a private host's CA). */
   upstreamCa?: readonly string[];
+}
+
+/**
+ * A new placeholder for one secret in one run: 128 random bits, the same length whatever the
+ * secret's, nothing of its name or value.
+ */
+export function newPlaceholder(): string {
+  return `forge-placeholder-${randomBytes(16).toString('hex')}`;
 }
 
 /** Whether connections to `host` are intercepted: a rule names it. */

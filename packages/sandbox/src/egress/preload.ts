@@ -246,6 +246,8 @@ let exitHook = false;
 export interface PreloadFile {
   /** Where the file is (or will be): in the temp dir, named with this process's id and a random part. */
   readonly path: string;
+  /** The run's trust store beside it (`<path>.ca.pem`), when the run has placeholder secrets. */
+  readonly caPath?: string;
   /** Writes it (mode 0644; created exclusively, so never through a link someone placed there). */
   write(): void;
   /** Removes it; idempotent. */
@@ -260,10 +262,12 @@ export interface PreloadFile {
  * write of a process removes the files of processes that died mid-setup. One file, no
  * directory: writing and removing it took 0.12–0.16 ms a run here (a run with network takes 70 ms or more).
  */
-export function preloadFile(proxyPort: number): PreloadFile {
+export function preloadFile(proxyPort: number, caBundle?: string): PreloadFile {
   const path = join(tmpdir(), `forge-sandbox-egress-${process.pid}-${randomBytes(6).toString('hex')}.cjs`);
+  const caPath = caBundle === undefined ? undefined : `${path.slice(0, -'.cjs'.length)}.ca.pem`;
   const remove = () => {
     if (pending.delete(path)) rmSync(path, { force: true });
+    if (caPath && pending.delete(caPath)) rmSync(caPath, { force: true });
   };
   const write = () => {
     if (!exitHook) {
@@ -273,22 +277,28 @@ export function preloadFile(proxyPort: number): PreloadFile {
         for (const p of pending) rmSync(p, { force: true });
       });
     }
-    const fd = openSync(path, 'wx', 0o644);
-    pending.add(path);
-    try {
-      fchmodSync(fd, 0o644); // whatever the umask: the sandbox's uid may not be this process's
-      writeFileSync(fd, preloadSource(proxyPort));
-    } catch (err) {
-      remove();
-      throw err;
-    } finally {
-      closeSync(fd);
+    const files: [string, string][] = [
+      [path, preloadSource(proxyPort)],
+      ...(caPath ? [[caPath, caBundle as string] as [string, string]] : []),
+    ];
+    for (const [file, text] of files) {
+      const fd = openSync(file, 'wx', 0o644);
+      pending.add(file);
+      try {
+        fchmodSync(fd, 0o644); // whatever the umask: the sandbox's uid may not be this process's
+        writeFileSync(fd, text);
+      } catch (err) {
+        remove();
+        throw err;
+      } finally {
+        closeSync(fd);
+      }
     }
   };
-  return { path, write, remove };
+  return { path, ...(caPath ? { caPath } : {}), write, remove };
 }
 
-const NAME = /^forge-sandbox-egress-(\d+)-[0-9a-f]{12}\.cjs$/;
+const NAME = /^forge-sandbox-egress-(\d+)-[0-9a-f]{12}\.(?:cjs|ca\.pem)$/;
 
 /**
  * Removes this user's preload files left by processes that are gone (killed while a sandbox was
