@@ -34,6 +34,7 @@ export default packageTests({
     'test/runs-read.test.ts',
     'test/runs-store.test.ts',
     'test/scopes.test.ts',
+    'test/secret-placeholders.test.ts',
     'test/secrets.test.ts',
     'test/sources.test.ts',
     'test/steps.test.ts',

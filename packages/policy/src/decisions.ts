@@ -301,6 +301,36 @@ export function checkSecrets(snap: PolicySnapshot, persona: string, names: reado
   };
 }
 
+/** A secret delivered by placeholder: what the egress proxy needs of its policy (names lower-cased). */
+export interface InjectedSecret {
+  name: string;
+  hosts: string[];
+  headers: string[];
+  format: string;
+}
+
+/**
+ * How policy delivers each of `names` (`secret_delivery`): in the environment (`env`, the
+ * default), or by placeholder (`inject`: hosts and header names lower-cased, a host's trailing dot
+ * dropped, `format` defaulting to `{}`).
+ */
+export function secretDelivery(snap: PolicySnapshot, names: readonly string[]): { env: string[]; inject: InjectedSecret[] } {
+  const env: string[] = [];
+  const inject: InjectedSecret[] = [];
+  for (const name of names) {
+    const how = snap.policy.secret_delivery[name];
+    if (how === undefined || how === 'env') env.push(name);
+    else
+      inject.push({
+        name,
+        hosts: [...new Set(how.inject.hosts.map((h) => h.toLowerCase().replace(/\.$/, '')))],
+        headers: [...new Set(how.inject.headers.map((h) => h.toLowerCase()))],
+        format: how.inject.format ?? '{}',
+      });
+  }
+  return { env, inject };
+}
+
 /** One budget field a tool asked for above the policy's ceiling. */
 export interface ClampedField {
   field: keyof Budget;

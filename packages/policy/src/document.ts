@@ -50,7 +50,15 @@ export interface PolicyDocument {
   runtimes?: { allow?: string[] };
   toolsmith?: Partial<Omit<ToolsmithPolicy, 'mode'>> & { mode?: Record<string, ToolsmithMode> };
   hooks?: { project?: boolean; network?: SandboxOverride };
+  secret_delivery?: Record<string, SecretDelivery>;
 }
+
+/**
+ * How a secret reaches a run: `env`, in the tool's environment (redacted from what comes out), or
+ * `inject`, as a placeholder the egress proxy replaces with the value only in those request
+ * headers (in that `format`, `{}` standing for it; default `{}`), for those hosts.
+ */
+export type SecretDelivery = 'env' | { inject: { hosts: string[]; headers: string[]; format?: string } };
 
 /** How a persona gets new tools: `direct` (forge_tool) or `governed` (forge_propose, then approval). */
 export type ToolsmithMode = 'direct' | 'governed';
@@ -88,6 +96,8 @@ export interface EffectivePolicy {
   toolsmith: Readonly<ToolsmithPolicy>;
   /** The call hooks: whether a project's own run too (the home's always do), and the network their sandboxes get (none when absent). */
   hooks: { readonly project: boolean; readonly network?: Readonly<SandboxOverride> };
+  /** How each secret is delivered (see {@link SecretDelivery}); a secret with no entry: `env`. */
+  secret_delivery: Readonly<Record<string, Readonly<SecretDelivery>>>;
 }
 
 /** The token bind_roots entries use for the project directory. */
@@ -125,6 +135,7 @@ export const DEFAULT_POLICY: EffectivePolicy = deepFreeze({
     gap_store_max: 10_000,
   },
   hooks: { project: false },
+  secret_delivery: {},
 });
 
 /** The JSON Schema of a policy document (draft 2020-12), as published in `schema/`. */
@@ -140,7 +151,8 @@ export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = schema;
  * - `runtimes.allow`: the later document's list replaces the earlier one;
  * - `toolsmith`: field by field, the later document wins (its lists replace), except `paused`,
  *   which is true when any document says so, and `mode`, merged by persona;
- * - `hooks.project`: the later document wins.
+ * - `hooks.project`: the later document wins;
+ * - `secret_delivery`: by secret name, the later document's entry replaces the earlier one.
  * A default budget above its ceiling is lowered to the ceiling.
  */
 export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePolicy {
@@ -158,6 +170,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     runtimes: { allow: [...d.runtimes.allow] },
     toolsmith: { ...d.toolsmith, mode: { ...d.toolsmith.mode } } as ToolsmithPolicy & { mode: Record<string, ToolsmithMode> },
     hooks: { ...d.hooks } as { project: boolean; network?: SandboxOverride },
+    secret_delivery: { ...d.secret_delivery } as Record<string, SecretDelivery>,
   };
   const union = (into: string[], more: readonly string[] | undefined) => {
     for (const x of more ?? []) if (!into.includes(x)) into.push(x);
@@ -184,6 +197,7 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     }
     if (doc.hooks?.project !== undefined) out.hooks.project = doc.hooks.project;
     if (doc.hooks?.network !== undefined) out.hooks.network = structuredClone(doc.hooks.network);
+    for (const [name, how] of Object.entries(doc.secret_delivery ?? {})) out.secret_delivery[name] = structuredClone(how);
   }
   for (const k of BUDGET_FIELDS) {
     out.budgets.defaults[k] = Math.min(out.budgets.defaults[k], out.budgets.ceilings[k]);

@@ -20,6 +20,7 @@ import {
   mergePolicies,
   networkFor,
   parseToolAcl,
+  secretDelivery,
   toolsmithFor,
 } from '../src/index.js';
 import { denied, rulesOf, snapshotOf } from './helpers.js';
@@ -244,6 +245,32 @@ describe('networkFor', () => {
 
   it('treats a persona named like an Object.prototype member as having no override', () => {
     for (const persona of ['constructor', 'toString', 'hasOwnProperty']) expect(networkFor(snapshotOf(), persona)).toStrictEqual(closed);
+  });
+});
+
+describe('secretDelivery', () => {
+  it('delivers by environment unless policy says inject, names lower-cased and the format defaulted', () => {
+    const snap = snapshotOf({
+      secret_delivery: {
+        GH: {
+          inject: {
+            hosts: ['API.GitHub.com.', 'api.github.com', '10.0.0.7'],
+            headers: ['Authorization', 'authorization'],
+            format: 'token {}',
+          },
+        },
+        KEY: { inject: { hosts: ['x.test'], headers: ['X-Api-Key'] } },
+        DB: 'env',
+      },
+    });
+    expect(secretDelivery(snap, ['GH', 'DB', 'OTHER', 'KEY'])).toEqual({
+      env: ['DB', 'OTHER'],
+      inject: [
+        { name: 'GH', hosts: ['api.github.com', '10.0.0.7'], headers: ['authorization'], format: 'token {}' },
+        { name: 'KEY', hosts: ['x.test'], headers: ['x-api-key'], format: '{}' },
+      ],
+    });
+    expect(secretDelivery(snapshotOf(), ['A'])).toEqual({ env: ['A'], inject: [] });
   });
 });
 

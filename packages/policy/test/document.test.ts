@@ -70,7 +70,11 @@ const FULL = `{
     "cycle_interval_seconds": 600,
     "gap_store_max": 5000
   },
-  "hooks": { "project": true }
+  "hooks": { "project": true },
+  "secret_delivery": {
+    "GITHUB_TOKEN": { "inject": { "hosts": ["api.github.com", "10.0.0.7"], "headers": ["Authorization"], "format": "Bearer {}" } },
+    "DB_PASSWORD": "env"
+  }
 }
 `;
 
@@ -293,7 +297,7 @@ describe('parsePolicyDocument: schema errors name the key, the rule and the valu
 
   it('refuses an unknown key with nothing close, listing the keys it knows', () => {
     expect(message('{"per_tool_rpm": 3}')).toMatchInlineSnapshot(
-      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, budgets, bind_roots, bind_allow, runtimes, toolsmith, hooks)"`,
+      `"policy.json:1:18: unknown key "per_tool_rpm" in the document (expected one of: forbidden_tool_names, breakers, persona_namespaces, operator_personas, persona_sandbox_overrides, persona_secret_allow, secret_delivery, budgets, bind_roots, bind_allow, runtimes, toolsmith, hooks)"`,
     );
     expect(message('{"breakers": {"rpm": 3}}')).toMatchInlineSnapshot(
       `"policy.json:1:22: unknown key "rpm" in breakers (expected one of: per_tool_rpm, per_session_forge_count, failure_threshold, cooldown_s)"`,
@@ -613,7 +617,39 @@ describe('mergePolicies', () => {
         gap_store_max: 10_000,
       },
       hooks: { project: false },
+      secret_delivery: {},
     });
+  });
+
+  it('secret_delivery: by secret name, the later entry replaces the earlier; none by default', () => {
+    const inject = { inject: { hosts: ['api.example.com'], headers: ['Authorization'], format: 'Bearer {}' } };
+    expect(mergePolicies().secret_delivery).toEqual({});
+    expect(
+      mergePolicies(
+        { secret_delivery: { A: inject, B: 'env' } },
+        { secret_delivery: { A: 'env', C: { inject: { hosts: ['x.test'], headers: ['X-Key'] } } } },
+      ).secret_delivery,
+    ).toEqual({ A: 'env', B: 'env', C: { inject: { hosts: ['x.test'], headers: ['X-Key'] } } });
+  });
+
+  it('secret_delivery: refuses what cannot be delivered, at its line', () => {
+    const cases: [string, string, RegExp][] = [
+      ['no {} in the format', '{ "inject": { "hosts": ["a.test"], "headers": ["Authorization"], "format": "Bearer" } }', /format/],
+      ['two {}', '{ "inject": { "hosts": ["a.test"], "headers": ["Authorization"], "format": "{} {}" } }', /format/],
+      ['a wildcard host', '{ "inject": { "hosts": ["*.a.test"], "headers": ["Authorization"] } }', /hosts/],
+      ['no headers', '{ "inject": { "hosts": ["a.test"], "headers": [] } }', /headers/],
+      ['a header name with a space', '{ "inject": { "hosts": ["a.test"], "headers": ["X Key"] } }', /headers/],
+      ['another word', '"environment"', /secret_delivery/],
+      ['an unknown field', '{ "inject": { "hosts": ["a.test"], "headers": ["A"], "to": 1 } }', /to|additional/],
+    ];
+    for (const [what, value, field] of cases) {
+      const text = `{\n  "secret_delivery": {\n    "API_KEY": ${value}\n  }\n}\n`;
+      const p = problem(text);
+      expect(p.line, what).toBe(3);
+      expect(p.message, what).toMatch(/^policy\.json:3:\d+: /);
+      expect(p.message, what).toMatch(field);
+    }
+    expect(message('{ "secret_delivery": { "bad name": "env" } }')).toMatch(/secret_delivery/);
   });
 
   it('hooks.project: the later document wins, and it is off by default', () => {

@@ -41,6 +41,7 @@ const EXPORTS = [
   'readFileAtMost',
   'readJsonText',
   'ruleAllows',
+  'secretDelivery',
   'subjectOf',
   'toolsmithFor',
   'unescapeToken',

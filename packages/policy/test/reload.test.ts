@@ -37,6 +37,7 @@ const ALL_KEYS = [
   'runtimes',
   'toolsmith',
   'hooks',
+  'secret_delivery',
 ];
 
 interface Files {

@@ -122,6 +122,11 @@ export interface ForgeOptions {
   /** How the egress proxy resolves names (default: the system resolver); tests map names with it. */
   resolver?: Resolver;
   /**
+   * Certificates (PEM) the egress proxy trusts, besides the system's roots, for the hosts of
+   * secrets delivered by placeholder (policy `secret_delivery`): a private host's CA.
+   */
+  upstreamCa?: readonly string[];
+  /**
    * Watch the scope directories, so tools that another process forges, promotes or removes are
    * seen at once and reported through `toolsChanged` (a server wants this; a one-shot CLI does not).
    */

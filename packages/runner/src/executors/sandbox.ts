@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { bindAllow, bindRoots, networkFor, type PolicySnapshot } from '@forge/policy';
-import type { CheckedBind } from '@forge/sandbox';
+import { bindAllow, bindRoots, networkFor, type PolicySnapshot, secretDelivery } from '@forge/policy';
+import type { CheckedBind, SecretRule } from '@forge/sandbox';
 import { readAnnotations } from '../annotations.js';
 import { callAuthority } from '../authority.js';
 import { cacheKey } from '../cache.js';
@@ -45,6 +45,7 @@ export function sandboxExecutor(e: Engine): Executor<Forged> {
     bwrapPath: e.options.bwrapPath,
     probeCache: join(e.paths.cacheDir, 'sandbox-probe.json'),
     resolver: e.options.resolver,
+    upstreamCa: e.options.upstreamCa,
   };
   return {
     plan: (call, target, snap) => planRun(e, call, target, snap),
@@ -115,11 +116,30 @@ async function runChecked(
         throw new RefusalError('bind_denied', `input${b.pointer}: ${c.message} (policy bind_roots: ${roots.join(', ') || 'none'})`);
       binds.push(c.bind);
     }
-    const input = { runtime, input: call.input, binds, secrets: job.secrets, secretEnv: Object.fromEntries(job.secretValues), ctx, grant };
+    const { secretEnv, placeholders } = await delivered(snap, job.secretValues);
+    const input = { runtime, input: call.input, binds, secrets: job.secrets, secretEnv, placeholders, ctx, grant };
     return await runOnce(ports, job, input);
   } finally {
     closeBinds(binds);
   }
+}
+
+/**
+ * How the run gets its secrets (policy `secret_delivery`): in its environment, the value; by
+ * placeholder, a new placeholder under the same name, and the rule its egress proxy substitutes by.
+ */
+async function delivered(
+  snap: PolicySnapshot,
+  values: ReadonlyMap<string, string>,
+): Promise<{ secretEnv: Record<string, string>; placeholders: SecretRule[] }> {
+  if (values.size === 0) return { secretEnv: {}, placeholders: [] };
+  const { env, inject } = secretDelivery(snap, [...values.keys()]);
+  const { newPlaceholder } = await sandboxModule();
+  const placeholders = inject.map((s) => ({ ...s, placeholder: newPlaceholder(), value: values.get(s.name) as string }));
+  return {
+    secretEnv: Object.fromEntries([...env.map((n) => [n, values.get(n) as string]), ...placeholders.map((p) => [p.name, p.placeholder])]),
+    placeholders,
+  };
 }
 
 /** One sandboxed run, stage by stage: its envelope and what the manifest and the audit entry say of it. */

@@ -12,6 +12,7 @@ import type {
   RunResult,
   RuntimeTable,
   SandboxProfile,
+  SecretRule,
   WarmOptions,
 } from '@forge/sandbox';
 import type { Target } from '../../call/resolve.js';
@@ -52,6 +53,8 @@ export interface InvokePorts {
   /** Where what the host probe's trial sandbox found is kept for the next process (see @forge/sandbox probe). */
   probeCache: string;
   resolver: Resolver | undefined;
+  /** Certificates trusted for placeholder secrets' hosts besides the system's roots. */
+  upstreamCa: readonly string[] | undefined;
 }
 
 /** One run's request: what the sandbox gets besides the job. */
@@ -61,6 +64,8 @@ export interface RunInput {
   binds: CheckedBind[];
   secrets: SecretList;
   secretEnv: Record<string, string>;
+  /** The secrets delivered by placeholder: their env var holds the placeholder, the proxy puts the value in. */
+  placeholders: SecretRule[];
   ctx: Ctx;
   grant: ReturnType<typeof networkFor>;
 }
@@ -229,6 +234,8 @@ function profile(ports: InvokePorts, job: RunJob<Forged>, r: RunInput, setup: Se
                 r.secrets,
               ),
             ...(ports.resolver ? { resolver: ports.resolver } : {}),
+            ...(r.placeholders.length > 0 ? { placeholders: r.placeholders } : {}),
+            ...(ports.upstreamCa ? { upstreamCa: ports.upstreamCa } : {}),
           },
         }
       : {}),
