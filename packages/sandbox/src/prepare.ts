@@ -27,7 +27,7 @@ import type { CheckedBind } from './binds.js';
 import { overRunLimit, type RunCgroup } from './cgroup.js';
 import { mintRunCa } from './egress/ca.js';
 import { checkGrant, hostAddresses } from './egress/guard.js';
-import { CA_PATH, EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, wrapCommand } from './egress/inside.js';
+import { CA_PATH, EGRESS_PORTS, egressEnv, isRelayMessage, PRELOAD_PATH, READY, RUN_CA_PATH, wrapCommand } from './egress/inside.js';
 import type { SecretRule, Substitution } from './egress/intercept.js';
 import { type PreloadFile, preloadFile } from './egress/preload.js';
 import { EgressProxy } from './egress/proxy.js';
@@ -188,7 +188,7 @@ export function egressKit(network: NonNullable<ReturnType<typeof resolveNetwork>
   if (rules.length === 0) return { preload: preloadFile(EGRESS_PORTS.http) };
   const ca = mintRunCa([...new Set(rules.flatMap((r) => r.hosts))]);
   return {
-    preload: preloadFile(EGRESS_PORTS.http, `${systemRoots()}\n${ca.certPem}`),
+    preload: preloadFile(EGRESS_PORTS.http, { bundle: `${systemRoots()}\n${ca.certPem}`, own: ca.certPem }),
     substitution: { ca, rules, ...(network.upstreamCa ? { upstreamCa: network.upstreamCa } : {}) },
   };
 }
@@ -245,7 +245,12 @@ export function withEgress(profile: SandboxProfile, preload: PreloadFile): Sandb
       ...(node.startsWith('/usr/') ? [] : [{ source: node, mode: 'ro' as const }]),
       ...(profile.mounts ?? []),
       { source: preload.path, target: PRELOAD_PATH, mode: 'ro' },
-      ...(preload.caPath ? [{ source: preload.caPath, target: CA_PATH, mode: 'ro' as const }] : []),
+      ...(preload.caPath && preload.runCaPath
+        ? [
+            { source: preload.caPath, target: CA_PATH, mode: 'ro' as const },
+            { source: preload.runCaPath, target: RUN_CA_PATH, mode: 'ro' as const },
+          ]
+        : []),
     ],
   };
 }

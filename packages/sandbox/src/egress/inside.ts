@@ -22,6 +22,8 @@ export const EGRESS_PORTS = { http: 3128, socks5: 1080 } as const;
 export const PRELOAD_PATH = '/run/forge-egress/preload.cjs';
 /** Where a run with placeholder secrets finds its trust store: the host's roots and the run's own CA. */
 export const CA_PATH = '/run/forge-egress/ca.pem';
+/** The run's own CA alone: what Node adds to its bundled roots (NODE_EXTRA_CA_CERTS). */
+export const RUN_CA_PATH = '/run/forge-egress/run-ca.pem';
 
 /** The message the host answers once it holds both listening sockets. */
 export const READY = 'forge-egress-ready';
@@ -91,7 +93,7 @@ export function egressEnv(
   // The run's trust store, as OpenSSL (Python's ssl, curl's OpenSSL build), requests, curl and
   // Node read it: its CA answers for the hosts of its placeholder secrets.
   const trust: Record<string, string> = ca
-    ? { SSL_CERT_FILE: CA_PATH, REQUESTS_CA_BUNDLE: CA_PATH, CURL_CA_BUNDLE: CA_PATH, NODE_EXTRA_CA_CERTS: CA_PATH }
+    ? { SSL_CERT_FILE: CA_PATH, REQUESTS_CA_BUNDLE: CA_PATH, CURL_CA_BUNDLE: CA_PATH, NODE_EXTRA_CA_CERTS: RUN_CA_PATH }
     : {};
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(existing)) if (!PROXY_VARS.test(k)) out[k] = v;
@@ -108,10 +110,10 @@ export function egressEnv(
 
 /**
  * The command that starts the relay with `node`, waits for it, then becomes `command` without
- * the IPC descriptor. The relay gets neither the tool's NODE_OPTIONS (the preload) nor its own
- * environment: only the channel's variables.
+ * the IPC descriptor. The relay gets the channel's variables, and neither the tool's NODE_OPTIONS
+ * (the preload) nor its extra CA certificates (it makes no TLS connection).
  */
 export function wrapCommand(node: string, command: readonly string[]): string[] {
-  const script = `n=$1 r=$2; shift 2; NODE_CHANNEL_FD=${IPC_FD} NODE_CHANNEL_SERIALIZATION_MODE=json NODE_OPTIONS= "$n" -e "$r" && exec "$@" ${IPC_FD}>&-`;
+  const script = `n=$1 r=$2; shift 2; NODE_CHANNEL_FD=${IPC_FD} NODE_CHANNEL_SERIALIZATION_MODE=json NODE_OPTIONS= NODE_EXTRA_CA_CERTS= "$n" -e "$r" && exec "$@" ${IPC_FD}>&-`;
   return ['/bin/sh', '-c', script, 'forge-egress', node, relaySource(), ...command];
 }

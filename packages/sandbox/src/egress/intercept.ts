@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Agent, createServer, type IncomingMessage, type OutgoingHttpHeaders, request, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { Transform, type TransformCallback } from 'node:stream';
-import { createSecureContext, rootCertificates, TLSSocket, connect as tlsConnect } from 'node:tls';
+import { createSecureContext, rootCertificates, type SecureContext, TLSSocket, connect as tlsConnect } from 'node:tls';
 import type { RunCa } from './ca.js';
 
 /**
@@ -87,6 +87,8 @@ export function intercept(client: Socket, head: Buffer, o: InterceptOptions): vo
   const host = o.host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
   const { certPem, keyPem } = o.substitution.ca.leaf(host);
   if (head.length > 0) client.unshift(head);
+  // Requests and answers are small writes, each waited on: no Nagle delay on either side.
+  client.setNoDelay(true);
   const tls = new TLSSocket(client, {
     isServer: true,
     secureContext: createSecureContext({ cert: certPem, key: keyPem }),
@@ -94,7 +96,7 @@ export function intercept(client: Socket, head: Buffer, o: InterceptOptions): vo
   });
   tls.on('error', () => client.destroy());
   let first: Socket | undefined = o.first;
-  const ca = o.substitution.upstreamCa?.length ? [...rootCertificates, ...o.substitution.upstreamCa] : undefined;
+  const secureContext = upstreamContext(o.substitution);
   // One connection to the host at a time, kept between requests (the tool's keep-alive).
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   (agent as unknown as { createConnection: unknown }).createConnection = (_: unknown, done: (err: Error | null, s?: Socket) => void) => {
@@ -102,12 +104,13 @@ export function intercept(client: Socket, head: Buffer, o: InterceptOptions): vo
     first = undefined;
     raw.then(
       (socket) => {
+        socket.setNoDelay(true);
         const up = tlsConnect({
           socket,
           ...(isIP(host) ? {} : { servername: host }),
           host,
           ALPNProtocols: ['http/1.1'],
-          ...(ca ? { ca } : {}),
+          ...(secureContext ? { secureContext } : {}),
         });
         up.once('secureConnect', () => done(null, up));
         up.once('error', (err) => done(err));
@@ -126,6 +129,21 @@ export function intercept(client: Socket, head: Buffer, o: InterceptOptions): vo
     o.first.destroy();
   });
   server.emit('connection', tls);
+}
+
+/**
+ * The TLS context of connections to the real hosts when the operator trusts more than the system's
+ * roots: made once per run (parsing a root store is tens of milliseconds), undefined otherwise.
+ */
+const contexts = new WeakMap<Substitution, SecureContext>();
+function upstreamContext(s: Substitution): SecureContext | undefined {
+  if (!s.upstreamCa?.length) return undefined;
+  let c = contexts.get(s);
+  if (!c) {
+    c = createSecureContext({ ca: [...rootCertificates, ...s.upstreamCa] });
+    contexts.set(s, c);
+  }
+  return c;
 }
 
 // Hop-by-hop headers (RFC 9110 7.6.1): never forwarded.

@@ -246,8 +246,12 @@ let exitHook = false;
 export interface PreloadFile {
   /** Where the file is (or will be): in the temp dir, named with this process's id and a random part. */
   readonly path: string;
-  /** The run's trust store beside it (`<path>.ca.pem`), when the run has placeholder secrets. */
+  /**
+   * The run's trust store beside it (`<path>.ca.pem`: the host's roots and the run's CA) and the
+   * run's CA alone (`<path>.run-ca.pem`), when the run has placeholder secrets.
+   */
   readonly caPath?: string;
+  readonly runCaPath?: string;
   /** Writes it (mode 0644; created exclusively, so never through a link someone placed there). */
   write(): void;
   /** Removes it; idempotent. */
@@ -262,12 +266,13 @@ export interface PreloadFile {
  * write of a process removes the files of processes that died mid-setup. One file, no
  * directory: writing and removing it took 0.12–0.16 ms a run here (a run with network takes 70 ms or more).
  */
-export function preloadFile(proxyPort: number, caBundle?: string): PreloadFile {
+export function preloadFile(proxyPort: number, ca?: { bundle: string; own: string }): PreloadFile {
   const path = join(tmpdir(), `forge-sandbox-egress-${process.pid}-${randomBytes(6).toString('hex')}.cjs`);
-  const caPath = caBundle === undefined ? undefined : `${path.slice(0, -'.cjs'.length)}.ca.pem`;
+  const stem = path.slice(0, -'.cjs'.length);
+  const caPath = ca === undefined ? undefined : `${stem}.ca.pem`;
+  const runCaPath = ca === undefined ? undefined : `${stem}.run-ca.pem`;
   const remove = () => {
-    if (pending.delete(path)) rmSync(path, { force: true });
-    if (caPath && pending.delete(caPath)) rmSync(caPath, { force: true });
+    for (const file of [path, caPath, runCaPath]) if (file && pending.delete(file)) rmSync(file, { force: true });
   };
   const write = () => {
     if (!exitHook) {
@@ -277,10 +282,8 @@ export function preloadFile(proxyPort: number, caBundle?: string): PreloadFile {
         for (const p of pending) rmSync(p, { force: true });
       });
     }
-    const files: [string, string][] = [
-      [path, preloadSource(proxyPort)],
-      ...(caPath ? [[caPath, caBundle as string] as [string, string]] : []),
-    ];
+    const files: [string, string][] = [[path, preloadSource(proxyPort)]];
+    if (ca && caPath && runCaPath) files.push([caPath, ca.bundle], [runCaPath, ca.own]);
     for (const [file, text] of files) {
       const fd = openSync(file, 'wx', 0o644);
       pending.add(file);
@@ -295,10 +298,10 @@ export function preloadFile(proxyPort: number, caBundle?: string): PreloadFile {
       }
     }
   };
-  return { path, ...(caPath ? { caPath } : {}), write, remove };
+  return { path, ...(caPath && runCaPath ? { caPath, runCaPath } : {}), write, remove };
 }
 
-const NAME = /^forge-sandbox-egress-(\d+)-[0-9a-f]{12}\.(?:cjs|ca\.pem)$/;
+const NAME = /^forge-sandbox-egress-(\d+)-[0-9a-f]{12}\.(?:cjs|ca\.pem|run-ca\.pem)$/;
 
 /**
  * Removes this user's preload files left by processes that are gone (killed while a sandbox was
