@@ -120,6 +120,7 @@ export async function diagnose(o: { home: string; project: string; env: NodeJS.P
   }
   if (policy.files.every((f) => f.status === 'absent'))
     checks.push({ name: 'policy', ok: true, detail: 'no policy files: the bundle defaults apply' });
+  checks.push(secretsCheck(policy.effective));
   checks.push(await toolsmithCheck(o.project, policy.effective));
   checks.push(...(await gatewayChecks(o)));
   // What forge keeps in files (tool records, proposals, pins): damage is a problem, never a silent gap.
@@ -397,6 +398,28 @@ export async function auditChainCheck(log: string): Promise<Check> {
     detail: `${entry}; the chain is broken there: forge refuses every call and forge with audit_unavailable rather than append to it (it reads a log of up to 16 MiB whole at start, a larger one from its newest checkpoint on)`,
     fix: `see it with: forge audit verify; restore ${log} from a backup, or move ${dirname(log)} aside (keep it as evidence) so forge starts a new log (with FORGE_AUDIT_KEY set, anchor that one: forge audit anchor --reason …)`,
   };
+}
+
+/**
+ * How the secrets policy grants reach runs: which are delivered by placeholder (their values never
+ * enter a sandbox) and which still enter sandboxes in their environment (policy `secret_delivery`).
+ */
+function secretsCheck(effective: EffectivePolicy | undefined): Check {
+  const name = 'secrets';
+  if (!effective) return { name, ok: true, detail: 'a policy file is invalid (reported above): no secret is delivered until it reads' };
+  const granted = [...new Set(Object.values(effective.persona_secret_allow).flat())].sort();
+  if (granted.length === 0) return { name, ok: true, detail: 'policy persona_secret_allow grants no secret to any persona' };
+  const injected = granted.filter((n) => {
+    const how = effective.secret_delivery[n];
+    return how !== undefined && how !== 'env';
+  });
+  const env = granted.filter((n) => !injected.includes(n));
+  const parts = [
+    ...(injected.length > 0 ? [`by placeholder, never in a sandbox: ${injected.join(', ')}`] : []),
+    ...(env.length > 0 ? [`in the sandbox's environment: ${env.join(', ')}`] : []),
+  ];
+  const hint = env.length > 0 ? ' (an HTTP API credential can stay out: policy secret_delivery, "inject")' : '';
+  return { name, ok: true, detail: `${granted.length} granted; ${parts.join('; ')}${hint}` };
 }
 
 /** The vault's rules as the runner enforces them: a regular file, mode 0600, ours, a JSON object of strings. */
