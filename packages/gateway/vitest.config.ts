@@ -9,6 +9,7 @@ export default packageTests({
     'test/source.peers.test.ts',
     'test/source.pins.test.ts',
     'test/source.test.ts',
+    'test/spawn-secrets.test.ts',
     'test/upstream.test.ts',
   ],
 });

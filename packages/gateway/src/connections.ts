@@ -118,6 +118,9 @@ export class Connections {
         // Every decision of the upstream's egress proxy is audited, with the server it belongs to.
         // Host names are the upstream's choice: the values of its secrets are redacted from them.
         onNetworkEvent: (e) => this.#hooks.record(e.type, { ...withoutSecrets(e, server, secrets), server: server.name }),
+        // Secrets policy delivers by placeholder stay out of the server's sandbox (read at each start).
+        secretDelivery: (names) => this.#hooks.host()?.secretDelivery?.(names) ?? { inject: [] },
+        ...(this.#hooks.host()?.upstreamCa ? { upstreamCa: this.#hooks.host()?.upstreamCa } : {}),
       }),
       record: this.#hooks.record,
       onToolsChanged: this.#hooks.onToolsChanged,

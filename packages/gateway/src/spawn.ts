@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { isAbsolute, sep } from 'node:path';
+import type { InjectedSecret } from '@forge/policy';
 import {
   type CheckedBind,
   checkBind,
@@ -8,9 +9,11 @@ import {
   defaultDenyList,
   type Mount,
   type NetworkAccess,
+  newPlaceholder,
   type Resolver,
   resolveRuntimes,
   type SandboxProfile,
+  type SecretRule,
   spawnSandboxed,
 } from '@forge/sandbox';
 import type { ChildExit, UpstreamChild } from './transport.js';
@@ -40,6 +43,13 @@ export interface PlanOptions {
   resolver?: Resolver;
   /** Called for each egress decision of the upstream (for the audit log). */
   onNetworkEvent?: NetworkAccess['onEvent'];
+  /**
+   * How policy delivers each vault secret now: one delivered by placeholder reaches a sandboxed
+   * server as a placeholder in its variable, and its egress proxy puts the value in (needs `network`).
+   */
+  secretDelivery?: (vaultNames: readonly string[]) => { inject: readonly InjectedSecret[] };
+  /** Certificates trusted for those secrets' hosts besides the system's roots. */
+  upstreamCa?: readonly string[];
 }
 
 /** CPU seconds of a long-lived upstream: generous, since it lives across many calls (RLIMIT_CPU is per process). */
@@ -56,13 +66,31 @@ function within(path: string, dir: string): boolean {
  * → value). A secret not handed in is left out: the runner refuses a call whose secrets are
  * missing, so only a connection made to list tools (which has none) starts without them.
  */
-export function upstreamEnv(server: ServerConfig, secrets: ReadonlyMap<string, string>): Record<string, string> {
+export function upstreamEnv(
+  server: ServerConfig,
+  secrets: ReadonlyMap<string, string>,
+  placeholders: ReadonlyMap<string, string> = new Map(),
+): Record<string, string> {
   const env: Record<string, string> = { ...server.env };
   for (const [variable, vaultName] of Object.entries(server.secrets)) {
-    const value = secrets.get(vaultName);
+    const value = placeholders.get(vaultName) ?? secrets.get(vaultName);
     if (value !== undefined && server.transport === 'stdio') env[variable] = value;
   }
   return env;
+}
+
+/**
+ * The secrets of a sandboxed stdio server that policy delivers by placeholder (see
+ * `RunOptions`' `network.placeholders`): each with a new placeholder, the rule its proxy follows.
+ */
+function placeholdersOf(server: ServerConfig, secrets: ReadonlyMap<string, string>, options: PlanOptions): SecretRule[] {
+  if (server.unsandboxed || server.transport !== 'stdio' || !options.secretDelivery) return [];
+  const names = [...new Set(Object.values(server.secrets))].filter((n) => secrets.has(n));
+  return options.secretDelivery(names).inject.map((s) => ({
+    ...s,
+    placeholder: newPlaceholder(),
+    value: secrets.get(s.name) as string,
+  }));
 }
 
 /** Resolves the command: a runtime (node, python3, …) gives its interpreter and mounts; anything else is looked up on PATH. */
@@ -114,7 +142,8 @@ async function resolveCommand(
  */
 export async function planUpstream(server: ServerConfig, secrets: ReadonlyMap<string, string>, options: PlanOptions): Promise<PlanResult> {
   const where = `gateway server "${server.name}" (${server.file})`;
-  const env = upstreamEnv(server, secrets);
+  const placeholders = placeholdersOf(server, secrets, options);
+  const env = upstreamEnv(server, secrets, new Map(placeholders.map((p) => [p.name, p.placeholder])));
   if (server.unsandboxed) {
     if (server.from !== 'user') {
       return { ok: false, kind: 'invalid_config', message: `${where}: "unsandboxed" is allowed only in the user-level gateway.json` };
@@ -176,6 +205,8 @@ export async function planUpstream(server: ServerConfig, secrets: ReadonlyMap<st
       },
       ...(options.resolver ? { resolver: options.resolver } : {}),
       ...(options.onNetworkEvent ? { onEvent: options.onNetworkEvent } : {}),
+      ...(placeholders.length > 0 ? { placeholders } : {}),
+      ...(options.upstreamCa ? { upstreamCa: options.upstreamCa } : {}),
     };
   }
   return { ok: true, plan: { sandboxed: true, profile, binds } };

@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { tailLog } from '@forge/audit-chain';
-import { bindRoots, networkFor } from '@forge/policy';
+import { bindRoots, networkFor, secretDelivery } from '@forge/policy';
 import { agentTools } from './agentTools.js';
 import type { Forge, ForgeOptions } from './api.js';
 import { AUDIT_UNAVAILABLE } from './auditGate.js';
@@ -102,6 +102,11 @@ async function attachSources(e: Engine): Promise<void> {
         const pol = e.policyNow();
         return pol.ok ? bindRoots(pol.snap, { project: e.paths.project }) : [];
       },
+      secretDelivery: (names) => {
+        const pol = e.policyNow();
+        return pol.ok ? secretDelivery(pol.snap, names) : { env: [...names], inject: [] };
+      },
+      ...(e.options.upstreamCa ? { upstreamCa: e.options.upstreamCa } : {}),
       home: e.paths.home,
       project: e.paths.project,
     });

@@ -1,3 +1,4 @@
+import type { InjectedSecret } from '@forge/policy';
 import type { ToolEvent } from './events.js';
 
 /**
@@ -111,6 +112,15 @@ export interface SourceHost {
    * this project (none while the policy cannot be read: fail closed).
    */
   bindRoots(): string[];
+  /**
+   * How policy delivers each of these vault secrets now (`secret_delivery`): in the environment,
+   * or by placeholder (the source's sandboxed processes then get a placeholder and their egress
+   * proxy substitutes). All in the environment while the policy cannot be read (its calls are
+   * refused then anyway).
+   */
+  secretDelivery?(names: readonly string[]): { env: string[]; inject: InjectedSecret[] };
+  /** Certificates trusted for placeholder secrets' hosts besides the system's roots (`upstreamCa`). */
+  readonly upstreamCa?: readonly string[];
   /** The forge home and project paths (state goes under `home`). */
   readonly home: string;
   readonly project: string;
