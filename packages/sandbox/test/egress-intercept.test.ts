@@ -247,6 +247,11 @@ print(opener.open(req).read().decode())`,
     }
     // The host never had a complete request carrying it (the body's was cut off before its end).
     expect(f.api.seen.filter((s) => s.complete)).toEqual([]);
+    // A request in absolute form, which would ask the host to pass it on elsewhere.
+    const absolute = await f.curl([...bearer, '--request-target', 'https://elsewhere.test/x', f.url('/')]);
+    expect(status(absolute.out)).toBe('400');
+    expect(absolute.out).toMatch(/names its path \(origin form/);
+    expect(f.api.seen.filter((s) => s.complete)).toEqual([]);
     const plain = await f.curl(['-H', `X-Key: ${PLACEHOLDER}`, `http://api.test:${f.api.port}/plain`]);
     expect(status(plain.out)).toBe('403');
     expect(plain.out).toMatch(/may not be sent in a plain http:\/\/ request/);

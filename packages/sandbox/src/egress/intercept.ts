@@ -164,6 +164,14 @@ function forward(req: IncomingMessage, res: ServerResponse, host: string, o: Int
   for (const r of rules) {
     if (target.includes(r.placeholder)) return void refuse(r, 'request target', placedWrong(r, 'in the request target'));
   }
+  // The connection is to this host: a request naming another (absolute form) would ask the host to
+  // pass it on, secrets and all.
+  if (!target.startsWith('/') && !(target === '*' && req.method === 'OPTIONS')) {
+    res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8', connection: 'close' });
+    return void res.end(
+      `forge egress proxy: a request to ${host} names its path (origin form: /…), not ${JSON.stringify(target.slice(0, 200))}\n`,
+    );
+  }
   const named = new Set(
     String(req.headers.connection ?? '')
       .split(',')
