@@ -133,15 +133,18 @@ export function intercept(client: Socket, head: Buffer, o: InterceptOptions): vo
 
 /**
  * The TLS context of connections to the real hosts when the operator trusts more than the system's
- * roots: made once per run (parsing a root store is tens of milliseconds), undefined otherwise.
+ * roots (undefined otherwise: Node's default, loaded once). Made once per set of certificates and
+ * kept: parsing a root store takes tens of milliseconds, which every run's first request would pay.
  */
-const contexts = new WeakMap<Substitution, SecureContext>();
+const contexts = new Map<string, SecureContext>();
 function upstreamContext(s: Substitution): SecureContext | undefined {
   if (!s.upstreamCa?.length) return undefined;
-  let c = contexts.get(s);
+  const key = s.upstreamCa.join('\n');
+  let c = contexts.get(key);
   if (!c) {
+    if (contexts.size >= 8) contexts.clear(); // a handful of configurations in a process, not one a run
     c = createSecureContext({ ca: [...rootCertificates, ...s.upstreamCa] });
-    contexts.set(s, c);
+    contexts.set(key, c);
   }
   return c;
 }
