@@ -409,10 +409,7 @@ function secretsCheck(effective: EffectivePolicy | undefined): Check {
   if (!effective) return { name, ok: true, detail: 'a policy file is invalid (reported above): no secret is delivered until it reads' };
   const granted = [...new Set(Object.values(effective.persona_secret_allow).flat())].sort();
   if (granted.length === 0) return { name, ok: true, detail: 'policy persona_secret_allow grants no secret to any persona' };
-  const injected = granted.filter((n) => {
-    const how = effective.secret_delivery[n];
-    return how !== undefined && how !== 'env';
-  });
+  const injected = granted.filter((n) => Object.hasOwn(effective.secret_delivery, n) && effective.secret_delivery[n] !== 'env');
   const env = granted.filter((n) => !injected.includes(n));
   const parts = [
     ...(injected.length > 0 ? [`by placeholder, never in a sandbox: ${injected.join(', ')}`] : []),

@@ -318,7 +318,7 @@ export function secretDelivery(snap: PolicySnapshot, names: readonly string[]): 
   const env: string[] = [];
   const inject: InjectedSecret[] = [];
   for (const name of names) {
-    const how = snap.policy.secret_delivery[name];
+    const how = entry(snap.policy.secret_delivery, name);
     if (how === undefined || how === 'env') env.push(name);
     else
       inject.push({

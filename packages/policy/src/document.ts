@@ -197,7 +197,14 @@ export function mergePolicies(...docs: readonly PolicyDocument[]): EffectivePoli
     }
     if (doc.hooks?.project !== undefined) out.hooks.project = doc.hooks.project;
     if (doc.hooks?.network !== undefined) out.hooks.network = structuredClone(doc.hooks.network);
-    for (const [name, how] of Object.entries(doc.secret_delivery ?? {})) out.secret_delivery[name] = structuredClone(how);
+    // Defined, not assigned: a secret may be named `__proto__`.
+    for (const [name, how] of Object.entries(doc.secret_delivery ?? {}))
+      Object.defineProperty(out.secret_delivery, name, {
+        value: structuredClone(how),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
   }
   for (const k of BUDGET_FIELDS) {
     out.budgets.defaults[k] = Math.min(out.budgets.defaults[k], out.budgets.ceilings[k]);

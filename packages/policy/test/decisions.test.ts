@@ -271,6 +271,16 @@ describe('secretDelivery', () => {
       ],
     });
     expect(secretDelivery(snapshotOf(), ['A'])).toEqual({ env: ['A'], inject: [] });
+    // Names that are Object.prototype members are secrets like any other.
+    expect(secretDelivery(snapshotOf(), ['constructor', '__proto__', 'toString'])).toEqual({
+      env: ['constructor', '__proto__', 'toString'],
+      inject: [],
+    });
+    const odd = snapshotOf(JSON.parse('{"secret_delivery": {"__proto__": {"inject": {"hosts": ["a.test"], "headers": ["X-Key"]}}}}'));
+    expect(secretDelivery(odd, ['__proto__', 'OTHER'])).toEqual({
+      env: ['OTHER'],
+      inject: [{ name: '__proto__', hosts: ['a.test'], headers: ['x-key'], format: '{}' }],
+    });
   });
 });
 
