@@ -189,6 +189,13 @@ describe('secrets by placeholder at the egress proxy', () => {
     expect(JSON.stringify(f.events)).not.toContain(VALUE);
   });
 
+  it('intercepts the host however its name is spelt: case, a trailing dot', async () => {
+    const f = await fixture();
+    const r = await f.curl([...bearer, '--resolve', `API.Test.:${f.api.port}:127.0.0.1`, `https://API.Test.:${f.api.port}/spelt`]);
+    expect(r.code, r.err).toBe(0);
+    expect(f.api.seen).toEqual([{ path: '/spelt', authorization: `Bearer ${VALUE}`, body: '', complete: true }]);
+  });
+
   it('keeps the connection for the next request, and serves SOCKS5 and Python as it serves curl', async () => {
     const f = await fixture();
     const two = await f.curl([...bearer, f.url('/one'), f.url('/two')]);

@@ -62,9 +62,17 @@ export function newPlaceholder(): string {
   return `forge-placeholder-${randomBytes(16).toString('hex')}`;
 }
 
+/** A host as the rules name it: lower case, without brackets or a trailing dot. */
+function hostName(host: string): string {
+  return host
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1')
+    .replace(/\.$/, '');
+}
+
 /** Whether connections to `host` are intercepted: a rule names it. */
 export function intercepts(s: Substitution | undefined, host: string): boolean {
-  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
+  const h = hostName(host);
   return s?.rules.some((r) => r.hosts.includes(h)) ?? false;
 }
 
@@ -84,8 +92,17 @@ interface InterceptOptions {
  * the tool sent after its request head) until either side is done.
  */
 export function intercept(client: Socket, head: Buffer, o: InterceptOptions): void {
-  const host = o.host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
-  const { certPem, keyPem } = o.substitution.ca.leaf(host);
+  const host = hostName(o.host);
+  let leaf: { certPem: string; keyPem: string };
+  try {
+    leaf = o.substitution.ca.leaf(host);
+  } catch {
+    // A host its rules name that the CA was not made for: nothing to answer with.
+    client.destroy();
+    o.first.destroy();
+    return;
+  }
+  const { certPem, keyPem } = leaf;
   if (head.length > 0) client.unshift(head);
   // Requests and answers are small writes, each waited on: no Nagle delay on either side.
   client.setNoDelay(true);
