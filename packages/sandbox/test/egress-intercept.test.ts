@@ -70,7 +70,7 @@ async function realHost(name: string): Promise<{ port: number; seen: Seen[]; caP
         return res.end(gzipSync(auth));
       }
       if (s.path === '/echo') {
-        res.writeHead(200, { 'x-echo': auth });
+        res.writeHead(200, `OK ${auth}`, { 'x-echo': auth });
         // In pieces, so that the value is split across chunks.
         const text = `you sent ${auth} and ${auth}.`;
         res.write(text.slice(0, 13));
@@ -181,6 +181,7 @@ describe('secrets by placeholder at the egress proxy', () => {
     expect(echo.code, echo.err).toBe(0);
     expect(echo.out).not.toContain(VALUE);
     expect(echo.out).toContain(`x-echo: Bearer ${PLACEHOLDER}`);
+    expect(echo.out).toContain(`200 OK Bearer ${PLACEHOLDER}`); // the status line too
     expect(echo.out).toContain(`you sent Bearer ${PLACEHOLDER} and Bearer ${PLACEHOLDER}.`);
     expect(f.secretEvents().map((e) => `${e.type} ${'where' in e ? e.where : ''}`)).toEqual(
       expect.arrayContaining(['secret.scrubbed response headers', 'secret.scrubbed response body']),

@@ -129,8 +129,16 @@ export function intercept(client: Socket, head: Buffer, o: InterceptOptions): vo
           ALPNProtocols: ['http/1.1'],
           ...(secureContext ? { secureContext } : {}),
         });
-        up.once('secureConnect', () => done(null, up));
-        up.once('error', (err) => done(err));
+        // The agent hears once: a failure of the handshake, or the connection. A later error is the
+        // request's (its own listener reports it); this one keeps it from going unheard.
+        let heard = false;
+        const tell = (err: Error | null) => {
+          if (heard) return;
+          heard = true;
+          done(err, err ? undefined : up);
+        };
+        up.on('error', tell);
+        up.once('secureConnect', () => tell(null));
       },
       (err: Error) => done(err),
     );
@@ -266,7 +274,7 @@ function forward(req: IncomingMessage, res: ServerResponse, host: string, o: Int
         : scrub(mine, String(v), 'response headers', host, o);
     }
     // The scrub may change the body's length: it goes chunked.
-    res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, out);
+    res.writeHead(upRes.statusCode ?? 502, scrub(mine, upRes.statusMessage ?? '', 'response headers', host, o), out);
     upRes.pipe(scrubber(mine, host, o)).pipe(res);
     upRes.on('error', () => res.destroy());
   });
