@@ -3,7 +3,7 @@
  * clients accept for the hosts it was made for (Node's tls, Python's ssl, curl, OpenSSL's verify),
  * its name constraints are in place, and it certifies nothing else.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
@@ -14,6 +14,7 @@ import { connect, type TLSSocket } from 'node:tls';
 import { tempDir } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { mintRunCa, type RunCa } from '../src/egress/ca.js';
+import { runCommand } from './helpers.js';
 
 /** Fails (never skips) when `cmd` is not installed, with how to install it. */
 function requireCommand(cmd: string, install: string): void {
@@ -32,21 +33,6 @@ async function serve(ca: RunCa, host: string): Promise<number> {
     server.close();
   });
   return (server.address() as AddressInfo).port;
-}
-
-/** Runs `cmd` to its end (asynchronously: the server answering it is in this process). */
-async function run(cmd: string, args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (c) => {
-    out += c;
-  });
-  child.stderr.on('data', (c) => {
-    err += c;
-  });
-  const [code] = (await once(child, 'close')) as [number | null];
-  return { code, out, err };
 }
 
 async function handshake(port: number, servername: string, ca: string): Promise<TLSSocket> {
@@ -106,9 +92,9 @@ describe("a run's certificate authority", () => {
     const port = await serve(ca, 'localhost');
     const tls = await handshake(port, 'localhost', ca.certPem);
     expect(tls.authorized).toBe(true);
-    const curl = await run('curl', ['-sS', '--cacert', caFile, `https://localhost:${port}/curl`]);
+    const curl = await runCommand('curl', ['-sS', '--cacert', caFile, `https://localhost:${port}/curl`]);
     expect(curl, curl.err).toMatchObject({ code: 0, out: 'hello /curl' });
-    const py = await run('python3', [
+    const py = await runCommand('python3', [
       '-c',
       `import ssl, urllib.request
 ctx = ssl.create_default_context(cafile=${JSON.stringify(caFile)})
@@ -116,9 +102,9 @@ print(urllib.request.urlopen("https://localhost:${port}/python", context=ctx).re
     ]);
     expect(py, py.err).toMatchObject({ code: 0, out: 'hello /python\n' });
     // Not trusted without the CA, and not for another name.
-    const untrusted = await run('curl', ['-sS', `https://localhost:${port}/`]);
+    const untrusted = await runCommand('curl', ['-sS', `https://localhost:${port}/`]);
     expect(untrusted.code).not.toBe(0);
-    const otherName = await run('curl', [
+    const otherName = await runCommand('curl', [
       '-sS',
       '--cacert',
       caFile,

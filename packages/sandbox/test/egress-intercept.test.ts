@@ -4,18 +4,18 @@
  * client), the proxy with the run's CA (trusted by the client), and real clients (curl, Python)
  * that hold only the placeholder.
  */
-import { spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
+import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createServer as createHttpsServer } from 'node:https';
-import { type AddressInfo, createServer, type Server } from 'node:net';
+import type { Server } from 'node:net';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { tempDir } from '@forge/test-utils';
-import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { mintRunCa } from '../src/egress/ca.js';
 import type { SecretRule } from '../src/egress/intercept.js';
 import { EgressProxy, type NetworkEvent } from '../src/egress/proxy.js';
+import { attachProxy, listenLoopback as listen, runCommand } from './helpers.js';
 
 const PLACEHOLDER = 'forge-secret-7f3a9c1e2b';
 const VALUE = 'sk-live-REAL-0123456789';
@@ -26,16 +26,6 @@ beforeAll(() => {
     if (r.error) throw new Error(`this test needs ${cmd}: apt-get install -y ${cmd} (${r.error.message})`);
   }
 });
-
-async function listen(server: Server): Promise<number> {
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  onTestFinished(() => {
-    server.close();
-    (server as Server & { closeAllConnections?: () => void }).closeAllConnections?.();
-  });
-  return (server.address() as AddressInfo).port;
-}
 
 interface Seen {
   path: string;
@@ -112,40 +102,19 @@ async function fixture(o: { trustUpstream?: boolean } = {}) {
     hostAddresses: new Set(),
     substitution: { ca: runCa, rules: [rule], ...(o.trustUpstream === false ? {} : { upstreamCa: [api.caPem] }) },
   });
-  onTestFinished(() => proxy.close());
-  const httpServer = createServer();
-  const socksServer = createServer();
-  const http = await listen(httpServer);
-  const socks = await listen(socksServer);
-  proxy.attach(httpServer, 'http');
-  proxy.attach(socksServer, 'socks5');
+  const { http, socks } = await attachProxy(proxy);
   /** curl through the proxy (HTTP CONNECT, or SOCKS5 with `socks`), trusting the run's CA only. */
-  const curl = async (args: string[], socks5 = false) => {
-    const child = spawn(
-      'curl',
-      [
-        '-sS',
-        '-i',
-        '--max-time',
-        '30',
-        ...(socks5 ? ['--socks5-hostname', `127.0.0.1:${socks}`] : ['-x', `http://127.0.0.1:${http}`]),
-        '--cacert',
-        caFile,
-        ...args,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (c) => {
-      out += c;
-    });
-    child.stderr.on('data', (c) => {
-      err += c;
-    });
-    const [code] = (await once(child, 'close')) as [number];
-    return { code, out, err };
-  };
+  const curl = (args: string[], socks5 = false) =>
+    runCommand('curl', [
+      '-sS',
+      '-i',
+      '--max-time',
+      '30',
+      ...(socks5 ? ['--socks5-hostname', `127.0.0.1:${socks}`] : ['-x', `http://127.0.0.1:${http}`]),
+      '--cacert',
+      caFile,
+      ...args,
+    ]);
   const url = (path: string) => `https://api.test:${api.port}${path}`;
   return {
     api,
@@ -206,27 +175,14 @@ describe('secrets by placeholder at the egress proxy', () => {
     const socks = await f.curl([...bearer, f.url('/socks')], true);
     expect(socks.code, socks.err).toBe(0);
     expect(f.api.seen.at(-1)).toMatchObject({ path: '/socks', authorization: `Bearer ${VALUE}` });
-    const py = spawn(
-      'python3',
-      [
-        '-c',
-        `import ssl, urllib.request
+    const { code, out, err } = await runCommand('python3', [
+      '-c',
+      `import ssl, urllib.request
 ctx = ssl.create_default_context(cafile=${JSON.stringify(f.caFile)})
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({"https": "http://127.0.0.1:${f.http}"}), urllib.request.HTTPSHandler(context=ctx))
 req = urllib.request.Request(${JSON.stringify(f.url('/python'))}, headers={"Authorization": "Bearer ${PLACEHOLDER}"})
 print(opener.open(req).read().decode())`,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let out = '';
-    let err = '';
-    py.stdout.on('data', (c) => {
-      out += c;
-    });
-    py.stderr.on('data', (c) => {
-      err += c;
-    });
-    const [code] = (await once(py, 'close')) as [number];
+    ]);
     expect({ code, out }, err).toEqual({ code: 0, out: 'ok /python\n' });
     expect(f.api.seen.at(-1)).toMatchObject({ path: '/python', authorization: `Bearer ${VALUE}` });
   });

@@ -5,22 +5,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import { waitFor } from '@forge/test-utils';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { EgressProxy, type EgressProxyOptions, type NetworkEvent } from '../src/egress/proxy.js';
-import { closedPort } from './helpers.js';
-
-/** Listens on an ephemeral loopback port; closed when the test finishes. */
-async function listen(server: Server): Promise<number> {
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  onTestFinished(() => {
-    server.close();
-    (server as Server & { closeAllConnections?: () => void }).closeAllConnections?.();
-  });
-  return (server.address() as { port: number }).port;
-}
+import { attachProxy, closedPort, listenLoopback as listen } from './helpers.js';
 
 /** An HTTP server that answers with what it saw. */
 async function echoHttp(): Promise<{ port: number; seen: IncomingMessage[] }> {
@@ -72,13 +61,7 @@ async function startProxy(options: Partial<EgressProxyOptions> = {}): Promise<Fi
     hostAddresses: new Set(),
     ...options,
   });
-  onTestFinished(() => proxy.close());
-  const httpServer = createServer();
-  const socksServer = createServer();
-  const http = await listen(httpServer);
-  const socks = await listen(socksServer);
-  proxy.attach(httpServer, 'http');
-  proxy.attach(socksServer, 'socks5');
+  const { http, socks } = await attachProxy(proxy);
   return { proxy, http, socks, events, resolved };
 }
 

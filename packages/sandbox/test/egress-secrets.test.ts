@@ -9,9 +9,9 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { mintRunCa } from '../src/egress/ca.js';
-import { type Mount, type NetworkAccess, type NetworkEvent, type RunResult, resolveRuntimes, runSandboxed } from '../src/index.js';
+import { type Mount, type NetworkAccess, type NetworkEvent, type RunResult, runSandboxed } from '../src/index.js';
 import { which } from '../src/which.js';
-import { requireSandbox } from './helpers.js';
+import { nodeRuntime, pythonRuntime, requireSandbox } from './helpers.js';
 
 const PLACEHOLDER = 'forge-secret-API_KEY-5b1f0c9d8e7a6b4c';
 const VALUE = 'sk-live-REAL-9876543210';
@@ -22,10 +22,8 @@ let curl: string;
 
 beforeAll(async () => {
   await requireSandbox();
-  const table = await resolveRuntimes();
-  const mounts = (ms: string[]) => ms.map((source) => ({ source, mode: 'ro' as const }));
-  python = { interpreter: table.get('python3').interpreter, mounts: mounts(table.get('python3').mounts) };
-  node = { interpreter: table.get('node').interpreter, mounts: mounts(table.get('node').mounts) };
+  python = await pythonRuntime();
+  node = await nodeRuntime();
   const found = which('curl');
   if (!found) throw new Error('these tests need curl on the host (apt-get install -y curl)');
   curl = found;

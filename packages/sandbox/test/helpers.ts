@@ -2,7 +2,7 @@ import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:c
 import { once } from 'node:events';
 import { chmodSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
+import { createServer, type Server } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { requireSandbox as requireSandboxOn, tempDir, waitFor } from '@forge/test-utils';
@@ -26,6 +26,46 @@ export { asRoot, isRoot, tempDir } from '@forge/test-utils';
 export async function pythonRuntime(): Promise<{ interpreter: string; mounts: Mount[] }> {
   const rt = (await resolveRuntimes()).get('python3');
   return { interpreter: rt.interpreter, mounts: rt.mounts.map((source) => ({ source, mode: 'ro' as const })) };
+}
+
+/** Runs `cmd` to its end without blocking this process (a server it talks to may be here): its exit code and output. */
+export async function runCommand(cmd: string, args: readonly string[]): Promise<{ code: number | null; out: string; err: string }> {
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (c) => {
+    out += c;
+  });
+  child.stderr.on('data', (c) => {
+    err += c;
+  });
+  const [code] = (await once(child, 'close')) as [number | null];
+  return { code, out, err };
+}
+
+/** Listens on an ephemeral loopback port; closed, with its connections, when the test finishes. */
+export async function listenLoopback(server: Server): Promise<number> {
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  onTestFinished(() => {
+    server.close();
+    (server as Server & { closeAllConnections?: () => void }).closeAllConnections?.();
+  });
+  return (server.address() as { port: number }).port;
+}
+
+/** The egress proxy's HTTP and SOCKS5 ports on loopback (as the relay hands it a run's), for tests of the proxy alone. */
+export async function attachProxy(proxy: {
+  attach(server: Server, protocol: 'http' | 'socks5'): void;
+  close(): Promise<void>;
+}): Promise<{ http: number; socks: number }> {
+  onTestFinished(() => proxy.close());
+  const httpServer = createServer();
+  const socksServer = createServer();
+  const ports = { http: await listenLoopback(httpServer), socks: await listenLoopback(socksServer) };
+  proxy.attach(httpServer, 'http');
+  proxy.attach(socksServer, 'socks5');
+  return ports;
 }
 
 /** A run's end, stdout and stderr, for failure messages. */
