@@ -4,6 +4,7 @@ import type { Duplex, Readable, Writable } from 'node:stream';
 import { type EnforcedLimits, enforcedBy, killRunCgroup, pidsLimitHit, type RunCgroup, runCpuUsec } from './cgroup.js';
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
+import { killSandboxTree } from './kill-tree.js';
 import { EVENTS_FD, finished, HOLDER_FD, killLauncher } from './launcher.js';
 import { finishPrebuilt, type Warmup } from './prebuilt.js';
 import { assertHostReady, type Egress, type EndReason, endOf, startEgress, Tail, watchCgroupLimits } from './prepare.js';
@@ -269,8 +270,10 @@ function watchRun(
   const kill = (why: EndReason) => {
     ended ??= why;
     onKill(); // as a run that ends by itself keeps its output
-    killLauncher(child);
-    if (cgroup) killRunCgroup(cgroup);
+    if (cgroup) {
+      killLauncher(child);
+      killRunCgroup(cgroup);
+    } else killSandboxTree(child); // what a process group kill can miss (kill-tree.ts)
   };
   const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
   const cpuBudgetUsec = limits.cpuSeconds * 1e6;

@@ -5,6 +5,7 @@ import type { PreloadFile } from './egress/preload.js';
 import type { NetworkUsage } from './egress/proxy.js';
 import { SandboxError } from './errors.js';
 import { type BindGrant, grantBinds } from './identity.js';
+import { killSandboxTree } from './kill-tree.js';
 import { argsFdFor, BIND_FD, finished, killLauncher, type Launched, launch } from './launcher.js';
 import {
   assertHostReady,
@@ -338,8 +339,10 @@ class SpawnWatch {
     // Once bwrap is reaped its pid (the launcher's process group) may be another process's.
     if (this.#closed) return;
     this.ended ??= why;
-    killLauncher(this.child);
-    if (this.cgroup) killRunCgroup(this.cgroup);
+    if (this.cgroup) {
+      killLauncher(this.child);
+      killRunCgroup(this.cgroup);
+    } else killSandboxTree(this.child); // what a process group kill can miss (kill-tree.ts)
   }
 
   /** The sandbox is gone: stops watching. */

@@ -146,13 +146,14 @@ describe('waiting launchers and the embedding process', () => {
 describe('a kill at any moment of start-up', () => {
   it('ends the run at once, even while bwrap is still setting up (60 aborts at random moments)', async () => {
     // Killing only the launcher's process group while bwrap sets up could leave the sandbox's first
-    // process without its parent-death signal; the run's cgroup (as root) is killed too.
+    // process without its parent-death signal, in a session of its own: the run's cgroup (as root)
+    // is killed too, and without one bwrap's children are (kill-tree.ts). A missed kill leaves the
+    // 600 s sleep running and the run unanswered: the test's own time limit fails it.
     for (let i = 0; i < 60; i++) {
       const ac = new AbortController();
-      const run = runSandboxed({ command: ['/bin/sh', '-c', 'sleep 30'], limits: { timeoutMs: 40_000 } }, { signal: ac.signal });
+      const run = runSandboxed({ command: ['/bin/sh', '-c', 'sleep 600'], limits: { timeoutMs: 900_000 } }, { signal: ac.signal });
       setTimeout(() => ac.abort(), Math.random() * 12);
       const r = await run;
-      // A missed kill would let the 30 s sleep end the run by itself (reason "exit").
       expect(r.reason, `abort ${i} did not end the run`).toBe('signal');
     }
   });
