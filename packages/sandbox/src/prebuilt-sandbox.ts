@@ -16,6 +16,7 @@ import {
 import { join } from 'node:path';
 import type { Duplex, Writable } from 'node:stream';
 import { acquireRunCgroup, type CgroupLimits, isAlive, type PidsCgroups, type RunCgroup, releaseRunCgroup } from './cgroup.js';
+import { killSandboxTree } from './kill-tree.js';
 import {
   argsFdFor,
   BIND_FD,
@@ -200,11 +201,8 @@ export function cleanUp(b: Built): void {
 
 /** Drops a sandbox that will serve no run: its processes, cgroup and placeholders. */
 export function discard(b: Built): void {
-  try {
-    if (b.child.pid && b.child.exitCode === null && b.child.signalCode === null) process.kill(-b.child.pid, 'SIGKILL');
-  } catch {
-    // already gone
-  }
+  // One still being built may be where a kill of its process group alone misses (kill-tree.ts).
+  if (b.child.pid && b.child.exitCode === null && b.child.signalCode === null) killSandboxTree(b.child);
   cleanUp(b);
 }
 
