@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { childrenOf } from './children.js';
 import { killLauncher } from './launcher.js';
 
 /**
@@ -31,27 +31,4 @@ export function killSandboxTree(child: ChildProcess): void {
     }
   }
   killLauncher(child);
-}
-
-/** The children of `pid`, from /proc (every task's list, else each process's parent). */
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  try {
-    for (const task of readdirSync(`/proc/${pid}/task`)) {
-      for (const c of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ')) if (c.trim()) out.push(Number(c));
-    }
-    return out;
-  } catch {
-    // No children files on this kernel: every process's parent, from its stat.
-  }
-  for (const p of readdirSync('/proc')) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
-      if (Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(p));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
 }

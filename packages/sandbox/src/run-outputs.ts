@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
+import { childrenOf } from './children.js';
 import { COPY_LIMITS, type CopiedOutput, copyOut } from './copyout.js';
 import type { Mount } from './profile.js';
 
@@ -102,23 +102,4 @@ export class OutputCopy {
 function sandboxPid(bwrap: number): number | undefined {
   const init = childrenOf(bwrap)[0];
   return init === undefined ? undefined : (childrenOf(init)[0] ?? init);
-}
-
-function childrenOf(pid: number): number[] {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
-  } catch {
-    // No /proc/<pid>/task/<pid>/children on this kernel: every process's parent, from its stat.
-    const out: number[] = [];
-    for (const p of readdirSync('/proc')) {
-      if (!/^\d+$/.test(p)) continue;
-      try {
-        const st = readFileSync(`/proc/${p}/stat`, 'utf8');
-        if (Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(p));
-      } catch {
-        // gone meanwhile
-      }
-    }
-    return out.sort((a, b) => a - b);
-  }
 }

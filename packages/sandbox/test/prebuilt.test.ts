@@ -324,9 +324,16 @@ describe('a sandbox kept until its caller is done (teardownAfter)', () => {
     });
     const r = await runSandboxed(profile, { prebuild: { stageDir }, teardownAfter: answered });
     expect(r.prebuilt, describeRun(r)).toBe(true);
-    // Kept: its launcher has not closed (its teardown is not through), and does not while kept.
+    // Kept: its launcher has not closed (its teardown is not through), and does not while kept,
+    // even once a run of the same shape answered after it, not kept, has been torn down.
     expect(runEnds()).toMatchObject({ kept: 1, tearing: 1 });
-    await new Promise((resolve) => setTimeout(resolve, 50)); // Lets time pass: a sandbox let go would be gone by now.
+    await builtSoon();
+    const other = await runSandboxed(profile, { prebuild: { stageDir } });
+    expect(other.prebuilt, describeRun(other)).toBe(true);
+    await waitFor(
+      () => `the run not kept to be torn down (${JSON.stringify(runEnds())})`,
+      () => runEnds().tearing === 1,
+    );
     expect(runEnds()).toMatchObject({ kept: 1, tearing: 1 });
     settle();
     await waitFor(
