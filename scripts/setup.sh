@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what forge needs on a fresh Debian/Ubuntu machine with Node >= 20: pnpm (exact
 # version from package.json), bubblewrap, python3 (interop tests), PostgreSQL (the Postgres store's
-# tests start their own throwaway server), then the workspace packages.
+# tests start their own throwaway server), Chromium (the console's browser tests), then the
+# workspace packages.
 # Safe to run again: it only installs what is missing. Used by the README quick start and CI.
 # `--demo`: what `forge demo` needs only (no PostgreSQL), so an ordinary user with bubblewrap and
 # python3 installed can run the demo without root.
@@ -48,6 +49,10 @@ fi
 if ! $demo; then
   command -v curl >/dev/null 2>&1 || apt_missing+=(curl)
   command -v openssl >/dev/null 2>&1 || apt_missing+=(openssl)
+fi
+# The operator console's tests drive a real browser (Debian's Chromium, through playwright-core).
+if ! $demo; then
+  { command -v chromium || [ -n "${FORGE_CHROMIUM:-}" ]; } >/dev/null 2>&1 || apt_missing+=(chromium)
 fi
 # The audit log's Merkle proofs are checked by the Go checksum database's own code (sumdb/tlog).
 if ! $demo; then

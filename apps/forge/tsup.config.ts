@@ -17,5 +17,5 @@ export default packageBuild({
     js: "#!/usr/bin/env node\nimport { createRequire as __forgeRequire } from 'node:module';\nconst require = __forgeRequire(import.meta.url);",
   },
   loader: { '.py': 'text' },
-  noExternal: [/^(?!@forge\/(audit-chain|policy|postgres|queue|registry|runner|sandbox|toolsmith)$|@opentelemetry\/)/],
+  noExternal: [/^(?!@forge\/(audit-chain|console|policy|postgres|queue|registry|runner|sandbox|toolsmith)$|@opentelemetry\/)/],
 });

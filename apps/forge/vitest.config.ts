@@ -11,6 +11,8 @@ export default packageTests({
     'test/witness.test.ts',
     'test/audit.test.ts',
     'test/cli.test.ts',
+    'test/console-access.test.ts',
+    'test/console.test.ts',
     'test/contention.test.ts',
     'test/telemetry.test.ts',
     'test/damaged-tool.test.ts',

@@ -6,6 +6,7 @@ import { auditAnchor, auditExport, auditTail, auditVerify } from './commands/aud
 import { auditConsistency } from './commands/audit-consistency.js';
 import { auditProve } from './commands/audit-prove.js';
 import { auditWitness } from './commands/audit-witness.js';
+import { consoleCommand } from './commands/console.js';
 import { demo } from './commands/demo.js';
 import { doctor } from './commands/doctor.js';
 import { toolsExport, toolsLog } from './commands/export.js';
@@ -48,6 +49,7 @@ export const COMMANDS: readonly Command[] = [
   policyCheck,
   ...GATEWAY_COMMANDS,
   ...TOOLSMITH_COMMANDS,
+  consoleCommand,
   doctor,
   status,
   demo,

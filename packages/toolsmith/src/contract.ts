@@ -32,8 +32,11 @@ export interface ToolsmithOptions<G extends GapStore = FileGapStore, P extends P
 /** An operator acting on proposals: an identity that policy `toolsmith.approvers` lists. */
 export interface Operator {
   by: string;
-  /** Where the decision was made, for the audit entry: `cli` (default) or `client` (confirmed by the human at an MCP client). */
-  via?: 'cli' | 'client';
+  /**
+   * Where the decision was made, for the audit entry: `cli` (default), `client` (confirmed by the
+   * human at an MCP client) or `console` (the operator console's page).
+   */
+  via?: 'cli' | 'client' | 'console';
 }
 
 /** What `request` answers. */

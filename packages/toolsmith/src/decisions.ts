@@ -220,6 +220,6 @@ export async function rejectProposal(
     reason: op.reason.slice(0, 1000),
   });
   if (!moved.ok) return { ok: false, kind: moved.kind, message: moved.message };
-  const lost = await ctx.record('rejected', { id, name: p.name, by: op.by, reason: op.reason.slice(0, 1000) });
+  const lost = await ctx.record('rejected', { id, name: p.name, by: op.by, via: op.via ?? 'cli', reason: op.reason.slice(0, 1000) });
   return lost ?? { ok: true, proposal: moved.proposal };
 }

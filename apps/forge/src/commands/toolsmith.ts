@@ -15,7 +15,7 @@ const asOption = { as: { type: 'string' } } as const;
 const AS_LINE = '--as NAME   who approves (default $FORGE_OPERATOR, else the login name); policy toolsmith.approvers must list it';
 
 /** The operator acting: `--as`, else FORGE_OPERATOR, else the login name (the service checks it against toolsmith.approvers). */
-function operator(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+export function operator(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
   if (typeof values.as === 'string') return values.as;
   if (env.FORGE_OPERATOR) return env.FORGE_OPERATOR;
   try {

@@ -1,0 +1,89 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { scaled } from '@forge/test-utils';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { onTestFinished } from 'vitest';
+import { CLI, type Scratch } from './helpers.js';
+
+/** Where the console tests keep their screenshots (not compared: kept for a person to look at). */
+export const SHOTS = resolve(import.meta.dirname, '../test-artifacts/console');
+
+/** Debian's Chromium, or $FORGE_CHROMIUM; a test that needs it fails with the install hint when it is missing. */
+export function chromiumPath(): string {
+  const found = [process.env.FORGE_CHROMIUM, '/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => p && existsSync(p));
+  if (!found)
+    throw new Error(
+      'the console tests drive a real Chromium and none was found: install it with "apt-get install -y chromium" (bash scripts/setup.sh does), or set FORGE_CHROMIUM to its path',
+    );
+  return found;
+}
+
+/** A headless Chromium, closed when the test finishes. */
+export async function launchChromium(): Promise<Browser> {
+  const browser = await chromium.launch({ executablePath: chromiumPath(), timeout: scaled(60_000) });
+  onTestFinished(() => browser.close());
+  return browser;
+}
+
+/** A running `forge console`: its address (with the token) and origin. */
+export interface RunningConsole {
+  url: string;
+  origin: string;
+  child: ChildProcess;
+  stderr(): string;
+}
+
+/** Starts `forge console --json` over the scratch home and project; stopped (SIGTERM, then awaited) when the test finishes. */
+export async function startConsole(
+  s: Scratch,
+  args: string[] = ['--as', 'alice'],
+  env: Record<string, string> = {},
+): Promise<RunningConsole> {
+  const child = spawn(process.execPath, [CLI, 'console', '--json', ...args], {
+    cwd: s.project,
+    env: { ...s.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  onTestFinished(async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    await exited;
+  });
+  const url = await new Promise<string>((res, rej) => {
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+      const nl = out.indexOf('\n');
+      if (nl >= 0) res((JSON.parse(out.slice(0, nl)) as { url: string }).url);
+    });
+    child.once('exit', (code) => rej(new Error(`forge console exited (${code}) before it printed its address: ${err}`)));
+  });
+  return { url, origin: new URL(url).origin, child, stderr: () => err };
+}
+
+/** A fresh browser context (its own cookies) with the console open and logged in; fails the test on any CSP violation or page error. */
+export async function openConsole(
+  browser: Browser,
+  con: RunningConsole,
+): Promise<{ context: BrowserContext; page: Page; problems: string[] }> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  onTestFinished(() => context.close());
+  const page = await context.newPage();
+  const problems: string[] = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
+  });
+  page.setDefaultTimeout(scaled(30_000));
+  await page.goto(con.url);
+  return { context, page, problems };
+}
+
+/** Keeps a screenshot of `page` as a test artifact. */
+export async function shot(page: Page, name: string): Promise<void> {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+}

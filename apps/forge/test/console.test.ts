@@ -1,0 +1,171 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium, openConsole, shot, startConsole } from './browser.js';
+import { requireCliAndSandbox, scratch } from './helpers.js';
+import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
+
+/**
+ * `forge console` in a real Chromium (Debian's, driven by playwright-core) against a real forge:
+ * proposals made and validated by the toolsmith in the sandbox, calls run, the audit log on disk.
+ * Each page is loaded with no CSP violation and no script error, and a screenshot is kept.
+ */
+
+beforeAll(requireCliAndSandbox);
+
+const T = () => scaled(30_000);
+
+describe('forge console in a browser', () => {
+  it('every page loads; approving a proposal in the page makes its tool callable and is audited via console', async () => {
+    const s = scratch('forge-console-');
+    writePolicy(s);
+    const agent = await serveAs(s);
+    const p = await propose(agent, reverseBlueprint());
+    expect(p.proposal.state).toBe('validated');
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, con);
+
+    // The token left the address bar for a cookie.
+    expect(page.url()).toBe(`${con.origin}/`);
+    await page.getByTestId('overview').waitFor();
+    await page.getByTestId('checks').waitFor();
+    await page.getByTestId('chart-calls').locator('canvas').waitFor();
+    await expect(page.getByTestId('operator').textContent()).resolves.toBe('acting as alice');
+    await shot(page, 'overview');
+
+    await page.goto(`${con.origin}/#/tools`);
+    await page.getByTestId('tools').waitFor();
+    await shot(page, 'tools');
+
+    await page.goto(`${con.origin}/#/runs`);
+    await page.getByTestId('runs').waitFor();
+    await shot(page, 'runs');
+
+    await page.goto(`${con.origin}/#/audit`);
+    await page.locator('[data-testid=verdict][data-ok=true]').waitFor({ timeout: T() });
+    const entries = Number(await page.getByTestId('verdict').getAttribute('data-entries'));
+    expect(entries).toBe(auditEntries(s).length);
+    await shot(page, 'audit');
+
+    await page.goto(`${con.origin}/#/approvals/${p.proposal.id}`);
+    await page.getByTestId('review').waitFor();
+    await expect(page.getByTestId('impl').textContent()).resolves.toContain('[::-1]');
+    await shot(page, 'approvals');
+    const changed = agent.nextListChanged(60_000);
+    await page.getByTestId('approve').click();
+    await page.getByTestId('decision').waitFor({ timeout: T() });
+    await expect(page.getByTestId('decision').textContent()).resolves.toMatch(
+      /^approved: text\.reverse v1 is live \(sha256:[0-9a-f]{12}…\)$/,
+    );
+    await changed;
+    const { env } = await agent.call('text__reverse', { text: 'console' });
+    expect(env).toMatchObject({ ok: true, data: { reversed: 'elosnoc' } });
+    const approved = auditEntries(s).filter((e) => e.type === 'toolsmith.approved');
+    expect(approved.map((e) => e.data)).toMatchObject([{ id: p.proposal.id, by: 'alice', via: 'console' }]);
+    expect(problems).toEqual([]);
+  });
+
+  it('rejecting in the page records the reason; an operator policy does not list cannot approve', async () => {
+    const s = scratch('forge-console-');
+    writePolicy(s);
+    const agent = await serveAs(s);
+    const p = await propose(agent, reverseBlueprint());
+    const browser = await launchChromium();
+
+    const mallory = await startConsole(s, ['--as', 'mallory']);
+    const m = await openConsole(browser, mallory);
+    await m.page.goto(`${mallory.origin}/#/approvals/${p.proposal.id}`);
+    await m.page.getByTestId('approve').click();
+    await m.page.getByTestId('decision').waitFor({ timeout: T() });
+    await expect(m.page.getByTestId('decision').textContent()).resolves.toBe(
+      '"mallory" may not approve proposals: not in policy toolsmith.approvers (alice, bob)',
+    );
+
+    const con = await startConsole(s);
+    const { page, problems } = await openConsole(browser, con);
+    await page.goto(`${con.origin}/#/approvals/${p.proposal.id}`);
+    await page.getByTestId('reason').fill('reverses only ASCII correctly; handle grapheme clusters');
+    await page.getByTestId('reject').click();
+    await page.getByTestId('decision').waitFor({ timeout: T() });
+    await expect(page.getByTestId('decision').textContent()).resolves.toBe('rejected: text.reverse');
+    const rejected = auditEntries(s).filter((e) => e.type === 'toolsmith.rejected');
+    expect(rejected.map((e) => e.data)).toMatchObject([
+      { id: p.proposal.id, by: 'alice', via: 'console', reason: 'reverses only ASCII correctly; handle grapheme clusters' },
+    ]);
+    const shown = await forgeJson<{ proposal: { state: string } }>(s, ['toolsmith', 'show', p.proposal.id]);
+    expect(shown.data.proposal.state).toBe('rejected');
+    expect(problems).toEqual([]);
+    // The refusal is an answer (409 with the reason), which the browser also logs as a failed load.
+    expect(m.problems).toEqual(['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
+  });
+
+  it('text an agent wrote (HTML, terminal escapes, bidi controls) shows inert', async () => {
+    const s = scratch('forge-console-');
+    const hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> \u001b]0;owned\u0007 \u202eevil\u202c \u200b';
+    const spec = {
+      name: 'hostile',
+      description: hostile,
+      input_schema: { type: 'object', properties: {}, additionalProperties: false },
+      runtime: 'python3',
+      impl: 'import json\nprint(json.dumps({"ok": True, "data": {}}))\n',
+    };
+    writeFileSync(join(s.project, 'hostile.json'), JSON.stringify(spec));
+    const made = await forge(s, ['tools', 'forge', 'hostile.json']);
+    expect(made.code, made.stderr).toBe(0);
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, con);
+    await page.goto(`${con.origin}/#/tools`);
+    await page.getByText('hostile', { exact: true }).click();
+    const text = await page.locator('[data-testid=tools] .prose').first().textContent();
+    expect(text).toBe(
+      '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> \\x1b]0;owned\\x07 \\u202eevil\\u202c \\u200b',
+    );
+    expect(await page.evaluate(() => (globalThis as { __pwned?: number }).__pwned)).toBeUndefined();
+    expect(await page.locator('[data-testid=tools] img, [data-testid=tools] script').count()).toBe(0);
+    await shot(page, 'inert-text');
+    expect(problems).toEqual([]);
+  });
+
+  it('a one-byte edit to the log on disk is caught by the page at the entry forge audit verify names, without a restart', async () => {
+    const s = scratch('forge-console-');
+    const spec = {
+      name: 'echo',
+      description: 'Echoes its input.',
+      input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
+      runtime: 'python3',
+      impl: 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
+    };
+    writeFileSync(join(s.project, 'echo.json'), JSON.stringify(spec));
+    expect((await forge(s, ['tools', 'forge', 'echo.json'])).code).toBe(0);
+    for (let i = 0; i < 2; i++) expect((await forge(s, ['tools', 'call', 'echo', JSON.stringify({ n: i })])).code).toBe(0);
+    expect(auditEntries(s).length).toBeGreaterThanOrEqual(3);
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, con);
+    await page.goto(`${con.origin}/#/audit`);
+    await page.locator('[data-testid=verdict][data-ok=true]').waitFor({ timeout: T() });
+
+    const log = join(s.home, 'audit', 'forge.log');
+    const bytes = readFileSync(log);
+    const lines = bytes.toString('utf8').split('\n');
+    // A byte inside the data of the third entry's line: its hash no longer matches.
+    const at = lines.slice(0, 2).join('\n').length + 1 + (lines[2] as string).indexOf('"data":') + 9;
+    bytes[at] = (bytes[at] as number) ^ 0x01;
+    writeFileSync(log, bytes);
+    const cli = await forgeJson<{ ok: boolean; first_bad: { seq: number; reason: string; line: number } }>(s, ['audit', 'verify']);
+    expect(cli.data.ok).toBe(false);
+
+    await page.getByTestId('verify').click();
+    const verdict = page.locator('[data-testid=verdict][data-ok=false]');
+    await verdict.waitFor({ timeout: T() });
+    expect(await verdict.getAttribute('data-seq')).toBe(String(cli.data.first_bad.seq));
+    expect(await verdict.getAttribute('data-reason')).toBe(cli.data.first_bad.reason);
+    const bad = page.locator(`tr[data-seq="${cli.data.first_bad.seq}"]`);
+    expect(await bad.getAttribute('data-state')).toBe('bad');
+    await shot(page, 'audit-tampered');
+    expect(problems).toEqual([]);
+  });
+});

@@ -1,0 +1,173 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { join } from 'node:path';
+import { type ConsoleAccess, send } from './access.js';
+import { type AuditIndex, type CallQuery, NotRegularFile, openLogFile } from './audit-index.js';
+import type { ConsoleServices } from './services.js';
+import type { LogFollower } from './tail.js';
+
+/** What the API's routes answer from. */
+export interface ApiContext {
+  services: ConsoleServices;
+  index: AuditIndex;
+  /** The audit log's directory and base name. */
+  dir: string;
+  base: string;
+  operator: string;
+  version: string;
+  access: ConsoleAccess;
+  follower: LogFollower;
+}
+
+/** A JSON answer. */
+export function json(res: ServerResponse, status: number, value: unknown): void {
+  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value));
+}
+
+/** The body of a change: a JSON object, at most 64 KiB; undefined otherwise. */
+async function body(req: IncomingMessage): Promise<Record<string, unknown> | undefined> {
+  const type = req.headers['content-type'] ?? '';
+  if (!type.startsWith('application/json')) return undefined;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req as AsyncIterable<Buffer>) {
+    size += c.length;
+    if (size > 65_536) return undefined;
+    chunks.push(c);
+  }
+  try {
+    const v = JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const int = (v: string | null): number | undefined => (v !== null && /^[0-9]{1,15}$/.test(v) ? Number(v) : undefined);
+
+const PROPOSAL = /^\/api\/proposals\/([A-Za-z0-9-]{1,64})$/;
+const DECISION = /^\/api\/proposals\/([A-Za-z0-9-]{1,64})\/(approve|reject)$/;
+const RAW = /^\/api\/audit\/raw\/([^/]+)$/;
+
+/** The filter of `/api/calls` from its query. */
+function callQuery(q: URLSearchParams): CallQuery {
+  const cq: CallQuery = {};
+  for (const k of ['tool', 'persona', 'outcome'] as const) {
+    const v = q.get(k);
+    if (v) cq[k] = v;
+  }
+  for (const k of ['since', 'until', 'before', 'limit'] as const) {
+    const v = int(q.get(k));
+    if (v !== undefined) cq[k] = v;
+  }
+  return cq;
+}
+
+/** Answers a GET of the API. */
+async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, url: URL, csrf: string): Promise<void> {
+  const path = url.pathname;
+  const q = url.searchParams;
+  switch (path) {
+    case '/api/session':
+      return json(res, 200, { operator: c.operator, csrf, version: c.version });
+    case '/api/overview':
+      return json(res, 200, await c.services.overview(c.operator));
+    case '/api/doctor':
+      return json(res, 200, await c.services.doctor());
+    case '/api/tools':
+      return json(res, 200, await c.services.tools());
+    case '/api/stats':
+      return json(res, 200, await c.index.stats(q.get('window') === 'day' ? 'day' : 'hour'));
+    case '/api/calls':
+      return json(res, 200, await c.index.calls(callQuery(q)));
+    case '/api/audit/entries': {
+      const before = int(q.get('before'));
+      const limit = int(q.get('limit'));
+      const type = q.get('type');
+      const page = await c.index.entries({
+        ...(before !== undefined ? { before } : {}),
+        ...(limit !== undefined ? { limit } : {}),
+        ...(type ? { type } : {}),
+      });
+      return json(res, 200, { ...page, log: c.base });
+    }
+    case '/api/audit/files': {
+      const now = await c.services.auditFiles();
+      return json(res, 200, { base: now.base, names: now.names, ...(now.publicKey ? { publicKey: now.publicKey } : {}) });
+    }
+    case '/api/audit/events':
+      return c.follower.add(req, res);
+    case '/api/proposals':
+      return json(res, 200, await c.services.proposals());
+  }
+  const raw = RAW.exec(path);
+  if (raw) return rawFile(res, c.dir, c.base, decodeURIComponent(raw[1] as string));
+  const one = PROPOSAL.exec(path);
+  if (one) {
+    const r = await c.services.proposal(one[1] as string);
+    return json(res, r.ok ? 200 : 404, r);
+  }
+  return json(res, 404, { ok: false, kind: 'not_found', message: `no ${path} here` });
+}
+
+/** Answers a POST of the API: the session's CSRF token first, then the change. */
+async function change(c: ApiContext, req: IncomingMessage, res: ServerResponse, url: URL, session: { csrf: string }): Promise<void> {
+  if (!c.access.csrfHolds(req, session))
+    return json(res, 403, {
+      ok: false,
+      kind: 'csrf',
+      message: "a change needs the page's CSRF token (x-forge-csrf); reload the console page",
+    });
+  const decide = DECISION.exec(url.pathname);
+  if (!decide) return json(res, 404, { ok: false, kind: 'not_found', message: `no ${url.pathname} to change here` });
+  const b = await body(req);
+  if (!b)
+    return json(res, 400, {
+      ok: false,
+      kind: 'validation_failed',
+      message: 'the body must be a JSON object (content-type application/json, at most 64 KiB)',
+    });
+  const id = decide[1] as string;
+  if (decide[2] === 'approve') {
+    const r = await c.services.approve(id, c.operator);
+    return json(res, r.ok ? 200 : 409, r);
+  }
+  const reason = typeof b.reason === 'string' ? b.reason : '';
+  if (reason.trim() === '')
+    return json(res, 400, { ok: false, kind: 'validation_failed', message: 'a rejection needs a reason: the proposer sees it' });
+  const r = await c.services.reject(id, c.operator, reason);
+  return json(res, r.ok ? 200 : 409, r);
+}
+
+/** Answers a request under `/api/` of a session. */
+export async function answerApi(
+  c: ApiContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  session: { csrf: string },
+): Promise<void> {
+  if (req.method === 'GET') return read(c, req, res, url, session.csrf);
+  if (req.method === 'POST') return change(c, req, res, url, session);
+  res.setHeader('allow', 'GET, POST');
+  return json(res, 405, { ok: false, kind: 'method_not_allowed', message: `${req.method} is not used here` });
+}
+
+/** One of the log's own files, as bytes: the active segment, a sealed one or the checkpoints; nothing else in its directory. */
+async function rawFile(res: ServerResponse, dir: string, base: string, name: string): Promise<void> {
+  const ours =
+    name === base || name === `${base}.checkpoints` || (name.startsWith(`${base}.`) && /^[0-9]{6,}$/.test(name.slice(base.length + 1)));
+  if (!ours) return json(res, 404, { ok: false, kind: 'not_found', message: `${name} is not one of the audit log's files` });
+  let fh: Awaited<ReturnType<typeof openLogFile>>;
+  try {
+    fh = await openLogFile(join(dir, name));
+  } catch (err) {
+    if (err instanceof NotRegularFile) return json(res, 403, { ok: false, kind: 'policy_denied', message: err.message });
+    throw err;
+  }
+  if (!fh) return json(res, 404, { ok: false, kind: 'not_found', message: `${name} does not exist` });
+  try {
+    send(res, 200, 'application/octet-stream', await fh.readFile());
+  } finally {
+    await fh.close();
+  }
+}

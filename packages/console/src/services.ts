@@ -1,0 +1,47 @@
+import type { AuditFilesView, DoctorView, OverviewView, ProposalView, RefusalView, ToolView } from './views.js';
+
+/** A proposal under review, as `forge toolsmith show` gives it (the page reads the fields it shows). */
+export interface ReviewView {
+  ok: true;
+  proposal: {
+    id: string;
+    state: string;
+    name: string;
+    capability: string;
+    persona: string;
+    created_at: string;
+    spec: { description?: string; runtime?: string; impl?: string; input_schema?: unknown; output_schema?: unknown; examples?: unknown };
+    history: { at: string; state?: string; by?: string; note?: string; [k: string]: unknown }[];
+    validation?: { ok?: boolean; summary?: string; [k: string]: unknown };
+  };
+  active?: { version: number; digest: string; state: string; proposal?: string };
+  impl_diff: string;
+  gap_history: readonly { at: string; persona: string; source: string; description?: string }[];
+}
+
+/** What an approval or rejection answers: the proposal's id, name and new state, and the tool that went live. */
+export interface DecisionView {
+  ok: true;
+  id: string;
+  name: string;
+  state: string;
+  tool?: { name: string; version: number; digest: string };
+}
+
+/**
+ * What the console shows and changes, provided by whoever starts it (the `forge` app): each is the
+ * same service the CLI's command of that name uses, so the console is never a second
+ * implementation of an approval, a pin or a read. `operator` is the name the console acts as.
+ */
+export interface ConsoleServices {
+  overview(operator: string): Promise<OverviewView>;
+  /** `forge doctor`'s probe of the host (it starts a sandbox: the slow part of the overview, asked for apart). */
+  doctor(): Promise<DoctorView>;
+  tools(): Promise<ToolView[]>;
+  /** The log's files, for the page's verifier and the server's index. */
+  auditFiles(): Promise<AuditFilesView & { dir: string }>;
+  proposals(): Promise<ProposalView[]>;
+  proposal(id: string): Promise<ReviewView | RefusalView>;
+  approve(id: string, operator: string): Promise<DecisionView | RefusalView>;
+  reject(id: string, operator: string, reason: string): Promise<DecisionView | RefusalView>;
+}

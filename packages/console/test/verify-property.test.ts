@@ -1,0 +1,141 @@
+import { readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { generateSigningKeys, openAuditLog, verifyLog as referenceVerify } from '@forge/audit-chain';
+import { tempDir } from '@forge/test-utils';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { type Bytes, verifyLog } from '../src/web/verify.js';
+
+/** The page's verifier and `forge audit verify` (the reference) reach the same verdict on any damage. */
+
+const keys = generateSigningKeys();
+
+interface Plan {
+  entries: { type: string; data: unknown }[];
+  checkpointAt: number[];
+  rotateAt: number[];
+  signed: boolean;
+}
+
+/** I-JSON as the log takes it: safe integers, finite numbers, well-formed strings. */
+function ijson(v: unknown): boolean {
+  if (typeof v === 'number') return Number.isFinite(v) && (!Number.isInteger(v) || Number.isSafeInteger(v));
+  if (typeof v === 'string') return v.isWellFormed();
+  if (Array.isArray(v)) return v.every(ijson);
+  if (v && typeof v === 'object') return Object.entries(v).every(([k, x]) => k.isWellFormed() && ijson(x));
+  return true;
+}
+
+const plan: fc.Arbitrary<Plan> = fc.record({
+  entries: fc.array(
+    fc.record({
+      type: fc.constantFrom('forge.called', 'forge.created', 'user.note', 'x:y/z-1'),
+      data: fc.oneof(
+        fc.constant(null),
+        fc.jsonValue({ maxDepth: 2 }).filter((v) => ijson(v) && JSON.stringify(v).length < 300),
+      ),
+    }),
+    { minLength: 0, maxLength: 14 },
+  ),
+  checkpointAt: fc.uniqueArray(fc.integer({ min: 0, max: 14 }), { maxLength: 3 }),
+  rotateAt: fc.uniqueArray(fc.integer({ min: 1, max: 14 }), { maxLength: 2 }),
+  signed: fc.boolean(),
+});
+
+/** One damage done to one of the log's files. */
+type Damage =
+  | { kind: 'none' }
+  | { kind: 'flip'; file: number; at: number; bit: number }
+  | { kind: 'cut'; file: number; at: number }
+  | { kind: 'drop_line'; file: number; line: number }
+  | { kind: 'remove'; file: number };
+
+const damage: fc.Arbitrary<Damage> = fc.oneof(
+  fc.constant({ kind: 'none' as const }),
+  fc.record({ kind: fc.constant('flip' as const), file: fc.nat(), at: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }),
+  fc.record({ kind: fc.constant('cut' as const), file: fc.nat(), at: fc.nat() }),
+  fc.record({ kind: fc.constant('drop_line' as const), file: fc.nat(), line: fc.nat() }),
+  fc.record({ kind: fc.constant('remove' as const), file: fc.nat() }),
+);
+
+async function write(dir: string, p: Plan): Promise<string> {
+  const path = join(dir, 'audit.log');
+  const log = await openAuditLog(path, { tree: false, ...(p.signed ? { signingKey: keys.privateKey } : {}) });
+  try {
+    if (p.checkpointAt.includes(0)) await log.checkpoint();
+    for (let i = 0; i < p.entries.length; i++) {
+      const e = p.entries[i] as Plan['entries'][number];
+      await log.append(e.type, e.data as never);
+      if (p.checkpointAt.includes(i + 1)) await log.checkpoint();
+      if (p.rotateAt.includes(i + 1)) await log.rotate();
+    }
+  } finally {
+    await log.close();
+  }
+  return path;
+}
+
+async function harm(dir: string, d: Damage): Promise<void> {
+  if (d.kind === 'none') return;
+  const files = (await readdir(dir)).filter((n) => n.startsWith('audit.log') && !n.endsWith('.lock')).sort();
+  if (files.length === 0) return;
+  const file = join(dir, files[d.file % files.length] as string);
+  if (d.kind === 'remove') return rm(file, { force: true });
+  const bytes = await readFile(file);
+  if (bytes.length === 0) return;
+  if (d.kind === 'flip') {
+    const at = d.at % bytes.length;
+    bytes[at] = (bytes[at] as number) ^ (1 << d.bit);
+    return writeFile(file, bytes);
+  }
+  if (d.kind === 'cut') return truncate(file, d.at % bytes.length);
+  const lines = bytes.toString('latin1').split(/(?<=\n)/);
+  lines.splice(d.line % lines.length, 1);
+  return writeFile(file, Buffer.from(lines.join(''), 'latin1'));
+}
+
+const verdict = (r: {
+  ok: boolean;
+  entries: number;
+  head: string;
+  first_bad?: { seq: number; line: number; reason: string; file: string };
+}) => ({
+  ok: r.ok,
+  entries: r.entries,
+  head: r.head,
+  ...(r.first_bad
+    ? { first_bad: { seq: r.first_bad.seq, line: r.first_bad.line, reason: r.first_bad.reason, file: r.first_bad.file } }
+    : {}),
+});
+
+describe('the page verifier against the reference verifier', () => {
+  it('property: any log, any one damage (a flipped bit, a cut, a dropped line, a removed file): the same verdict', async () => {
+    await fc.assert(
+      fc.asyncProperty(plan, damage, fc.boolean(), async (p, d, withKey) => {
+        const dir = await tempDir('forge-console-verify-');
+        await write(dir, p);
+        await harm(dir, d);
+        const options = withKey ? { publicKey: keys.publicKey } : {};
+        const reference = await referenceVerify(join(dir, 'audit.log'), options);
+        const names = await readdir(dir);
+        const ours = await verifyLog(
+          {
+            base: 'audit.log',
+            names,
+            read: async (name) => {
+              try {
+                return new Uint8Array(await readFile(join(dir, name))) as Bytes;
+              } catch {
+                return undefined;
+              }
+            },
+          },
+          options,
+        );
+        expect(verdict(ours)).toEqual(verdict(reference));
+        await rm(dir, { recursive: true, force: true });
+      }),
+      { numRuns: Number(process.env.FORGE_PROPERTY_RUNS ?? 150) },
+    );
+  });
+});
