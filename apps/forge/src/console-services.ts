@@ -126,6 +126,18 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
       };
     },
 
+    async run(id) {
+      const r = await forge.readRun(id, ctx);
+      if (!r.ok) return { ok: false, kind: r.kind, message: r.message };
+      return { ok: true, run_id: r.run_id, kind: r.kind, manifest: r.manifest, artifacts: r.artifacts.map((a) => ({ ...a })) };
+    },
+
+    async artifact(id, path) {
+      const r = await forge.readArtifact(id, path, ctx);
+      if (!r.ok) return { ok: false, kind: r.kind, message: r.message };
+      return { ok: true, path: r.path, size: r.size, bytes: r.bytes };
+    },
+
     async proposals() {
       const list = await toolsmith.list({});
       return list.map((p) => ({

@@ -168,4 +168,54 @@ describe('forge console in a browser', () => {
     await shot(page, 'audit-tampered');
     expect(problems).toEqual([]);
   });
+
+  it("a run's page: its facts, its artifacts as downloads that never render, and only for a persona the runner lets read it", async () => {
+    const s = scratch('forge-console-');
+    const spec = {
+      name: 'report',
+      description: 'Writes an HTML report.',
+      input_schema: { type: 'object', properties: {}, additionalProperties: false },
+      runtime: 'python3',
+      impl: [
+        'import json',
+        'open("/forge/artifacts/report.html", "w").write("<script>window.__pwned=1</script>")',
+        'print(json.dumps({"ok": True, "data": {"written": 1}}))',
+      ].join('\n'),
+    };
+    writeFileSync(join(s.project, 'report.json'), JSON.stringify(spec));
+    expect((await forge(s, ['tools', 'forge', 'report.json'])).code).toBe(0);
+    const called = await forgeJson<{ ok: boolean; meta: { run_id: string } }>(s, ['tools', 'call', 'report', '{}']);
+    expect(called.data.ok).toBe(true);
+    const runId = called.data.meta.run_id;
+
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, con);
+    await page.goto(`${con.origin}/#/runs`);
+    await page.getByRole('link', { name: runId }).click();
+    await page.getByTestId('run').waitFor();
+    const link = page.getByTestId('artifacts').getByRole('link', { name: 'report.html' });
+    const href = await link.getAttribute('href');
+    expect(href).toBe(`/api/runs/${runId}/download/report.html`);
+    await shot(page, 'run');
+    // The download is an attachment of no renderable type, sandboxed even if opened.
+    const res = await page.evaluate(async (url) => {
+      const r = await fetch(url);
+      return { type: r.headers.get('content-type'), disposition: r.headers.get('content-disposition'), csp: r.headers.get('content-security-policy'), body: await r.text() };
+    }, href as string);
+    expect(res).toEqual({
+      type: 'application/octet-stream',
+      disposition: 'attachment; filename="report.html"',
+      csp: "sandbox; default-src 'none'",
+      body: '<script>window.__pwned=1</script>',
+    });
+    expect(problems).toEqual([]);
+
+    // Another persona's console reads no run of persona default (the runner's rule: the run's own persona or an operator).
+    const other = await startConsole(s, ['--as', 'alice', '--persona', 'other']);
+    const o = await openConsole(browser, other);
+    await o.page.goto(`${other.origin}/#/runs/${runId}`);
+    await o.page.getByTestId('error').waitFor();
+    await expect(o.page.getByTestId('error').textContent()).resolves.toContain(`no run "${runId}" that persona "other" may read`);
+  });
 });

@@ -6,6 +6,6 @@
 export { ConsoleAccess, SECURITY_HEADERS } from './access.js';
 export { AuditIndex, type CallQuery } from './audit-index.js';
 export { type Console, ConsoleError, type ConsoleOptions, startConsole } from './server.js';
-export type { ConsoleServices, DecisionView, ReviewView } from './services.js';
+export type { ArtifactView, ConsoleServices, DecisionView, ReviewView, RunView } from './services.js';
 export type * from './views.js';
 export { type FirstBad, type LogSource, type Reason, type Verdict, type VerifyOptions, verifyLog } from './web/verify.js';

@@ -47,6 +47,11 @@ const int = (v: string | null): number | undefined => (v !== null && /^[0-9]{1,1
 const PROPOSAL = /^\/api\/proposals\/([A-Za-z0-9-]{1,64})$/;
 const DECISION = /^\/api\/proposals\/([A-Za-z0-9-]{1,64})\/(approve|reject)$/;
 const RAW = /^\/api\/audit\/raw\/([^/]+)$/;
+const RUN = /^\/api\/runs\/([A-Za-z0-9_.-]{1,128})$/;
+const ARTIFACT = /^\/api\/runs\/([A-Za-z0-9_.-]{1,128})\/(download|tail)\/(.+)$/;
+
+/** The last bytes of an artifact the runs page shows as text. */
+const TAIL_BYTES = 8192;
 
 /** The filter of `/api/calls` from its query. */
 function callQuery(q: URLSearchParams): CallQuery {
@@ -101,12 +106,38 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
   }
   const raw = RAW.exec(path);
   if (raw) return rawFile(res, c.dir, c.base, decodeURIComponent(raw[1] as string));
+  const run = RUN.exec(path);
+  if (run) {
+    const r = await c.services.run(run[1] as string);
+    return json(res, r.ok ? 200 : 404, r);
+  }
+  const art = ARTIFACT.exec(path);
+  if (art) return artifact(c, res, art[1] as string, art[2] as 'download' | 'tail', decodeURIComponent(art[3] as string));
   const one = PROPOSAL.exec(path);
   if (one) {
     const r = await c.services.proposal(one[1] as string);
     return json(res, r.ok ? 200 : 404, r);
   }
   return json(res, 404, { ok: false, kind: 'not_found', message: `no ${path} here` });
+}
+
+/**
+ * One artifact: `tail`, its last bytes as text in JSON (the page makes them inert like every
+ * answer); `download`, the bytes as an attachment of no type a browser would render (a tool wrote
+ * them: an HTML file must never run as this console's page).
+ */
+async function artifact(c: ApiContext, res: ServerResponse, id: string, how: 'download' | 'tail', path: string): Promise<void> {
+  const r = await c.services.artifact(id, path);
+  if (!r.ok) return json(res, 404, r);
+  if (how === 'tail') {
+    const from = Math.max(0, r.bytes.length - TAIL_BYTES);
+    return json(res, 200, { path: r.path, size: r.size, from, text: Buffer.from(r.bytes.subarray(from)).toString('utf8') });
+  }
+  const name = (path.split('/').pop() ?? 'artifact').replace(/[^A-Za-z0-9._-]/g, '_');
+  send(res, 200, 'application/octet-stream', r.bytes, {
+    'content-disposition': `attachment; filename="${name}"`,
+    'content-security-policy': "sandbox; default-src 'none'",
+  });
 }
 
 /** Answers a POST of the API: the session's CSRF token first, then the change. */

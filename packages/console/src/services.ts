@@ -19,6 +19,23 @@ export interface ReviewView {
   gap_history: readonly { at: string; persona: string; source: string; description?: string }[];
 }
 
+/** A run as `Forge.readRun` gives it: its manifest as written and what its artifacts directory holds. */
+export interface RunView {
+  ok: true;
+  run_id: string;
+  kind: 'run' | 'hit';
+  manifest: Record<string, unknown>;
+  artifacts: { path: string; size?: number; type?: string; [k: string]: unknown }[];
+}
+
+/** One artifact's bytes, as `Forge.readArtifact` gives them. */
+export interface ArtifactView {
+  ok: true;
+  path: string;
+  size: number;
+  bytes: Uint8Array;
+}
+
 /** What an approval or rejection answers: the proposal's id, name and new state, and the tool that went live. */
 export interface DecisionView {
   ok: true;
@@ -40,6 +57,10 @@ export interface ConsoleServices {
   tools(): Promise<ToolView[]>;
   /** The log's files, for the page's verifier and the server's index. */
   auditFiles(): Promise<AuditFilesView & { dir: string }>;
+  /** A run, under the runner's read rule for the console's persona (the run's own persona, or an operator persona). */
+  run(id: string): Promise<RunView | RefusalView>;
+  /** One file among a run's artifacts, under the same rule. */
+  artifact(id: string, path: string): Promise<ArtifactView | RefusalView>;
   proposals(): Promise<ProposalView[]>;
   proposal(id: string): Promise<ReviewView | RefusalView>;
   approve(id: string, operator: string): Promise<DecisionView | RefusalView>;

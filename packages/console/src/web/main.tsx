@@ -52,7 +52,7 @@ function App() {
         {error ? <p class="bad">{error}</p> : null}
         {r.page === 'overview' ? <OverviewPage /> : null}
         {r.page === 'tools' ? <ToolsPage /> : null}
-        {r.page === 'runs' ? <RunsPage /> : null}
+        {r.page === 'runs' ? <RunsPage id={r.rest || undefined} /> : null}
         {r.page === 'audit' ? <AuditPage /> : null}
         {r.page === 'approvals' ? <ApprovalsPage id={r.rest || undefined} /> : null}
       </main>

@@ -1,11 +1,104 @@
 import { useState } from 'preact/hooks';
+import type { RunView } from '../../services.js';
 import type { CallView, Page } from '../../views.js';
 import { get } from '../api.js';
-import { count, ms, Status, useLoad } from './common.js';
+import { count, Json, ms, Status, useLoad } from './common.js';
+
+/** An artifact's last bytes, as text (inert, like every answer). */
+function Tail({ id, path }: { id: string; path: string }) {
+  const t = useLoad(
+    () => get<{ size: number; from: number; text: string }>(`runs/${encodeURIComponent(id)}/tail/${encodeURIComponent(path)}`),
+    [id, path],
+  );
+  if (!t.value) return <Status error={t.error} />;
+  return (
+    <>
+      <p class="dim">
+        {path}: {count(t.value.size)} bytes{t.value.from > 0 ? `, the last ${count(t.value.size - t.value.from)} shown` : ''}
+      </p>
+      <pre class="tail" data-testid={`tail-${path}`}>
+        {t.value.text}
+      </pre>
+    </>
+  );
+}
+
+/** One run: its facts, its stdout and stderr tails, its artifacts to download, the manifest as written. */
+function RunDetail({ id }: { id: string }) {
+  const r = useLoad(() => get<RunView>(`runs/${encodeURIComponent(id)}`), [id]);
+  if (!r.value) return <Status error={r.error} />;
+  const m = r.value.manifest;
+  const files = r.value.artifacts.filter((a) => a.kind === 'file');
+  const streams = files.filter((a) => /(^|\/)(full_)?std(out|err)[^/]*$/.test(a.path));
+  const o = (v: unknown): Record<string, unknown> => (v && typeof v === 'object' ? (v as Record<string, unknown>) : {});
+  const tool = o(m.tool);
+  const sb = o(m.sandbox);
+  const enforced = o(sb.enforced);
+  const exit = o(m.exit);
+  const facts: [string, string][] = [
+    ['tool', tool.name ? `${tool.name} v${tool.version ?? '?'} (${tool.scope ?? '?'}, ${tool.runtime ?? '?'})` : ''],
+    ['persona', String(m.persona ?? '')],
+    ['outcome', m.ok === true ? 'ok' : `failed${m.error ? `: ${JSON.stringify(m.error)}` : ''}`],
+    ['duration', ms(typeof m.duration_ms === 'number' ? m.duration_ms : undefined)],
+    ['cache', String(m.cache ?? '')],
+    [
+      'sandbox',
+      sb.label
+        ? `${sb.label}, ${sb.mode ?? ''}${sb.host_uid !== undefined ? `, host uid ${sb.host_uid}` : ''}; limits by ${Object.entries(
+            enforced,
+          )
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')}`
+        : '',
+    ],
+    [
+      'exit',
+      exit.reason
+        ? `${exit.reason}${exit.code !== null && exit.code !== undefined ? ` ${exit.code}` : ''}${exit.signal ? ` (${exit.signal})` : ''}`
+        : '',
+    ],
+  ];
+  return (
+    <article class="review" data-testid="run">
+      <h2>
+        run <code>{r.value.run_id}</code> {r.value.kind === 'hit' ? '(a cache hit)' : ''}
+      </h2>
+      <dl>{facts.filter(([, v]) => v !== '').flatMap(([k, v]) => [<dt key={`${k}-t`}>{k}</dt>, <dd key={`${k}-d`}>{v}</dd>])}</dl>
+      {typeof m.stderr_tail === 'string' && m.stderr_tail !== '' ? (
+        <>
+          <h3>stderr (its tail, as the manifest keeps it)</h3>
+          <pre class="tail" data-testid="stderr">
+            {m.stderr_tail}
+          </pre>
+        </>
+      ) : null}
+      {streams.map((a) => (
+        <Tail key={a.path} id={id} path={a.path} />
+      ))}
+      <h3>Artifacts</h3>
+      {files.length === 0 ? (
+        <p class="dim">none</p>
+      ) : (
+        <ul data-testid="artifacts">
+          {files.map((a) => (
+            <li key={a.path}>
+              <a href={`/api/runs/${encodeURIComponent(id)}/download/${encodeURIComponent(a.path)}`} download>
+                {a.path}
+              </a>{' '}
+              <span class="dim">{count(Number(a.bytes ?? 0))} bytes</span>
+            </li>
+          ))}
+        </ul>
+      )}
+      <h3>Manifest</h3>
+      <Json value={m} />
+    </article>
+  );
+}
 
 const SINCE: Record<string, number> = { hour: 3_600_000, day: 86_400_000, week: 7 * 86_400_000 };
 
-export function RunsPage() {
+export function RunsPage({ id }: { id?: string | undefined }) {
   const [tool, setTool] = useState('');
   const [persona, setPersona] = useState('');
   const [outcome, setOutcome] = useState('');
@@ -52,6 +145,7 @@ export function RunsPage() {
           older
         </button>
       </div>
+      {id ? <RunDetail id={id} /> : null}
       {!page.value ? (
         <Status error={page.error} />
       ) : (
@@ -77,7 +171,7 @@ export function RunsPage() {
                 <td class={c.ok ? 'good' : 'bad'}>{c.outcome}</td>
                 <td class="num">{ms(c.duration_ms)}</td>
                 <td>
-                  <code>{c.run_id ?? '–'}</code>
+                  {c.run_id ? <a href={`#/runs/${encodeURIComponent(c.run_id)}`}>{c.run_id}</a> : '–'}
                   {c.cache === 'hit' ? ' (cache hit)' : ''}
                 </td>
               </tr>
