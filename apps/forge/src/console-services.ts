@@ -37,18 +37,7 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
 
   return {
     async doctor(): Promise<DoctorView> {
-      const report = await diagnosis();
-      return {
-        checks: report.checks.map((c) => ({ name: c.name, ok: c.ok, detail: c.detail, ...(c.fix ? { fix: c.fix } : {}) })),
-        ...(report.sandboxUser
-          ? {
-              sandbox: {
-                ...report.sandboxUser,
-                ...(report.limits ? { limits: { memory: report.limits.memory, cpu: report.limits.cpu, pids: report.limits.pids } } : {}),
-              },
-            }
-          : {}),
-      };
+      return doctorView(await diagnosis());
     },
 
     async overview(operator: string): Promise<OverviewView> {
@@ -172,5 +161,20 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
       if (!r.ok) return { ok: false, kind: r.kind, message: r.message };
       return { ok: true, id: r.proposal.id, name: r.proposal.name, state: r.proposal.state };
     },
+  };
+}
+
+/** The doctor's report as the overview shows it. */
+function doctorView(report: Awaited<ReturnType<typeof diagnose>>): DoctorView {
+  return {
+    checks: report.checks.map((c) => ({ name: c.name, ok: c.ok, detail: c.detail, ...(c.fix ? { fix: c.fix } : {}) })),
+    ...(report.sandboxUser
+      ? {
+          sandbox: {
+            ...report.sandboxUser,
+            ...(report.limits ? { limits: { memory: report.limits.memory, cpu: report.limits.cpu, pids: report.limits.pids } } : {}),
+          },
+        }
+      : {}),
   };
 }

@@ -1,9 +1,9 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { scaled } from '@forge/test-utils';
+import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { launchChromium, openConsole, shot, startConsole } from './browser.js';
-import { requireCliAndSandbox, scratch } from './helpers.js';
+import { launchChromium, openConsole, type RunningConsole, shot, startConsole } from './browser.js';
+import { connect, requireCliAndSandbox, scratch } from './helpers.js';
 import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
 /**
@@ -201,7 +201,12 @@ describe('forge console in a browser', () => {
     // The download is an attachment of no renderable type, sandboxed even if opened.
     const res = await page.evaluate(async (url) => {
       const r = await fetch(url);
-      return { type: r.headers.get('content-type'), disposition: r.headers.get('content-disposition'), csp: r.headers.get('content-security-policy'), body: await r.text() };
+      return {
+        type: r.headers.get('content-type'),
+        disposition: r.headers.get('content-disposition'),
+        csp: r.headers.get('content-security-policy'),
+        body: await r.text(),
+      };
     }, href as string);
     expect(res).toEqual({
       type: 'application/octet-stream',
@@ -217,5 +222,35 @@ describe('forge console in a browser', () => {
     await o.page.goto(`${other.origin}/#/runs/${runId}`);
     await o.page.getByTestId('error').waitFor();
     await expect(o.page.getByTestId('error').textContent()).resolves.toContain(`no run "${runId}" that persona "other" may read`);
+  });
+
+  it("forge serve --console: the console over the server's engine, its audit page following calls live", async () => {
+    const s = scratch('forge-console-');
+    const spec = {
+      name: 'echo',
+      description: 'Echoes its input.',
+      input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
+      runtime: 'python3',
+      impl: 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
+    };
+    writeFileSync(join(s.project, 'echo.json'), JSON.stringify(spec));
+    expect((await forge(s, ['tools', 'forge', 'echo.json'])).code).toBe(0);
+    const c = await connect(s, { args: ['--console', '0', '--as', 'alice'] });
+    const url = await waitFor(
+      "the console address on the server's stderr",
+      () => /open (http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]+)/.exec(c.stderr())?.[1],
+    );
+    const origin = new URL(url).origin;
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, { url, origin } as RunningConsole);
+    await page.goto(`${origin}/#/audit`);
+    await page.locator('[data-testid=verdict][data-ok=true]').waitFor({ timeout: T() });
+    const { env } = await c.call('echo', { n: 7 });
+    expect(env.ok).toBe(true);
+    // The call's entry reaches the open page without a reload, and the page verifies the log again.
+    const seq = auditEntries(s).findLast((e) => e.type === 'forge.called')?.seq as number;
+    await page.locator(`tr[data-seq="${seq}"][data-state=ok]`).waitFor({ timeout: T() });
+    await page.locator(`[data-testid=verdict][data-ok=true][data-entries="${auditEntries(s).length}"]`).waitFor({ timeout: T() });
+    expect(problems).toEqual([]);
   });
 });

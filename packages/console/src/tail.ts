@@ -18,9 +18,12 @@ export class LogFollower {
   readonly #watcher: FSWatcher | undefined;
   readonly #poll: NodeJS.Timeout;
   readonly #heartbeat: NodeJS.Timeout;
+  /** The last entry sent: a refresh shared by a watch event and the poll gives its rows to both, sent once. */
+  #sent = 0;
 
   constructor(index: AuditIndex, dir: string) {
     this.#index = index;
+    this.#sent = index.size;
     let watcher: FSWatcher | undefined;
     try {
       watcher = watch(dir, { persistent: false }, () => void this.#follow());
@@ -46,8 +49,9 @@ export class LogFollower {
 
   async #follow(): Promise<void> {
     if (this.#streams.size === 0) return;
-    const added = await this.#index.refresh().catch(() => []);
+    const added = (await this.#index.refresh().catch(() => [])).filter((r) => r.seq > this.#sent);
     if (added.length === 0) return;
+    this.#sent = (added[added.length - 1] as { seq: number }).seq;
     for (const view of await this.#index.views(added.slice(-MAX_BURST))) {
       const frame = `event: entry\ndata: ${JSON.stringify(view)}\n\n`;
       for (const s of this.#streams) s.write(frame);

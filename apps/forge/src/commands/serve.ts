@@ -14,6 +14,7 @@ import type { KeptToolDir } from '../tool-dir-keeper.js';
 import type { PeriodicCycle } from '../toolsmith-cycle.js';
 import { VERSION } from '../version.js';
 import type { Where } from '../where.js';
+import { operator } from './toolsmith.js';
 
 /** What a refused or killed call is told: "forge is shutting down (SIGTERM)". */
 const shutdownReason = (signal: string): string => `forge is shutting down (${signal})`;
@@ -21,7 +22,7 @@ const shutdownReason = (signal: string): string => `forge is shutting down (${si
 export const serve: Command = {
   words: 'serve',
   usage:
-    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--audit-reader PERSONA ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N] [--tool-dir DIR]',
+    'forge serve [--http [host:]port] [--token TOKEN=persona[:tools] ...] [--audit-reader PERSONA ...] [--allow-origin O ...] [--max-sessions N] [--max-sessions-per-principal N] [--session-idle-ms N] [--grace-ms N] [--workers N | --dispatch] [--store URL] [--max-message-bytes N] [--tool-dir DIR] [--console PORT [--as NAME]]',
   summary: 'serve MCP on stdio (default) or Streamable HTTP; stops on EOF, SIGTERM or SIGINT',
   details: [
     '--http [host:]port   Streamable HTTP instead of stdio (host default 127.0.0.1)',
@@ -49,6 +50,10 @@ export const serve: Command = {
     '                     error naming the limit and the session goes on; a longer HTTP body gets 413',
     '--tool-dir DIR       keep DIR a tool directory of the tools the served persona sees, as',
     '                     forge tools export DIR --watch does, for as long as the server runs',
+    '--console PORT       also serve the operator console (forge console) on 127.0.0.1:PORT (0: a free',
+    "                     port) over this server's engine; its address, with the launch token, goes",
+    '                     to stderr. --as NAME: who the console acts as (default $FORGE_OPERATOR,',
+    '                     else the login name)',
     'On stdio nothing but protocol goes to stdout; logs go to stderr.',
   ],
   options: {
@@ -64,6 +69,8 @@ export const serve: Command = {
     'max-sessions-per-principal': { type: 'string' },
     'session-idle-ms': { type: 'string' },
     'tool-dir': { type: 'string' },
+    console: { type: 'string' },
+    as: { type: 'string' },
   },
   async run({ values }, { out, where, cliPath }) {
     const listen = typeof values.http === 'string' ? parseListen(values.http) : undefined;
@@ -108,8 +115,10 @@ export const serve: Command = {
         this.usage,
       );
 
+    const consolePort = parseConsolePort(values, this.usage);
     const toolDir = typeof values['tool-dir'] === 'string' ? resolve(values['tool-dir']) : undefined;
     let failed = false;
+    let con: { close(): Promise<void> } | undefined;
     const stop = untilSignal();
     /** Says on stderr that the shutdown began (tests and operators wait for it); returns its reason. */
     const stopping = (signal: string): string => {
@@ -128,6 +137,7 @@ export const serve: Command = {
         let kept: KeptToolDir | undefined;
         try {
           kept = await keepDir(forge, w, toolDir, cliPath, out);
+          con = await serveConsole(w, served, consolePort, values, out);
           let http: Awaited<ReturnType<typeof mcp.serveHttp>>;
           try {
             http = await mcp.serveHttp(forge, {
@@ -155,6 +165,7 @@ export const serve: Command = {
             await cycle.stop();
           }
         } finally {
+          await con?.close();
           await kept?.stop();
           await served.close();
         }
@@ -191,6 +202,7 @@ export const serve: Command = {
         let kept: KeptToolDir | undefined;
         try {
           kept = await keepDir(opened.engine.forge, opened.w, toolDir, cliPath, out);
+          con = await serveConsole(opened.w, opened.served, consolePort, values, out);
           out.note(`forge ${VERSION}: MCP on stdio (project ${opened.w.project}, home ${opened.w.home})`);
           await Promise.race([stdio.closed, stop.promise.then((signal) => stdio.close({ reason: stopping(signal) }))]);
           // Input that ended inside an oversized line: the session could not go on (exit 1, why on stderr).
@@ -199,6 +211,7 @@ export const serve: Command = {
             failed = true;
           }
         } finally {
+          await con?.close();
           await kept?.stop();
           await cycle.stop();
           await opened.served.close();
@@ -269,6 +282,7 @@ async function openServed(w: Where, o: { workers: number; dispatch: boolean; gra
     );
   return {
     engine,
+    store,
     /** The tree served under /audit/log/ when the log is a database's (undefined: the file log's tiles). */
     auditTree: store.auditTree?.(),
     async close() {
@@ -310,6 +324,42 @@ function lateToolsmith(get: () => Toolsmith | undefined): Pick<Toolsmith, 'statu
 async function periodicCycle(engine: Engine, out: Output): Promise<PeriodicCycle> {
   const { startPeriodicCycle } = await import('../toolsmith-cycle.js');
   return startPeriodicCycle({ forge: engine.forge, toolsmith: engine.toolsmith, note: (l) => out.note(l) });
+}
+
+/** `--console PORT`: 0 (a free port) to 65535; undefined without the flag (and then no `--as`). */
+function parseConsolePort(values: Record<string, unknown>, usage: string): number | undefined {
+  const v = values.console;
+  if (v === undefined) {
+    if (values.as !== undefined) throw new UsageError("--as names the console's operator: it goes with --console PORT", usage);
+    return undefined;
+  }
+  if (typeof v !== 'string' || !/^[0-9]{1,5}$/.test(v) || Number(v) > 65535)
+    throw new UsageError(`--console expects a port from 0 (a free one) to 65535 (got "${String(v)}")`, usage);
+  return Number(v);
+}
+
+/** With `--console PORT`, the operator console over this server's engine and store; its address goes to stderr. */
+async function serveConsole(
+  w: Where,
+  served: Awaited<ReturnType<typeof openServed>>,
+  port: number | undefined,
+  values: Record<string, unknown>,
+  out: Output,
+): Promise<{ close(): Promise<void> } | undefined> {
+  if (port === undefined) return undefined;
+  const as = operator(values, w.env);
+  if (!as) throw new UsageError('no operator name for the console: give --as NAME or set FORGE_OPERATOR');
+  const [{ startConsole }, { consoleServices }] = await Promise.all([import('@forge/console'), import('../console-services.js')]);
+  const con = await startConsole({
+    services: consoleServices(w, served.engine, served.store, VERSION),
+    operator: as,
+    port,
+    version: VERSION,
+  }).catch((err: Error) => {
+    throw new EnvironmentError(`cannot serve the console: ${err.message}`);
+  });
+  out.note(`forge console for ${as}: open ${con.url} (the address carries this launch's token: keep it to yourself)`);
+  return con;
 }
 
 /** `--max-message-bytes`: a whole number of bytes from 1 to 256 MiB (what one string can hold, with room). */

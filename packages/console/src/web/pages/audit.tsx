@@ -97,7 +97,7 @@ export function AuditPage() {
     // The live tail: entries appended from now on, by any process; each batch is verified again.
     let timer: ReturnType<typeof setTimeout> | undefined;
     const stop = follow<EntryView>('audit/events', 'entry', (e) => {
-      setLive((l) => [e, ...l].slice(0, 200));
+      setLive((l) => (l.some((x) => x.seq === e.seq) ? l : [e, ...l].slice(0, 200)));
       clearTimeout(timer);
       timer = setTimeout(verify, 500);
     });
