@@ -4,6 +4,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ConsoleServices, DecisionView, DoctorView, OverviewView, ReviewView, ToolView } from '@forge/console';
 import { readAuditKey } from '@forge/runner';
+import { policyView } from './console-policy.js';
 import { callContext, type Engine } from './context.js';
 import { diagnose } from './doctor.js';
 import type { Store } from './store.js';
@@ -82,6 +83,10 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
         ...(queue ? { queue } : {}),
         members: members.map((m) => ({ kind: m.kind, name: m.name, host: m.host, pid: m.pid, alive: m.alive })),
       };
+    },
+
+    async policy() {
+      return policyView(w, forge);
     },
 
     async tools(): Promise<ToolView[]> {

@@ -49,6 +49,13 @@ describe('forge console in a browser', () => {
     expect(entries).toBe(auditEntries(s).length);
     await shot(page, 'audit');
 
+    await page.goto(`${con.origin}/#/policy`);
+    await page.getByTestId('policy-rules').waitFor();
+    await page.getByTestId('persona').selectOption('*');
+    const mode = page.getByTestId('persona-rules').locator('tr', { hasText: 'toolsmith.mode' });
+    await expect(mode.textContent()).resolves.toBe(`toolsmith.mode"governed"${join(s.project, '.forge', 'policy.json')}`);
+    await shot(page, 'policy');
+
     await page.goto(`${con.origin}/#/approvals/${p.proposal.id}`);
     await page.getByTestId('review').waitFor();
     await expect(page.getByTestId('impl').textContent()).resolves.toContain('[::-1]');

@@ -78,6 +78,8 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
       return json(res, 200, await c.services.overview(c.operator));
     case '/api/doctor':
       return json(res, 200, await c.services.doctor());
+    case '/api/policy':
+      return json(res, 200, await c.services.policy());
     case '/api/tools':
       return json(res, 200, await c.services.tools());
     case '/api/stats':

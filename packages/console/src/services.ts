@@ -1,4 +1,4 @@
-import type { AuditFilesView, DoctorView, OverviewView, ProposalView, RefusalView, ToolView } from './views.js';
+import type { AuditFilesView, DoctorView, OverviewView, PolicyView, ProposalView, RefusalView, ToolView } from './views.js';
 
 /** A proposal under review, as `forge toolsmith show` gives it (the page reads the fields it shows). */
 export interface ReviewView {
@@ -55,6 +55,8 @@ export interface ConsoleServices {
   /** `forge doctor`'s probe of the host (it starts a sandbox: the slow part of the overview, asked for apart). */
   doctor(): Promise<DoctorView>;
   tools(): Promise<ToolView[]>;
+  /** The policy files as `forge policy check` reads them, the policy in force, and each rule's origin. */
+  policy(): Promise<PolicyView>;
   /** The log's files, for the page's verifier and the server's index. */
   auditFiles(): Promise<AuditFilesView & { dir: string }>;
   /** A run, under the runner's read rule for the console's persona (the run's own persona, or an operator persona). */

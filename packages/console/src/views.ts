@@ -129,3 +129,14 @@ export interface RefusalView {
   kind: string;
   message: string;
 }
+
+/** The policy page: the files, the policy in force, and which file set each rule. */
+export interface PolicyView {
+  files: { file: string; role: string; kind: string; status: string; problem?: { line?: number; column?: number; message: string } }[];
+  /** The merged policy in force now (the engine's snapshot). */
+  effective: Record<string, unknown>;
+  /** A rule's path (`breakers`, `persona_namespaces.agent`, `toolsmith.approvers`) → the file that set it, or `bundle defaults`. */
+  origin: Record<string, string>;
+  /** Every persona the policy names. */
+  personas: string[];
+}

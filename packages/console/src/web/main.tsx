@@ -6,6 +6,7 @@ import { currentSession, type SessionView } from './api.js';
 import { ApprovalsPage } from './pages/approvals.js';
 import { AuditPage } from './pages/audit.js';
 import { OverviewPage } from './pages/overview.js';
+import { PolicyPage } from './pages/policy.js';
 import { RunsPage } from './pages/runs.js';
 import { ToolsPage } from './pages/tools.js';
 
@@ -15,6 +16,7 @@ const PAGES = [
   ['runs', 'Runs'],
   ['audit', 'Audit'],
   ['approvals', 'Approvals'],
+  ['policy', 'Policy'],
 ] as const;
 
 /** The route: `#/<page>/<rest>`. */
@@ -55,6 +57,7 @@ function App() {
         {r.page === 'runs' ? <RunsPage id={r.rest || undefined} /> : null}
         {r.page === 'audit' ? <AuditPage /> : null}
         {r.page === 'approvals' ? <ApprovalsPage id={r.rest || undefined} /> : null}
+        {r.page === 'policy' ? <PolicyPage /> : null}
       </main>
     </div>
   );
