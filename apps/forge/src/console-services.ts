@@ -4,6 +4,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ConsoleServices, DecisionView, DoctorView, OverviewView, ReviewView, ToolView } from '@forge/console';
 import { readAuditKey } from '@forge/runner';
+import { gatewayServices } from './console-gateway.js';
 import { policyView } from './console-policy.js';
 import { callContext, type Engine } from './context.js';
 import { diagnose } from './doctor.js';
@@ -31,12 +32,10 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
   };
   // Probed once at start, so the first look at the overview finds it done.
   void diagnosis().catch(() => {});
-  const publicKey = (): string | undefined => {
-    const key = readAuditKey(w.env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
-    return key ? (createPublicKey(key).export({ type: 'spki', format: 'pem' }) as string) : undefined;
-  };
+
 
   return {
+    ...gatewayServices(engine.gateway),
     async doctor(): Promise<DoctorView> {
       return doctorView(await diagnosis());
     },
@@ -111,7 +110,7 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
           `the console's audit page reads the file log under ${auditDir}; this forge keeps its log in ${store.where} (read it with forge audit verify)`,
         );
       const names = await readdir(auditDir).catch(() => [] as string[]);
-      const key = publicKey();
+      const key = auditPublicKey(w.env);
       return {
         dir: auditDir,
         base: 'forge.log',
@@ -182,4 +181,10 @@ function doctorView(report: Awaited<ReturnType<typeof diagnose>>): DoctorView {
         }
       : {}),
   };
+}
+
+/** The public key of FORGE_AUDIT_KEY (PEM), which the audit page checks signed checkpoints against. */
+function auditPublicKey(env: NodeJS.ProcessEnv): string | undefined {
+  const key = readAuditKey(env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
+  return key ? (createPublicKey(key).export({ type: 'spki', format: 'pem' }) as string) : undefined;
 }

@@ -1,8 +1,9 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Gateway } from '@forge/gateway';
 import type { JobQueue } from '@forge/queue';
 import { inertText } from '@forge/registry/inert';
-import type { CallContext, Forge, ForgeOptions, ToolSource } from '@forge/runner';
+import type { CallContext, Forge, ForgeOptions } from '@forge/runner';
 import type { GapStore, ProposalStore, Toolsmith } from '@forge/toolsmith';
 import { EnvironmentError } from './args.js';
 import { openStore, type Store } from './store.js';
@@ -23,6 +24,8 @@ export function callContext(env: NodeJS.ProcessEnv): CallContext {
 export interface Engine {
   forge: Forge;
   toolsmith: Toolsmith;
+  /** The gateway serving gateway.json's upstream servers, when this engine has one (a server always does). */
+  gateway?: Gateway;
   close(options?: { graceMs?: number }): Promise<void>;
 }
 
@@ -119,9 +122,11 @@ async function openEngine(w: Where, options: OpenOptions, calls: boolean): Promi
       store.toolsmithStores?.() ?? {},
       calls || sources.length > 0,
     );
-    if (options.store) return engine;
+    const gateway = sources[0];
+    if (options.store) return { ...engine, ...(gateway ? { gateway } : {}) };
     return {
       ...engine,
+      ...(gateway ? { gateway } : {}),
       async close(o) {
         try {
           await engine.close(o);
@@ -142,7 +147,7 @@ async function openEngine(w: Where, options: OpenOptions, calls: boolean): Promi
  * exists (nothing else is loaded or started otherwise). No upstream starts before one of its
  * tools is listed or called.
  */
-async function gatewaySources(w: Where, server: boolean): Promise<ToolSource[]> {
+async function gatewaySources(w: Where, server: boolean): Promise<Gateway[]> {
   const userFile = join(w.home, 'gateway.json');
   const workspaceFile = join(w.project, '.forge', 'gateway.json');
   if (!server && !existsSync(userFile) && !existsSync(workspaceFile)) return [];

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium, openConsole, type RunningConsole, shot, startConsole } from './browser.js';
-import { connect, requireCliAndSandbox, scratch } from './helpers.js';
+import { connect, requireCliAndSandbox, rugGateway, scratch } from './helpers.js';
 import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
 /**
@@ -259,5 +259,44 @@ describe('forge console in a browser', () => {
     await page.locator(`tr[data-seq="${seq}"][data-state=ok]`).waitFor({ timeout: T() });
     await page.locator(`[data-testid=verdict][data-ok=true][data-entries="${auditEntries(s).length}"]`).waitFor({ timeout: T() });
     expect(problems).toEqual([]);
+  });
+
+  it('the gateway page: tools against their pins, approving exactly the definitions shown, unpinning; all audited', async () => {
+    const s = scratch('forge-console-');
+    rugGateway(s);
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, con);
+    await page.goto(`${con.origin}/#/gateway`);
+    await page.getByRole('link', { name: 'rug' }).click();
+    const hello = page.locator('[data-testid=gateway-tools] tr[data-tool=hello]');
+    await expect(hello.getAttribute('data-status')).resolves.toBe('new');
+    await page.getByLabel('approve hello').check();
+    await page.getByTestId('gateway-approve').click();
+    await page.getByTestId('gateway-decision').waitFor({ timeout: T() });
+    await expect(page.getByTestId('gateway-decision').textContent()).resolves.toBe('pinned rug.hello');
+    await page.locator('[data-testid=gateway-tools] tr[data-tool=hello][data-status=approved]').waitFor({ timeout: T() });
+    await shot(page, 'gateway');
+    const approved = auditEntries(s).filter((e) => e.type === 'gateway.approved');
+    expect(approved.map((e) => e.data)).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
+
+    // An approval names what was reviewed: a digest that is not the definition's now pins nothing.
+    const stale = await page.evaluate(async () => {
+      const { csrf } = (await (await fetch('/api/session')).json()) as { csrf: string };
+      const r = await fetch('/api/gateway/rug/approve', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-forge-csrf': csrf },
+        body: JSON.stringify({ expect: { add: `sha256:${'0'.repeat(64)}` } }),
+      });
+      return { status: r.status, body: (await r.json()) as { kind: string } };
+    });
+    expect(stale).toMatchObject({ status: 409, body: { kind: 'state_conflict' } });
+    expect(auditEntries(s).filter((e) => e.type === 'gateway.approved')).toHaveLength(1);
+
+    await page.getByTestId('unpin-hello').click();
+    await page.locator('[data-testid=gateway-tools] tr[data-tool=hello][data-status=new]').waitFor({ timeout: T() });
+    expect(auditEntries(s).filter((e) => e.type === 'gateway.unpinned').map((e) => e.data)).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
+    // The refusal above is an answer the browser also logs as a failed load.
+    expect(problems).toEqual(['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
   });
 });

@@ -47,6 +47,8 @@ const int = (v: string | null): number | undefined => (v !== null && /^[0-9]{1,1
 const PROPOSAL = /^\/api\/proposals\/([A-Za-z0-9-]{1,64})$/;
 const DECISION = /^\/api\/proposals\/([A-Za-z0-9-]{1,64})\/(approve|reject)$/;
 const RAW = /^\/api\/audit\/raw\/([^/]+)$/;
+const GATEWAY = /^\/api\/gateway\/([A-Za-z0-9_-]{1,64})\/(tools|diff)$/;
+const GATEWAY_CHANGE = /^\/api\/gateway\/([A-Za-z0-9_-]{1,64})\/(approve|unpin)$/;
 const RUN = /^\/api\/runs\/([A-Za-z0-9_.-]{1,128})$/;
 const ARTIFACT = /^\/api\/runs\/([A-Za-z0-9_.-]{1,128})\/(download|tail)\/(.+)$/;
 
@@ -105,7 +107,12 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
       return c.follower.add(req, res);
     case '/api/proposals':
       return json(res, 200, await c.services.proposals());
+    case '/api/gateway':
+      return answer(res, await c.services.gatewayServers());
   }
+  const gw = GATEWAY.exec(path);
+  if (gw)
+    return answer(res, gw[2] === 'tools' ? await c.services.gatewayTools(gw[1] as string) : await c.services.gatewayDiff(gw[1] as string));
   const raw = RAW.exec(path);
   if (raw) return rawFile(res, c.dir, c.base, decodeURIComponent(raw[1] as string));
   const run = RUN.exec(path);
@@ -142,6 +149,47 @@ async function artifact(c: ApiContext, res: ServerResponse, id: string, how: 'do
   });
 }
 
+/** A service's answer: a refusal as 409 with its reason, anything else as 200. */
+function answer(res: ServerResponse, v: unknown): void {
+  const refused = v !== null && typeof v === 'object' && !Array.isArray(v) && (v as { ok?: unknown }).ok === false;
+  json(res, refused ? 409 : 200, v);
+}
+
+/** A string array of at most 1000 names from a body field, or undefined. */
+function names(v: unknown): string[] | undefined {
+  return Array.isArray(v) && v.length <= 1000 && v.every((x) => typeof x === 'string' && x.length <= 128) ? (v as string[]) : undefined;
+}
+
+/** The gateway's changes: pin exactly what was reviewed (tool → digest), or unpin. */
+async function gatewayChange(
+  c: ApiContext,
+  res: ServerResponse,
+  server: string,
+  what: 'approve' | 'unpin',
+  b: Record<string, unknown>,
+): Promise<void> {
+  if (what === 'unpin') {
+    const tools = names(b.tools);
+    if (!tools || tools.length === 0)
+      return json(res, 400, { ok: false, kind: 'validation_failed', message: 'name the tools to unpin: {"tools": ["…"]}' });
+    return answer(res, await c.services.gatewayUnpin(server, tools, c.operator));
+  }
+  const expect = b.expect;
+  const ok =
+    expect !== null &&
+    typeof expect === 'object' &&
+    !Array.isArray(expect) &&
+    Object.keys(expect).length > 0 &&
+    Object.entries(expect).every(([k, v]) => k.length <= 128 && typeof v === 'string' && /^sha256:[0-9a-f]{64}$/.test(v));
+  if (!ok)
+    return json(res, 400, {
+      ok: false,
+      kind: 'validation_failed',
+      message: 'an approval names each reviewed tool with the digest shown: {"expect": {"<tool>": "sha256:…"}}',
+    });
+  return answer(res, await c.services.gatewayApprove(server, { ...(expect as Record<string, string>) }, c.operator));
+}
+
 /** Answers a POST of the API: the session's CSRF token first, then the change. */
 async function change(c: ApiContext, req: IncomingMessage, res: ServerResponse, url: URL, session: { csrf: string }): Promise<void> {
   if (!c.access.csrfHolds(req, session))
@@ -151,7 +199,8 @@ async function change(c: ApiContext, req: IncomingMessage, res: ServerResponse, 
       message: "a change needs the page's CSRF token (x-forge-csrf); reload the console page",
     });
   const decide = DECISION.exec(url.pathname);
-  if (!decide) return json(res, 404, { ok: false, kind: 'not_found', message: `no ${url.pathname} to change here` });
+  const gw = GATEWAY_CHANGE.exec(url.pathname);
+  if (!decide && !gw) return json(res, 404, { ok: false, kind: 'not_found', message: `no ${url.pathname} to change here` });
   const b = await body(req);
   if (!b)
     return json(res, 400, {
@@ -159,6 +208,8 @@ async function change(c: ApiContext, req: IncomingMessage, res: ServerResponse, 
       kind: 'validation_failed',
       message: 'the body must be a JSON object (content-type application/json, at most 64 KiB)',
     });
+  if (gw) return gatewayChange(c, res, gw[1] as string, gw[2] as 'approve' | 'unpin', b);
+  if (!decide) return;
   const id = decide[1] as string;
   if (decide[2] === 'approve') {
     const r = await c.services.approve(id, c.operator);

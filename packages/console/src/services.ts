@@ -1,4 +1,15 @@
-import type { AuditFilesView, DoctorView, OverviewView, PolicyView, ProposalView, RefusalView, ToolView } from './views.js';
+import type {
+  AuditFilesView,
+  DoctorView,
+  GatewayDiffView,
+  GatewayServerView,
+  GatewayToolView,
+  OverviewView,
+  PolicyView,
+  ProposalView,
+  RefusalView,
+  ToolView,
+} from './views.js';
 
 /** A proposal under review, as `forge toolsmith show` gives it (the page reads the fields it shows). */
 export interface ReviewView {
@@ -66,5 +77,15 @@ export interface ConsoleServices {
   proposals(): Promise<ProposalView[]>;
   proposal(id: string): Promise<ReviewView | RefusalView>;
   approve(id: string, operator: string): Promise<DecisionView | RefusalView>;
+  /** The gateway's servers (none started), as `forge gateway list`. */
+  gatewayServers(): Promise<GatewayServerView[] | RefusalView>;
+  /** One server's tools against their pins (it is started), as `forge gateway tools`. */
+  gatewayTools(server: string): Promise<GatewayToolView[] | RefusalView>;
+  /** What changed against the pins, as `forge gateway diff`. */
+  gatewayDiff(server: string): Promise<GatewayDiffView[] | RefusalView>;
+  /** Pins exactly the reviewed definitions (`expect`: tool → digest shown), as `forge gateway approve`. */
+  gatewayApprove(server: string, expect: Record<string, string>, operator: string): Promise<{ ok: true; approved: string[] } | RefusalView>;
+  /** Unpins tools, as `forge gateway remove`. */
+  gatewayUnpin(server: string, tools: string[], operator: string): Promise<{ ok: true; removed: string[] } | RefusalView>;
   reject(id: string, operator: string, reason: string): Promise<DecisionView | RefusalView>;
 }

@@ -140,3 +140,35 @@ export interface PolicyView {
   /** Every persona the policy names. */
   personas: string[];
 }
+
+/** One upstream server of gateway.json, as `forge gateway list` shows it. */
+export interface GatewayServerView {
+  name: string;
+  transport: string;
+  sandboxed: boolean;
+  from: string;
+  state: string;
+  tools: { approved: number; withheld?: number };
+  error?: string;
+}
+
+/** One tool a server lists now, against its pin (`forge gateway tools`). */
+export interface GatewayToolView {
+  server: string;
+  tool: string;
+  name: string;
+  /** approved, new, changed, removed, not_allowed */
+  status: string;
+  digest?: string;
+  pinned?: string;
+  definition?: { description?: string; inputSchema?: unknown; outputSchema?: unknown; annotations?: unknown; [k: string]: unknown };
+}
+
+/** What changed against the pins (`forge gateway diff`). */
+export interface GatewayDiffView {
+  tool: string;
+  status: string;
+  old?: { digest: string; definition: Record<string, unknown> };
+  new?: { digest: string; definition: Record<string, unknown> };
+  fields: string[];
+}

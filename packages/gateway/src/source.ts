@@ -486,7 +486,12 @@ class GatewaySource implements Gateway {
     return b.pins.states(b.server.name, b.tools, b.server.tools);
   }
 
-  async approve(name: string, tools: string[], by: string): Promise<{ ok: true; approved: ToolState[] } | Refusal> {
+  async approve(
+    name: string,
+    tools: string[],
+    by: string,
+    options: { expect?: Readonly<Record<string, string>> } = {},
+  ): Promise<{ ok: true; approved: ToolState[] } | Refusal> {
     const b = await this.#both(name, { untrusted: 'none' });
     if (!b.ok) return b;
     const allowed = (t: string) => (!b.server.tools || b.server.tools.includes(t)) && isForgeToolName(`${name}.${t}`);
@@ -513,6 +518,9 @@ class GatewaySource implements Gateway {
         defs.push(def);
       }
     }
+    // What the approver reviewed is what is pinned: a definition that changed since is refused.
+    const stale = expectedDigests(name, defs, options.expect);
+    if (stale) return stale;
     const pinned = b.pins.servers().flatMap((server) => [...b.pins.list(server).keys()].map((t) => `${server}.${t}`));
     const clash = wireClash(
       pinned,
@@ -551,6 +559,33 @@ class GatewaySource implements Gateway {
     this.#closed = true;
     await this.#connections.close();
   }
+}
+
+/** A refusal when `expect` (tool → the digest the approver reviewed) names one the server no longer lists that way. */
+function expectedDigests(
+  server: string,
+  defs: readonly ToolDefinition[],
+  expect: Readonly<Record<string, string>> | undefined,
+): Refusal | undefined {
+  if (!expect) return undefined;
+  const now = new Map(defs.map((d) => [d.name, toolDigest(d)]));
+  for (const d of defs)
+    if (!Object.hasOwn(expect, d.name))
+      return {
+        ok: false,
+        kind: 'state_conflict',
+        message: `gateway tool "${server}.${d.name}" was not among the tools reviewed; review them again, then approve`,
+      };
+  for (const [tool, digest] of Object.entries(expect)) {
+    const current = now.get(tool);
+    if (current !== digest)
+      return {
+        ok: false,
+        kind: 'state_conflict',
+        message: `gateway tool "${server}.${tool}" changed since it was reviewed (${digest.slice(0, 19)}…, now ${current ? `${current.slice(0, 19)}…` : 'not listed'}); nothing was pinned: review it again, then approve`,
+      };
+  }
+  return undefined;
 }
 
 /** The tools pinned for `server` that its allow-list (if any) lets through: what it serves while it lists them unchanged. */

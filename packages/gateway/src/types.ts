@@ -116,12 +116,16 @@ export interface Gateway extends ToolSource {
   /**
    * Pins the named tools' current definitions (all listed ones when `tools` is empty); audited.
    * Over a pins.json that cannot be trusted (changed or damaged outside forge) it sets that file
-   * aside (`pins.json.untrusted-<time>`, kept) and starts a new one with only these pins.
+   * aside (`pins.json.untrusted-<time>`, kept) and starts a new one with only these pins. With
+   * `expect` (tool → the digest the approver reviewed), every tool to be pinned must be listed
+   * there with the digest it has now, else nothing is pinned (`state_conflict`): an approval
+   * covers what was shown, not what the server lists a moment later.
    */
   approve(
     server: string,
     tools: string[],
     by: string,
+    options?: { expect?: Readonly<Record<string, string>> },
   ): Promise<{ ok: true; approved: ToolState[] } | { ok: false; kind: string; message: string }>;
   /** What changed against the pins. */
   diff(server: string): Promise<ToolDiff[] | { ok: false; kind: string; message: string }>;

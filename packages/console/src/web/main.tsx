@@ -5,6 +5,7 @@ import './app.css';
 import { currentSession, type SessionView } from './api.js';
 import { ApprovalsPage } from './pages/approvals.js';
 import { AuditPage } from './pages/audit.js';
+import { GatewayPage } from './pages/gateway.js';
 import { OverviewPage } from './pages/overview.js';
 import { PolicyPage } from './pages/policy.js';
 import { RunsPage } from './pages/runs.js';
@@ -16,6 +17,7 @@ const PAGES = [
   ['runs', 'Runs'],
   ['audit', 'Audit'],
   ['approvals', 'Approvals'],
+  ['gateway', 'Gateway'],
   ['policy', 'Policy'],
 ] as const;
 
@@ -57,6 +59,7 @@ function App() {
         {r.page === 'runs' ? <RunsPage id={r.rest || undefined} /> : null}
         {r.page === 'audit' ? <AuditPage /> : null}
         {r.page === 'approvals' ? <ApprovalsPage id={r.rest || undefined} /> : null}
+        {r.page === 'gateway' ? <GatewayPage server={r.rest || undefined} /> : null}
         {r.page === 'policy' ? <PolicyPage /> : null}
       </main>
     </div>
