@@ -33,7 +33,6 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
   // Probed once at start, so the first look at the overview finds it done.
   void diagnosis().catch(() => {});
 
-
   return {
     ...gatewayServices(engine.gateway),
     async doctor(): Promise<DoctorView> {

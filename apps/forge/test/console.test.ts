@@ -295,7 +295,11 @@ describe('forge console in a browser', () => {
 
     await page.getByTestId('unpin-hello').click();
     await page.locator('[data-testid=gateway-tools] tr[data-tool=hello][data-status=new]').waitFor({ timeout: T() });
-    expect(auditEntries(s).filter((e) => e.type === 'gateway.unpinned').map((e) => e.data)).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
+    expect(
+      auditEntries(s)
+        .filter((e) => e.type === 'gateway.unpinned')
+        .map((e) => e.data),
+    ).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
     // The refusal above is an answer the browser also logs as a failed load.
     expect(problems).toEqual(['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
   });
