@@ -198,6 +198,12 @@ describe('forge console in a browser', () => {
     const con = await startConsole(s);
     const browser = await launchChromium();
     const { page, problems } = await openConsole(browser, con);
+    // The tool's own figures: its calls and latency over the day, drawn when its row is opened.
+    await page.goto(`${con.origin}/#/tools`);
+    await page.getByText('report', { exact: true }).click();
+    await page.locator('[data-testid=tool-latency-report] canvas').waitFor();
+    await shot(page, 'tool');
+
     await page.goto(`${con.origin}/#/runs`);
     await page.getByRole('link', { name: runId }).click();
     await page.getByTestId('run').waitFor();

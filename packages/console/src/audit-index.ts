@@ -298,8 +298,8 @@ export class AuditIndex {
     return { rows, total, ...(next !== undefined ? { next } : {}) };
   }
 
-  /** Calls per bucket, latency percentiles, errors by kind and per-tool figures over the last hour or day. */
-  async stats(window: 'hour' | 'day', now = Date.now()): Promise<StatsView> {
+  /** Calls per bucket, latency percentiles, errors by kind and per-tool figures over the last hour or day (of one tool's calls only, when named). */
+  async stats(window: 'hour' | 'day', now = Date.now(), tool?: string): Promise<StatsView> {
     await this.refresh();
     const span = window === 'hour' ? 3_600_000 : 86_400_000;
     const bucket = window === 'hour' ? 60_000 : 900_000;
@@ -314,7 +314,7 @@ export class AuditIndex {
       // Entries are appended in time order, give or take writers racing: stop a minute past the window.
       if (r.ms < start - 60_000) break;
       const c = r.call;
-      if (!c || r.ms < start || r.ms >= start + span) continue;
+      if (!c || r.ms < start || r.ms >= start + span || (tool !== undefined && c.name !== tool)) continue;
       const b = Math.floor((r.ms - start) / bucket);
       calls[b] = (calls[b] as number) + 1;
       if (c.duration_ms !== undefined) (durations[b] as number[]).push(c.duration_ms);

@@ -85,7 +85,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
     case '/api/tools':
       return json(res, 200, await c.services.tools());
     case '/api/stats':
-      return json(res, 200, await c.index.stats(q.get('window') === 'day' ? 'day' : 'hour'));
+      return json(res, 200, await c.index.stats(q.get('window') === 'day' ? 'day' : 'hour', Date.now(), q.get('tool') ?? undefined));
     case '/api/calls':
       return json(res, 200, await c.index.calls(callQuery(q)));
     case '/api/audit/entries': {

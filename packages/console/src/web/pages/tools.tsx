@@ -1,6 +1,49 @@
+import { useState } from 'preact/hooks';
 import type { StatsView, ToolView } from '../../views.js';
 import { get } from '../api.js';
+import { Chart } from './chart.js';
 import { count, Json, ms, Status, useLoad } from './common.js';
+
+/** One tool's calls and latency over the last day, aggregated by the server. */
+function ToolChart({ name }: { name: string }) {
+  const s = useLoad(() => get<StatsView>('stats', { window: 'day', tool: name }), [name]);
+  if (!s.value) return <Status error={s.error} />;
+  return (
+    <div class="charts">
+      <Chart
+        title="calls (24 h)"
+        testid={`tool-calls-${name}`}
+        t={s.value.t}
+        series={[{ label: 'calls', values: s.value.calls, stroke: '#2471a3' }]}
+      />
+      <Chart
+        title="latency (ms)"
+        testid={`tool-latency-${name}`}
+        t={s.value.t}
+        series={[
+          { label: 'p50', values: s.value.p50, stroke: '#27ae60' },
+          { label: 'p99', values: s.value.p99, stroke: '#e67e22' },
+        ]}
+      />
+    </div>
+  );
+}
+
+/** A tool's details: its description, runtime, digest, input schema and charts, loaded when opened. */
+function Details({ t }: { t: ToolView }) {
+  const [open, setOpen] = useState(false);
+  return (
+    <details onToggle={(e) => setOpen((e.target as HTMLDetailsElement).open)}>
+      <summary>{t.name}</summary>
+      <p class="prose">{t.description}</p>
+      <p class="dim">
+        {t.runtime ?? ''} {t.digest ?? ''}
+      </p>
+      {open ? <ToolChart name={t.name} /> : null}
+      {t.input_schema ? <Json value={t.input_schema} /> : null}
+    </details>
+  );
+}
 
 export function ToolsPage() {
   const tools = useLoad(() => get<ToolView[]>('tools'));
@@ -29,14 +72,7 @@ export function ToolsPage() {
             return (
               <tr key={t.name}>
                 <td>
-                  <details>
-                    <summary>{t.name}</summary>
-                    <p class="prose">{t.description}</p>
-                    <p class="dim">
-                      {t.runtime ?? ''} {t.digest ?? ''}
-                    </p>
-                    {t.input_schema ? <Json value={t.input_schema} /> : null}
-                  </details>
+                  <Details t={t} />
                 </td>
                 <td>{t.version ?? '–'}</td>
                 <td>{t.source ?? t.scope ?? ''}</td>
