@@ -2,6 +2,7 @@ import { symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import fc from 'fast-check';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { launchChromium, openConsole, startConsole } from './browser.js';
 import { requireCliAndSandbox, scratch } from './helpers.js';
@@ -115,6 +116,20 @@ describe('forge console access', () => {
       expect([name, r.status === 200]).toEqual([name, false]);
       expect(r.body).not.toContain('not for the page');
     }
+    // Property: any spelling of a name (encoded separators, dots, NULs, unicode, the log's name
+    // with anything around it) is answered with a file's bytes only when it is exactly one of the
+    // log's own files, and never with the secret beside them.
+    const own = new Set(['forge.log', 'forge.log.checkpoints']);
+    const piece = fc.constantFrom('..', '.', '/', '%2F', '%2f', '%2e%2e', '%00', '\\', 'forge.log', 'secret.txt', '000001', 'checkpoints', '..%2F', '%252F', 'ｆorge.log', ' ');
+    await fc.assert(
+      fc.asyncProperty(fc.array(piece, { minLength: 1, maxLength: 6 }), async (parts) => {
+        const name = parts.join('');
+        const r = await ask(`${origin}/api/audit/raw/${encodeURI(name)}`, { headers: { cookie } });
+        expect(r.body).not.toContain('not for the page');
+        if (r.status === 200) expect(own.has(decodeURIComponent(encodeURI(name)))).toBe(true);
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('a page of another origin cannot read or change anything, even in the browser that is logged in', async () => {
