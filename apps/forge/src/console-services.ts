@@ -79,7 +79,14 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
         toolsmith: { enabled: st.enabled, paused: st.paused, ...(st.pausedWhy ? { pausedWhy: st.pausedWhy } : {}), waiting },
         gateway: { servers: [...servers.values()] },
         ...(queue ? { queue } : {}),
-        members: members.map((m) => ({ kind: m.kind, name: m.name, host: m.host, pid: m.pid, alive: m.alive })),
+        members: members.map((m) => ({
+          kind: m.kind,
+          name: m.name,
+          host: m.host,
+          pid: m.pid,
+          alive: m.alive,
+          ...(m.facts ? { facts: m.facts } : {}),
+        })),
       };
     },
 

@@ -120,7 +120,24 @@ describe('forge console access', () => {
     // with anything around it) is answered with a file's bytes only when it is exactly one of the
     // log's own files, and never with the secret beside them.
     const own = new Set(['forge.log', 'forge.log.checkpoints']);
-    const piece = fc.constantFrom('..', '.', '/', '%2F', '%2f', '%2e%2e', '%00', '\\', 'forge.log', 'secret.txt', '000001', 'checkpoints', '..%2F', '%252F', 'ｆorge.log', ' ');
+    const piece = fc.constantFrom(
+      '..',
+      '.',
+      '/',
+      '%2F',
+      '%2f',
+      '%2e%2e',
+      '%00',
+      '\\',
+      'forge.log',
+      'secret.txt',
+      '000001',
+      'checkpoints',
+      '..%2F',
+      '%252F',
+      'ｆorge.log',
+      ' ',
+    );
     await fc.assert(
       fc.asyncProperty(fc.array(piece, { minLength: 1, maxLength: 6 }), async (parts) => {
         const name = parts.join('');

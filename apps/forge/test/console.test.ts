@@ -264,6 +264,16 @@ describe('forge console in a browser', () => {
     const seq = auditEntries(s).findLast((e) => e.type === 'forge.called')?.seq as number;
     await page.locator(`tr[data-seq="${seq}"][data-state=ok]`).waitFor({ timeout: T() });
     await page.locator(`[data-testid=verdict][data-ok=true][data-entries="${auditEntries(s).length}"]`).waitFor({ timeout: T() });
+
+    // A broken policy edit: the server keeps the last good one and audits why; the overview says so, and names this server.
+    writeFileSync(join(s.project, '.forge', 'policy.json'), '{"breakers": {"per_tool_rpm": "many"}}');
+    await c.call('echo', { n: 8 });
+    await waitFor('policy.reload_failed in the log', () => auditEntries(s).some((e) => e.type === 'policy.reload_failed'));
+    await page.goto(`${origin}/#/overview`);
+    const reload = await page.getByTestId('reload-error').textContent();
+    expect(reload).toContain(`${join(s.project, '.forge', 'policy.json')}:1:31: breakers.per_tool_rpm must be an integer (got "many")`);
+    expect(reload).toContain('(it never was valid: nothing of it is in force)');
+    await expect(page.getByTestId('overview').textContent()).resolves.toMatch(/front-end serve-\d+ \(pid \d+ on /);
     expect(problems).toEqual([]);
   });
 

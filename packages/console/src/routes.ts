@@ -4,6 +4,7 @@ import { type ConsoleAccess, send } from './access.js';
 import { type AuditIndex, type CallQuery, NotRegularFile, openLogFile } from './audit-index.js';
 import type { ConsoleServices } from './services.js';
 import type { LogFollower } from './tail.js';
+import type { OverviewView } from './views.js';
 
 /** What the API's routes answer from. */
 export interface ApiContext {
@@ -69,6 +70,40 @@ function callQuery(q: URLSearchParams): CallQuery {
   return cq;
 }
 
+/** The overview, with the policy's last failed reload read from the audit log (if no reload succeeded since). */
+async function overview(c: ApiContext): Promise<OverviewView> {
+  const [o, failed, loaded] = await Promise.all([
+    c.services.overview(c.operator),
+    c.index.entries({ type: 'policy.reload_failed', limit: 1 }),
+    c.index.entries({ type: 'policy.reloaded', limit: 1 }),
+  ]);
+  const bad = failed.rows[0];
+  if (!bad || (loaded.rows[0]?.seq ?? 0) > bad.seq) return o;
+  let data: Record<string, unknown> = {};
+  try {
+    data = ((JSON.parse(bad.text) as { data?: unknown }).data ?? {}) as Record<string, unknown>;
+  } catch {
+    // the page's verifier names a line that does not parse
+  }
+  const str = (k: string) => (typeof data[k] === 'string' ? { [k]: data[k] as string } : {});
+  const num = (k: string) => (typeof data[k] === 'number' ? { [k]: data[k] as number } : {});
+  return {
+    ...o,
+    policy: {
+      ...o.policy,
+      lastReloadError: {
+        seq: bad.seq,
+        ts: bad.ts,
+        message: typeof data.message === 'string' ? data.message : '(no message)',
+        ...str('file'),
+        ...num('line'),
+        ...num('column'),
+        ...str('kept'),
+      },
+    },
+  };
+}
+
 /** Answers a GET of the API. */
 async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, url: URL, csrf: string): Promise<void> {
   const path = url.pathname;
@@ -77,7 +112,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
     case '/api/session':
       return json(res, 200, { operator: c.operator, csrf, version: c.version });
     case '/api/overview':
-      return json(res, 200, await c.services.overview(c.operator));
+      return json(res, 200, await overview(c));
     case '/api/doctor':
       return json(res, 200, await c.services.doctor());
     case '/api/policy':

@@ -25,12 +25,19 @@ export interface OverviewView {
   operator: { name: string; approver: boolean };
   home: string;
   project: string;
-  policy: { ok: boolean; error?: string; files: string[] };
+  policy: {
+    ok: boolean;
+    error?: string;
+    files: string[];
+    /** The newest `policy.reload_failed` of the audit log, when no reload succeeded after it. */
+    lastReloadError?: { seq: number; ts: string; file?: string; line?: number; column?: number; message: string; kept?: string };
+  };
   audit: { log: string; entries: number; head: string; signed: boolean };
   toolsmith: { enabled: boolean; paused: boolean; pausedWhy?: string; waiting: number };
   gateway: { servers: { name: string; tools: number; withheld: number }[] };
   queue?: { pending: number; claimed: number; done: number; failed: number };
-  members: { kind: string; name: string; host: string; pid: number; alive: boolean }[];
+  /** Front-ends and workers, with what each says of itself (a server's sandboxes built ahead and warm pools among its facts). */
+  members: { kind: string; name: string; host: string; pid: number; alive: boolean; facts?: Record<string, string | number | boolean> }[];
 }
 
 /** One call as its audit entry records it (the runs page's row). */

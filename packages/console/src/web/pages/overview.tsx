@@ -113,7 +113,17 @@ export function OverviewPage() {
         </div>
         <div class="card">
           <h3>Policy</h3>
-          <p class={v.policy.ok ? 'good' : 'bad'}>{v.policy.ok ? 'in force' : `last reload failed: ${v.policy.error ?? ''}`}</p>
+          <p class={v.policy.ok ? 'good' : 'bad'}>{v.policy.ok ? 'in force' : `not in force: ${v.policy.error ?? ''}`}</p>
+          {v.policy.lastReloadError ? (
+            <p class="bad" data-testid="reload-error">
+              last reload failed (#{v.policy.lastReloadError.seq}, {v.policy.lastReloadError.ts}): {v.policy.lastReloadError.message}
+              {v.policy.lastReloadError.kept === 'last_good'
+                ? ' (its last good version stays in force)'
+                : v.policy.lastReloadError.kept === 'nothing'
+                  ? ' (it never was valid: nothing of it is in force)'
+                  : ''}
+            </p>
+          ) : null}
           <p class="dim">{v.policy.files.join(', ') || 'bundle defaults only'}</p>
         </div>
         <div class="card">
@@ -153,6 +163,14 @@ export function OverviewPage() {
           {v.members.map((m) => (
             <p key={`${m.host}:${m.pid}`} class={m.alive ? '' : 'dim'}>
               {m.alive ? '●' : '○'} {m.kind} {m.name} (pid {m.pid} on {m.host})
+              {m.facts && Object.keys(m.facts).length > 0 ? (
+                <span class="dim">
+                  {' '}
+                  {Object.entries(m.facts)
+                    .map(([k, x]) => `${k}=${x}`)
+                    .join(' ')}
+                </span>
+              ) : null}
             </p>
           ))}
         </div>
