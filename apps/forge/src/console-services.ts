@@ -39,56 +39,7 @@ export function consoleServices(w: Where, engine: Engine, store: Store, version:
       return doctorView(await diagnosis());
     },
 
-    async overview(operator: string): Promise<OverviewView> {
-      const pol = forge.policy();
-      const snap = pol.ok ? pol.snapshot : undefined;
-      const st = toolsmith.status();
-      const [waiting, members, head, queue] = await Promise.all([
-        toolsmith.list({ state: ['validated'] }).then((l) => l.length),
-        store.presence().then((p) => p.list()),
-        store.auditHead(),
-        store.kind === 'postgres' || existsSync(join(store.where, 'queue'))
-          ? store.queue().then((q) => q.stats())
-          : Promise.resolve(undefined),
-      ]);
-      const sourced = await forge.listSourced({ ...ctx, offline: true }).catch(() => []);
-      const servers = new Map<string, { name: string; tools: number; withheld: number }>();
-      for (const t of sourced) {
-        const server = t.name.split('.')[0] as string;
-        const s = servers.get(server) ?? { name: server, tools: 0, withheld: 0 };
-        s.tools++;
-        servers.set(server, s);
-      }
-      return {
-        version,
-        operator: { name: operator, approver: snap?.policy.toolsmith.approvers.includes(operator) ?? false },
-        home: w.home,
-        project: w.project,
-        policy: pol.ok
-          ? {
-              ok: !(snap?.sources ?? []).some((s) => s.status === 'kept' || s.status === 'invalid'),
-              files: (snap?.sources ?? []).filter((s) => s.status !== 'absent').map((s) => `${s.file} (${s.status})`),
-            }
-          : { ok: false, error: pol.message, files: [] },
-        audit: {
-          log: head.where,
-          entries: head.seq,
-          head: head.hash,
-          signed: w.env.FORGE_AUDIT_KEY !== undefined && w.env.FORGE_AUDIT_KEY !== '',
-        },
-        toolsmith: { enabled: st.enabled, paused: st.paused, ...(st.pausedWhy ? { pausedWhy: st.pausedWhy } : {}), waiting },
-        gateway: { servers: [...servers.values()] },
-        ...(queue ? { queue } : {}),
-        members: members.map((m) => ({
-          kind: m.kind,
-          name: m.name,
-          host: m.host,
-          pid: m.pid,
-          alive: m.alive,
-          ...(m.facts ? { facts: m.facts } : {}),
-        })),
-      };
-    },
+    overview: (operator: string) => overviewOf(w, engine, store, version, operator),
 
     async policy() {
       return policyView(w, forge);
@@ -193,4 +144,50 @@ function doctorView(report: Awaited<ReturnType<typeof diagnose>>): DoctorView {
 function auditPublicKey(env: NodeJS.ProcessEnv): string | undefined {
   const key = readAuditKey(env.FORGE_AUDIT_KEY, 'FORGE_AUDIT_KEY');
   return key ? (createPublicKey(key).export({ type: 'spki', format: 'pem' }) as string) : undefined;
+}
+
+/** The overview page: what `forge status` and the engine know now (the doctor's probe is asked for apart). */
+async function overviewOf(w: Where, engine: Engine, store: Store, version: string, operator: string): Promise<OverviewView> {
+  const { forge, toolsmith } = engine;
+  const ctx = callContext(w.env);
+  const pol = forge.policy();
+  const snap = pol.ok ? pol.snapshot : undefined;
+  const st = toolsmith.status();
+  const [waiting, members, head, queue] = await Promise.all([
+    toolsmith.list({ state: ['validated'] }).then((l) => l.length),
+    store.presence().then((p) => p.list()),
+    store.auditHead(),
+    store.kind === 'postgres' || existsSync(join(store.where, 'queue')) ? store.queue().then((q) => q.stats()) : Promise.resolve(undefined),
+  ]);
+  // As `forge gateway list` has them (nothing is started): the tools approved for each.
+  const reports = (await engine.gateway?.servers().catch(() => [])) ?? [];
+  return {
+    version,
+    operator: { name: operator, approver: snap?.policy.toolsmith.approvers.includes(operator) ?? false },
+    home: w.home,
+    project: w.project,
+    policy: pol.ok
+      ? {
+          ok: !(snap?.sources ?? []).some((s) => s.status === 'kept' || s.status === 'invalid'),
+          files: (snap?.sources ?? []).filter((s) => s.status !== 'absent').map((s) => `${s.file} (${s.status})`),
+        }
+      : { ok: false, error: pol.message, files: [] },
+    audit: {
+      log: head.where,
+      entries: head.seq,
+      head: head.hash,
+      signed: w.env.FORGE_AUDIT_KEY !== undefined && w.env.FORGE_AUDIT_KEY !== '',
+    },
+    toolsmith: { enabled: st.enabled, paused: st.paused, ...(st.pausedWhy ? { pausedWhy: st.pausedWhy } : {}), waiting },
+    gateway: { servers: reports.map((r) => ({ name: r.name, tools: r.tools.approved, withheld: r.tools.withheld ?? 0, state: r.state })) },
+    ...(queue ? { queue } : {}),
+    members: members.map((m) => ({
+      kind: m.kind,
+      name: m.name,
+      host: m.host,
+      pid: m.pid,
+      alive: m.alive,
+      ...(m.facts ? { facts: m.facts } : {}),
+    })),
+  };
 }

@@ -34,7 +34,7 @@ export interface OverviewView {
   };
   audit: { log: string; entries: number; head: string; signed: boolean };
   toolsmith: { enabled: boolean; paused: boolean; pausedWhy?: string; waiting: number };
-  gateway: { servers: { name: string; tools: number; withheld: number }[] };
+  gateway: { servers: { name: string; tools: number; withheld: number; state: string }[] };
   queue?: { pending: number; claimed: number; done: number; failed: number };
   /** Front-ends and workers, with what each says of itself (a server's sandboxes built ahead and warm pools among its facts). */
   members: { kind: string; name: string; host: string; pid: number; alive: boolean; facts?: Record<string, string | number | boolean> }[];

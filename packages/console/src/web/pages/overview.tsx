@@ -147,7 +147,8 @@ export function OverviewPage() {
           {v.gateway.servers.length === 0 ? <p class="dim">no upstream servers</p> : null}
           {v.gateway.servers.map((s) => (
             <p key={s.name}>
-              {s.name}: {s.tools} tools{s.withheld ? `, ${s.withheld} withheld` : ''}
+              <a href={`#/gateway/${encodeURIComponent(s.name)}`}>{s.name}</a>: {s.tools} approved
+              {s.withheld ? `, ${s.withheld} withheld` : ''} ({s.state})
             </p>
           ))}
         </div>
