@@ -149,7 +149,6 @@ function auditPublicKey(env: NodeJS.ProcessEnv): string | undefined {
 /** The overview page: what `forge status` and the engine know now (the doctor's probe is asked for apart). */
 async function overviewOf(w: Where, engine: Engine, store: Store, version: string, operator: string): Promise<OverviewView> {
   const { forge, toolsmith } = engine;
-  const ctx = callContext(w.env);
   const pol = forge.policy();
   const snap = pol.ok ? pol.snapshot : undefined;
   const st = toolsmith.status();
