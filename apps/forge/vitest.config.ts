@@ -12,6 +12,7 @@ export default packageTests({
     'test/audit.test.ts',
     'test/cli.test.ts',
     'test/console-access.test.ts',
+    'test/console-postgres.test.ts',
     'test/console.test.ts',
     'test/contention.test.ts',
     'test/telemetry.test.ts',

@@ -111,9 +111,13 @@ export class AuditIndex {
   problem: string | undefined;
   #again = false;
 
-  constructor(dir: string, base: string) {
+  readonly #readable: boolean;
+
+  /** `readable: false`: a log this process cannot read as files (every read finds nothing). */
+  constructor(dir: string, base: string, options: { readable?: boolean } = {}) {
     this.dir = dir;
     this.base = base;
+    this.#readable = options.readable ?? true;
   }
 
   /** Entries indexed. */
@@ -144,6 +148,7 @@ export class AuditIndex {
 
   async #read(): Promise<Row[]> {
     this.problem = undefined;
+    if (!this.#readable) return [];
     const names = await readdir(this.dir).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return [] as string[];
       throw err;

@@ -17,6 +17,8 @@ export interface ApiContext {
   version: string;
   access: ConsoleAccess;
   follower: LogFollower;
+  /** Why the audit log cannot be read as files here (a database's log), if it cannot. */
+  auditProblem?: string;
 }
 
 /** A JSON answer. */
@@ -135,6 +137,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
       return json(res, 200, { ...page, log: c.base });
     }
     case '/api/audit/files': {
+      if (c.auditProblem) return json(res, 409, { ok: false, kind: 'unavailable', message: c.auditProblem });
       const now = await c.services.auditFiles();
       return json(res, 200, { base: now.base, names: now.names, ...(now.publicKey ? { publicKey: now.publicKey } : {}) });
     }
@@ -149,7 +152,10 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
   if (gw)
     return answer(res, gw[2] === 'tools' ? await c.services.gatewayTools(gw[1] as string) : await c.services.gatewayDiff(gw[1] as string));
   const raw = RAW.exec(path);
-  if (raw) return rawFile(res, c.dir, c.base, decodeURIComponent(raw[1] as string));
+  if (raw) {
+    if (c.auditProblem) return json(res, 409, { ok: false, kind: 'unavailable', message: c.auditProblem });
+    return rawFile(res, c.dir, c.base, decodeURIComponent(raw[1] as string));
+  }
   const run = RUN.exec(path);
   if (run) {
     const r = await c.services.run(run[1] as string);

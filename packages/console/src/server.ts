@@ -84,13 +84,22 @@ export async function startConsole(options: ConsoleOptions): Promise<Console> {
     );
   const assets = await loadAssets(options.assets ?? fileURLToPath(new URL('./web/', import.meta.url)));
   const services = options.services;
-  const files = await services.auditFiles();
-  const index = new AuditIndex(files.dir, files.base);
+  // A forge whose log is not a file log (a database's) has no audit page here, and says why; the rest works.
+  let files: { dir: string; base: string };
+  let auditProblem: string | undefined;
+  try {
+    files = await services.auditFiles();
+  } catch (err) {
+    auditProblem = (err as Error).message;
+    files = { dir: '', base: 'forge.log' };
+  }
+  const index = new AuditIndex(files.dir, files.base, { readable: auditProblem === undefined });
   await index.refresh();
 
   const follower = new LogFollower(index, files.dir);
   let access: ConsoleAccess;
   const ctx = (): ApiContext => ({
+    ...(auditProblem !== undefined ? { auditProblem } : {}),
     services,
     index,
     dir: files.dir,

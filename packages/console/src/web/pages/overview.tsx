@@ -132,6 +132,9 @@ export function OverviewPage() {
             {count(v.audit.entries)} entries{v.audit.signed ? ', checkpoints signed' : ', checkpoints unsigned'}
           </p>
           <p class="dim">head {v.audit.head.slice(0, 16)}…</p>
+          <p class="dim" data-testid="audit-where">
+            {v.audit.log}
+          </p>
         </div>
         <div class="card">
           <h3>Toolsmith</h3>

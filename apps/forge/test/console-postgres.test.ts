@@ -1,0 +1,40 @@
+import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
+import { scaled } from '@forge/test-utils';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium, openConsole, startConsole } from './browser.js';
+import { requireCliAndSandbox, scratch } from './helpers.js';
+
+/**
+ * `forge console --store postgres://…`: the log is the database's, which the page cannot verify as
+ * files; the audit page says so (and how to verify it), and the other pages work.
+ */
+
+let server: PostgresServer;
+beforeAll(async () => {
+  await requireCliAndSandbox();
+  server = await startPostgres();
+}, scaled(120_000));
+afterAll(async () => {
+  await server?.stop();
+}, scaled(60_000));
+
+describe('forge console over a database', () => {
+  it('the audit page says why it cannot verify a database log; the overview names the store', async () => {
+    const s = scratch('forge-console-pg-');
+    s.env.FORGE_STORE = await server.database();
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page } = await openConsole(browser, con);
+    await page.getByTestId('overview').waitFor();
+    await expect(page.getByTestId('audit-where').textContent()).resolves.toMatch(/^postgres:\/\//);
+    await page.goto(`${con.origin}/#/audit`);
+    const verdict = page.locator('[data-testid=verdict][data-ok=error]');
+    await verdict.waitFor({ timeout: scaled(30_000) });
+    await expect(verdict.textContent()).resolves.toMatch(
+      /^could not verify: the console's audit page reads the file log under .*; this forge keeps its log in postgres:\/\/.* \(read it with forge audit verify\)$/,
+    );
+    expect(await verdict.textContent()).not.toContain('hunter');
+    await page.goto(`${con.origin}/#/runs`);
+    await page.getByTestId('runs').waitFor();
+  });
+});
