@@ -162,6 +162,51 @@ try {
   console.log(
     `\nidle, a page following the log: ${cpu.toFixed(2)}% of a core, RSS ${rss.toFixed(0)} MiB (${ENTRIES.toLocaleString()} entries indexed)`,
   );
+
+  // The console's cost on forge serve: the same server (stdio, its input held open) with and
+  // without --console, idle for 10 s each (the console with a page following the log).
+  const serveIdle = async (args) => {
+    const p = spawn(process.execPath, [CLI, 'serve', ...args], { cwd: project, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let text = '';
+    p.stderr.on('data', (d) => (text += d));
+    await new Promise((resolve, reject) => {
+      const check = setInterval(() => {
+        if (/MCP on stdio/.test(text)) {
+          clearInterval(check);
+          resolve();
+        }
+      }, 50);
+      p.once('exit', (code) => reject(new Error(`forge serve exited ${code}: ${text}`)));
+    });
+    let page2;
+    const u = /open (http:\/\/\S+)/.exec(text)?.[1];
+    if (u) {
+      page2 = await context.newPage();
+      await page2.goto(u);
+      await page2.goto(`${new URL(u).origin}/#/audit`);
+      await page2.locator('[data-testid=verdict][data-ok=true]').waitFor({ timeout: 300_000 });
+    }
+    const tick = () => {
+      const f = readFileSync(`/proc/${p.pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return Number(f[11]) + Number(f[12]);
+    };
+    const a = tick();
+    const w = performance.now();
+    await new Promise((r) => setTimeout(r, 10_000));
+    const pct = ((tick() - a) / hz / ((performance.now() - w) / 1000)) * 100;
+    const mib = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'))[1]) / 1024;
+    await page2?.close();
+    const gone = new Promise((r) => p.once('exit', r));
+    p.stdin.end();
+    await gone;
+    return { pct, mib };
+  };
+  const bare = await serveIdle([]);
+  const withConsole = await serveIdle(['--console', '0', '--as', 'bench']);
+  console.log(`forge serve idle: ${bare.pct.toFixed(2)}% of a core, RSS ${bare.mib.toFixed(0)} MiB`);
+  console.log(
+    `forge serve --console idle (a page following the log): ${withConsole.pct.toFixed(2)}% of a core, RSS ${withConsole.mib.toFixed(0)} MiB (+${(withConsole.mib - bare.mib).toFixed(0)} MiB: the console and its index of ${ENTRIES.toLocaleString()} entries)`,
+  );
 } finally {
   await browser?.close();
   if (child && child.exitCode === null) {
