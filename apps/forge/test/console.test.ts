@@ -1,9 +1,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { generateSigningKeys } from '@forge/audit-chain';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium, openConsole, type RunningConsole, shot, startConsole } from './browser.js';
-import { connect, requireCliAndSandbox, rugGateway, scratch } from './helpers.js';
+import { connect, requireCliAndSandbox, rugGateway, runCli, scratch } from './helpers.js';
 import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
 /**
@@ -318,5 +319,46 @@ describe('forge console in a browser', () => {
     ).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
     // The refusal above is an answer the browser also logs as a failed load.
     expect(problems).toEqual(['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
+  });
+
+  it('checkpoint signatures checked in the page: the configured key verifies, a pasted other key finds no checkpoint it signed', async () => {
+    const s = scratch('forge-console-');
+    const keys = generateSigningKeys();
+    const keyFile = join(s.root, 'audit.key');
+    writeFileSync(keyFile, keys.privateKey, { mode: 0o600 });
+    s.env.FORGE_AUDIT_KEY = keyFile;
+    const spec = {
+      name: 'echo',
+      description: 'Echoes its input.',
+      input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
+      runtime: 'python3',
+      impl: 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
+    };
+    writeFileSync(join(s.project, 'echo.json'), JSON.stringify(spec));
+    expect((await forge(s, ['tools', 'forge', 'echo.json'])).code).toBe(0);
+    expect((await forge(s, ['tools', 'call', 'echo', '{"n":1}'])).code).toBe(0);
+    const con = await startConsole(s);
+    const browser = await launchChromium();
+    const { page, problems } = await openConsole(browser, con);
+    await page.goto(`${con.origin}/#/audit`);
+    const ok = page.locator('[data-testid=verdict][data-ok=true]');
+    await ok.waitFor({ timeout: T() });
+    // The configured key's public half is filled in, and at least one checkpoint it signed was used.
+    await expect(page.getByTestId('public-key').inputValue()).resolves.toBe(keys.publicKey);
+    expect(await ok.textContent()).toMatch(/; [1-9]\d* checkpoint\(s\) used/);
+
+    const other = generateSigningKeys().publicKey;
+    writeFileSync(join(s.root, 'other.pub'), other);
+    await page.getByText('Public key (checkpoints must be signed by it)').click();
+    await page.getByTestId('public-key').fill(other);
+    await page.getByTestId('verify').click();
+    const bad = page.locator('[data-testid=verdict][data-ok=false]');
+    await bad.waitFor({ timeout: T() });
+    await expect(bad.getAttribute('data-reason')).resolves.toBe('signature_invalid');
+    await expect(bad.getAttribute('data-seq')).resolves.toBe('0');
+    // As forge audit verify says it, with that key.
+    const cli = await runCli(['audit', 'verify', '--json', '--key-pub', join(s.root, 'other.pub')], { cwd: s.project, env: s.env });
+    expect(JSON.parse(cli.stdout)).toMatchObject({ ok: false, first_bad: { seq: 0, reason: 'signature_invalid' } });
+    expect(problems).toEqual([]);
   });
 });
