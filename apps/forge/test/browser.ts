@@ -21,7 +21,7 @@ export function chromiumPath(): string {
 
 /** A headless Chromium, closed when the test finishes. */
 export async function launchChromium(): Promise<Browser> {
-  const browser = await chromium.launch({ executablePath: chromiumPath(), timeout: scaled(60_000) });
+  const browser = await chromium.launch({ executablePath: chromiumPath(), timeout: scaled(120_000) });
   onTestFinished(() => browser.close());
   return browser;
 }
@@ -77,7 +77,8 @@ export async function openConsole(
   page.on('console', (m) => {
     if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
   });
-  page.setDefaultTimeout(scaled(30_000));
+  // A loaded 2-core machine runs Chromium's processes beside the suite's: waits are generous, and scale.
+  page.setDefaultTimeout(scaled(60_000));
   await page.goto(con.url);
   return { context, page, problems };
 }

@@ -2,6 +2,7 @@ import { symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { scaled } from '@forge/test-utils';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { launchChromium, openConsole, startConsole } from './browser.js';
@@ -46,7 +47,7 @@ async function login(url: string): Promise<{ cookie: string; csrf: string; origi
   return { cookie, csrf: (JSON.parse(s.body) as { csrf: string }).csrf, origin };
 }
 
-describe('forge console access', () => {
+describe('forge console access', { timeout: scaled(240_000) }, () => {
   it('refuses a wrong token, no cookie, a rebinding Host, another origin, and a change without its CSRF token', async () => {
     const s = scratch('forge-console-access-');
     const con = await startConsole(s);

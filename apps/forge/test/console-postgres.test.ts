@@ -18,7 +18,7 @@ afterAll(async () => {
   await server?.stop();
 }, scaled(60_000));
 
-describe('forge console over a database', () => {
+describe('forge console over a database', { timeout: scaled(240_000) }, () => {
   it('the audit page says why it cannot verify a database log; the overview names the store', async () => {
     const s = scratch('forge-console-pg-');
     s.env.FORGE_STORE = await server.database();
@@ -29,7 +29,7 @@ describe('forge console over a database', () => {
     await expect(page.getByTestId('audit-where').textContent()).resolves.toMatch(/^postgres:\/\//);
     await page.goto(`${con.origin}/#/audit`);
     const verdict = page.locator('[data-testid=verdict][data-ok=error]');
-    await verdict.waitFor({ timeout: scaled(30_000) });
+    await verdict.waitFor({ timeout: scaled(60_000) });
     await expect(verdict.textContent()).resolves.toMatch(
       /^could not verify: the console's audit page reads the file log under .*; this forge keeps its log in postgres:\/\/.* \(read it with forge audit verify\)$/,
     );

@@ -15,9 +15,10 @@ import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, wri
 
 beforeAll(requireCliAndSandbox);
 
-const T = () => scaled(30_000);
+const T = () => scaled(60_000);
 
-describe('forge console in a browser', () => {
+// A browser test takes several steps, each of which may wait on a loaded machine.
+describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
   it('every page loads; approving a proposal in the page makes its tool callable and is audited via console', async () => {
     const s = scratch('forge-console-');
     writePolicy(s);
