@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
-import { type ConsoleAccess, send } from './access.js';
+import { type ConsoleAccess, SECURITY_HEADERS, send } from './access.js';
 import { type AuditIndex, type CallQuery, NotRegularFile, openLogFile } from './audit-index.js';
 import type { ConsoleServices } from './services.js';
 import type { LogFollower } from './tail.js';
@@ -42,6 +42,15 @@ async function body(req: IncomingMessage): Promise<Record<string, unknown> | und
     return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** A path segment decoded; a malformed escape stays as written (and then names nothing). */
+function decoded(v: string): string {
+  try {
+    return decodeURIComponent(v);
+  } catch {
+    return v;
   }
 }
 
@@ -154,7 +163,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
   const raw = RAW.exec(path);
   if (raw) {
     if (c.auditProblem) return json(res, 409, { ok: false, kind: 'unavailable', message: c.auditProblem });
-    return rawFile(res, c.dir, c.base, decodeURIComponent(raw[1] as string));
+    return rawFile(res, c.dir, c.base, decoded(raw[1] as string));
   }
   const run = RUN.exec(path);
   if (run) {
@@ -162,7 +171,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
     return json(res, r.ok ? 200 : 404, r);
   }
   const art = ARTIFACT.exec(path);
-  if (art) return artifact(c, res, art[1] as string, art[2] as 'download' | 'tail', decodeURIComponent(art[3] as string));
+  if (art) return artifact(c, res, art[1] as string, art[2] as 'download' | 'tail', decoded(art[3] as string));
   const one = PROPOSAL.exec(path);
   if (one) {
     const r = await c.services.proposal(one[1] as string);
@@ -290,9 +299,21 @@ async function rawFile(res: ServerResponse, dir: string, base: string, name: str
     throw err;
   }
   if (!fh) return json(res, 404, { ok: false, kind: 'not_found', message: `${name} does not exist` });
-  try {
-    send(res, 200, 'application/octet-stream', await fh.readFile());
-  } finally {
+  // Streamed, as long as it was when opened (an active segment grows meanwhile: whole lines up to here suffice).
+  const { size } = await fh.stat();
+  res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'application/octet-stream', 'content-length': String(size) });
+  if (size === 0) {
     await fh.close();
+    res.end();
+    return;
   }
+  const stream = fh.createReadStream({ start: 0, end: size - 1, autoClose: true });
+  await new Promise<void>((resolve) => {
+    stream.on('error', () => {
+      res.destroy();
+      resolve();
+    });
+    stream.on('close', resolve);
+    stream.pipe(res);
+  });
 }
