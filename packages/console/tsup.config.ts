@@ -5,7 +5,7 @@ import { packageBuild } from '../../config/tsup.js';
 // stylesheet in dist/web, every byte served by the console itself: no asset from elsewhere).
 export default [
   // The page's build cleans dist/web; this one must not clean dist under it.
-  packageBuild({ clean: false }),
+  packageBuild({ entry: ['src/index.ts', 'src/calls.ts'], clean: false }),
   defineConfig({
     entry: { app: 'src/web/main.tsx' },
     outDir: 'dist/web',

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AuditEntry } from '@forge/audit-chain';
+import { type CallView, callRow as callView } from '@forge/console/calls';
 import type { PostgresAuditLog } from '@forge/postgres';
 import { EnvironmentError } from './args.js';
 import type { Style } from './output.js';
@@ -17,40 +18,12 @@ import type { Where } from './where.js';
 /** How many entries, from the end, a log is searched for a tool's calls. */
 export const CALL_WINDOW = 10_000;
 
-/** One call of a tool, as its audit entry records it. */
-export interface CallRow {
-  seq: number;
-  ts: string;
-  /** `forge.called` or `<source>.called`. */
-  type: string;
-  name: string;
-  persona: string;
-  ok: boolean;
-  /** `ok`, or the error kind. */
-  outcome: string;
-  duration_ms?: number;
-  run_id?: string;
-  cache?: string;
-}
+/** One call of a tool, as its audit entry records it (the console's runs page lists the same rows). */
+export type CallRow = CallView;
 
 /** The row of a call entry, or undefined for any other entry. */
 export function callRow(e: AuditEntry): CallRow | undefined {
-  if (!e.type.endsWith('.called')) return undefined;
-  const d = (e.data ?? {}) as Record<string, unknown>;
-  if (typeof d.name !== 'string') return undefined;
-  const ok = d.ok === true;
-  return {
-    seq: e.seq,
-    ts: e.ts,
-    type: e.type,
-    name: d.name,
-    persona: typeof d.persona === 'string' ? d.persona : '',
-    ok,
-    outcome: ok ? 'ok' : typeof d.kind === 'string' ? d.kind : 'failed',
-    ...(typeof d.duration_ms === 'number' ? { duration_ms: d.duration_ms } : {}),
-    ...(typeof d.run_id === 'string' ? { run_id: d.run_id } : {}),
-    ...(typeof d.cache === 'string' ? { cache: d.cache } : {}),
-  };
+  return callView(e.seq, e.ts, e.type, e.data);
 }
 
 /** One row as a line: `seq  time  persona  outcome  duration  run id`. */

@@ -1,10 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { scaled } from '@forge/test-utils';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { onTestFinished } from 'vitest';
-import { CLI, type Scratch } from './helpers.js';
+import { CLI, type Connected, type Scratch } from './helpers.js';
+import { forge, type Proposed, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
 /** Where the console tests keep their screenshots (not compared: kept for a person to look at). */
 export const SHOTS = resolve(import.meta.dirname, '../test-artifacts/console');
@@ -87,4 +88,34 @@ export async function openConsole(
 export async function shot(page: Page, name: string): Promise<void> {
   mkdirSync(SHOTS, { recursive: true });
   await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+/**
+ * Forges a Python tool from `impl` in the scratch project with the CLI (persona default), and
+ * fails the test if it is refused. The default echoes its input back.
+ */
+export async function forgeTool(
+  s: Scratch,
+  name = 'echo',
+  o: { description?: string; impl?: string; input_schema?: Record<string, unknown> } = {},
+): Promise<void> {
+  const spec = {
+    name,
+    description: o.description ?? 'Echoes its input.',
+    input_schema: o.input_schema ?? { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
+    runtime: 'python3',
+    impl: o.impl ?? 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
+  };
+  writeFileSync(join(s.project, `${name}.json`), JSON.stringify(spec));
+  const made = await forge(s, ['tools', 'forge', `${name}.json`]);
+  if (made.code !== 0) throw new Error(`forging ${name} was refused: ${made.stderr}`);
+}
+
+/** A governed project with one validated proposal (text.reverse by persona agent) and the agent's MCP session. */
+export async function withProposal(s: Scratch): Promise<{ agent: Connected; proposal: Proposed['proposal'] }> {
+  writePolicy(s);
+  const agent = await serveAs(s);
+  const p = await propose(agent, reverseBlueprint());
+  if (p.proposal.state !== 'validated') throw new Error(`the proposal is ${p.proposal.state}, not validated: ${JSON.stringify(p)}`);
+  return { agent, proposal: p.proposal };
 }

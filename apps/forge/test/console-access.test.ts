@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { scaled } from '@forge/test-utils';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { launchChromium, openConsole, startConsole } from './browser.js';
+import { launchChromium, openConsole, startConsole, withProposal } from './browser.js';
 import { requireCliAndSandbox, scratch } from './helpers.js';
-import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
+import { auditEntries, forge, forgeJson } from './toolsmith-helpers.js';
 
 /**
  * Who may use `forge console`: whoever opened the address it printed. Everything else (a wrong or
@@ -152,10 +152,7 @@ describe('forge console access', { timeout: scaled(240_000) }, () => {
 
   it('a page of another origin cannot read or change anything, even in the browser that is logged in', async () => {
     const s = scratch('forge-console-access-');
-    writePolicy(s);
-    const agent = await serveAs(s);
-    const p = await propose(agent, reverseBlueprint());
-    expect(p.proposal.state).toBe('validated');
+    const p = { proposal: (await withProposal(s)).proposal };
     const con = await startConsole(s);
     const browser = await launchChromium();
     const { context, page } = await openConsole(browser, con);

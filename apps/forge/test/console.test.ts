@@ -3,9 +3,9 @@ import { join } from 'node:path';
 import { generateSigningKeys } from '@forge/audit-chain';
 import { scaled, waitFor } from '@forge/test-utils';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { launchChromium, openConsole, type RunningConsole, shot, startConsole } from './browser.js';
+import { forgeTool, launchChromium, openConsole, type RunningConsole, shot, startConsole, withProposal } from './browser.js';
 import { connect, requireCliAndSandbox, rugGateway, runCli, scratch } from './helpers.js';
-import { auditEntries, forge, forgeJson, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
+import { auditEntries, forge, forgeJson } from './toolsmith-helpers.js';
 
 /**
  * `forge console` in a real Chromium (Debian's, driven by playwright-core) against a real forge:
@@ -21,10 +21,8 @@ const T = () => scaled(60_000);
 describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
   it('every page loads; approving a proposal in the page makes its tool callable and is audited via console', async () => {
     const s = scratch('forge-console-');
-    writePolicy(s);
-    const agent = await serveAs(s);
-    const p = await propose(agent, reverseBlueprint());
-    expect(p.proposal.state).toBe('validated');
+    const { agent, proposal } = await withProposal(s);
+    const p = { proposal };
     const con = await startConsole(s);
     const browser = await launchChromium();
     const { page, problems } = await openConsole(browser, con);
@@ -78,9 +76,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
 
   it('rejecting in the page records the reason; an operator policy does not list cannot approve', async () => {
     const s = scratch('forge-console-');
-    writePolicy(s);
-    const agent = await serveAs(s);
-    const p = await propose(agent, reverseBlueprint());
+    const p = { proposal: (await withProposal(s)).proposal };
     const browser = await launchChromium();
 
     const mallory = await startConsole(s, ['--as', 'mallory']);
@@ -113,16 +109,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
   it('text an agent wrote (HTML, terminal escapes, bidi controls) shows inert', async () => {
     const s = scratch('forge-console-');
     const hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> \u001b]0;owned\u0007 \u202eevil\u202c \u200b';
-    const spec = {
-      name: 'hostile',
-      description: hostile,
-      input_schema: { type: 'object', properties: {}, additionalProperties: false },
-      runtime: 'python3',
-      impl: 'import json\nprint(json.dumps({"ok": True, "data": {}}))\n',
-    };
-    writeFileSync(join(s.project, 'hostile.json'), JSON.stringify(spec));
-    const made = await forge(s, ['tools', 'forge', 'hostile.json']);
-    expect(made.code, made.stderr).toBe(0);
+    await forgeTool(s, 'hostile', { description: hostile });
     const con = await startConsole(s);
     const browser = await launchChromium();
     const { page, problems } = await openConsole(browser, con);
@@ -140,15 +127,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
 
   it('a one-byte edit to the log on disk is caught by the page at the entry forge audit verify names, without a restart', async () => {
     const s = scratch('forge-console-');
-    const spec = {
-      name: 'echo',
-      description: 'Echoes its input.',
-      input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
-      runtime: 'python3',
-      impl: 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
-    };
-    writeFileSync(join(s.project, 'echo.json'), JSON.stringify(spec));
-    expect((await forge(s, ['tools', 'forge', 'echo.json'])).code).toBe(0);
+    await forgeTool(s);
     for (let i = 0; i < 2; i++) expect((await forge(s, ['tools', 'call', 'echo', JSON.stringify({ n: i })])).code).toBe(0);
     expect(auditEntries(s).length).toBeGreaterThanOrEqual(3);
     const con = await startConsole(s);
@@ -180,19 +159,15 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
 
   it("a run's page: its facts, its artifacts as downloads that never render, and only for a persona the runner lets read it", async () => {
     const s = scratch('forge-console-');
-    const spec = {
-      name: 'report',
+    await forgeTool(s, 'report', {
       description: 'Writes an HTML report.',
       input_schema: { type: 'object', properties: {}, additionalProperties: false },
-      runtime: 'python3',
       impl: [
         'import json',
         'open("/forge/artifacts/report.html", "w").write("<script>window.__pwned=1</script>")',
         'print(json.dumps({"ok": True, "data": {"written": 1}}))',
       ].join('\n'),
-    };
-    writeFileSync(join(s.project, 'report.json'), JSON.stringify(spec));
-    expect((await forge(s, ['tools', 'forge', 'report.json'])).code).toBe(0);
+    });
     const called = await forgeJson<{ ok: boolean; meta: { run_id: string } }>(s, ['tools', 'call', 'report', '{}']);
     expect(called.data.ok).toBe(true);
     const runId = called.data.meta.run_id;
@@ -241,15 +216,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
 
   it("forge serve --console: the console over the server's engine, its audit page following calls live", async () => {
     const s = scratch('forge-console-');
-    const spec = {
-      name: 'echo',
-      description: 'Echoes its input.',
-      input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
-      runtime: 'python3',
-      impl: 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
-    };
-    writeFileSync(join(s.project, 'echo.json'), JSON.stringify(spec));
-    expect((await forge(s, ['tools', 'forge', 'echo.json'])).code).toBe(0);
+    await forgeTool(s);
     const c = await connect(s, { args: ['--console', '0', '--as', 'alice'] });
     const url = await waitFor(
       "the console address on the server's stderr",
@@ -328,15 +295,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
     const keyFile = join(s.root, 'audit.key');
     writeFileSync(keyFile, keys.privateKey, { mode: 0o600 });
     s.env.FORGE_AUDIT_KEY = keyFile;
-    const spec = {
-      name: 'echo',
-      description: 'Echoes its input.',
-      input_schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false },
-      runtime: 'python3',
-      impl: 'import json, sys\nprint(json.dumps({"ok": True, "data": json.load(sys.stdin)}))\n',
-    };
-    writeFileSync(join(s.project, 'echo.json'), JSON.stringify(spec));
-    expect((await forge(s, ['tools', 'forge', 'echo.json'])).code).toBe(0);
+    await forgeTool(s);
     expect((await forge(s, ['tools', 'call', 'echo', '{"n":1}'])).code).toBe(0);
     const con = await startConsole(s);
     const browser = await launchChromium();

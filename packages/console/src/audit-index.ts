@@ -1,6 +1,7 @@
 import { constants, type FileHandle, open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { CallView, EntryView, Page, StatsView, ToolStatsView } from './views.js';
+import { type CallView, callRow } from './calls.js';
+import type { EntryView, Page, StatsView, ToolStatsView } from './views.js';
 import { sealedNumbers } from './web/verify.js';
 
 /**
@@ -73,33 +74,13 @@ export async function openLogFile(path: string): Promise<FileHandle | undefined>
   return fh;
 }
 
-/** The call row of an entry's fields, or undefined when it is not a call. */
-function callOf(seq: number, ts: string, type: string, data: unknown): CallView | undefined {
-  if (!type.endsWith('.called') || !data || typeof data !== 'object') return undefined;
-  const d = data as Record<string, unknown>;
-  if (typeof d.name !== 'string') return undefined;
-  const ok = d.ok === true;
-  return {
-    seq,
-    ts,
-    type,
-    name: d.name,
-    persona: typeof d.persona === 'string' ? d.persona : '',
-    ok,
-    outcome: ok ? 'ok' : typeof d.kind === 'string' ? d.kind : 'failed',
-    ...(typeof d.duration_ms === 'number' ? { duration_ms: d.duration_ms } : {}),
-    ...(typeof d.run_id === 'string' ? { run_id: d.run_id } : {}),
-    ...(typeof d.cache === 'string' ? { cache: d.cache } : {}),
-  };
-}
-
 /** An entry's line parsed for what the index keeps; a line that does not parse keeps its place. */
 function parseLine(text: string, seq: number): { ts: string; type: string; call: CallView | undefined } {
   try {
     const e = JSON.parse(text) as { ts?: unknown; type?: unknown; data?: unknown };
     const ts = typeof e.ts === 'string' ? e.ts : '';
     const type = typeof e.type === 'string' ? e.type : '(unreadable)';
-    return { ts, type, call: callOf(seq, ts, type, e.data) };
+    return { ts, type, call: callRow(seq, ts, type, e.data) };
   } catch {
     return { ts: '', type: '(unreadable)', call: undefined };
   }

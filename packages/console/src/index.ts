@@ -5,6 +5,7 @@
  */
 export { ConsoleAccess, SECURITY_HEADERS } from './access.js';
 export { AuditIndex, type CallQuery } from './audit-index.js';
+export { callRow } from './calls.js';
 export { type Console, ConsoleError, type ConsoleOptions, startConsole } from './server.js';
 export type { ArtifactView, ConsoleServices, DecisionView, ReviewView, RunView } from './services.js';
 export type * from './views.js';

@@ -40,20 +40,7 @@ export interface OverviewView {
   members: { kind: string; name: string; host: string; pid: number; alive: boolean; facts?: Record<string, string | number | boolean> }[];
 }
 
-/** One call as its audit entry records it (the runs page's row). */
-export interface CallView {
-  seq: number;
-  ts: string;
-  type: string;
-  name: string;
-  persona: string;
-  ok: boolean;
-  /** `ok`, or the error kind. */
-  outcome: string;
-  duration_ms?: number;
-  run_id?: string;
-  cache?: string;
-}
+export type { CallView } from './calls.js';
 
 /** A page of rows, newest first, and how to ask for the next. */
 export interface Page<T> {

@@ -4,7 +4,7 @@ import { expect, it } from 'vitest';
  * Every name @forge/console exports at runtime, written out: adding or removing an export is an API
  * decision (src/index.ts lists them), so a change to this list must be a deliberate one.
  */
-const EXPORTS = ['AuditIndex', 'ConsoleAccess', 'ConsoleError', 'SECURITY_HEADERS', 'startConsole', 'verifyLog'];
+const EXPORTS = ['AuditIndex', 'ConsoleAccess', 'ConsoleError', 'SECURITY_HEADERS', 'callRow', 'startConsole', 'verifyLog'];
 
 // Imported while the file is collected, not inside the test: on a busy machine loading the
 // package can take longer than a fast test's limit, and that is not what is tested.
