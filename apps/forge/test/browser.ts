@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { scaled } from '@forge/test-utils';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
-import { onTestFinished } from 'vitest';
+import { onTestFailed, onTestFinished } from 'vitest';
 import { CLI, type Connected, type Scratch } from './helpers.js';
 import { forge, type Proposed, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
@@ -80,6 +80,21 @@ export async function openConsole(
   });
   // A loaded 2-core machine runs Chromium's processes beside the suite's: waits are generous, and scale.
   page.setDefaultTimeout(scaled(60_000));
+  const said: string[] = [];
+  page.on('console', (m) => said.push(`${m.type()}: ${m.text()}`));
+  page.on('requestfailed', (r) => said.push(`request failed: ${r.method()} ${r.url()} ${r.failure()?.errorText ?? ''}`));
+  // On failure: what the page showed and said, and a screenshot, for whoever reads the log.
+  onTestFailed(async () => {
+    const name = `failed-${new URL(con.origin).port}`;
+    const text = await page
+      .locator('body')
+      .innerText({ timeout: 5000 })
+      .catch((e: Error) => `(no text: ${e.message})`);
+    await shot(page, name).catch(() => {});
+    process.stderr.write(
+      `console page ${page.url()} at failure (screenshot ${join(SHOTS, `${name}.png`)}):\n${text}\n${said.join('\n')}\nconsole stderr: ${typeof con.stderr === 'function' ? con.stderr() : '(not ours)'}\n`,
+    );
+  });
   await page.goto(con.url);
   return { context, page, problems };
 }

@@ -109,28 +109,33 @@ const verdict = (r: {
 });
 
 describe('the page verifier against the reference verifier', () => {
-  it('property: any log, any one damage (a flipped bit, a cut, a dropped line, a removed file): the same verdict', async () => {
+  it('property: any log, any one damage (a flipped bit, a cut, a dropped line, a removed file), read whole or streamed in chunks of any size: the same verdict', async () => {
     await fc.assert(
-      fc.asyncProperty(plan, damage, fc.boolean(), async (p, d, withKey) => {
+      fc.asyncProperty(plan, damage, fc.boolean(), fc.integer({ min: 0, max: 300 }), async (p, d, withKey, chunk) => {
         const dir = await tempDir('forge-console-verify-');
         await write(dir, p);
         await harm(dir, d);
         const options = withKey ? { publicKey: keys.publicKey } : {};
         const reference = await referenceVerify(join(dir, 'audit.log'), options);
         const names = await readdir(dir);
+        const read = async (name: string) => {
+          try {
+            return new Uint8Array(await readFile(join(dir, name))) as Bytes;
+          } catch {
+            return undefined;
+          }
+        };
+        // Read whole (chunk 0), or streamed in chunks of any size, as the page reads a fetch's body.
+        const stream = async (name: string) => {
+          const bytes = await read(name);
+          if (bytes === undefined) return undefined;
+          return (async function* () {
+            for (let at = 0; at < bytes.length; at += chunk) yield bytes.slice(at, at + chunk);
+          })();
+        };
         const ours = await verifyLog(
-          {
-            base: 'audit.log',
-            names,
-            read: async (name) => {
-              try {
-                return new Uint8Array(await readFile(join(dir, name))) as Bytes;
-              } catch {
-                return undefined;
-              }
-            },
-          },
-          options,
+          { base: 'audit.log', names, read, ...(chunk > 0 ? { stream } : {}) },
+          { ...options, batch: 1 + (chunk % 7) },
         );
         expect(verdict(ours)).toEqual(verdict(reference));
         await rm(dir, { recursive: true, force: true });

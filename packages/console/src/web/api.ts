@@ -79,3 +79,23 @@ export function follow<T>(path: string, event: string, on: (value: T) => void): 
   es.addEventListener(event, (ev) => on(inertDeep(JSON.parse((ev as MessageEvent<string>).data) as T)));
   return () => es.close();
 }
+
+/** One of the log's files as its bytes arrive (for the verifier: a segment is never held whole). */
+export async function rawStream(name: string): Promise<AsyncIterable<Bytes> | undefined> {
+  const res = await fetch(`/api/audit/raw/${encodeURIComponent(name)}`, { credentials: 'same-origin' });
+  if (res.status === 404) return undefined;
+  if (!res.ok || !res.body) {
+    const why = await answer<never>(res).catch((e: Error) => e.message);
+    throw new Error(`reading ${name} failed: ${why}`);
+  }
+  const reader = res.body.getReader();
+  return {
+    async *[Symbol.asyncIterator]() {
+      try {
+        for (let r = await reader.read(); !r.done; r = await reader.read()) yield r.value as Bytes;
+      } finally {
+        reader.releaseLock();
+      }
+    },
+  };
+}

@@ -59,6 +59,11 @@ export interface LogSource {
   names: readonly string[];
   /** A file's bytes, or undefined when it does not exist. */
   read(name: string): Promise<Bytes | undefined>;
+  /**
+   * A segment's bytes as they arrive (a fetch's body), or undefined when it does not exist: when
+   * given, segments are verified as they stream, a batch of lines at a time, never held whole.
+   */
+  stream?(name: string): Promise<AsyncIterable<Bytes> | undefined>;
 }
 
 /** Options: a public key makes only checkpoints that key signed count, and at least one must (5.4). */
@@ -304,6 +309,42 @@ export function sealedNumbers(base: string, names: readonly string[]): number[] 
   return out.sort((a, b) => a - b);
 }
 
+/** A file read whole, as one chunk (or none when it is empty or absent). */
+async function whole(src: LogSource, name: string): Promise<Bytes[] | undefined> {
+  const data = await src.read(name);
+  return data === undefined ? undefined : data.length === 0 ? [] : [data];
+}
+
+/**
+ * The lines of a file arriving in chunks, `batch` at a time: each with its line feed, but a last
+ * one without (a torn tail). A line cut by a chunk is carried into the next.
+ */
+async function* batches(chunks: AsyncIterable<Bytes> | Iterable<Bytes>, batch: number): AsyncGenerator<Bytes[]> {
+  let carry: Bytes | undefined;
+  let lines: Bytes[] = [];
+  for await (const chunk of chunks) {
+    if (chunk.length === 0) continue;
+    let buf = chunk;
+    if (carry) {
+      buf = new Uint8Array(carry.length + chunk.length);
+      buf.set(carry);
+      buf.set(chunk, carry.length);
+    }
+    let from = 0;
+    for (let nl = buf.indexOf(10, from); nl >= 0; nl = buf.indexOf(10, from)) {
+      lines.push(buf.subarray(from, nl + 1));
+      from = nl + 1;
+      if (lines.length >= batch) {
+        yield lines;
+        lines = [];
+      }
+    }
+    carry = from < buf.length ? buf.slice(from) : undefined;
+  }
+  if (carry) lines.push(carry);
+  if (lines.length > 0) yield lines;
+}
+
 class Fault extends Error {
   constructor(
     readonly reason: Reason,
@@ -351,22 +392,13 @@ export async function verifyLog(src: LogSource, options: VerifyOptions = {}): Pr
       const active = n === k + 1;
       const name = active ? src.base : `${src.base}.${String(n).padStart(6, '0')}`;
       if (!active && !sealed.has(n)) throw new Fault('segment_missing', name, 0);
-      const data = await src.read(name);
-      if (data === undefined && !active) throw new Fault('segment_missing', name, 0);
-      const file: Bytes = data ?? new Uint8Array(0);
+      const chunks = src.stream ? await src.stream(name) : await whole(src, name);
+      if (chunks === undefined && !active) throw new Fault('segment_missing', name, 0);
       let lineNo = 0;
       let offset = 0;
       let last: Entry | undefined;
       // Lines are taken a batch at a time: their digests are asked for together, then checked in order.
-      let from = 0;
-      while (from < file.length) {
-        const lines: Bytes[] = [];
-        while (from < file.length && lines.length < batch) {
-          const nl = file.indexOf(10, from);
-          const end = nl < 0 ? file.length : nl + 1;
-          lines.push(file.subarray(from, end));
-          from = end;
-        }
+      for await (const lines of batches(chunks ?? [], batch)) {
         const hashing = Promise.all(
           lines.map((l) =>
             l[l.length - 1] === 10 && l.length > SUFFIX_LEN ? subtle().digest('SHA-256', l.subarray(0, l.length - SUFFIX_LEN)) : undefined,

@@ -1,8 +1,8 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { AuditFilesView, EntryView, Page } from '../../views.js';
-import { follow, get, rawBytes } from '../api.js';
+import { follow, get, rawBytes, rawStream } from '../api.js';
 import { inertText } from '../inert.js';
-import { type Bytes, type Verdict, verifyLog } from '../verify.js';
+import { type Verdict, verifyLog } from '../verify.js';
 import { count, Status } from './common.js';
 
 interface Checked {
@@ -15,18 +15,15 @@ interface Checked {
 /** Verifies the whole log in this page: its files' bytes from the server, every hash and signature checked here. */
 async function verifyHere(publicKey: string): Promise<{ verdict: Verdict; ms: number }> {
   const files = await get<AuditFilesView>('audit/files');
-  const cache = new Map<string, Promise<Bytes | undefined>>();
   const t0 = performance.now();
+  // A file the listing does not name does not exist (the checkpoints of a log never checkpointed).
+  const listed = (name: string) => files.names.includes(name);
   const verdict = await verifyLog(
     {
       base: files.base,
       names: files.names,
-      read: (name) => {
-        // A file the listing does not name does not exist (the checkpoints of a log never checkpointed).
-        if (!files.names.includes(name)) return Promise.resolve(undefined);
-        if (!cache.has(name)) cache.set(name, rawBytes(name));
-        return cache.get(name) as Promise<Bytes | undefined>;
-      },
+      read: (name) => (listed(name) ? rawBytes(name) : Promise.resolve(undefined)),
+      stream: (name) => (listed(name) ? rawStream(name) : Promise.resolve(undefined)),
     },
     publicKey.trim() ? { publicKey: publicKey.trim() } : {},
   );
