@@ -88,7 +88,7 @@ export async function openConsole(
     const name = `failed-${new URL(con.origin).port}`;
     const text = await page
       .locator('body')
-      .innerText({ timeout: 5000 })
+      .textContent({ timeout: 5000 })
       .catch((e: Error) => `(no text: ${e.message})`);
     await shot(page, name).catch(() => {});
     process.stderr.write(
