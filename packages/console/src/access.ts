@@ -52,6 +52,12 @@ function same(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
+/** Refuses a launch token too short or of other characters than base64url's. */
+export function assertToken(token: string): void {
+  if (!/^[A-Za-z0-9_-]{32,}$/.test(token))
+    throw new Error('the console token must be at least 32 characters of A-Z a-z 0-9 _ - (or leave it out: one is made at each launch)');
+}
+
 /** The access rules of one console listening on `port`. */
 export class ConsoleAccess {
   /** The launch token: in the printed address, and nowhere else. */
@@ -61,8 +67,7 @@ export class ConsoleAccess {
   readonly #sessions = new Map<string, Session>();
 
   constructor(port: number, launchToken: string = token()) {
-    if (!/^[A-Za-z0-9_-]{32,}$/.test(launchToken))
-      throw new Error('the console token must be at least 32 characters of A-Z a-z 0-9 _ - (or leave it out: one is made at each launch)');
+    assertToken(launchToken);
     this.#port = port;
     this.launchToken = launchToken;
     this.cookie = `forge_console_${port}`;

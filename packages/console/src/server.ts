@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConsoleAccess, send } from './access.js';
+import { assertToken, ConsoleAccess, send } from './access.js';
 import { AuditIndex } from './audit-index.js';
 import { type ApiContext, answerApi, json } from './routes.js';
 import type { ConsoleServices } from './services.js';
@@ -82,6 +82,8 @@ export async function startConsole(options: ConsoleOptions): Promise<Console> {
       'not_loopback',
       `the console listens on loopback only (127.0.0.1, ::1, localhost), not ${host}: it approves tools; reach it from another machine through an SSH tunnel (ssh -L)`,
     );
+  // Checked before anything listens.
+  if (options.token !== undefined) assertToken(options.token);
   const assets = await loadAssets(options.assets ?? fileURLToPath(new URL('./web/', import.meta.url)));
   const services = options.services;
   // A forge whose log is not a file log (a database's) has no audit page here, and says why; the rest works.
