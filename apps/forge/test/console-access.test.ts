@@ -6,7 +6,7 @@ import { scaled } from '@forge/test-utils';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { launchChromium, openConsole, startConsole, withProposal } from './browser.js';
-import { requireCliAndSandbox, scratch } from './helpers.js';
+import { requireCliAndSandbox, runCli, scratch } from './helpers.js';
 import { auditEntries, forge, forgeJson } from './toolsmith-helpers.js';
 
 /**
@@ -203,5 +203,19 @@ describe('forge console access', { timeout: scaled(240_000) }, () => {
     expect(auditEntries(s).filter((e) => e.type === 'toolsmith.rejected')).toEqual([]);
     const still = await page.evaluate(async () => (await fetch('/api/session')).status);
     expect(still).toBe(200);
+  });
+
+  it('usage errors name the flag and the fix (exit 2), before anything listens', async () => {
+    const s = scratch('forge-console-access-');
+    const run = (args: string[]) => runCli(args, { cwd: s.project, env: s.env });
+    const port = await run(['console', '--port', '99999']);
+    expect([port.code, port.stderr.split('\n')[0]]).toEqual([2, 'forge: --port expects a port number from 0 to 65535 (got "99999")']);
+    const as = await run(['serve', '--as', 'alice']);
+    expect([as.code, as.stderr.split('\n')[0]]).toEqual([2, "forge: --as names the console's operator: it goes with --console PORT"]);
+    const consolePort = await run(['serve', '--console', 'x']);
+    expect([consolePort.code, consolePort.stderr.split('\n')[0]]).toEqual([
+      2,
+      'forge: --console expects a port from 0 (a free one) to 65535 (got "x")',
+    ]);
   });
 });
