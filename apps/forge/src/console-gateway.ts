@@ -22,15 +22,31 @@ export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
       if (!gateway) return [];
       const config = gateway.config();
       if (!config.ok) return { ok: false, kind: config.kind, message: config.message };
-      return (await gateway.servers()).map((s) => ({
-        name: s.name,
-        transport: s.transport,
-        sandboxed: s.sandboxed,
-        from: s.from,
-        state: s.state,
-        tools: s.tools,
-        ...(s.error ? { error: s.error } : {}),
-      }));
+      return (await gateway.servers()).map((s) => {
+        const c = config.config.servers.get(s.name);
+        return {
+          name: s.name,
+          transport: s.transport,
+          sandboxed: s.sandboxed,
+          from: s.from,
+          state: s.state,
+          tools: s.tools,
+          ...(s.error ? { error: s.error } : {}),
+          ...(c
+            ? {
+                definition: {
+                  file: c.file,
+                  ...(c.command ? { command: c.command, args: [...c.args] } : {}),
+                  ...(c.url ? { url: c.url } : {}),
+                  env: { ...c.env },
+                  secrets: { ...c.secrets },
+                  binds: c.binds.map((b) => ({ ...b })),
+                  network: c.network,
+                },
+              }
+            : {}),
+        };
+      });
     },
     async gatewayTools(server) {
       if (!gateway) return none;

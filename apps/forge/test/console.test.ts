@@ -254,6 +254,8 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
     const { page, problems } = await openConsole(browser, con);
     await page.goto(`${con.origin}/#/gateway`);
     await page.getByRole('link', { name: 'rug' }).click();
+    // What the approval covers besides the tools: how the server runs, from which file.
+    await expect(page.getByTestId('gateway-server').textContent()).resolves.toContain('gateway-upstream.mjs');
     const hello = page.locator('[data-testid=gateway-tools] tr[data-tool=hello]');
     await expect(hello.getAttribute('data-status')).resolves.toBe('new');
     await page.getByLabel('approve hello').check();

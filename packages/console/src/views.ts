@@ -144,6 +144,18 @@ export interface GatewayServerView {
   state: string;
   tools: { approved: number; withheld?: number };
   error?: string;
+  /** What an approval covers besides the tools: how the server is started or reached, as declared, and where. */
+  definition?: {
+    file: string;
+    command?: string;
+    args?: string[];
+    url?: string;
+    env?: Record<string, string>;
+    /** Vault names only, never values. */
+    secrets?: Record<string, string>;
+    binds?: { path: string; mode: string }[];
+    network?: unknown;
+  };
 }
 
 /** One tool a server lists now, against its pin (`forge gateway tools`). */

@@ -22,7 +22,7 @@ function Changed({ d }: { d: GatewayDiffView }) {
 }
 
 /** One server: its tools against their pins (the server is started to list them), the changes, approve and unpin. */
-function Server({ name, changed }: { name: string; changed: () => void }) {
+function Server({ name, changed, server }: { name: string; changed: () => void; server: GatewayServerView | undefined }) {
   const tools = useLoad(() => get<GatewayToolView[]>(`gateway/${encodeURIComponent(name)}/tools`), [name]);
   const diff = useLoad(() => get<GatewayDiffView[]>(`gateway/${encodeURIComponent(name)}/diff`), [name]);
   const [picked, setPicked] = useState<Record<string, boolean>>({});
@@ -57,6 +57,12 @@ function Server({ name, changed }: { name: string; changed: () => void }) {
   return (
     <article class="review" data-testid="gateway-server">
       <h2>{name}</h2>
+      {server?.definition ? (
+        <details open>
+          <summary>How it runs (declared in {server.definition.file}; an approval covers this too)</summary>
+          <Json value={server.definition} />
+        </details>
+      ) : null}
       <table data-testid="gateway-tools">
         <thead>
           <tr>
@@ -161,7 +167,7 @@ export function GatewayPage({ server }: { server?: string | undefined }) {
           </tbody>
         </table>
       )}
-      {server ? <Server name={server} changed={list.reload} /> : null}
+      {server ? <Server name={server} changed={list.reload} server={list.value?.find((x) => x.name === server)} /> : null}
     </section>
   );
 }
