@@ -32,6 +32,7 @@ export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
           state: s.state,
           tools: s.tools,
           ...(s.error ? { error: s.error } : {}),
+          definitionDigest: s.definition,
           ...(c
             ? {
                 definition: {
@@ -58,9 +59,9 @@ export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
       const r = await gateway.diff(server);
       return Array.isArray(r) ? (r as unknown as GatewayDiffView[]) : r;
     },
-    async gatewayApprove(server, expect, operator) {
+    async gatewayApprove(server, reviewed, operator) {
       if (!gateway) return none;
-      const r = await gateway.approve(server, Object.keys(expect), `operator:${operator}`, { expect });
+      const r = await gateway.approve(server, Object.keys(reviewed.expect), `operator:${operator}`, reviewed);
       return r.ok ? { ok: true, approved: r.approved.map((t) => t.name) } : r;
     },
     async gatewayUnpin(server, tools, operator) {

@@ -237,7 +237,21 @@ async function gatewayChange(
       kind: 'validation_failed',
       message: 'an approval names each reviewed tool with the digest shown: {"expect": {"<tool>": "sha256:…"}}',
     });
-  return answer(res, await c.services.gatewayApprove(server, { ...(expect as Record<string, string>) }, c.operator));
+  const definition = b.definition;
+  if (definition !== undefined && (typeof definition !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(definition)))
+    return json(res, 400, {
+      ok: false,
+      kind: 'validation_failed',
+      message: 'definition, when given, is the server definition digest shown (sha256:…)',
+    });
+  return answer(
+    res,
+    await c.services.gatewayApprove(
+      server,
+      { expect: { ...(expect as Record<string, string>) }, ...(definition ? { definition } : {}) },
+      c.operator,
+    ),
+  );
 }
 
 /** Answers a POST of the API: the session's CSRF token first, then the change. */

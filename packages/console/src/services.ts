@@ -83,8 +83,15 @@ export interface ConsoleServices {
   gatewayTools(server: string): Promise<GatewayToolView[] | RefusalView>;
   /** What changed against the pins, as `forge gateway diff`. */
   gatewayDiff(server: string): Promise<GatewayDiffView[] | RefusalView>;
-  /** Pins exactly the reviewed definitions (`expect`: tool → digest shown), as `forge gateway approve`. */
-  gatewayApprove(server: string, expect: Record<string, string>, operator: string): Promise<{ ok: true; approved: string[] } | RefusalView>;
+  /**
+   * Pins exactly the reviewed definitions (`expect`: tool → digest shown; `definition`: the server's
+   * definition digest shown), as `forge gateway approve`.
+   */
+  gatewayApprove(
+    server: string,
+    reviewed: { expect: Record<string, string>; definition?: string },
+    operator: string,
+  ): Promise<{ ok: true; approved: string[] } | RefusalView>;
   /** Unpins tools, as `forge gateway remove`. */
   gatewayUnpin(server: string, tools: string[], operator: string): Promise<{ ok: true; removed: string[] } | RefusalView>;
   reject(id: string, operator: string, reason: string): Promise<DecisionView | RefusalView>;

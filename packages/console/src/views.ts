@@ -144,6 +144,8 @@ export interface GatewayServerView {
   state: string;
   tools: { approved: number; withheld?: number };
   error?: string;
+  /** The digest of that definition (its executable's bytes included), which an approval names. */
+  definitionDigest?: string;
   /** What an approval covers besides the tools: how the server is started or reached, as declared, and where. */
   definition?: {
     file: string;

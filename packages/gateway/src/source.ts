@@ -450,6 +450,7 @@ class GatewaySource implements Gateway {
                 withheld: states.filter((s) => s.status === 'new' || s.status === 'changed').length,
               }
             : { approved: pinnedCount(pins, server) },
+        definition: serverDefinition(server).digest,
         restarts: ups.reduce((n, u) => n + u.restarts, 0),
       };
       if (up?.protocolVersion) report.protocolVersion = up.protocolVersion;
@@ -490,7 +491,7 @@ class GatewaySource implements Gateway {
     name: string,
     tools: string[],
     by: string,
-    options: { expect?: Readonly<Record<string, string>> } = {},
+    options: { expect?: Readonly<Record<string, string>>; definition?: string } = {},
   ): Promise<{ ok: true; approved: ToolState[] } | Refusal> {
     const b = await this.#both(name, { untrusted: 'none' });
     if (!b.ok) return b;
@@ -533,8 +534,15 @@ class GatewaySource implements Gateway {
         message: `gateway tool "${clash.name}" cannot be approved: on the wire it is "${wireKeyOf(clash.name)}", the name of the approved "${clash.holder}" already; rename one of the servers in gateway.json`,
       };
     }
-    // The approval covers the server's whole definition as declared now, by the file declaring it.
+    // The approval covers the server's whole definition as declared now, by the file declaring it
+    // (and, when the approver names the one reviewed, only that one).
     const definition = serverDefinition(b.server);
+    if (options.definition !== undefined && options.definition !== definition.digest)
+      return {
+        ok: false,
+        kind: 'state_conflict',
+        message: `gateway server "${name}" is declared otherwise than when it was reviewed (${options.definition.slice(0, 19)}…, now ${definition.digest.slice(0, 19)}… in ${definition.file}); nothing was pinned: review it again, then approve`,
+      };
     const res = await this.#pinStore.approve(name, defs, by, { file: definition.file, digest: definition.digest });
     if (!res.ok) return res;
     this.#fire(b.tools.map((d) => `${name}.${d.name}`));

@@ -99,6 +99,12 @@ export interface ServerReport {
    * (new or changed); without one (nothing started), the tools pinned for it (no `withheld`).
    */
   tools: { approved: number; withheld?: number };
+  /**
+   * The digest of the server's definition as declared now (command, arguments, environment,
+   * secrets' vault names, binds, network, limits, the files of its executable and absolute
+   * arguments): what an approval covers besides the tools.
+   */
+  definition: string;
   restarts: number;
   error?: string;
 }
@@ -119,13 +125,14 @@ export interface Gateway extends ToolSource {
    * aside (`pins.json.untrusted-<time>`, kept) and starts a new one with only these pins. With
    * `expect` (tool → the digest the approver reviewed), every tool to be pinned must be listed
    * there with the digest it has now, else nothing is pinned (`state_conflict`): an approval
-   * covers what was shown, not what the server lists a moment later.
+   * covers what was shown, not what the server lists a moment later. With `definition` (the
+   * {@link ServerReport.definition} reviewed), the server's definition must still have it.
    */
   approve(
     server: string,
     tools: string[],
     by: string,
-    options?: { expect?: Readonly<Record<string, string>> },
+    options?: { expect?: Readonly<Record<string, string>>; definition?: string },
   ): Promise<{ ok: true; approved: ToolState[] } | { ok: false; kind: string; message: string }>;
   /** What changed against the pins. */
   diff(server: string): Promise<ToolDiff[] | { ok: false; kind: string; message: string }>;

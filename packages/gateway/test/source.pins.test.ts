@@ -63,8 +63,23 @@ describe('pinning', () => {
       const notReviewed = await again.approve('fx', ['add'], 'operator', { expect: {} });
       expect(notReviewed).toMatchObject({ ok: false, kind: 'state_conflict' });
       expect(h.host.entries.filter((e) => e.type === 'gateway.approved')).toEqual([]);
+      // The server's definition as reviewed (the digest servers() reports) must still be its definition.
+      const [report] = await again.servers();
+      expect(report?.definition).toMatch(/^sha256:[0-9a-f]{64}$/);
+      const otherDefinition = await again.approve('fx', ['add'], 'operator', {
+        expect: { add: reviewed.add as string },
+        definition: `sha256:${'0'.repeat(64)}`,
+      });
+      expect(otherDefinition).toMatchObject({ ok: false, kind: 'state_conflict' });
+      expect(otherDefinition.ok ? '' : otherDefinition.message).toContain('is declared otherwise than when it was reviewed');
+      expect(h.host.entries.filter((e) => e.type === 'gateway.approved')).toEqual([]);
       // Reviewed as it is now: pinned.
-      expect(await again.approve('fx', ['add'], 'operator', { expect: { add: reviewed.add as string } })).toMatchObject({ ok: true });
+      expect(
+        await again.approve('fx', ['add'], 'operator', {
+          expect: { add: reviewed.add as string },
+          definition: report?.definition as string,
+        }),
+      ).toMatchObject({ ok: true });
     } finally {
       await again.close();
     }

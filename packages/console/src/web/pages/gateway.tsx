@@ -39,7 +39,10 @@ function Server({ name, changed, server }: { name: string; changed: () => void; 
     // Exactly what is shown: each picked tool with the digest this page listed.
     const expect: Record<string, string> = {};
     for (const t of tools.value ?? []) if (picked[t.tool] && t.digest) expect[t.tool] = t.digest;
-    post<{ approved: string[] }>(`gateway/${encodeURIComponent(name)}/approve`, { expect })
+    post<{ approved: string[] }>(`gateway/${encodeURIComponent(name)}/approve`, {
+      expect,
+      ...(server?.definitionDigest ? { definition: server.definitionDigest } : {}),
+    })
       .then(
         (r) => setDone({ ok: true, text: `pinned ${r.approved.join(', ')}` }),
         (e: Error) => setDone({ ok: false, text: e.message }),
