@@ -4,6 +4,7 @@ import { createGatewayConfig, type GatewayConfigSource } from './config.js';
 import { Connections } from './connections.js';
 import { serverDefinition } from './definition.js';
 import { type LastAudited, noPins, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
+import { expectedDigests } from './review.js';
 import { isForgeToolName, wireClash, wireKeyOf } from './tool-names.js';
 import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
 import type { Upstream } from './upstream.js';
@@ -567,33 +568,6 @@ class GatewaySource implements Gateway {
     this.#closed = true;
     await this.#connections.close();
   }
-}
-
-/** A refusal when `expect` (tool → the digest the approver reviewed) names one the server no longer lists that way. */
-function expectedDigests(
-  server: string,
-  defs: readonly ToolDefinition[],
-  expect: Readonly<Record<string, string>> | undefined,
-): Refusal | undefined {
-  if (!expect) return undefined;
-  const now = new Map(defs.map((d) => [d.name, toolDigest(d)]));
-  for (const d of defs)
-    if (!Object.hasOwn(expect, d.name))
-      return {
-        ok: false,
-        kind: 'state_conflict',
-        message: `gateway tool "${server}.${d.name}" was not among the tools reviewed; review them again, then approve`,
-      };
-  for (const [tool, digest] of Object.entries(expect)) {
-    const current = now.get(tool);
-    if (current !== digest)
-      return {
-        ok: false,
-        kind: 'state_conflict',
-        message: `gateway tool "${server}.${tool}" changed since it was reviewed (${digest.slice(0, 19)}…, now ${current ? `${current.slice(0, 19)}…` : 'not listed'}); nothing was pinned: review it again, then approve`,
-      };
-  }
-  return undefined;
 }
 
 /** The tools pinned for `server` that its allow-list (if any) lets through: what it serves while it lists them unchanged. */
