@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { expect, it } from 'vitest';
 
 /**
@@ -79,4 +80,26 @@ it('the built entry exports exactly the listed names', () => {
     Object.keys(entry).sort(),
     'the export list of @forge/audit-chain changed: if that is deliberate, update EXPORTS in test/exports.test.ts',
   ).toEqual(EXPORTS);
+});
+
+it('the ./json-scan entry exports the JSON validity scan alone, and it uses no Node API', async () => {
+  const scan: Record<string, unknown> = await import(new URL('../dist/json-scan.js', import.meta.url).href);
+  expect(Object.keys(scan)).toEqual(['isJsonValue']);
+  // The operator console bundles this entry into a browser page: it and the files it imports
+  // (a chunk the build shares with the main entry) reach no module but its own and no Node API.
+  const seen = new Set<string>();
+  const visit = (file: URL) => {
+    if (seen.has(file.href)) return;
+    seen.add(file.href);
+    const text = readFileSync(file, 'utf8');
+    expect(text, file.pathname).not.toMatch(/\brequire\(|\bBuffer\b|\bprocess\.|node:/);
+    for (const m of text.matchAll(/\bfrom\s*"([^"]+)"/g)) {
+      expect(m[1], `${file.pathname} imports ${m[1]}`).toMatch(/^\.\//);
+      visit(new URL(m[1] as string, file));
+    }
+  };
+  visit(new URL('../dist/json-scan.js', import.meta.url));
+  const ok = (s: string) =>
+    (scan.isJsonValue as (b: Uint8Array, f: number, t: number) => boolean)(new TextEncoder().encode(s), 0, Buffer.byteLength(s));
+  expect([ok('{"a":[1,2.5e3,"x",true,null]}'), ok('{"a":}'), ok(' 1 '), ok('01')]).toEqual([true, false, true, false]);
 });
