@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { generateSigningKeys, openAuditLog, verifyLog as referenceVerify } from '@forge/audit-chain';
@@ -135,12 +136,132 @@ describe('the page verifier against the reference verifier', () => {
         };
         const ours = await verifyLog(
           { base: 'audit.log', names, read, ...(chunk > 0 ? { stream } : {}) },
-          { ...options, batch: 1 + (chunk % 7) },
+          { ...options, batchBytes: 1 + ((chunk * 97) % 2000) },
         );
         expect(verdict(ours)).toEqual(verdict(reference));
         await rm(dir, { recursive: true, force: true });
       }),
       { numRuns: Number(process.env.FORGE_PROPERTY_RUNS ?? 150) },
     );
+  });
+});
+
+/**
+ * Lines written by someone who can hash: each entry's body spelled almost right (a byte inserted,
+ * removed or replaced, from bytes that matter to the grammar: a byte order mark, UTF-8 lead and
+ * continuation bytes, whitespace, quotes, escapes, digits, signs), then hashed and linked correctly,
+ * so only the shape checks can tell. The page and the reference must agree on each.
+ */
+const ODD = [
+  [0xef, 0xbb, 0xbf],
+  [0x80],
+  [0xc3],
+  [0xc3, 0xa9],
+  [0xed, 0xa0, 0x80],
+  [0x20],
+  [0x09],
+  [0x0d],
+  [0x00],
+  [0x22],
+  [0x5c],
+  [0x5c, 0x75],
+  [0x30],
+  [0x39],
+  [0x2d],
+  [0x2b],
+  [0x2e],
+  [0x65],
+  [0x7b],
+  [0x7d],
+  [0x5b],
+  [0x2c],
+  [0x3a],
+  [0x41],
+  [0x5f],
+];
+type Edit = { kind: 'insert' | 'replace' | 'remove'; at: number; fromEnd?: boolean; bytes: number };
+// Anywhere, and often at the edges (the first bytes, the last before the hash), where the grammar's edges are.
+const edit: fc.Arbitrary<Edit | undefined> = fc.option(
+  fc.record({
+    kind: fc.constantFrom('insert' as const, 'replace' as const, 'remove' as const),
+    at: fc.oneof(fc.nat({ max: 2 }), fc.nat()),
+    fromEnd: fc.boolean(),
+    bytes: fc.nat(),
+  }),
+  { freq: 2 },
+);
+
+function forged(entries: { type: string; data: unknown; edit: Edit | undefined }[]): Buffer {
+  let prev = '0'.repeat(64);
+  const out: Buffer[] = [];
+  entries.forEach((e, i) => {
+    let body = Buffer.from(
+      `{"seq":${i + 1},"ts":"2026-12-05T07:00:00.000Z","type":${JSON.stringify(e.type)},"data":${JSON.stringify(e.data)},"prev":"${prev}"`,
+    );
+    if (e.edit) {
+      const at = e.edit.fromEnd ? Math.max(0, body.length - (e.edit.at % (body.length + 1))) : e.edit.at % (body.length + 1);
+      const odd = Buffer.from(ODD[e.edit.bytes % ODD.length] as number[]);
+      const rest = body.subarray(e.edit.kind === 'insert' ? at : Math.min(body.length, at + 1));
+      body = Buffer.concat([body.subarray(0, at), e.edit.kind === 'remove' ? Buffer.alloc(0) : odd, rest]);
+    }
+    const hash = createHash('sha256').update(body).digest('hex');
+    out.push(body, Buffer.from(`,"hash":"${hash}"}\n`));
+    prev = hash;
+  });
+  return Buffer.concat(out);
+}
+
+describe('the page verifier against the reference verifier, lines forged with right hashes', () => {
+  it('property: any almost-right spelling of an entry, hashed and linked: the same verdict', async () => {
+    const dir = await tempDir('forge-console-forged-');
+    try {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.record({
+              type: fc.constantFrom('forge.called', 'audit.segment', 'x:y/z-1', 'a'.repeat(128)),
+              data: fc.oneof(
+                fc.constant(null),
+                fc.jsonValue({ maxDepth: 2 }).filter((v) => ijson(v) && JSON.stringify(v).length < 200),
+              ),
+              edit,
+            }),
+            { minLength: 1, maxLength: 6 },
+          ),
+          async (entries) => {
+            const bytes = forged(entries);
+            await writeFile(join(dir, 'audit.log'), bytes);
+            const reference = await referenceVerify(join(dir, 'audit.log'));
+            const ours = await verifyLog({
+              base: 'audit.log',
+              names: ['audit.log'],
+              read: async (name) => (name === 'audit.log' ? (new Uint8Array(bytes) as Bytes) : undefined),
+            });
+            expect(verdict(ours)).toEqual(verdict(reference));
+          },
+        ),
+        { numRuns: Number(process.env.FORGE_PROPERTY_RUNS ?? 150) * 4 },
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a line that starts with a byte order mark is bad_json in both, though its hash is right', async () => {
+    const dir = await tempDir('forge-console-bom-');
+    try {
+      const bytes = forged([{ type: 'forge.called', data: { a: 1 }, edit: { kind: 'insert', at: 0, bytes: 0 } }]);
+      expect([...bytes.subarray(0, 4)]).toEqual([0xef, 0xbb, 0xbf, 0x7b]);
+      await writeFile(join(dir, 'audit.log'), bytes);
+      const ours = await verifyLog({
+        base: 'audit.log',
+        names: ['audit.log'],
+        read: async (name) => (name === 'audit.log' ? (new Uint8Array(bytes) as Bytes) : undefined),
+      });
+      expect(verdict(ours)).toEqual(verdict(await referenceVerify(join(dir, 'audit.log'))));
+      expect(ours.first_bad).toEqual({ seq: 1, line: 1, reason: 'bad_json', file: 'audit.log' });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -10,11 +10,9 @@
 
 export const GENESIS = '0'.repeat(64);
 const MAX_INT = 2 ** 53 - 1;
-const SUFFIX_LEN = 76;
 
 /** Bytes WebCrypto takes (not over a SharedArrayBuffer). */
 export type Bytes = Uint8Array<ArrayBuffer>;
-const TAIL_LEN = 74;
 
 /** What went wrong first, as SPEC.md section 4 names it. */
 export type Reason =
@@ -70,8 +68,11 @@ export interface LogSource {
 export interface VerifyOptions {
   /** The raw 32-byte Ed25519 key, or a PEM `PUBLIC KEY`. */
   publicKey?: Bytes | string;
-  /** Lines hashed at once: WebCrypto is asynchronous, so the digests of a batch run together. */
-  batch?: number;
+  /**
+   * Bytes of whole lines taken at once (1 MiB): WebCrypto is asynchronous, so the digests of a
+   * batch are asked for together, and the next batch's while this one is checked.
+   */
+  batchBytes?: number;
 }
 
 interface Checkpoint {
@@ -83,6 +84,20 @@ interface Checkpoint {
   key_id?: string;
   sig?: string;
 }
+
+import {
+  hashAt,
+  hexIs,
+  LineFacts,
+  notUtf8,
+  SEALED_TYPE,
+  SEGMENT_TYPE,
+  SUFFIX_LEN,
+  segmentIs,
+  shapeFits,
+  suffixFits,
+  typeIs,
+} from './lines.js';
 
 const subtle = (): SubtleCrypto => {
   const s = globalThis.crypto?.subtle;
@@ -98,8 +113,8 @@ function hex(buf: ArrayBuffer | Uint8Array): string {
   return s;
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-const ascii = new TextDecoder('latin1');
+// A byte order mark is kept (not dropped): a line that starts with one is not a checkpoint.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /** The DER of an Ed25519 SubjectPublicKeyInfo up to the raw key (RFC 8410). */
 const ED25519_SPKI = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00];
@@ -248,54 +263,6 @@ async function readCheckpoints(bytes: Bytes | undefined, name: string, pub: Byte
 
 // ---- entries (SPEC 2 and 4) ----
 
-const HEAD =
-  /^\{"seq":([1-9][0-9]*),"ts":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z","type":"([A-Za-z0-9][A-Za-z0-9_.:/-]{0,127})","data":/;
-const TAIL = /^,"prev":"([0-9a-f]{64})"$/;
-const SUFFIX = /^,"hash":"([0-9a-f]{64})"\}\n$/;
-
-/** A checked entry: what the walk compares. */
-interface Entry {
-  seq: number;
-  type: string;
-  prev: string;
-  /** `data.segment` when data is an object with that member, else undefined. */
-  segment: unknown;
-}
-
-/** Steps 2 and 4 of SPEC section 4 for a line ending with its line feed (step 3, the hash, is the caller's). */
-function suffixHash(line: Uint8Array): string | undefined {
-  if (line.length < SUFFIX_LEN + 1) return undefined;
-  const m = SUFFIX.exec(ascii.decode(line.subarray(line.length - SUFFIX_LEN)));
-  return m ? (m[1] as string) : undefined;
-}
-
-function parseEntry(line: Uint8Array): Entry | undefined {
-  let text: string;
-  try {
-    text = utf8.decode(line);
-  } catch {
-    return undefined;
-  }
-  const body = text.slice(0, text.length - SUFFIX_LEN);
-  const head = HEAD.exec(body);
-  if (!head) return undefined;
-  const tailAt = body.length - TAIL_LEN;
-  const tail = tailAt >= head[0].length ? TAIL.exec(body.slice(tailAt)) : null;
-  const seqText = head[1] as string;
-  if (!tail || seqText.length > 16 || Number(seqText) > MAX_INT) return undefined;
-  let data: unknown;
-  try {
-    data = JSON.parse(body.slice(head[0].length, tailAt));
-  } catch {
-    return undefined;
-  }
-  const segment = data !== null && typeof data === 'object' && !Array.isArray(data) ? (data as Record<string, unknown>).segment : undefined;
-  return { seq: Number(seqText), type: head[2] as string, prev: tail[1] as string, segment };
-}
-
-/** SPEC 4: `data.segment` is the JSON number `n` (booleans and strings never match). */
-const segmentIs = (e: Entry | undefined, n: number) => e !== undefined && typeof e.segment === 'number' && e.segment === n;
-
 /** The sealed segments' numbers among `names` (`<base>.NNNNNN`, exactly six digits or more without padding). */
 export function sealedNumbers(base: string, names: readonly string[]): number[] {
   const out: number[] = [];
@@ -315,34 +282,71 @@ async function whole(src: LogSource, name: string): Promise<Bytes[] | undefined>
   return data === undefined ? undefined : data.length === 0 ? [] : [data];
 }
 
+/** Lines in one buffer: line i is `buf[ends[i - 1] ?? 0, ends[i])`, each with its line feed but perhaps the last (a torn tail). */
+interface Batch {
+  buf: Bytes;
+  ends: number[];
+}
+
+function batchOf(buf: Bytes, from: number, to: number): Batch {
+  const region = buf.subarray(from, to);
+  const ends: number[] = [];
+  for (let nl = region.indexOf(10); nl >= 0; nl = region.indexOf(10, nl + 1)) ends.push(nl + 1);
+  if ((ends[ends.length - 1] ?? 0) < region.length) ends.push(region.length);
+  return { buf: region, ends };
+}
+
+function joined(parts: Bytes[], length: number): Bytes {
+  if (parts.length === 1) return parts[0] as Bytes;
+  const buf = new Uint8Array(length);
+  let at = 0;
+  for (const p of parts) {
+    buf.set(p, at);
+    at += p.length;
+  }
+  return buf;
+}
+
 /**
- * The lines of a file arriving in chunks, `batch` at a time: each with its line feed, but a last
- * one without (a torn tail). A line cut by a chunk is carried into the next.
+ * The lines of a file arriving in chunks, about `size` bytes of whole lines at a time (a line cut
+ * by a chunk is carried into the next batch; the last may be torn). Each byte is copied once at most.
  */
-async function* batches(chunks: AsyncIterable<Bytes> | Iterable<Bytes>, batch: number): AsyncGenerator<Bytes[]> {
-  let carry: Bytes | undefined;
-  let lines: Bytes[] = [];
+async function* batches(chunks: AsyncIterable<Bytes> | Iterable<Bytes>, size: number): AsyncGenerator<Batch> {
+  let parts: Bytes[] = [];
+  let held = 0;
   for await (const chunk of chunks) {
     if (chunk.length === 0) continue;
-    let buf = chunk;
-    if (carry) {
-      buf = new Uint8Array(carry.length + chunk.length);
-      buf.set(carry);
-      buf.set(chunk, carry.length);
-    }
+    parts.push(chunk);
+    held += chunk.length;
+    if (held < size) continue;
+    const buf = joined(parts, held);
     let from = 0;
-    for (let nl = buf.indexOf(10, from); nl >= 0; nl = buf.indexOf(10, from)) {
-      lines.push(buf.subarray(from, nl + 1));
+    for (let nl = buf.indexOf(10, from + size - 1); nl >= 0; nl = buf.indexOf(10, from + size - 1)) {
+      yield batchOf(buf, from, nl + 1);
       from = nl + 1;
-      if (lines.length >= batch) {
-        yield lines;
-        lines = [];
-      }
     }
-    carry = from < buf.length ? buf.slice(from) : undefined;
+    parts = from < buf.length ? [buf.subarray(from)] : [];
+    held = buf.length - from;
   }
-  if (carry) lines.push(carry);
-  if (lines.length > 0) yield lines;
+  if (held > 0) yield batchOf(joined(parts, held), 0, held);
+}
+
+/** A batch with the digests of its complete lines asked for (WebCrypto hashes them off this thread). */
+interface Hashing extends Batch {
+  digests: Promise<(ArrayBuffer | undefined)[]>;
+}
+
+function hashing(b: Batch): Hashing {
+  const crypto = subtle();
+  const asked: (Promise<ArrayBuffer> | undefined)[] = new Array(b.ends.length);
+  let start = 0;
+  for (let i = 0; i < b.ends.length; i++) {
+    const end = b.ends[i] as number;
+    asked[i] =
+      b.buf[end - 1] === 10 && end - start > SUFFIX_LEN ? crypto.digest('SHA-256', b.buf.subarray(start, end - SUFFIX_LEN)) : undefined;
+    start = end;
+  }
+  return { ...b, digests: Promise.all(asked) };
 }
 
 class Fault extends Error {
@@ -362,7 +366,7 @@ class Fault extends Error {
  */
 export async function verifyLog(src: LogSource, options: VerifyOptions = {}): Promise<Verdict> {
   const pub = options.publicKey === undefined ? undefined : rawPublicKey(options.publicKey);
-  const batch = options.batch ?? 2048;
+  const size = options.batchBytes ?? 1 << 20;
   const cpName = `${src.base}.checkpoints`;
   const cps = await readCheckpoints(await src.read(cpName), cpName, pub);
   const counted = (entries: number) => {
@@ -385,8 +389,9 @@ export async function verifyLog(src: LogSource, options: VerifyOptions = {}): Pr
   const sealed = new Set(sealedNumbers(src.base, src.names));
   const k = sealed.size === 0 ? 0 : Math.max(...sealed);
   let seq = 1;
-  let prev = GENESIS;
+  let prev: Uint8Array = new Uint8Array(32); // the genesis hash: 64 zeros
   let bytes = 0;
+  const cur = new LineFacts();
   try {
     for (let n = 1; n <= k + 1; n++) {
       const active = n === k + 1;
@@ -396,45 +401,51 @@ export async function verifyLog(src: LogSource, options: VerifyOptions = {}): Pr
       if (chunks === undefined && !active) throw new Fault('segment_missing', name, 0);
       let lineNo = 0;
       let offset = 0;
-      let last: Entry | undefined;
-      // Lines are taken a batch at a time: their digests are asked for together, then checked in order.
-      for await (const lines of batches(chunks ?? [], batch)) {
-        const hashing = Promise.all(
-          lines.map((l) =>
-            l[l.length - 1] === 10 && l.length > SUFFIX_LEN ? subtle().digest('SHA-256', l.subarray(0, l.length - SUFFIX_LEN)) : undefined,
-          ),
-        );
-        // While WebCrypto hashes (off this thread), each line's suffix and shape are read here;
-        // the checks below still report in SPEC order (the hash before the shape, line by line).
-        const stored = lines.map(suffixHash);
-        const parsed = lines.map((l, i) => (stored[i] === undefined ? undefined : parseEntry(l)));
-        const digests = await hashing;
-        for (let i = 0; i < lines.length; i++) {
-          const line = lines[i] as Bytes;
+      // The last line that verified: whether it sealed segment n.
+      let sealedHere = false;
+      const check = async (h: Hashing) => {
+        const { buf, ends } = h;
+        const notUtf = notUtf8(buf, ends);
+        const digests = await h.digests;
+        for (let i = 0; i < ends.length; i++) {
+          const start = i === 0 ? 0 : (ends[i - 1] as number);
+          const end = ends[i] as number;
           lineNo++;
-          if (line[line.length - 1] !== 10) {
+          if (buf[end - 1] !== 10) {
             if (!active) throw new Fault('bad_json', name, lineNo);
             throw new Fault(maxCp >= seq ? 'truncated' : 'torn_tail', name, lineNo);
           }
-          if (stored[i] === undefined) throw new Fault('bad_json', name, lineNo);
-          const digest = hex(digests[i] as ArrayBuffer);
-          bytes += line.length - SUFFIX_LEN;
-          if (digest !== stored[i]) throw new Fault('hash_mismatch', name, lineNo);
-          const e = parsed[i];
-          if (!e) throw new Fault('bad_json', name, lineNo);
-          if (lineNo === 1 && n > 1 && !(e.type === 'audit.segment' && segmentIs(e, n))) throw new Fault('segment_missing', name, lineNo);
-          if (lineNo === 1 && n === 1 && e.type === 'audit.segment') throw new Fault('segment_missing', name, lineNo);
-          if (e.seq !== seq) throw new Fault('seq_gap', name, lineNo);
-          if (e.prev !== prev) throw new Fault('broken_link', name, lineNo);
-          offset += line.length;
-          for (const cp of byEntry.get(e.seq) ?? [])
-            if (cp.head !== digest || cp.segment !== n || cp.offset !== offset) throw new Fault('rollback', name, lineNo);
-          seq = e.seq + 1;
+          if (!suffixFits(buf, start, end)) throw new Fault('bad_json', name, lineNo);
+          const digest = new Uint8Array(digests[i] as ArrayBuffer);
+          bytes += end - start - SUFFIX_LEN;
+          if (!hexIs(buf, hashAt(end), digest)) throw new Fault('hash_mismatch', name, lineNo);
+          if (notUtf?.[i] || !shapeFits(buf, start, end, cur)) throw new Fault('bad_json', name, lineNo);
+          if (lineNo === 1 && n > 1 && !(typeIs(buf, cur, SEGMENT_TYPE) && segmentIs(buf, cur, n)))
+            throw new Fault('segment_missing', name, lineNo);
+          if (lineNo === 1 && n === 1 && typeIs(buf, cur, SEGMENT_TYPE)) throw new Fault('segment_missing', name, lineNo);
+          if (cur.seq !== seq) throw new Fault('seq_gap', name, lineNo);
+          if (!hexIs(buf, cur.prevAt, prev)) throw new Fault('broken_link', name, lineNo);
+          offset += end - start;
+          const due = byEntry.get(cur.seq);
+          if (due) {
+            const head = hex(digest);
+            for (const cp of due)
+              if (cp.head !== head || cp.segment !== n || cp.offset !== offset) throw new Fault('rollback', name, lineNo);
+          }
+          seq = cur.seq + 1;
           prev = digest;
-          last = e;
+          sealedHere = !active && typeIs(buf, cur, SEALED_TYPE) && segmentIs(buf, cur, n);
         }
+      };
+      // One batch checked while the next one's digests are computed.
+      let pending: Hashing | undefined;
+      for await (const batch of batches(chunks ?? [], size)) {
+        const next = hashing(batch);
+        if (pending) await check(pending);
+        pending = next;
       }
-      if (!active && !(last?.type === 'audit.sealed' && segmentIs(last, n))) throw new Fault('truncated', name, lineNo + 1);
+      if (pending) await check(pending);
+      if (!active && !sealedHere) throw new Fault('truncated', name, lineNo + 1);
       if (active && maxCp >= seq) throw new Fault('truncated', name, lineNo + 1);
     }
   } catch (err) {
@@ -442,11 +453,11 @@ export async function verifyLog(src: LogSource, options: VerifyOptions = {}): Pr
     return {
       ok: false,
       entries: seq - 1,
-      head: prev,
+      head: hex(prev),
       first_bad: { seq, line: err.line, reason: err.reason, file: err.file },
       checkpoints: counted(seq - 1),
       bytes,
     };
   }
-  return { ok: true, entries: seq - 1, head: prev, checkpoints: counted(seq - 1), bytes };
+  return { ok: true, entries: seq - 1, head: hex(prev), checkpoints: counted(seq - 1), bytes };
 }
