@@ -14,7 +14,7 @@
 //   node apps/forge/bench/console.mjs     (BENCH_RUNS=20, BENCH_ENTRIES=100000)
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -123,6 +123,18 @@ try {
   // Verification in the page (it verifies on load; "Verify again" for the timed runs), and the reference in Node.
   await page.goto(`${origin}/#/audit`);
   await page.locator('[data-testid=verdict][data-ok=true]').waitFor({ timeout: 300_000 });
+  if (process.env.BENCH_PROFILE) {
+    // A CPU profile of one verification in the page (Chrome DevTools' format), for reading where it goes.
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send('Profiler.enable');
+    await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
+    await cdp.send('Profiler.start');
+    await page.getByTestId('verify').click();
+    await page.locator('[data-testid=verdict][data-ok=true]').waitFor({ timeout: 300_000 });
+    const { profile } = await cdp.send('Profiler.stop');
+    writeFileSync(process.env.BENCH_PROFILE, JSON.stringify(profile));
+    console.log(`\nprofile of one verification in the page: ${process.env.BENCH_PROFILE}`);
+  }
   const inPage = [];
   for (let r = 0; r < 5; r++) {
     await page.getByTestId('verify').click();
