@@ -14,7 +14,7 @@ const none = {
  * The console's gateway pages over the engine's gateway: `forge gateway list`, `tools`, `diff`,
  * `approve` and `remove`, the same calls. An approval pins only the definitions the operator was
  * shown (their digests), so what is approved is what was reviewed; it is recorded as by
- * `operator:<name>` like the CLI's.
+ * `operator:<name>` like the CLI's, and `via: console`.
  */
 export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
   return {
@@ -61,12 +61,12 @@ export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
     },
     async gatewayApprove(server, reviewed, operator) {
       if (!gateway) return none;
-      const r = await gateway.approve(server, Object.keys(reviewed.expect), `operator:${operator}`, reviewed);
+      const r = await gateway.approve(server, Object.keys(reviewed.expect), `operator:${operator}`, { ...reviewed, via: 'console' });
       return r.ok ? { ok: true, approved: r.approved.map((t) => t.name) } : r;
     },
     async gatewayUnpin(server, tools, operator) {
       if (!gateway) return none;
-      return gateway.unpin(server, tools, `operator:${operator}`);
+      return gateway.unpin(server, tools, `operator:${operator}`, { via: 'console' });
     },
   };
 }

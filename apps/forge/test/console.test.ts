@@ -265,7 +265,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
     await page.locator('[data-testid=gateway-tools] tr[data-tool=hello][data-status=approved]').waitFor({ timeout: T() });
     await shot(page, 'gateway');
     const approved = auditEntries(s).filter((e) => e.type === 'gateway.approved');
-    expect(approved.map((e) => e.data)).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
+    expect(approved.map((e) => e.data)).toMatchObject([{ server: 'rug', by: 'operator:alice', via: 'console' }]);
 
     // An approval names what was reviewed: a digest that is not the definition's now pins nothing.
     const stale = await page.evaluate(async () => {
@@ -286,7 +286,7 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
       auditEntries(s)
         .filter((e) => e.type === 'gateway.unpinned')
         .map((e) => e.data),
-    ).toMatchObject([{ server: 'rug', by: 'operator:alice' }]);
+    ).toMatchObject([{ server: 'rug', by: 'operator:alice', via: 'console' }]);
     // The refusal above is an answer the browser also logs as a failed load.
     expect(problems).toEqual(['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
   });

@@ -31,6 +31,7 @@ export { type AddServersResult, addGatewayServers } from './configFile.js';
 export { fileDigest, type ServerDefinition, serverDefinition } from './definition.js';
 export { type ImportResult, type ImportSkip, importMcpConfig, type VaultNeed } from './importConfig.js';
 export {
+  type ApprovalVia,
   type DefinitionPin,
   type LastAudited,
   openPinStore,

@@ -74,20 +74,29 @@ export interface PinStore {
   read(): Promise<PinsRead>;
   /**
    * Pins the given definitions of `server` (replacing earlier pins of those tools) and audits it
-   * as `gateway.approved` {server, tools: [{tool, digest, previous?}], by, pins_digest,
+   * as `gateway.approved` {server, tools: [{tool, digest, previous?}], by, via, pins_digest,
    * pins_generation}. Serialized with every other writer (a lock file beside pins.json). When
    * pins.json is untrusted, the untrusted file is moved aside (`pins.json.untrusted-<time>`) and
    * the new file holds only these pins. If the audit entry cannot be written, the previous file is
    * restored and the approval refused (`audit_unavailable`).
    */
-  approve(server: string, defs: readonly ToolDefinition[], by: string, definition?: { file: string; digest: string }): Promise<PinWrite>;
+  approve(
+    server: string,
+    defs: readonly ToolDefinition[],
+    by: string,
+    definition?: { file: string; digest: string },
+    via?: ApprovalVia,
+  ): Promise<PinWrite>;
   /**
    * Drops the pins of `tools` of `server` (all its pins when `tools` is empty), audited as
    * `gateway.unpinned`. `not_pinned` when a named tool has no pin; refused on an untrusted file
    * (approve again first). Returns the removed tools as `removed` states.
    */
-  unpin(server: string, tools: readonly string[], by: string): Promise<PinWrite>;
+  unpin(server: string, tools: readonly string[], by: string, via?: ApprovalVia): Promise<PinWrite>;
 }
+
+/** Where an approval or unpin was made: the CLI (the default) or the operator console; recorded as `via`. */
+export type ApprovalVia = 'cli' | 'console';
 
 /** The fields a pin covers, in the order `diff` reports them. */
 export const PINNED_FIELDS = ['name', 'title', 'description', 'inputSchema', 'outputSchema', 'annotations'] as const;
@@ -198,6 +207,7 @@ export function openPinStore(options: PinStoreOptions): PinStore {
     by: string,
     change: (data: PinsFile, untrusted: boolean) => { tools: ToolState[]; audit: Record<string, unknown> } | PinFailure,
     type: 'gateway.approved' | 'gateway.unpinned',
+    via: ApprovalVia = 'cli',
   ): Promise<PinWrite> =>
     withLock(dir, async (): Promise<PinWrite> => {
       if (!options.record)
@@ -225,6 +235,7 @@ export function openPinStore(options: PinStoreOptions): PinStore {
         server,
         ...changed.audit,
         by,
+        via,
         pins_digest: digest,
         pins_generation: data.generation,
         ...(aside ? { untrusted_file: aside } : {}),
@@ -271,11 +282,11 @@ export function openPinStore(options: PinStoreOptions): PinStore {
       cached = r.digest === trusted || !options.lastAudited ? { stamp, pins } : undefined;
       return { ok: true, pins };
     },
-    approve(server, defs, by, definition) {
-      return write(server, by, (data) => approveChange(data, { server, defs, by, definition }), 'gateway.approved');
+    approve(server, defs, by, definition, via) {
+      return write(server, by, (data) => approveChange(data, { server, defs, by, definition }), 'gateway.approved', via);
     },
-    unpin(server, tools, by) {
-      return write(server, by, (data, untrusted) => unpinChange(data, untrusted, { file, server, tools }), 'gateway.unpinned');
+    unpin(server, tools, by, via) {
+      return write(server, by, (data, untrusted) => unpinChange(data, untrusted, { file, server, tools }), 'gateway.unpinned', via);
     },
   };
 }

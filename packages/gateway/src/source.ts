@@ -3,7 +3,16 @@ import type { Resolver } from '@forge/sandbox';
 import { createGatewayConfig, type GatewayConfigSource } from './config.js';
 import { Connections } from './connections.js';
 import { serverDefinition } from './definition.js';
-import { type LastAudited, noPins, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
+import {
+  type ApprovalVia,
+  type LastAudited,
+  noPins,
+  openPinStore,
+  type PinStore,
+  type Pins,
+  type RecordAudit,
+  toolDigest,
+} from './pins.js';
 import { expectedDigests } from './review.js';
 import { isForgeToolName, wireClash, wireKeyOf } from './tool-names.js';
 import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
@@ -492,7 +501,7 @@ class GatewaySource implements Gateway {
     name: string,
     tools: string[],
     by: string,
-    options: { expect?: Readonly<Record<string, string>>; definition?: string } = {},
+    options: { expect?: Readonly<Record<string, string>>; definition?: string; via?: ApprovalVia } = {},
   ): Promise<{ ok: true; approved: ToolState[] } | Refusal> {
     const b = await this.#both(name, { untrusted: 'none' });
     if (!b.ok) return b;
@@ -544,7 +553,7 @@ class GatewaySource implements Gateway {
         kind: 'state_conflict',
         message: `gateway server "${name}" is declared otherwise than when it was reviewed (${options.definition.slice(0, 19)}…, now ${definition.digest.slice(0, 19)}… in ${definition.file}); nothing was pinned: review it again, then approve`,
       };
-    const res = await this.#pinStore.approve(name, defs, by, { file: definition.file, digest: definition.digest });
+    const res = await this.#pinStore.approve(name, defs, by, { file: definition.file, digest: definition.digest }, options.via);
     if (!res.ok) return res;
     this.#fire(b.tools.map((d) => `${name}.${d.name}`));
     return { ok: true, approved: res.tools };
@@ -556,8 +565,13 @@ class GatewaySource implements Gateway {
     return b.pins.diff(b.server.name, b.tools);
   }
 
-  async unpin(name: string, tools: string[], by: string): Promise<{ ok: true; removed: string[] } | Refusal> {
-    const res = await this.#pinStore.unpin(name, tools, by);
+  async unpin(
+    name: string,
+    tools: string[],
+    by: string,
+    options: { via?: ApprovalVia } = {},
+  ): Promise<{ ok: true; removed: string[] } | Refusal> {
+    const res = await this.#pinStore.unpin(name, tools, by, options.via);
     if (!res.ok) return res;
     const removed = res.tools.map((s) => s.tool);
     this.#fire(removed.map((t) => `${name}.${t}`));

@@ -127,19 +127,21 @@ export interface Gateway extends ToolSource {
    * there with the digest it has now, else nothing is pinned (`state_conflict`): an approval
    * covers what was shown, not what the server lists a moment later. With `definition` (the
    * {@link ServerReport.definition} reviewed), the server's definition must still have it.
+   * `via` (`cli` unless said) is recorded in the audit entry with `by`.
    */
   approve(
     server: string,
     tools: string[],
     by: string,
-    options?: { expect?: Readonly<Record<string, string>>; definition?: string },
+    options?: { expect?: Readonly<Record<string, string>>; definition?: string; via?: 'cli' | 'console' },
   ): Promise<{ ok: true; approved: ToolState[] } | { ok: false; kind: string; message: string }>;
   /** What changed against the pins. */
   diff(server: string): Promise<ToolDiff[] | { ok: false; kind: string; message: string }>;
-  /** Drops the pins of a server (or some of its tools); audited. */
+  /** Drops the pins of a server (or some of its tools); audited, with `by` and `via` (`cli` unless said). */
   unpin(
     server: string,
     tools: string[],
     by: string,
+    options?: { via?: 'cli' | 'console' },
   ): Promise<{ ok: true; removed: string[] } | { ok: false; kind: string; message: string }>;
 }

@@ -90,6 +90,7 @@ describe('pin store', () => {
         data: {
           server: 'gh',
           by: 'operator',
+          via: 'cli',
           tools: [
             { tool: 'search', digest: toolDigest(search) },
             { tool: 'create', digest: toolDigest(create) },
