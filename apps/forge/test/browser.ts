@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { scaled } from '@forge/test-utils';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
-import { onTestFailed, onTestFinished } from 'vitest';
+import { onTestFinished } from 'vitest';
 import { CLI, type Connected, type Scratch } from './helpers.js';
 import { forge, type Proposed, propose, reverseBlueprint, serveAs, writePolicy } from './toolsmith-helpers.js';
 
@@ -83,8 +83,11 @@ export async function openConsole(
   const said: string[] = [];
   page.on('console', (m) => said.push(`${m.type()}: ${m.text()}`));
   page.on('requestfailed', (r) => said.push(`request failed: ${r.method()} ${r.url()} ${r.failure()?.errorText ?? ''}`));
-  // On failure: what the page showed and said, and a screenshot, for whoever reads the log.
-  onTestFailed(async () => {
+  // On failure: what the page showed and said, and a screenshot, for whoever reads the log. In a
+  // finished hook (vitest runs failed hooks after the finished ones, when the page is closed),
+  // registered after the context's close, so it runs before it.
+  onTestFinished(async ({ task }) => {
+    if (task.result?.state !== 'fail') return;
     const name = `failed-${new URL(con.origin).port}`;
     const text = await page
       .locator('body')
