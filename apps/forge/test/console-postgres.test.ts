@@ -1,22 +1,15 @@
-import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { scaled } from '@forge/test-utils';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { launchChromium, openConsole, startConsole } from './browser.js';
-import { requireCliAndSandbox, scratch } from './helpers.js';
+import { scratch } from './helpers.js';
+import { usePostgres } from './postgres-helpers.js';
 
 /**
  * `forge console --store postgres://…`: the log is the database's, which the page cannot verify as
  * files; the audit page says so (and how to verify it), and the other pages work.
  */
 
-let server: PostgresServer;
-beforeAll(async () => {
-  await requireCliAndSandbox();
-  server = await startPostgres();
-}, scaled(120_000));
-afterAll(async () => {
-  await server?.stop();
-}, scaled(60_000));
+const server = usePostgres();
 
 describe('forge console over a database', { timeout: scaled(240_000) }, () => {
   it('the audit page says why it cannot verify a database log; the overview names the store', async () => {

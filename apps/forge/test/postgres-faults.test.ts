@@ -5,20 +5,13 @@
  * database does, and the log verifies.
  */
 import { execFileSync } from 'node:child_process';
-import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { scaled } from '@forge/test-utils';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { exampleSpec, requireCliAndSandbox, runCli, scratch } from './helpers.js';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { exampleSpec, runCli, scratch } from './helpers.js';
+import { usePostgres } from './postgres-helpers.js';
 
-let server: PostgresServer;
-beforeAll(async () => {
-  await requireCliAndSandbox();
-  server = await startPostgres();
-}, scaled(120_000));
-afterAll(async () => {
-  await server?.stop();
-}, scaled(120_000));
+const server = usePostgres();
 
 /** A host on its own home and project over the database at `url`, with fib forged. */
 async function hostWithFib(url: string) {

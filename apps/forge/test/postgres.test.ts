@@ -13,12 +13,11 @@ import {
   tilePath,
   treeHead,
 } from '@forge/audit-chain';
-import { type PostgresServer, startPostgres } from '@forge/conformance/postgres';
 import { scaled } from '@forge/test-utils';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, onTestFailed, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFailed, onTestFinished } from 'vitest';
 import {
   type Connected,
   connect,
@@ -26,13 +25,13 @@ import {
   EXAMPLES,
   exampleSpec,
   py,
-  requireCliAndSandbox,
   runCli,
   type Scratch,
   scratch,
   serveHttp,
   until,
 } from './helpers.js';
+import { usePostgres } from './postgres-helpers.js';
 
 /**
  * Many hosts over one PostgreSQL database: two front-ends (`forge serve --dispatch`) and two
@@ -43,14 +42,7 @@ import {
  * database verifies with the file verifier.
  */
 
-let server: PostgresServer;
-beforeAll(async () => {
-  await requireCliAndSandbox();
-  server = await startPostgres();
-}, scaled(120_000));
-afterAll(async () => {
-  await server?.stop();
-}, scaled(60_000));
+const server = usePostgres();
 
 const AUDIT_CLI = join(EXAMPLES, '..', 'packages', 'audit-chain', 'dist', 'cli.js');
 
