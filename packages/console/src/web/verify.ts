@@ -8,6 +8,21 @@
  * Runs in a browser and in Node (both have `crypto.subtle` and `TextDecoder`).
  */
 
+import type { Checkpoint } from '@forge/audit-chain';
+import {
+  hashAt,
+  hexIs,
+  LineFacts,
+  notUtf8,
+  SEALED_TYPE,
+  SEGMENT_TYPE,
+  SUFFIX_LEN,
+  segmentIs,
+  shapeFits,
+  suffixFits,
+  typeIs,
+} from './lines.js';
+
 export const GENESIS = '0'.repeat(64);
 const MAX_INT = 2 ** 53 - 1;
 
@@ -74,30 +89,6 @@ export interface VerifyOptions {
    */
   batchBytes?: number;
 }
-
-interface Checkpoint {
-  entries: number;
-  head: string;
-  segment: number;
-  offset: number;
-  time: string;
-  key_id?: string;
-  sig?: string;
-}
-
-import {
-  hashAt,
-  hexIs,
-  LineFacts,
-  notUtf8,
-  SEALED_TYPE,
-  SEGMENT_TYPE,
-  SUFFIX_LEN,
-  segmentIs,
-  shapeFits,
-  suffixFits,
-  typeIs,
-} from './lines.js';
 
 const subtle = (): SubtleCrypto => {
   const s = globalThis.crypto?.subtle;
