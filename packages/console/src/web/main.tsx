@@ -34,6 +34,9 @@ function App() {
   useEffect(() => {
     const on = () => setR(route());
     addEventListener('hashchange', on);
+    // The address may have changed between the first render and now (effects run after paint):
+    // a change then fired no event this listener heard.
+    on();
     currentSession().then(setSession, (e: Error) => setError(e.message));
     return () => removeEventListener('hashchange', on);
   }, []);
