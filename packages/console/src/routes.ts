@@ -143,7 +143,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
         ...(limit !== undefined ? { limit } : {}),
         ...(type ? { type } : {}),
       });
-      return json(res, 200, { ...page, log: c.base });
+      return json(res, 200, { ...page, log: c.base, newest: c.index.size });
     }
     case '/api/audit/files': {
       if (c.auditProblem) return json(res, 409, { ok: false, kind: 'unavailable', message: c.auditProblem });
@@ -151,7 +151,7 @@ async function read(c: ApiContext, req: IncomingMessage, res: ServerResponse, ur
       return json(res, 200, { base: now.base, names: now.names, ...(now.publicKey ? { publicKey: now.publicKey } : {}) });
     }
     case '/api/audit/events':
-      return c.follower.add(req, res);
+      return c.follower.add(req, res, int(q.get('after')));
     case '/api/proposals':
       return json(res, 200, await c.services.proposals());
     case '/api/gateway':

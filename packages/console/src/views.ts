@@ -51,6 +51,11 @@ export interface Page<T> {
   next?: number;
 }
 
+/** A page of the audit log's entries, with the newest entry's seq then (where the live tail starts). */
+export interface EntriesPage extends Page<EntryView> {
+  newest: number;
+}
+
 /** One audit entry as the page shows it: its fields and the exact line (without its newline). */
 export interface EntryView {
   seq: number;

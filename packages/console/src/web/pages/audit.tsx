@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import type { AuditFilesView, EntryView, Page } from '../../views.js';
+import type { AuditFilesView, EntriesPage, EntryView, Page } from '../../views.js';
 import { follow, get, rawBytes, rawStream } from '../api.js';
 import { inertText } from '../inert.js';
 import { type Verdict, verifyLog } from '../verify.js';
@@ -91,9 +91,15 @@ export function AuditPage() {
       },
       (e: Error) => setChecked({ error: e.message }),
     );
-    // The live tail: entries appended from now on, by any process; each batch is verified again.
+  }, []);
+
+  // The live tail: entries appended after the newest the first page showed, by any process (so
+  // none is missed while the stream connects); each batch is verified again.
+  const [since, setSince] = useState<number | undefined>();
+  useEffect(() => {
+    if (since === undefined) return;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const stop = follow<EntryView>('audit/events', 'entry', (e) => {
+    const stop = follow<EntryView>(`audit/events?after=${since}`, 'entry', (e) => {
       setLive((l) => (l.some((x) => x.seq === e.seq) ? l : [e, ...l].slice(0, 200)));
       clearTimeout(timer);
       timer = setTimeout(verify, 500);
@@ -102,7 +108,7 @@ export function AuditPage() {
       stop();
       clearTimeout(timer);
     };
-  }, []);
+  }, [since]);
 
   // The first verification starts once the entries are shown (and the configured key is known):
   // reading and hashing the whole log must not hold up the page's first paint.
@@ -115,7 +121,13 @@ export function AuditPage() {
 
   useEffect(() => {
     setPage(undefined);
-    get<Page<EntryView>>('audit/entries', { before, limit: 100, type: type || undefined }).then(setPage, (e: Error) => setError(e.message));
+    get<EntriesPage>('audit/entries', { before, limit: 100, type: type || undefined }).then(
+      (p) => {
+        setPage(p);
+        setSince((s) => s ?? p.newest);
+      },
+      (e: Error) => setError(e.message),
+    );
   }, [before, type]);
 
   const bad = checked.verdict?.first_bad?.seq;
