@@ -127,7 +127,9 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
     // The page shows the address it has once it listens for changes, even one changed before it
     // could hear it (here with no event at all, so this does not depend on timing).
     const early = await page.context().newPage();
-    await early.addInitScript(() => addEventListener('DOMContentLoaded', () => history.replaceState(null, '', '#/tools'), { once: true }));
+    await early.addInitScript({
+      content: `addEventListener('DOMContentLoaded', () => history.replaceState(null, '', '#/tools'), { once: true });`,
+    });
     await early.goto(`${con.origin}/`);
     await early.getByTestId('tools').waitFor({ timeout: T() });
     await early.close();
