@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { ClaimedJob, JobQueue, JsonValue, QueueOptions } from '@forge/queue';
 import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { tempDir } from './temp.js';
+import { until } from './until.js';
 
 /** The operations whose named steps an implementation lists for the crash tests. */
 export const QUEUE_CRASH_OPERATIONS = ['publish', 'claim', 'lease', 'renew', 'note', 'finish', 'recover'] as const;
@@ -82,17 +83,6 @@ function startChild(
     await exited;
   });
   return { child, lines, exited, stderr: () => err };
-}
-
-/** Polls `check` (the timeout only prevents a hang). */
-async function until<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 function aborted(signal: AbortSignal): Promise<unknown> {
