@@ -7,6 +7,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import type { GapRecord, GapStore } from '../../toolsmith/src/index.js';
 import type { ChildOpen } from './registry.js';
 import { tempDir } from './temp.js';
+import { killSettled, type Settles } from './until.js';
 
 /** How the suite opens a gap store: the bound and the clock (the implementation's defaults otherwise). */
 export interface GapStoreOpenOptions {
@@ -16,7 +17,7 @@ export interface GapStoreOpenOptions {
 }
 
 /** One test's storage, fresh and empty, as an implementation gives it to {@link describeGapStore}. */
-export interface GapStoreHarness {
+export interface GapStoreHarness extends Settles {
   /** A new store object over this storage (each call a separate writer; every one sees the same records). */
   open(options?: GapStoreOpenOptions): Promise<GapStore>;
   /**
@@ -379,8 +380,10 @@ function gapStoreCrashSafety({ fresh }: GapSuite): void {
     const child = spawnToolsmithChild({ open: h.child, options: { maxRecords: 100_000 }, op: 'gapsSpin', tag: 'k9' });
     await child.printed('started');
     await new Promise((r) => setTimeout(r, 150));
-    child.process.kill('SIGKILL');
-    expect((await child.exit).signal).toBe('SIGKILL');
+    await killSettled(h, async () => {
+      child.process.kill('SIGKILL');
+      expect((await child.exit).signal).toBe('SIGKILL');
+    });
     const s = await h.open({ maxRecords: 100_000 });
     await s.record(obs('k9', 1, { session: 'after' }));
     const held = await s.history('missing_tool', 'k9');

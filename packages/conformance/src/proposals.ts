@@ -2,7 +2,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Proposal, ProposalInput, ProposalState, ProposalStore } from '../../toolsmith/src/index.js';
 import { spawnToolsmithChild, startBarrier, toolsmithChildResult } from './gaps.js';
 import type { ChildOpen } from './registry.js';
-import { until } from './until.js';
+import { killSettled, type Settles } from './until.js';
 
 /** How the suite opens a proposal store: the clock and where skipped data is reported. */
 export interface ProposalStoreOpenOptions {
@@ -11,20 +11,13 @@ export interface ProposalStoreOpenOptions {
 }
 
 /** One test's storage, fresh and empty, as an implementation gives it to {@link describeProposalStore}. */
-export interface ProposalStoreHarness {
+export interface ProposalStoreHarness extends Settles {
   /** A new store object over this storage (each call separate; every one sees the same proposals). */
   open(options?: ProposalStoreOpenOptions): Promise<ProposalStore>;
   /** How a child process opens the same storage: `await (await import(module))[export](...args, {})`. */
   child: ChildOpen;
   /** Damages the stored proposal `id` as a torn write or a hand edit would (what `get` must not return). */
   corrupt(id: string): Promise<void>;
-  /**
-   * Whether the work of a child killed -9 can no longer land (a database: the child's server
-   * session has ended, its last statement committed or rolled back; until then a COMMIT the
-   * server already had may still complete). Storage in files needs none: a killed process writes
-   * nothing more.
-   */
-  settled?(): Promise<boolean>;
   /** Releases what `open` opened and removes the storage. */
   cleanup(): Promise<void>;
 }
@@ -314,12 +307,10 @@ function proposalStoreCrashSafety({ fresh }: ProposalSuite): void {
     const child = spawnToolsmithChild({ open: h.child, op: 'spin', id: p.id, tag: 'k' });
     await child.printed('started');
     await new Promise((r) => setTimeout(r, 100));
-    const { settled } = h;
-    // The storage tells a child at work from one gone (else the wait below would wait for nothing).
-    if (settled) expect(await settled()).toBe(false);
-    child.process.kill('SIGKILL');
-    expect((await child.exit).signal).toBe('SIGKILL');
-    if (settled) await until("the killed child's session to end", async () => (await settled()) || undefined, 120_000);
+    await killSettled(h, async () => {
+      child.process.kill('SIGKILL');
+      expect((await child.exit).signal).toBe('SIGKILL');
+    });
     const seen = (await s.get(p.id)) as Proposal;
     expect(seen.history.length).toBeGreaterThanOrEqual(2);
     const reasons = seen.history.slice(1).map((e) => e.reason);

@@ -1,7 +1,7 @@
 import { describeGapStore } from '@forge/conformance/gaps';
 import { postgresGapStore } from '../src/gaps.js';
 import { usePostgres } from './helpers.js';
-import { PROJECT, TOOLSMITH_OPENER, toolsmithDatabase } from './toolsmith-harness.js';
+import { childOf, PROJECT, TOOLSMITH_OPENER, toolsmithDatabase } from './toolsmith-harness.js';
 
 const pg = usePostgres();
 
@@ -10,9 +10,12 @@ describeGapStore('postgres (postgresGapStore)', async () => {
   const db = await toolsmithDatabase(pg.server());
   const neighbour = postgresGapStore(db.pool, { project: 'neighbour' });
   await neighbour.record({ kind: 'missing_tool', signature: 'w0', source: 'forge_request', persona: 'p', session: 'n-0', at: 1 });
+  // The child's sessions are named, so the suite can see them end once it is killed.
+  const child = childOf(db, 'forge-gaps-child');
   return {
     open: async (options = {}) => postgresGapStore(db.pool, { project: PROJECT, ...options }),
-    child: { module: TOOLSMITH_OPENER, export: 'openPgGapStore', args: [db.url, PROJECT] },
+    child: { module: TOOLSMITH_OPENER, export: 'openPgGapStore', args: [child.url, PROJECT] },
+    settled: child.settled,
     // A row that is not JSON, one that is not a record, and a record cut in half.
     corrupt: async () => {
       await db.pool.query(

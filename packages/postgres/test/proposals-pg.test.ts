@@ -1,26 +1,19 @@
 import { describeProposalStore } from '@forge/conformance/proposals';
 import { postgresProposalStore } from '../src/proposals.js';
 import { usePostgres } from './helpers.js';
-import { PROJECT, TOOLSMITH_OPENER, toolsmithDatabase } from './toolsmith-harness.js';
+import { childOf, PROJECT, TOOLSMITH_OPENER, toolsmithDatabase } from './toolsmith-harness.js';
 
 const pg = usePostgres();
-const CHILD_APP = 'forge-proposals-child';
 
 // The Postgres proposal store over a fresh database per test.
 describeProposalStore('postgres (postgresProposalStore)', async () => {
   const db = await toolsmithDatabase(pg.server());
   // The child's sessions are named, so the suite can see them end once it is killed.
-  const childUrl = `${db.url}${db.url.includes('?') ? '&' : '?'}application_name=${CHILD_APP}`;
+  const child = childOf(db, 'forge-proposals-child');
   return {
     open: async (options = {}) => postgresProposalStore(db.pool, { project: PROJECT, ...options }),
-    child: { module: TOOLSMITH_OPENER, export: 'openPgProposalStore', args: [childUrl, PROJECT] },
-    settled: async () => {
-      const r = await db.pool.query<{ n: number }>(
-        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
-        [CHILD_APP],
-      );
-      return r.rows[0]?.n === 0;
-    },
+    child: { module: TOOLSMITH_OPENER, export: 'openPgProposalStore', args: [child.url, PROJECT] },
+    settled: child.settled,
     // Half the JSON text, as a torn write would leave it.
     corrupt: async (id) => {
       const r = await db.pool.query(

@@ -19,3 +19,20 @@ export const PROJECT = 'conformance';
 export function toolsmithDatabase(server: PostgresServer): Promise<{ url: string; pool: pg.Pool; cleanup(): Promise<void> }> {
   return migratedDatabase(server, 8);
 }
+
+/**
+ * How a child process opens `db`: the address with its sessions named `app`, and `settled`, whether
+ * none of them is left (a killed child's last statement has then committed or rolled back).
+ */
+export function childOf(db: { url: string; pool: pg.Pool }, app: string): { url: string; settled(): Promise<boolean> } {
+  return {
+    url: `${db.url}${db.url.includes('?') ? '&' : '?'}application_name=${app}`,
+    settled: async () => {
+      const r = await db.pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1',
+        [app],
+      );
+      return r.rows[0]?.n === 0;
+    },
+  };
+}
