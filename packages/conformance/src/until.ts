@@ -1,4 +1,4 @@
-/** Polls `check` until it gives a value (the timeout only prevents a hang; a busy machine scales it with the suite's). */
+/** Polls `check` until it gives a value (the timeout only prevents a hang). */
 export async function until<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = 20_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
