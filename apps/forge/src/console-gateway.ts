@@ -1,5 +1,5 @@
 import type { ConsoleServices, GatewayDiffView, GatewayToolView } from '@forge/console';
-import type { Gateway } from '@forge/gateway';
+import { type Gateway, serverDefinition } from '@forge/gateway';
 
 type GatewayServices = Pick<ConsoleServices, 'gatewayServers' | 'gatewayTools' | 'gatewayDiff' | 'gatewayApprove' | 'gatewayUnpin'>;
 
@@ -22,8 +22,11 @@ export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
       if (!gateway) return [];
       const config = gateway.config();
       if (!config.ok) return { ok: false, kind: config.kind, message: config.message };
+      // What each server's approval covers, shown exactly as its digest is made (the same parts),
+      // from this one snapshot of the configuration: what the page shows is what the digest names.
+      const defs = new Map([...config.config.servers.values()].map((c) => [c.name, serverDefinition(c)]));
       return (await gateway.servers()).map((s) => {
-        const c = config.config.servers.get(s.name);
+        const d = defs.get(s.name);
         return {
           name: s.name,
           transport: s.transport,
@@ -32,20 +35,7 @@ export function gatewayServices(gateway: Gateway | undefined): GatewayServices {
           state: s.state,
           tools: s.tools,
           ...(s.error ? { error: s.error } : {}),
-          definitionDigest: s.definition,
-          ...(c
-            ? {
-                definition: {
-                  file: c.file,
-                  ...(c.command ? { command: c.command, args: [...c.args] } : {}),
-                  ...(c.url ? { url: c.url } : {}),
-                  env: { ...c.env },
-                  secrets: { ...c.secrets },
-                  binds: c.binds.map((b) => ({ ...b })),
-                  network: c.network,
-                },
-              }
-            : {}),
+          ...(d ? { definitionDigest: d.digest, definition: { ...d.parts, file: d.file } } : {}),
         };
       });
     },

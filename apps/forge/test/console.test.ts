@@ -265,7 +265,10 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
     await page.goto(`${con.origin}/#/gateway`);
     await page.getByRole('link', { name: 'rug' }).click();
     // What the approval covers besides the tools: how the server runs, from which file.
-    await expect(page.getByTestId('gateway-server').textContent()).resolves.toContain('gateway-upstream.mjs');
+    // Exactly the parts its digest is made of, the files that run with their digests among them.
+    const declared = (await page.getByTestId('gateway-server').textContent()) ?? '';
+    expect(declared).toContain('gateway-upstream.mjs');
+    expect(declared).toMatch(/files[\s\S]*sha256:[0-9a-f]{64}/);
     const hello = page.locator('[data-testid=gateway-tools] tr[data-tool=hello]');
     await expect(hello.getAttribute('data-status')).resolves.toBe('new');
     await page.getByLabel('approve hello').check();
@@ -277,17 +280,37 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
     const approved = auditEntries(s).filter((e) => e.type === 'gateway.approved');
     expect(approved.map((e) => e.data)).toMatchObject([{ server: 'rug', by: 'operator:alice', via: 'console' }]);
 
-    // An approval names what was reviewed: a digest that is not the definition's now pins nothing.
-    const stale = await page.evaluate(async () => {
-      const { csrf } = (await (await fetch('/api/session')).json()) as { csrf: string };
-      const r = await fetch('/api/gateway/rug/approve', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-forge-csrf': csrf },
-        body: JSON.stringify({ expect: { add: `sha256:${'0'.repeat(64)}` } }),
-      });
-      return { status: r.status, body: (await r.json()) as { kind: string } };
-    });
-    expect(stale).toMatchObject({ status: 409, body: { kind: 'state_conflict' } });
+    // An approval names what was reviewed: a tool digest or a server definition digest that is not
+    // the one now pins nothing, and one that names no server definition is refused.
+    const tries = await page.evaluate(
+      async (zero) => {
+        const { csrf } = (await (await fetch('/api/session')).json()) as { csrf: string };
+        const servers = (await (await fetch('/api/gateway')).json()) as { name: string; definitionDigest: string }[];
+        const shown = servers.find((x) => x.name === 'rug')?.definitionDigest;
+        const hello = ((await (await fetch('/api/gateway/rug/tools')).json()) as { tool: string; digest: string }[]).find(
+          (t) => t.tool === 'hello',
+        )?.digest;
+        const approve = async (body: unknown) => {
+          const r = await fetch('/api/gateway/rug/approve', {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'x-forge-csrf': csrf },
+            body: JSON.stringify(body),
+          });
+          return { status: r.status, kind: ((await r.json()) as { kind: string }).kind };
+        };
+        return [
+          await approve({ expect: { add: zero }, definition: shown }),
+          await approve({ expect: { hello }, definition: zero }),
+          await approve({ expect: { hello } }),
+        ];
+      },
+      `sha256:${'0'.repeat(64)}`,
+    );
+    expect(tries).toEqual([
+      { status: 409, kind: 'state_conflict' },
+      { status: 409, kind: 'state_conflict' },
+      { status: 400, kind: 'validation_failed' },
+    ]);
     expect(auditEntries(s).filter((e) => e.type === 'gateway.approved')).toHaveLength(1);
 
     await page.getByTestId('unpin-hello').click();
@@ -297,8 +320,12 @@ describe('forge console in a browser', { timeout: scaled(240_000) }, () => {
         .filter((e) => e.type === 'gateway.unpinned')
         .map((e) => e.data),
     ).toMatchObject([{ server: 'rug', by: 'operator:alice', via: 'console' }]);
-    // The refusal above is an answer the browser also logs as a failed load.
-    expect(problems).toEqual(['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
+    // The refusals above are answers the browser also logs as failed loads.
+    expect(problems).toEqual([
+      'console error: Failed to load resource: the server responded with a status of 409 (Conflict)',
+      'console error: Failed to load resource: the server responded with a status of 409 (Conflict)',
+      'console error: Failed to load resource: the server responded with a status of 400 (Bad Request)',
+    ]);
   });
 
   it('checkpoint signatures checked in the page: the configured key verifies, a pasted other key finds no checkpoint it signed', async () => {

@@ -237,20 +237,17 @@ async function gatewayChange(
       kind: 'validation_failed',
       message: 'an approval names each reviewed tool with the digest shown: {"expect": {"<tool>": "sha256:…"}}',
     });
+  // The server's definition is part of what is approved: the page always shows it, so an approval names it.
   const definition = b.definition;
-  if (definition !== undefined && (typeof definition !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(definition)))
+  if (typeof definition !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(definition))
     return json(res, 400, {
       ok: false,
       kind: 'validation_failed',
-      message: 'definition, when given, is the server definition digest shown (sha256:…)',
+      message: 'an approval names the server definition digest shown: {"expect": {…}, "definition": "sha256:…"} (reload the gateway page)',
     });
   return answer(
     res,
-    await c.services.gatewayApprove(
-      server,
-      { expect: { ...(expect as Record<string, string>) }, ...(definition ? { definition } : {}) },
-      c.operator,
-    ),
+    await c.services.gatewayApprove(server, { expect: { ...(expect as Record<string, string>) }, definition }, c.operator),
   );
 }
 

@@ -89,7 +89,7 @@ export interface ConsoleServices {
    */
   gatewayApprove(
     server: string,
-    reviewed: { expect: Record<string, string>; definition?: string },
+    reviewed: { expect: Record<string, string>; definition: string },
     operator: string,
   ): Promise<{ ok: true; approved: string[] } | RefusalView>;
   /** Unpins tools, as `forge gateway remove`. */

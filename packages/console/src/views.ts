@@ -151,18 +151,13 @@ export interface GatewayServerView {
   error?: string;
   /** The digest of that definition (its executable's bytes included), which an approval names. */
   definitionDigest?: string;
-  /** What an approval covers besides the tools: how the server is started or reached, as declared, and where. */
-  definition?: {
-    file: string;
-    command?: string;
-    args?: string[];
-    url?: string;
-    env?: Record<string, string>;
-    /** Vault names only, never values. */
-    secrets?: Record<string, string>;
-    binds?: { path: string; mode: string }[];
-    network?: unknown;
-  };
+  /**
+   * What an approval covers besides the tools, exactly the parts the digest is made of: the file
+   * and level that declared it, transport, command, arguments, working directory, environment,
+   * secrets (variable → vault name, never a value), URL, binds, network, limits, and the files that
+   * run (executable and scripts) with their digests.
+   */
+  definition?: { file: string; [part: string]: unknown };
 }
 
 /** One tool a server lists now, against its pin (`forge gateway tools`). */

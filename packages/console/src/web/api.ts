@@ -62,15 +62,21 @@ export async function post<T>(path: string, body: unknown): Promise<T> {
   );
 }
 
-/** The raw bytes of one of the log's files (for the verifier: never made inert, never decoded). */
-export async function rawBytes(name: string): Promise<Bytes | undefined> {
+/** One of the log's files as the server answers it (undefined when it does not exist); a refusal throws, saying why. */
+async function rawFile(name: string): Promise<Response | undefined> {
   const res = await fetch(`/api/audit/raw/${encodeURIComponent(name)}`, { credentials: 'same-origin' });
   if (res.status === 404) return undefined;
-  if (!res.ok) {
+  if (!res.ok || !res.body) {
     const why = await answer<never>(res).catch((e: Error) => e.message);
     throw new Error(`reading ${name} failed: ${why}`);
   }
-  return new Uint8Array(await res.arrayBuffer());
+  return res;
+}
+
+/** The raw bytes of one of the log's files (for the verifier: never made inert, never decoded). */
+export async function rawBytes(name: string): Promise<Bytes | undefined> {
+  const res = await rawFile(name);
+  return res && new Uint8Array(await res.arrayBuffer());
 }
 
 /** Follows the server-sent events `event` of `path`; each message's JSON made inert before `on` sees it. Returns the stop. */
@@ -82,13 +88,8 @@ export function follow<T>(path: string, event: string, on: (value: T) => void): 
 
 /** One of the log's files as its bytes arrive (for the verifier: a segment is never held whole). */
 export async function rawStream(name: string): Promise<AsyncIterable<Bytes> | undefined> {
-  const res = await fetch(`/api/audit/raw/${encodeURIComponent(name)}`, { credentials: 'same-origin' });
-  if (res.status === 404) return undefined;
-  if (!res.ok || !res.body) {
-    const why = await answer<never>(res).catch((e: Error) => e.message);
-    throw new Error(`reading ${name} failed: ${why}`);
-  }
-  const reader = res.body.getReader();
+  const reader = (await rawFile(name))?.body?.getReader();
+  if (!reader) return undefined;
   return {
     async *[Symbol.asyncIterator]() {
       try {

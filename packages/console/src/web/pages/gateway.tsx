@@ -39,10 +39,7 @@ function Server({ name, changed, server }: { name: string; changed: () => void; 
     // Exactly what is shown: each picked tool with the digest this page listed.
     const expect: Record<string, string> = {};
     for (const t of tools.value ?? []) if (picked[t.tool] && t.digest) expect[t.tool] = t.digest;
-    post<{ approved: string[] }>(`gateway/${encodeURIComponent(name)}/approve`, {
-      expect,
-      ...(server?.definitionDigest ? { definition: server.definitionDigest } : {}),
-    })
+    post<{ approved: string[] }>(`gateway/${encodeURIComponent(name)}/approve`, { expect, definition: server?.definitionDigest })
       .then(
         (r) => setDone({ ok: true, text: `pinned ${r.approved.join(', ')}` }),
         (e: Error) => setDone({ ok: false, text: e.message }),
@@ -116,7 +113,12 @@ function Server({ name, changed, server }: { name: string; changed: () => void; 
           ))}
         </tbody>
       </table>
-      <button type="button" data-testid="gateway-approve" disabled={!Object.values(picked).some(Boolean)} onClick={approve}>
+      <button
+        type="button"
+        data-testid="gateway-approve"
+        disabled={!server?.definitionDigest || !Object.values(picked).some(Boolean)}
+        onClick={approve}
+      >
         Approve the selected definitions as shown
       </button>
       {done ? (
