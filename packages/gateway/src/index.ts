@@ -31,7 +31,6 @@ export { type AddServersResult, addGatewayServers } from './configFile.js';
 export { fileDigest, type ServerDefinition, serverDefinition } from './definition.js';
 export { type ImportResult, type ImportSkip, importMcpConfig, type VaultNeed } from './importConfig.js';
 export {
-  type ApprovalVia,
   type DefinitionPin,
   type LastAudited,
   openPinStore,
@@ -49,6 +48,7 @@ export { createGateway, type GatewayOptions } from './source.js';
 export { isForgeToolName } from './tool-names.js';
 export { DEFAULT_MAX_MESSAGE_BYTES } from './transport.js';
 export type {
+  ApprovalVia,
   Gateway,
   GatewayConfig,
   Pin,

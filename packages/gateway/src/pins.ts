@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { DirLock } from '@forge/audit-chain';
 import stringify from 'fast-json-stable-stringify';
 import { writeDurably } from './durable.js';
-import type { Pin, PinStatus, ToolDefinition, ToolDiff, ToolState } from './types.js';
+import type { ApprovalVia, Pin, PinStatus, ToolDefinition, ToolDiff, ToolState } from './types.js';
 
 /**
  * The pin store: `<home>/gateway/pins.json` holds, per server and upstream tool, the digest and
@@ -94,9 +94,6 @@ export interface PinStore {
    */
   unpin(server: string, tools: readonly string[], by: string, via?: ApprovalVia): Promise<PinWrite>;
 }
-
-/** Where an approval or unpin was made: the CLI (the default) or the operator console; recorded as `via`. */
-export type ApprovalVia = 'cli' | 'console';
 
 /** The fields a pin covers, in the order `diff` reports them. */
 export const PINNED_FIELDS = ['name', 'title', 'description', 'inputSchema', 'outputSchema', 'annotations'] as const;

@@ -3,19 +3,10 @@ import type { Resolver } from '@forge/sandbox';
 import { createGatewayConfig, type GatewayConfigSource } from './config.js';
 import { Connections } from './connections.js';
 import { serverDefinition } from './definition.js';
-import {
-  type ApprovalVia,
-  type LastAudited,
-  noPins,
-  openPinStore,
-  type PinStore,
-  type Pins,
-  type RecordAudit,
-  toolDigest,
-} from './pins.js';
+import { type LastAudited, noPins, openPinStore, type PinStore, type Pins, type RecordAudit, toolDigest } from './pins.js';
 import { expectedDigests } from './review.js';
 import { isForgeToolName, wireClash, wireKeyOf } from './tool-names.js';
-import type { Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
+import type { ApprovalVia, Gateway, GatewayConfig, ServerConfig, ServerReport, ToolDefinition, ToolDiff, ToolState } from './types.js';
 import type { Upstream } from './upstream.js';
 import { localReference, vettedAnnotations } from './upstream-answers.js';
 

@@ -84,6 +84,9 @@ export interface ToolDiff {
   fields: string[];
 }
 
+/** Where an approval or unpin was made: the CLI (the default) or the operator console; recorded as `via`. */
+export type ApprovalVia = 'cli' | 'console';
+
 /** What `forge doctor` and `forge gateway list` say of one server. */
 export interface ServerReport {
   name: string;
@@ -133,7 +136,7 @@ export interface Gateway extends ToolSource {
     server: string,
     tools: string[],
     by: string,
-    options?: { expect?: Readonly<Record<string, string>>; definition?: string; via?: 'cli' | 'console' },
+    options?: { expect?: Readonly<Record<string, string>>; definition?: string; via?: ApprovalVia },
   ): Promise<{ ok: true; approved: ToolState[] } | { ok: false; kind: string; message: string }>;
   /** What changed against the pins. */
   diff(server: string): Promise<ToolDiff[] | { ok: false; kind: string; message: string }>;
@@ -142,6 +145,6 @@ export interface Gateway extends ToolSource {
     server: string,
     tools: string[],
     by: string,
-    options?: { via?: 'cli' | 'console' },
+    options?: { via?: ApprovalVia },
   ): Promise<{ ok: true; removed: string[] } | { ok: false; kind: string; message: string }>;
 }
